@@ -1,0 +1,451 @@
+"""The shared, batched scoring engine: one object per (model, device).
+
+Every metric in grogu is computed from three primitives, all batched over many prompts:
+
+- :meth:`Engine.generate` — greedy (or sampled) generation that also returns, for every generated
+  token, its entropy (nats, full vocabulary) and log-probability under the generating prompt, taken
+  from the generation steps themselves (no second pass);
+- :meth:`Engine.token_stats` — teacher-forced entropy and log-probability of given continuations
+  under given prompts, logits taken only at the continuation positions;
+- :meth:`Engine.next_token_logprobs` — the next-token distribution after each prompt.
+
+How it is fast: prompts are length-bucketed into batches; within a batch the longest common token
+prefix (chat-template header, or the whole prompt when k answers are teacher-forced under one
+ungrounded prompt) is encoded once and its KV cache shared by every row; the rest of each row is
+left-aligned after the prefix with padding masked out and position ids that continue the prefix;
+finished rows leave the decode batch; entropies are computed in float32 on chunks, never on a
+float32 [batch, seq, vocab] tensor of the whole prompt; on out-of-memory a batch is split in two
+and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`grogu.prompts`.
+
+Thread safety: one re-entrant lock serialises the model work, so any number of threads can share an
+engine and each gets exactly the result it would get alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .models import load_model
+
+logger = logging.getLogger(__name__)
+
+_STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+@dataclass
+class TokenStats:
+    """Per-token statistics of a token sequence under one prompt.
+
+    token_ids: the tokens; entropy: H of the model's next-token distribution at each token's step, in
+    nats over the full vocabulary (float32); logprob: natural log-probability of each token (float32).
+    """
+
+    token_ids: list[int]
+    entropy: torch.Tensor
+    logprob: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass
+class Generation(TokenStats):
+    """A generated answer with its per-token statistics under the generating prompt.
+
+    The end-of-turn token is not part of ``token_ids``; when the answer ended with one, its entropy
+    and log-probability are in ``stop_entropy`` / ``stop_logprob`` (None when max_new_tokens was hit).
+    ``entropy``/``logprob`` are always those of the untempered model distribution, also when sampling.
+    """
+
+    stop_token_id: int | None = None
+    stop_entropy: float | None = None
+    stop_logprob: float | None = None
+    text: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_token_id is not None
+
+    @property
+    def sequence_logprob(self) -> float:
+        """Sum of the answer's token log-probabilities, the end-of-turn token included when present."""
+        total = float(self.logprob.sum()) if len(self.token_ids) else 0.0
+        return total + (self.stop_logprob or 0.0)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _entropy_logprob(logits: torch.Tensor, chunk_rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """(entropy, log-softmax) of [n, V] logits in float32, computed chunk by chunk."""
+    ents, logps = [], []
+    for start in range(0, logits.shape[0], chunk_rows):
+        logp = torch.log_softmax(logits[start:start + chunk_rows].float(), dim=-1)
+        ents.append(-torch.special.xlogy(logp.exp(), logp.exp()).sum(-1))
+        logps.append(logp)
+    return torch.cat(ents), torch.cat(logps)
+
+
+class Engine:
+    """Batched token statistics for one causal LM on one device.
+
+    Args:
+        model: a model spec (embedded alias, path, hub id; see :func:`grogu.models.load_model`), a loaded
+            ``PreTrainedModel`` (then pass ``tokenizer``), or a ``(model, tokenizer)`` pair.
+        tokenizer: the tokenizer when ``model`` is a loaded model.
+        device, dtype: where and how to load a model given by name (default: CUDA+bf16, else CPU+float32).
+        max_batch_size: most prompts in one forward pass (default 64 on GPU, 32 on CPU).
+        max_batch_tokens: most padded tokens in one forward pass (default 65,536 on GPU, 16,384 on CPU).
+        logits_budget_mb: most memory for the logits of one teacher-forced batch.
+        stop_token_ids: tokens that end an answer (default: the tokenizer's and generation config's EOS
+            plus the usual end-of-turn tokens found in the vocabulary).
+        min_shared_prefix: shortest common prefix (tokens) worth encoding once for a whole batch.
+    """
+
+    def __init__(
+        self,
+        model: Any = "smollm2-135m-instruct",
+        tokenizer: Any = None,
+        *,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        max_batch_size: int | None = None,
+        max_batch_tokens: int | None = None,
+        logits_budget_mb: int = 256,
+        stop_token_ids: Sequence[int] | None = None,
+        min_shared_prefix: int = 8,
+    ) -> None:
+        if tokenizer is not None:
+            model = (model, tokenizer)
+        self.model_name = model if isinstance(model, str) else getattr(
+            getattr(model[0] if isinstance(model, tuple) else model, "config", None), "_name_or_path", None
+        ) or type(model).__name__
+        if not isinstance(model, (str, tuple)):
+            raise TypeError("pass a model name/path, a (model, tokenizer) pair, or a model plus tokenizer=")
+        self.model, self.tokenizer = load_model(model, device=device, dtype=dtype)
+        self.model.eval()
+        self.device = next(self.model.parameters()).device
+        self.dtype = next(self.model.parameters()).dtype
+        on_gpu = self.device.type == "cuda"
+        self.max_batch_size = max_batch_size or (64 if on_gpu else 32)
+        self.max_batch_tokens = max_batch_tokens or (65536 if on_gpu else 16384)
+        self.logits_budget_bytes = logits_budget_mb * 2**20
+        self.min_shared_prefix = min_shared_prefix
+        self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        self._logit_bytes = self.vocab_size * max(self.dtype.itemsize, 4)  # model logits + float32 copy
+        self.pad_token_id = self._pad_token_id()
+        self.stop_token_ids = sorted(set(stop_token_ids) if stop_token_ids is not None else self._default_stops())
+        if not self.stop_token_ids:
+            raise ValueError("the tokenizer defines no end-of-sequence token; pass stop_token_ids=")
+        self._stop_tensor = torch.tensor(self.stop_token_ids, device=self.device)
+        self.max_context_tokens = self._context_window()
+        self._lock = threading.RLock()
+        self._cache_takes_config = "config" in inspect.signature(self._cache_cls().__init__).parameters
+        self.oom_backoffs = 0
+
+    # ------------------------------------------------------------------ setup helpers
+    def _pad_token_id(self) -> int:
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        return int(pad if pad is not None else 0)
+
+    def _default_stops(self) -> set[int]:
+        stops: set[int] = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                stops.add(source)
+            elif source:
+                stops.update(int(s) for s in source)
+        vocab = self.tokenizer.get_vocab()
+        stops.update(vocab[name] for name in _STOP_TOKEN_NAMES if name in vocab)
+        return stops
+
+    def _context_window(self) -> int:
+        cfg = self.model.config
+        window = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
+        tok_max = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tok_max, int) and 0 < tok_max < 10**7:
+            window = min(window, tok_max)
+        return int(window)
+
+    @staticmethod
+    def _cache_cls():
+        from transformers import DynamicCache
+
+        return DynamicCache
+
+    def _new_cache(self):
+        cls = self._cache_cls()
+        return cls(config=self.model.config) if self._cache_takes_config else cls()
+
+    def __repr__(self) -> str:
+        return f"Engine(model={self.model_name!r}, device={self.device}, dtype={self.dtype})"
+
+    # ------------------------------------------------------------------ text helpers
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+
+    # ------------------------------------------------------------------ batching
+    def _plan(self, lengths: Sequence[int], logit_rows: Sequence[int] | None = None) -> list[list[int]]:
+        """Length-bucketed batches of row indices (longest first) that respect max_batch_size,
+        max_batch_tokens and, when ``logit_rows`` (logit positions per row) is given, the logits budget."""
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        batches: list[list[int]] = []
+        current: list[int] = []
+        widest = most_logits = 0
+        for i in order:
+            width = max(widest, lengths[i])
+            logits = max(most_logits, logit_rows[i] if logit_rows is not None else 0)
+            n = len(current) + 1
+            fits = (n <= self.max_batch_size and n * width <= self.max_batch_tokens
+                    and n * logits * self._logit_bytes <= self.logits_budget_bytes)
+            if current and not fits:
+                batches.append(current)
+                current, width, logits = [], lengths[i], logit_rows[i] if logit_rows is not None else 0
+            current.append(i)
+            widest, most_logits = width, logits
+        if current:
+            batches.append(current)
+        return batches
+
+    def _run(self, batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]]) -> dict[int, Any]:
+        """Run fn on each batch; on out-of-memory split the batch in two and retry."""
+        results: dict[int, Any] = {}
+        queue = list(batches)
+        while queue:
+            batch = queue.pop(0)
+            try:
+                results.update(fn(batch))
+            except Exception as exc:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+                if not _is_oom(exc) or len(batch) == 1:
+                    raise
+                self.oom_backoffs += 1
+                half = len(batch) // 2
+                self.max_batch_size = max(1, min(self.max_batch_size, half))
+                logger.warning("grogu engine: out of memory on a batch of %d, retrying as %d + %d",
+                               len(batch), half, len(batch) - half)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                queue[:0] = [batch[:half], batch[half:]]
+        return results
+
+    # ------------------------------------------------------------------ forward passes
+    def _prefill(self, seqs: list[list[int]], logits_to_keep: int, max_prefix: int | None = None):
+        """Encode a batch; returns (logits of the last `logits_to_keep` positions, cache, attention mask,
+        position of each row's last token). The longest common prefix (at most ``max_prefix`` tokens, and
+        short of every row's last `logits_to_keep` positions) is encoded once and shared by all rows."""
+        n = len(seqs)
+        lens = [len(s) for s in seqs]
+        prefix = 0
+        if n > 1:
+            first, limit = seqs[0], min(min(lens) - logits_to_keep, max_prefix if max_prefix is not None else 10**9)
+            while prefix < limit and all(s[prefix] == first[prefix] for s in seqs[1:]):
+                prefix += 1
+            if prefix < self.min_shared_prefix:
+                prefix = 0
+        dev = self.device
+        cache = self._new_cache()
+        if prefix:
+            self.model(
+                input_ids=torch.tensor([seqs[0][:prefix]], device=dev),
+                attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
+                position_ids=torch.arange(prefix, device=dev)[None],
+                past_key_values=cache, use_cache=True, logits_to_keep=1,
+            )
+            cache.batch_repeat_interleave(n)
+        width = max(lens) - prefix
+        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            rest = s[prefix:]
+            ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
+            mask[i, width - len(rest):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        position_ids = prefix + (mask.cumsum(-1) - 1).clamp(min=0)
+        attention = torch.cat([torch.ones(n, prefix, dtype=torch.long, device=dev), mask], dim=1)
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
+        last_pos = torch.tensor(lens, device=dev) - 1
+        return out.logits, cache, attention, last_pos
+
+    @torch.inference_mode()
+    def _generate_batch(self, seqs: list[list[int]], max_new_tokens: int, temperature: float | None,
+                        generator: torch.Generator | None) -> list[Generation]:
+        n = len(seqs)
+        logits, cache, attention, last_pos = self._prefill(seqs, logits_to_keep=1)
+        logits = logits[:, -1]
+        rows = torch.arange(n, device=self.device)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        ents: list[list[float]] = [[] for _ in range(n)]
+        lps: list[list[float]] = [[] for _ in range(n)]
+        stops: list[tuple[int, float, float] | None] = [None] * n
+        for step in range(max_new_tokens):
+            entropy, logp = _entropy_logprob(logits, chunk_rows=max(1, n))
+            if temperature is None:
+                tok = logp.argmax(-1)
+            else:
+                probs = torch.softmax(logits.float() / temperature, dim=-1)
+                tok = torch.multinomial(probs.cpu() if generator is not None and generator.device.type == "cpu"
+                                        else probs, 1, generator=generator)[:, 0].to(self.device)
+            tok_lp = logp.gather(1, tok[:, None])[:, 0]
+            stop = torch.isin(tok, self._stop_tensor)
+            for r, t, e, l, s in zip(rows.tolist(), tok.tolist(), entropy.tolist(), tok_lp.tolist(), stop.tolist()):
+                if s:
+                    stops[r] = (t, e, l)
+                else:
+                    tokens[r].append(t)
+                    ents[r].append(e)
+                    lps[r].append(l)
+            keep = ~stop
+            if step == max_new_tokens - 1 or not bool(keep.any()):
+                break
+            if not bool(keep.all()):
+                idx = keep.nonzero()[:, 0]
+                cache.batch_select_indices(idx)
+                attention, last_pos, tok, rows = attention[idx], last_pos[idx], tok[idx], rows[idx]
+            attention = torch.cat([attention, attention.new_ones(attention.shape[0], 1)], dim=1)
+            last_pos = last_pos + 1
+            out = self.model(input_ids=tok[:, None], attention_mask=attention, position_ids=last_pos[:, None],
+                             past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1]
+        results = []
+        for i in range(n):
+            stop_info = stops[i] or (None, None, None)
+            results.append(Generation(
+                token_ids=tokens[i], entropy=torch.tensor(ents[i], dtype=torch.float32),
+                logprob=torch.tensor(lps[i], dtype=torch.float32), stop_token_id=stop_info[0],
+                stop_entropy=stop_info[1], stop_logprob=stop_info[2], text=self.decode(tokens[i]),
+            ))
+        return results
+
+    @torch.inference_mode()
+    def _token_stats_batch(self, prompts: list[list[int]], conts: list[list[int]]) -> list[TokenStats]:
+        keep = max(len(c) for c in conts)
+        seqs = [p + c[:-1] for p, c in zip(prompts, conts)]
+        logits, *_ = self._prefill(seqs, logits_to_keep=keep, max_prefix=min(len(p) for p in prompts) - 1)
+        out = []
+        for i, cont in enumerate(conts):
+            row_logits = logits[i, keep - len(cont):]
+            entropy, logp = _entropy_logprob(row_logits)
+            target = torch.tensor(cont, device=logp.device)
+            out.append(TokenStats(list(cont), entropy.cpu(), logp.gather(1, target[:, None])[:, 0].cpu()))
+        return out
+
+    # ------------------------------------------------------------------ public primitives
+    def _check_prompts(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError("prompts must be a list of token-id lists (render text with grogu.prompts)")
+        out = []
+        for p in prompts:
+            if isinstance(p, (str, bytes)):
+                raise TypeError("prompts must be token ids, not text (render text with grogu.prompts)")
+            p = [int(t) for t in p]
+            if not p:
+                raise ValueError("a prompt has no tokens")
+            out.append(p)
+        return out
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int = 64,
+        *,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Generate one answer per prompt; greedy when ``temperature`` is None, else sampled.
+
+        Returns per prompt a :class:`Generation` with each answer token's entropy (nats) and
+        log-probability under the untempered model distribution. Sampling is reproducible for a given
+        ``seed`` and input.
+        """
+        prompts = self._check_prompts(prompts)
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        if temperature is not None and temperature <= 0:
+            raise ValueError("temperature must be > 0 (use None for greedy decoding)")
+        if not prompts:
+            return []
+        with self._lock:
+            generator = None
+            if temperature is not None:
+                generator = torch.Generator(device="cpu")
+                generator.manual_seed(seed if seed is not None else torch.seed())
+            lengths = [len(p) + max_new_tokens for p in prompts]
+            batches = self._plan(lengths)
+            res = self._run(batches, lambda b: dict(zip(b, self._generate_batch(
+                [prompts[i] for i in b], max_new_tokens, temperature, generator))))
+        return [res[i] for i in range(len(prompts))]
+
+    def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
+        """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]``.
+
+        For token c_j the entropy (nats) and log-probability are those of the next-token distribution
+        given prompt + c_<j. Empty continuations give empty statistics.
+        """
+        prompts = self._check_prompts(prompts)
+        conts = [[int(t) for t in c] for c in continuations]
+        if len(conts) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(conts)} continuations")
+        todo = [i for i, c in enumerate(conts) if c]
+        empty = torch.zeros(0, dtype=torch.float32)
+        res: dict[int, TokenStats] = {i: TokenStats([], empty, empty) for i, c in enumerate(conts) if not c}
+        if todo:
+            lengths = [len(prompts[i]) + len(conts[i]) for i in todo]
+            with self._lock:
+                batches = self._plan(lengths, logit_rows=[len(conts[i]) for i in todo])
+                batches = [[todo[j] for j in b] for b in batches]
+                res.update(self._run(batches, lambda b: dict(zip(b, self._token_stats_batch(
+                    [prompts[i] for i in b], [conts[i] for i in b])))))
+        return [res[i] for i in range(len(prompts))]
+
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]],
+                            token_ids: Sequence[int] | None = None) -> torch.Tensor:
+        """Log-probabilities (float32, on CPU) of the next token after each prompt: [n, vocab], or
+        [n, len(token_ids)] for just the given tokens."""
+        prompts = self._check_prompts(prompts)
+        cols = None if token_ids is None else torch.tensor(list(token_ids), dtype=torch.long)
+        if not prompts:
+            return torch.zeros(0, self.vocab_size if cols is None else len(cols))
+
+        @torch.inference_mode()
+        def run(batch: list[int]) -> dict[int, torch.Tensor]:
+            logits, *_ = self._prefill([prompts[i] for i in batch], logits_to_keep=1)
+            logp = torch.log_softmax(logits[:, -1].float(), dim=-1).cpu()
+            if cols is not None:
+                logp = logp[:, cols]
+            return dict(zip(batch, logp))
+
+        with self._lock:
+            res = self._run(self._plan([len(p) for p in prompts]), run)
+        return torch.stack([res[i] for i in range(len(prompts))])
+
+
+_SHARED: dict[tuple, Engine] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def get_engine(model: Any = "smollm2-135m-instruct", *, device: str | None = None, dtype: str | None = None,
+               **kwargs: Any) -> Engine:
+    """The process-wide engine for (model, device, dtype): loaded once, shared by every caller.
+
+    ``model`` may be an Engine (returned as is), a name/path, or a loaded (model, tokenizer) pair.
+    """
+    if isinstance(model, Engine):
+        return model
+    key_model = model if isinstance(model, str) else tuple(id(m) for m in model)
+    key = (key_model, str(device), str(dtype), tuple(sorted(kwargs.items())))
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = Engine(model, device=device, dtype=dtype, **kwargs)
+        return _SHARED[key]

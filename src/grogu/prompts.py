@@ -1,0 +1,145 @@
+"""Grounded and ungrounded prompts, rendered through the tokenizer's chat template.
+
+A grounded prompt holds the query and one document or an ordered list of documents (with titles when
+given); the ungrounded prompt holds the query alone. Templates are plain ``str.format`` strings a user
+can override. Documents that do not fit the model's context window (minus the answer budget) are
+truncated, longest first, with a :class:`TruncationWarning` that says how many were cut.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+
+class TruncationWarning(UserWarning):
+    """Documents were cut to fit the model's context window."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """A retrieved document: its text, an optional title, and free metadata carried through."""
+
+    text: str
+    title: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+
+def as_document(doc: Any, position: int | None = None) -> Document:
+    """Coerce a str, a :class:`Document` or a mapping with ``text`` (or ``page_content``) and optional
+    ``title`` into a :class:`Document`. Anything else is a TypeError naming the position."""
+    where = f"document {position}" if position is not None else "document"
+    if isinstance(doc, Document):
+        return doc
+    if isinstance(doc, str):
+        return Document(doc)
+    if isinstance(doc, Mapping):
+        text = doc.get("text", doc.get("page_content"))
+        if not isinstance(text, str):
+            raise TypeError(f"{where} is a mapping without a string 'text' (or 'page_content') field")
+        title = doc.get("title")
+        if title is not None and not isinstance(title, str):
+            raise TypeError(f"{where} has a non-string title ({type(title).__name__})")
+        meta = {k: v for k, v in doc.items() if k not in ("text", "page_content", "title")}
+        return Document(text, title, meta)
+    raise TypeError(f"{where} must be a str, a grogu.Document or a mapping with 'text', got {type(doc).__name__}")
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """User-overridable prompt text. ``{context}`` receives the rendered documents joined by
+    ``separator``; each document is rendered with ``document`` (or ``titled_document`` when it has a
+    title). ``system`` (optional) becomes a system message when the chat template has one."""
+
+    grounded: str = "Answer the question based on the given document.\n\n{context}\n\nQuestion: {query}"
+    ungrounded: str = "Answer the question.\n\nQuestion: {query}"
+    document: str = "Document: {text}"
+    titled_document: str = "Document ({title}): {text}"
+    separator: str = "\n\n"
+    system: str | None = None
+    plain_suffix: str = "\nAnswer:"  # appended when the tokenizer has no chat template
+
+    def render_context(self, docs: Sequence[Document]) -> str:
+        return self.separator.join(
+            (self.titled_document if d.title else self.document).format(text=d.text, title=d.title) for d in docs
+        )
+
+
+class PromptBuilder:
+    """Renders prompts to token ids for one tokenizer and context window.
+
+    ``max_context_tokens`` is the model's window; ``max_new_tokens`` is kept free for the answer.
+    """
+
+    def __init__(self, tokenizer: Any, max_context_tokens: int, max_new_tokens: int,
+                 template: PromptTemplate | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.template = template or PromptTemplate()
+        self.max_context_tokens = max_context_tokens
+        self.max_new_tokens = max_new_tokens
+        self.use_chat = bool(getattr(tokenizer, "chat_template", None))
+
+    # -- text -> ids
+    def _wrap(self, user_text: str) -> list[int]:
+        if self.use_chat:
+            messages = [{"role": "user", "content": user_text}]
+            if self.template.system:
+                messages.insert(0, {"role": "system", "content": self.template.system})
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.tokenizer.encode(user_text + self.template.plain_suffix, add_special_tokens=True)
+
+    def ungrounded_ids(self, query: str) -> list[int]:
+        ids = self._wrap(self.template.ungrounded.format(query=query))
+        if len(ids) + self.max_new_tokens > self.max_context_tokens:
+            raise ValueError(f"the query alone takes {len(ids)} tokens; with {self.max_new_tokens} answer tokens "
+                             f"it does not fit the {self.max_context_tokens}-token context window")
+        return ids
+
+    def grounded_ids(self, query: str, docs: Sequence[Document]) -> list[int]:
+        """Token ids of the grounded prompt; documents are truncated (with a warning) to fit."""
+        docs = self.fit(query, docs)
+        return self._wrap(self.template.grounded.format(query=query, context=self.template.render_context(docs)))
+
+    def fit(self, query: str, docs: Sequence[Document]) -> list[Document]:
+        """The documents, the longest ones cut (token-wise) so the grounded prompt fits the window."""
+        empty = [Document("", d.title) for d in docs]
+        overhead = len(self._wrap(self.template.grounded.format(query=query, context=self.template.render_context(empty))))
+        margin = 4 * len(docs)  # re-tokenising joined text can add a token or two per boundary
+        budget = self.max_context_tokens - self.max_new_tokens - overhead - margin
+        if budget < 0:
+            raise ValueError(f"the query and prompt take {overhead} tokens; with {self.max_new_tokens} answer tokens "
+                             f"no document fits the {self.max_context_tokens}-token context window")
+        ids = [self.tokenizer.encode(d.text, add_special_tokens=False) for d in docs]
+        total = sum(len(i) for i in ids)
+        if total <= budget:
+            return list(docs)
+        cap = _water_level([len(i) for i in ids], budget)
+        out, cut, removed = [], 0, 0
+        for d, i in zip(docs, ids):
+            if len(i) > cap:
+                cut += 1
+                removed += len(i) - cap
+                d = Document(self.tokenizer.decode(i[:cap]), d.title, d.metadata)
+            out.append(d)
+        warnings.warn(
+            f"grogu: truncated {cut} of {len(docs)} document(s) by {removed} tokens in total "
+            f"({total} document tokens, {budget} fit the {self.max_context_tokens}-token window "
+            f"with {self.max_new_tokens} answer tokens)",
+            TruncationWarning, stacklevel=3,
+        )
+        return out
+
+
+def _water_level(lengths: Sequence[int], budget: int) -> int:
+    """Largest cap c with sum(min(l, c)) <= budget (documents shorter than c stay whole)."""
+    lo, hi = 0, max(lengths)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(l, mid) for l in lengths) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

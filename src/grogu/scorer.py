@@ -1,0 +1,272 @@
+"""The public per-document API: GROGU utility of documents for one target LLM.
+
+>>> scorer = UtilityScorer("smollm2-135m-instruct")          # or a hub id, a path, an Engine
+>>> ranked = scorer.rerank("Who wrote Hamlet?", docs, top_n=3)
+>>> ranked[0].score, ranked[0].answer, ranked[0].document
+
+For each context (one document alone, or an ordered list of documents) the engine generates the
+grounded answer greedily, keeps its per-token entropies and log-probabilities from the generation
+steps, teacher-forces the same answer under the ungrounded prompt (query only), and a metric from
+:mod:`grogu.metrics` turns those statistics into a confidence gamma. The score is the utility -gamma:
+higher means the document makes this LLM surer of its grounded answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from . import metrics as M
+from .engine import Engine, Generation, get_engine
+from .prompts import Document, PromptBuilder, PromptTemplate, as_document
+
+
+@dataclass(kw_only=True)
+class TokenDetail:
+    """Per-token arrays of a grounded answer (float32; entropies in nats)."""
+
+    tokens: list[str]
+    token_ids: list[int]
+    grounded_entropy: torch.Tensor
+    grounded_logprob: torch.Tensor
+    ungrounded_entropy: torch.Tensor
+    key_mask: torch.Tensor
+
+
+@dataclass(kw_only=True)
+class ScoreResult:
+    """GROGU of one context.
+
+    score: utility of ``metric`` (= -confidence; higher is more useful). confidence: gamma (nats for
+    the entropy variants, a perplexity for the PPL ones). answer: the grounded greedy answer.
+    n_tokens / n_key_tokens: answer tokens and key tokens used (an empty answer is scored on its
+    end-of-turn token: n_tokens is 0 and n_key_tokens 1). variants: the utility under every metric.
+    answer_finished: False when the answer was cut at max_new_tokens.
+    """
+
+    score: float
+    metric: str
+    confidence: float
+    answer: str
+    n_tokens: int
+    n_key_tokens: int
+    variants: dict[str, float]
+    answer_finished: bool
+    details: TokenDetail | None = None
+
+
+@dataclass(kw_only=True)
+class DocumentScore(ScoreResult):
+    """GROGU of one document used alone as the context; ``index`` is its position in the input."""
+
+    index: int
+    document: Any
+
+
+@dataclass(kw_only=True)
+class ContextScore(ScoreResult):
+    """GROGU of an ordered list of documents used together as one context."""
+
+    documents: list[Any]
+
+
+@dataclass(kw_only=True)
+class LayoutChoice:
+    """The best of several orders of the same documents: ``best`` is its index in ``scores``."""
+
+    best: int
+    scores: list[ContextScore]
+
+    @property
+    def documents(self) -> list[Any]:
+        return self.scores[self.best].documents
+
+
+@dataclass(kw_only=True)
+class UngroundedScore:
+    """The ungrounded answer y_u and its KeyEntropy under the ungrounded prompt (paper App. C)."""
+
+    answer: str
+    confidence: float
+    n_tokens: int
+    n_key_tokens: int
+
+
+def check_query(query: Any) -> str:
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    if not query.strip():
+        raise ValueError("query is empty or whitespace: there is nothing to ground")
+    return query.strip()
+
+
+def check_documents(documents: Any) -> list[Document]:
+    if isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):
+        raise TypeError(f"documents must be a list of documents, got {type(documents).__name__}")
+    return [as_document(d, i) for i, d in enumerate(documents)]
+
+
+def long_context_order(docs: Sequence[Any]) -> list[Any]:
+    """LlamaIndex's LongContextReorder order for docs given best-first: best ones at both ends."""
+    out: list[Any] = []
+    for i, d in enumerate(reversed(list(docs))):
+        if i % 2 == 1:
+            out.append(d)
+        else:
+            out.insert(0, d)
+    return out
+
+
+class UtilityScorer:
+    """GROGU utility scores of documents for one target LLM.
+
+    Args:
+        model: an :class:`~grogu.engine.Engine`, a model name/path/hub id (loaded once per process and
+            shared, see :func:`grogu.engine.get_engine`), or a loaded (model, tokenizer) pair.
+        metric: 'key_entropy' (default), 'entropy', 'ppl' or 'key_ppl'.
+        alpha: key-token threshold on |H_g - H_u| in nats (default 0.05).
+        top_k_frac: fraction K of tokens kept (by H_g) when no token passes alpha (default 0.1).
+        max_new_tokens: longest grounded answer generated (default 64).
+        template: a :class:`~grogu.prompts.PromptTemplate` to override the prompt text.
+        device, dtype: for a model given by name (default CUDA+bf16, else CPU+float32).
+    """
+
+    def __init__(
+        self,
+        model: Any = "smollm2-135m-instruct",
+        *,
+        metric: str = M.DEFAULT_METRIC,
+        alpha: float = M.ALPHA,
+        top_k_frac: float = M.TOP_K_FRAC,
+        max_new_tokens: int = 64,
+        template: PromptTemplate | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+    ) -> None:
+        self.metric = M.metric_name(metric)
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        M.top_k_count(1, top_k_frac)  # validates the fraction
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        self.alpha, self.top_k_frac, self.max_new_tokens = alpha, top_k_frac, max_new_tokens
+        self.engine = get_engine(model, device=device, dtype=dtype)
+        self.prompts = PromptBuilder(self.engine.tokenizer, self.engine.max_context_tokens, max_new_tokens, template)
+
+    @property
+    def model_name(self) -> str:
+        return str(self.engine.model_name)
+
+    # ------------------------------------------------------------------ core
+    def _score_contexts(self, jobs: Sequence[tuple[str, list[Document]]], details: bool) -> list[ScoreResult]:
+        """Score (query, ordered documents) contexts, all in one batched engine pass."""
+        if not jobs:
+            return []
+        grounded = [self.prompts.grounded_ids(q, docs) for q, docs in jobs]
+        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in jobs)}
+        gens = self.engine.generate(grounded, self.max_new_tokens)
+        conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
+        u_stats = self.engine.token_stats([ungrounded[q] for q, _ in jobs], conts)
+        return [self._result(g, u.entropy, details) for g, u in zip(gens, u_stats)]
+
+    def _result(self, gen: Generation, h_u: torch.Tensor, details: bool) -> ScoreResult:
+        if gen.token_ids:
+            ids, h_g, lp_g = gen.token_ids, gen.entropy, gen.logprob
+        else:  # empty answer: score the end-of-turn token the model chose
+            ids = [gen.stop_token_id]
+            h_g = torch.tensor([gen.stop_entropy], dtype=torch.float32)
+            lp_g = torch.tensor([gen.stop_logprob], dtype=torch.float32)
+        values = {name: M.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac) for name in M.METRICS}
+        chosen = values[self.metric]
+        detail = None
+        if details:
+            detail = TokenDetail(
+                tokens=self.engine.tokenizer.convert_ids_to_tokens(ids), token_ids=list(ids),
+                grounded_entropy=h_g, grounded_logprob=lp_g, ungrounded_entropy=h_u,
+                key_mask=M.key_token_mask(h_g, h_u, self.alpha, self.top_k_frac),
+            )
+        return ScoreResult(
+            score=chosen.utility, metric=self.metric, confidence=chosen.confidence, answer=gen.text,
+            n_tokens=len(gen.token_ids), n_key_tokens=chosen.n_key_tokens,
+            variants={k: v.utility for k, v in values.items()}, answer_finished=gen.finished, details=detail,
+        )
+
+    # ------------------------------------------------------------------ public API
+    def score(self, query: str, documents: Sequence[Any], *, return_details: bool = False) -> list[DocumentScore]:
+        """Score each document alone as the grounding context; results in input order."""
+        return self.score_batch([(query, documents)], return_details=return_details)[0]
+
+    def score_batch(self, items: Sequence[tuple[str, Sequence[Any]]], *,
+                    return_details: bool = False) -> list[list[DocumentScore]]:
+        """Per-document scores for many (query, documents) pairs in one batched engine pass."""
+        checked = [(check_query(q), check_documents(docs), list(docs)) for q, docs in items]
+        jobs = [(q, [d]) for q, docs, _ in checked for d in docs]
+        flat = iter(self._score_contexts(jobs, return_details))
+        return [
+            [DocumentScore(index=i, document=orig, **vars(next(flat))) for i, orig in enumerate(originals)]
+            for _, _, originals in checked
+        ]
+
+    def score_context(self, query: str, documents: Sequence[Any], *, return_details: bool = False) -> ContextScore:
+        """Score an ordered list of documents used together as one context."""
+        return self.score_contexts(query, [documents], return_details=return_details)[0]
+
+    def score_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
+                       return_details: bool = False) -> list[ContextScore]:
+        """Score several contexts (ordered document lists) for one query, batched."""
+        query = check_query(query)
+        if isinstance(contexts, (str, bytes)):
+            raise TypeError("contexts must be a list of document lists")
+        checked = [check_documents(c) for c in contexts]
+        results = self._score_contexts([(query, c) for c in checked], return_details)
+        return [ContextScore(documents=list(orig), **vars(r)) for orig, r in zip(contexts, results)]
+
+    def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> LayoutChoice:
+        """Score each candidate order (layout) of the documents as one context; pick the most useful.
+        Ties go to the earlier layout."""
+        if len(layouts) == 0:
+            raise ValueError("best_layout needs at least one layout")
+        scores = self.score_contexts(query, layouts)
+        best = max(range(len(scores)), key=lambda i: (scores[i].score, -i))
+        return LayoutChoice(best=best, scores=scores)
+
+    def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
+               threshold: float | None = None, *, return_details: bool = False) -> list[DocumentScore]:
+        """Documents sorted by utility (ties keep the input order), those with score >= threshold,
+        at most top_n. Each result carries ``index`` (input position) and the original ``document``."""
+        if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0):
+            raise ValueError(f"top_n must be a non-negative int or None, got {top_n!r}")
+        scored = self.score(query, documents, return_details=return_details)
+        ranked = sorted(scored, key=lambda r: (-r.score, r.index))
+        if threshold is not None:
+            ranked = [r for r in ranked if r.score >= threshold]
+        return ranked if top_n is None else ranked[:top_n]
+
+    def ungrounded(self, query: str) -> UngroundedScore:
+        """The ungrounded answer y_u and its KeyEntropy (paper App. C), for the absolute GROGU
+        difference gamma(y_g | q, D) - gamma(y_u | q); comparisons between documents do not need it."""
+        query = check_query(query)
+        gen = self.engine.generate([self.prompts.ungrounded_ids(query)], self.max_new_tokens)[0]
+        h = gen.entropy if gen.token_ids else torch.tensor([gen.stop_entropy])
+        mask = M.ungrounded_key_mask(h, self.alpha, self.top_k_frac)
+        return UngroundedScore(answer=gen.text, confidence=M.key_entropy(h, mask), n_tokens=len(gen.token_ids),
+                               n_key_tokens=int(mask.sum()))
+
+
+def standard_layouts(documents: Sequence[Any]) -> dict[str, list[Any]]:
+    """Candidate orders of documents given in retrieval order (best first): as given, reversed, and
+    LongContextReorder's (best at both ends). Duplicated orders are dropped."""
+    docs = list(documents)
+    out: dict[str, list[Any]] = {}
+    for name, order in (("given", docs), ("reversed", docs[::-1]), ("long_context", long_context_order(docs))):
+        if not any(len(order) == len(o) and all(a is b for a, b in zip(order, o)) for o in out.values()):
+            out[name] = order
+    return out
+
+
+__all__ = [
+    "UtilityScorer", "DocumentScore", "ContextScore", "LayoutChoice", "ScoreResult", "TokenDetail",
+    "UngroundedScore", "standard_layouts", "long_context_order", "check_query", "check_documents",
+]

@@ -1,0 +1,156 @@
+"""The batched engine against the plain one-document-at-a-time computation (grogu.naive)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from grogu import Engine, UtilityScorer
+from grogu.naive import forward_stats, naive_grogu_stats
+from grogu.prompts import Document, PromptBuilder
+
+from conftest import squad_paragraphs, tiny_model
+
+TOL = 1e-4
+
+
+def _docs(k: int, seed: int = 0) -> tuple[str, list[Document]]:
+    """k real documents of different lengths (SQuAD paragraphs cut to 20..150 words)."""
+    paras = squad_paragraphs(k, seed)
+    docs = [Document(" ".join(p["text"].split()[: 20 + (37 * i) % 130]), p["title"]) for i, p in enumerate(paras)]
+    return paras[0]["question"], docs
+
+
+def _compare(engine: Engine, k: int, max_new_tokens: int, seed: int = 0):
+    query, docs = _docs(k, seed)
+    pb = PromptBuilder(engine.tokenizer, engine.max_context_tokens, max_new_tokens)
+    grounded = [pb.grounded_ids(query, [d]) for d in docs]
+    ungrounded = pb.ungrounded_ids(query)
+    assert len({len(g) for g in grounded}) > 1 or k == 1, "documents should differ in length"
+
+    gens = engine.generate(grounded, max_new_tokens)
+    conts = [g.token_ids or [g.stop_token_id] for g in gens]
+    u_stats = engine.token_stats([ungrounded] * k, conts)
+    ref = naive_grogu_stats(engine.model, grounded, ungrounded, max_new_tokens, engine.stop_token_ids,
+                            engine.pad_token_id)
+    for g, u, r in zip(gens, u_stats, ref):
+        assert g.token_ids == r.token_ids
+        assert g.stop_token_id == r.stop_token_id
+        torch.testing.assert_close(g.entropy, r.grounded_entropy, atol=TOL, rtol=0)
+        torch.testing.assert_close(g.logprob, r.grounded_logprob, atol=TOL, rtol=0)
+        torch.testing.assert_close(u.entropy, r.ungrounded_entropy, atol=TOL, rtol=0)
+        torch.testing.assert_close(u.logprob, r.ungrounded_logprob, atol=TOL, rtol=0)
+        if r.stop_entropy is not None:
+            assert abs(g.stop_entropy - r.stop_entropy) < TOL
+    return gens
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_batched_equals_one_at_a_time_tiny(tiny_engine, k):
+    gens = _compare(tiny_engine, k, max_new_tokens=12)
+    assert all(len(g.token_ids) > 0 for g in gens)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+def test_batched_equals_one_at_a_time_other_architectures(tokenizer, arch):
+    engine = Engine(tiny_model(arch), tokenizer, device="cpu")
+    _compare(engine, 4, max_new_tokens=8, seed=1)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_batched_equals_one_at_a_time_smollm2(smol_engine, k):
+    _compare(smol_engine, k, max_new_tokens=24, seed=2)
+
+
+def test_rows_finish_at_different_steps(smol_engine):
+    # real model, prompts whose answers end at different lengths: exercises leaving the decode batch
+    gens = _compare(smol_engine, 6, max_new_tokens=40, seed=3)
+    lengths = {len(g.token_ids) for g in gens if g.finished}
+    assert len(lengths) >= 2
+
+
+def test_token_stats_different_prompts(tiny_engine):
+    prompts = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 9, 10, 11, 12, 13, 99], [300, 301]]
+    conts = [[40, 41, 42], [], [7]]
+    stats = tiny_engine.token_stats(prompts, conts)
+    assert len(stats[1]) == 0
+    for p, c, s in zip(prompts, conts, stats):
+        if c:
+            h, lp = forward_stats(tiny_engine.model, p, c)
+            torch.testing.assert_close(s.entropy, h, atol=TOL, rtol=0)
+            torch.testing.assert_close(s.logprob, lp, atol=TOL, rtol=0)
+
+
+def test_next_token_logprobs(tiny_engine):
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    out = tiny_engine.next_token_logprobs(prompts)
+    assert out.shape == (2, tiny_engine.vocab_size)
+    for p, row in zip(prompts, out):
+        ref = torch.log_softmax(tiny_engine.model(input_ids=torch.tensor([p])).logits[0, -1].float(), -1)
+        torch.testing.assert_close(row, ref.detach(), atol=TOL, rtol=0)
+    sub = tiny_engine.next_token_logprobs(prompts, token_ids=[3, 17])
+    torch.testing.assert_close(sub, out[:, [3, 17]])
+    torch.testing.assert_close(out.exp().sum(-1), torch.ones(2), atol=1e-4, rtol=0)
+
+
+def test_sampling_is_reproducible_and_scored_under_the_model(tiny_engine):
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+    a = tiny_engine.generate(prompts, 6, temperature=1.0, seed=123)
+    b = tiny_engine.generate(prompts, 6, temperature=1.0, seed=123)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    for p, g in zip(prompts, a):  # sampled tokens' statistics equal a teacher-forced pass
+        if g.token_ids:
+            h, lp = forward_stats(tiny_engine.model, p, g.token_ids)
+            torch.testing.assert_close(g.logprob, lp, atol=TOL, rtol=0)
+            torch.testing.assert_close(g.entropy, h, atol=TOL, rtol=0)
+
+
+def test_out_of_memory_backoff_gives_same_results(tokenizer):
+    engine = Engine(tiny_model("llama"), tokenizer, device="cpu")
+    prompts = [[5, 6, 7, 8, 9, i] for i in range(20, 26)]
+    expected = engine.generate(prompts, 5)
+    real_forward = engine.model.forward
+
+    def forward(*args, **kwargs):  # the device "runs out of memory" on batches larger than 2
+        if kwargs["input_ids"].shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_forward(*args, **kwargs)
+
+    engine.model.forward = forward
+    got = engine.generate(prompts, 5)
+    assert engine.oom_backoffs >= 2 and engine.max_batch_size <= 2
+    assert [g.token_ids for g in got] == [g.token_ids for g in expected]
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.entropy, e.entropy, atol=TOL, rtol=0)
+
+
+def test_threads_share_one_engine(tokenizer):
+    engine = Engine(tiny_model("llama", seed=3), tokenizer, device="cpu")
+    scorer = UtilityScorer(engine, max_new_tokens=6)
+    queries = [(f"question number {i} about topic {i % 4}?", [f"doc {j} for {i}: " + "word " * (j + i % 5)
+                                                              for j in range(3)]) for i in range(80)]
+    sequential = [[(r.score, r.answer) for r in scorer.score(q, d)] for q, d in queries]
+    results: dict[int, list] = {}
+
+    def worker(t: int):
+        for i in range(t * 10, t * 10 + 10):
+            results[i] = [(r.score, r.answer) for r in scorer.score(*queries[i])]
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert [results[i] for i in range(80)] == sequential
+
+
+def test_bad_prompts(tiny_engine):
+    with pytest.raises(TypeError):
+        tiny_engine.generate("text is not token ids")
+    with pytest.raises(ValueError):
+        tiny_engine.generate([[]])
+    with pytest.raises(ValueError):
+        tiny_engine.token_stats([[1, 2]], [])
+    assert tiny_engine.generate([]) == []
