@@ -11,7 +11,7 @@ from grogu import Engine, UtilityScorer
 from grogu.naive import forward_stats, naive_grogu_stats
 from grogu.prompts import Document, PromptBuilder
 
-from conftest import squad_paragraphs, tiny_model
+from grogu.testing import squad_paragraphs, tiny_model
 
 TOL = 1e-4
 

@@ -1,0 +1,80 @@
+"""Helpers for tests, examples and benchmarks: tiny random models of real architectures, the
+packaged tokenizer, and the real data in ../shared/data. Nothing here reaches a model hub."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+#: ../shared/data as seen from a checkout of this repository (override with GROGU_SHARED_DATA).
+SHARED_DATA = os.environ.get(
+    "GROGU_SHARED_DATA",
+    os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")),
+)
+
+
+def shared_data_path(*parts: str) -> str:
+    """Path under ../shared/data; FileNotFoundError saying where it looked when absent."""
+    path = os.path.join(SHARED_DATA, *parts)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"real data not found at {path}: clone the project next to ../shared "
+                                f"or set GROGU_SHARED_DATA")
+    return path
+
+
+def embedded_tokenizer():
+    """The SmolLM2-135M-Instruct tokenizer (with its chat template) from the packaged GGUF."""
+    from transformers import AutoTokenizer
+
+    from .models import embedded_path
+
+    path = embedded_path("smollm2-135m-instruct")
+    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+
+
+def tiny_model(arch: str = "llama", vocab_size: int = 49152, seed: int = 0, **overrides: Any):
+    """A 2-layer model of a real architecture ('llama', 'qwen2', 'gpt2') with random weights, peaked
+    enough (initializer_range 0.4) that greedy decoding has no near-ties."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab_size, initializer_range=0.4, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    if arch == "llama":
+        cfg = tf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=4096, **common)
+        cls = tf.LlamaForCausalLM
+    elif arch == "qwen2":
+        cfg = tf.Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False, **common)
+        cls = tf.Qwen2ForCausalLM
+    elif arch == "gpt2":
+        cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=1024, **common)
+        cls = tf.GPT2LMHeadModel
+    else:
+        raise ValueError(f"unknown tiny architecture {arch!r}; use 'llama', 'qwen2' or 'gpt2'")
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cls(cfg).eval()
+
+
+@lru_cache(maxsize=2)
+def _squad(path: str) -> list[dict]:
+    with open(path) as f:
+        return json.load(f)["data"]
+
+
+def squad_paragraphs(n: int | None = None, seed: int = 0) -> list[dict]:
+    """SQuAD v1.1 dev paragraphs, each {'title', 'text', 'question', 'answers'} (first question);
+    n random ones (seeded) or all of them in file order."""
+    data = _squad(shared_data_path("squad-v1.1-dev", "dev-v1.1.json"))
+    paras = [{"title": a["title"].replace("_", " "), "text": p["context"], "question": p["qas"][0]["question"],
+              "answers": [x["text"] for x in p["qas"][0]["answers"]], "qas": p["qas"]}
+             for a in data for p in a["paragraphs"]]
+    if n is None:
+        return paras
+    return random.Random(seed).sample(paras, n)
