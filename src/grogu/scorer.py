@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from . import metrics as M
+from .batching import Coalescer
 from .engine import Engine, Generation, get_engine
 from .prompts import Document, PromptBuilder, PromptTemplate, as_document
 
@@ -109,13 +110,14 @@ def check_documents(documents: Any) -> list[Document]:
 
 
 def long_context_order(docs: Sequence[Any]) -> list[Any]:
-    """LlamaIndex's LongContextReorder order for docs given best-first: best ones at both ends."""
+    """LlamaIndex's LongContextReorder order for docs given best-first: the best at both ends, the
+    weakest in the middle (its algorithm: walk worst to best, alternately prepend and append)."""
     out: list[Any] = []
     for i, d in enumerate(reversed(list(docs))):
-        if i % 2 == 1:
-            out.append(d)
-        else:
+        if i % 2 == 0:
             out.insert(0, d)
+        else:
+            out.append(d)
     return out
 
 
@@ -154,6 +156,7 @@ class UtilityScorer:
         self.alpha, self.top_k_frac, self.max_new_tokens = alpha, top_k_frac, max_new_tokens
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.prompts = PromptBuilder(self.engine.tokenizer, self.engine.max_context_tokens, max_new_tokens, template)
+        self._coalescer = Coalescer(lambda jobs: self._score_contexts(jobs, details=True))
 
     @property
     def model_name(self) -> str:
@@ -228,21 +231,56 @@ class UtilityScorer:
         Ties go to the earlier layout."""
         if len(layouts) == 0:
             raise ValueError("best_layout needs at least one layout")
-        scores = self.score_contexts(query, layouts)
-        best = max(range(len(scores)), key=lambda i: (scores[i].score, -i))
-        return LayoutChoice(best=best, scores=scores)
+        return _choose(self.score_contexts(query, layouts))
 
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                threshold: float | None = None, *, return_details: bool = False) -> list[DocumentScore]:
         """Documents sorted by utility (ties keep the input order), those with score >= threshold,
         at most top_n. Each result carries ``index`` (input position) and the original ``document``."""
-        if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0):
-            raise ValueError(f"top_n must be a non-negative int or None, got {top_n!r}")
-        scored = self.score(query, documents, return_details=return_details)
-        ranked = sorted(scored, key=lambda r: (-r.score, r.index))
-        if threshold is not None:
-            ranked = [r for r in ranked if r.score >= threshold]
-        return ranked if top_n is None else ranked[:top_n]
+        _check_top_n(top_n)
+        return _select(self.score(query, documents, return_details=return_details), top_n, threshold)
+
+    # ------------------------------------------------------------------ async API
+    # Each coroutine runs its engine work in a worker thread (the event loop is not blocked) and is
+    # batched together with every other request waiting at the same time (see grogu.batching).
+    # Answers equal the sync calls; scores agree to float32 rounding (~1e-6), as padding may differ.
+    async def _ajobs(self, jobs: list[tuple[str, list[Document]]], details: bool) -> list[ScoreResult]:
+        results = await self._coalescer.run(jobs)
+        if not details:
+            results = [ScoreResult(**{**vars(r), "details": None}) for r in results]
+        return results
+
+    async def ascore(self, query: str, documents: Sequence[Any], *, return_details: bool = False) -> list[DocumentScore]:
+        """Async :meth:`score`."""
+        query, docs, originals = check_query(query), check_documents(documents), list(documents)
+        results = await self._ajobs([(query, [d]) for d in docs], return_details)
+        return [DocumentScore(index=i, document=o, **vars(r)) for i, (o, r) in enumerate(zip(originals, results))]
+
+    async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
+                      threshold: float | None = None, *, return_details: bool = False) -> list[DocumentScore]:
+        """Async :meth:`rerank`."""
+        _check_top_n(top_n)
+        return _select(await self.ascore(query, documents, return_details=return_details), top_n, threshold)
+
+    async def ascore_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
+                              return_details: bool = False) -> list[ContextScore]:
+        """Async :meth:`score_contexts`."""
+        query = check_query(query)
+        if isinstance(contexts, (str, bytes)):
+            raise TypeError("contexts must be a list of document lists")
+        results = await self._ajobs([(query, check_documents(c)) for c in contexts], return_details)
+        return [ContextScore(documents=list(orig), **vars(r)) for orig, r in zip(contexts, results)]
+
+    async def ascore_context(self, query: str, documents: Sequence[Any], *,
+                             return_details: bool = False) -> ContextScore:
+        """Async :meth:`score_context`."""
+        return (await self.ascore_contexts(query, [documents], return_details=return_details))[0]
+
+    async def abest_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> LayoutChoice:
+        """Async :meth:`best_layout`."""
+        if len(layouts) == 0:
+            raise ValueError("best_layout needs at least one layout")
+        return _choose(await self.ascore_contexts(query, layouts))
 
     def ungrounded(self, query: str) -> UngroundedScore:
         """The ungrounded answer y_u and its KeyEntropy (paper App. C), for the absolute GROGU
@@ -253,6 +291,24 @@ class UtilityScorer:
         mask = M.ungrounded_key_mask(h, self.alpha, self.top_k_frac)
         return UngroundedScore(answer=gen.text, confidence=M.key_entropy(h, mask), n_tokens=len(gen.token_ids),
                                n_key_tokens=int(mask.sum()))
+
+
+def _check_top_n(top_n: Any) -> None:
+    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0):
+        raise ValueError(f"top_n must be a non-negative int or None, got {top_n!r}")
+
+
+def _select(scored: list[DocumentScore], top_n: int | None, threshold: float | None) -> list[DocumentScore]:
+    """Sort by utility (ties keep input order), keep score >= threshold, then the first top_n."""
+    ranked = sorted(scored, key=lambda r: (-r.score, r.index))
+    if threshold is not None:
+        ranked = [r for r in ranked if r.score >= threshold]
+    return ranked if top_n is None else ranked[:top_n]
+
+
+def _choose(scores: list[ContextScore]) -> LayoutChoice:
+    """The most useful layout; ties go to the earlier one."""
+    return LayoutChoice(best=max(range(len(scores)), key=lambda i: (scores[i].score, -i)), scores=scores)
 
 
 def standard_layouts(documents: Sequence[Any]) -> dict[str, list[Any]]:

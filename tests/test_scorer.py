@@ -1,0 +1,140 @@
+"""UtilityScorer: scores equal the metric on one-at-a-time statistics; ranking, bad input, layouts, async."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+
+import pytest
+
+from grogu import Document, Engine, TruncationWarning, UtilityScorer, metrics as M
+from grogu.naive import naive_grogu_stats
+from grogu.scorer import long_context_order, standard_layouts
+from grogu.testing import tiny_model
+
+QUERY = "Which river flows through the old city of Prague?"
+DOCS = [
+    "The Vltava is the longest river within the Czech Republic and flows through Prague.",
+    Document("Prague is the capital and largest city of the Czech Republic.", title="Prague"),
+    {"text": "Bananas are rich in potassium.", "title": "Fruit", "id": 7},
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny_engine):
+    return UtilityScorer(tiny_engine, max_new_tokens=10)
+
+
+def test_scores_match_metric_on_naive_statistics(scorer):
+    results = scorer.score(QUERY, DOCS, return_details=True)
+    engine = scorer.engine
+    docs = [Document(d) if isinstance(d, str) else d if isinstance(d, Document) else Document(d["text"], d["title"])
+            for d in DOCS]
+    ref = naive_grogu_stats(engine.model, [scorer.prompts.grounded_ids(QUERY, [d]) for d in docs],
+                            scorer.prompts.ungrounded_ids(QUERY), 10, engine.stop_token_ids, engine.pad_token_id)
+    for r, n in zip(results, ref):
+        assert r.answer == engine.decode(n.token_ids)
+        for name in M.METRICS:
+            expected = M.compute(name, n.grounded_entropy, n.grounded_logprob, n.ungrounded_entropy)
+            assert r.variants[name] == pytest.approx(expected.utility, abs=1e-4)
+        assert r.score == r.variants["key_entropy"] and r.metric == "key_entropy"
+        assert r.n_tokens == len(n.token_ids) and r.details.key_mask.sum() == r.n_key_tokens
+    assert [r.index for r in results] == [0, 1, 2, 3] and results[2].document is DOCS[2]
+
+
+def test_rerank_order_top_n_threshold(scorer):
+    scored = scorer.score(QUERY, DOCS)
+    ranked = scorer.rerank(QUERY, DOCS)
+    assert [r.index for r in ranked] == sorted(range(4), key=lambda i: (-scored[i].score, i))
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2)] == [r.index for r in ranked[:2]]
+    cut = ranked[1].score
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut)] == [r.index for r in ranked[:2]]
+    assert scorer.rerank(QUERY, DOCS, top_n=0) == []
+    with pytest.raises(ValueError):
+        scorer.rerank(QUERY, DOCS, top_n=-1)
+
+
+def test_metric_choice(tiny_engine):
+    ppl = UtilityScorer(tiny_engine, metric="PPL", max_new_tokens=10).score(QUERY, DOCS[:2])
+    base = UtilityScorer(tiny_engine, max_new_tokens=10).score(QUERY, DOCS[:2])
+    assert [r.metric for r in ppl] == ["ppl", "ppl"]
+    assert [r.score for r in ppl] == [r.variants["ppl"] for r in base]
+    with pytest.raises(ValueError, match="unknown metric"):
+        UtilityScorer(tiny_engine, metric="rouge")
+
+
+def test_bad_input(scorer):
+    assert scorer.score(QUERY, []) == [] and scorer.rerank(QUERY, []) == []
+    with pytest.raises(ValueError, match="query is empty"):
+        scorer.score("   ", DOCS)
+    with pytest.raises(TypeError, match="query must be a str"):
+        scorer.score(None, DOCS)
+    with pytest.raises(TypeError, match="document 1"):
+        scorer.score(QUERY, ["fine", 42])
+    with pytest.raises(TypeError, match="list of documents"):
+        scorer.score(QUERY, "a single string is not a list")
+    empty = scorer.score(QUERY, [""])[0]  # an empty document is scored like any other
+    assert empty.n_key_tokens >= 1 and empty.score == empty.score  # not NaN
+
+
+def test_huge_document_truncated_with_warning(tokenizer):
+    engine = Engine(tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu")
+    scorer = UtilityScorer(engine, max_new_tokens=8)
+    huge = "word " * 5000
+    with pytest.warns(TruncationWarning, match="truncated 1 of 2 document"):
+        ctx = scorer.score_context(QUERY, [huge, "short one"])
+    assert ctx.n_tokens > 0 and len(ctx.documents) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prompt = scorer.prompts.grounded_ids(QUERY, [Document(huge), Document("short one")])
+    assert len(prompt) + 8 <= 256
+    assert "short one" in tokenizer.decode(prompt)
+
+
+def test_layouts(scorer):
+    docs = ["alpha text one", "beta text two", "gamma text three", "delta text four"]
+    # as llama_index LongContextReorder (sort ascending, alternately prepend/append): [a,b,c,d] -> [b,d,c,a]
+    assert long_context_order(docs) == ["beta text two", "delta text four", "gamma text three", "alpha text one"]
+    layouts = standard_layouts(docs)
+    assert list(layouts) == ["given", "reversed", "long_context"]
+    choice = scorer.best_layout(QUERY, list(layouts.values()))
+    each = [scorer.score_context(QUERY, order).score for order in layouts.values()]
+    assert choice.best == max(range(3), key=lambda i: (each[i], -i))
+    assert [s.score for s in choice.scores] == pytest.approx(each, abs=1e-5)
+    assert choice.documents == list(layouts.values())[choice.best]
+
+
+def test_async_equals_sync_and_is_batched(scorer):
+    queries = [QUERY, "Who wrote the Odyssey?", "What is potassium?", "When did Prague become a capital?"]
+    sync = [scorer.rerank(q, DOCS, top_n=3) for q in queries]
+
+    async def main():
+        return await asyncio.gather(*(scorer.arerank(q, DOCS, top_n=3) for q in queries))
+
+    before = scorer._coalescer.batches_run
+    got = asyncio.run(main())
+    assert scorer._coalescer.batches_run - before < len(queries)  # concurrent queries shared batches
+    for s, a in zip(sync, got):
+        assert [r.index for r in s] == [r.index for r in a]
+        assert [r.answer for r in s] == [r.answer for r in a]
+        assert [r.score for r in a] == pytest.approx([r.score for r in s], abs=1e-5)
+        assert all(r.details is None for r in a)
+    layout = asyncio.run(scorer.abest_layout(QUERY, [DOCS[:2], DOCS[1::-1]]))
+    assert layout.best == scorer.best_layout(QUERY, [DOCS[:2], DOCS[1::-1]]).best
+
+
+def test_async_error_reaches_only_its_caller(scorer):
+    async def main():
+        return await asyncio.gather(scorer.ascore(QUERY, DOCS[:1]), scorer.ascore("", DOCS[:1]),
+                                    return_exceptions=True)
+
+    ok, err = asyncio.run(main())
+    assert isinstance(err, ValueError) and len(ok) == 1
+
+
+def test_ungrounded_appendix_c(scorer):
+    u = scorer.ungrounded(QUERY)
+    gen = scorer.engine.generate([scorer.prompts.ungrounded_ids(QUERY)], 10)[0]
+    assert u.answer == gen.text
+    assert u.confidence == pytest.approx(M.ungrounded_key_entropy(gen.entropy), abs=1e-6)
