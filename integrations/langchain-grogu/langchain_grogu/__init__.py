@@ -1,0 +1,25 @@
+"""LangChain integration for grogu.
+
+- :class:`GroguCompressor`: a document compressor that reranks and prunes documents by their GROGU
+  utility to the target LLM (use alone or in ``ContextualCompressionRetriever``);
+- :class:`GroguRetriever`: wraps any retriever with the same reranking, for LCEL chains;
+- :class:`InfluenceCallbackHandler`: after each run, how much each retrieved document influenced the
+  answer the chain gave (Influence Score), delivered to sinks and as a custom event.
+"""
+
+from importlib import metadata
+
+from .callbacks import EVENT_NAME, InfluenceCallbackHandler
+from .rerank import METADATA_KEY, GroguCompressor
+from .retrievers import GroguRetriever
+from .sinks import JSONLSink, ListSink, LoggerSink
+
+try:
+    __version__ = metadata.version("langchain-grogu")
+except metadata.PackageNotFoundError:  # running from a source checkout
+    __version__ = ""
+
+__all__ = [
+    "GroguCompressor", "GroguRetriever", "InfluenceCallbackHandler", "JSONLSink", "ListSink", "LoggerSink",
+    "METADATA_KEY", "EVENT_NAME", "__version__",
+]

@@ -1,0 +1,83 @@
+"""The target LLM: what a user may pass as ``model`` and how it becomes a grogu engine.
+
+grogu needs the target model's full next-token distribution, so the target is an open-weights causal
+LM run locally: a model name/path/hub id, a shared :class:`grogu.Engine`, a loaded
+``(model, tokenizer)`` pair, or the LangChain object that already holds one (``HuggingFacePipeline``,
+``ChatHuggingFace`` over it, or a ``transformers`` text-generation pipeline). Loaded weights are
+reused, never loaded a second time: one process-wide engine per model (:func:`grogu.get_engine`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from grogu import Engine, get_engine
+
+_TARGET_HELP = (
+    "pass the target LLM as a model name or path (e.g. 'smollm2-135m-instruct' or a hub id), a "
+    "grogu.Engine, a (model, tokenizer) pair, a langchain_huggingface HuggingFacePipeline (or a "
+    "ChatHuggingFace over one), or a transformers text-generation pipeline"
+)
+
+
+def _unwrap(target: Any) -> Any:
+    """ChatHuggingFace -> its HuggingFacePipeline -> its transformers pipeline."""
+    if type(target).__name__ == "ChatHuggingFace":
+        target = target.llm
+    pipe = getattr(target, "pipeline", None)
+    if pipe is not None and getattr(target, "tokenizer", None) is None:  # HuggingFacePipeline
+        target = pipe
+    return target
+
+
+def engine_spec(target: Any) -> Engine | str | tuple[Any, Any]:
+    """What :func:`grogu.get_engine` accepts, from anything a user may pass as the target LLM."""
+    if isinstance(target, Engine):
+        return target
+    if isinstance(target, (str, os.PathLike)):
+        return os.fspath(target)
+    if isinstance(target, tuple):
+        if len(target) != 2:
+            raise TypeError(f"a loaded target LLM must be a (model, tokenizer) pair; {_TARGET_HELP}")
+        return target
+    inner = _unwrap(target)
+    model, tokenizer = getattr(inner, "model", None), getattr(inner, "tokenizer", None)
+    if model is not None and tokenizer is not None and hasattr(model, "config"):
+        task = getattr(inner, "task", "text-generation")
+        if task != "text-generation":
+            raise ValueError(
+                f"grogu scores with a causal (decoder-only) LM; the given pipeline's task is {task!r}. "
+                f"Use a 'text-generation' pipeline."
+            )
+        return (model, tokenizer)
+    if type(target).__name__ == "HuggingFacePipeline":
+        raise ValueError("the HuggingFacePipeline has no loaded transformers pipeline (is it an OpenVINO or "
+                         "remote backend?); " + _TARGET_HELP)
+    raise TypeError(
+        f"cannot use a {type(target).__name__} as the target LLM: grogu needs the model's token "
+        f"probabilities, so an API-hosted chat model cannot be scored; {_TARGET_HELP}"
+    )
+
+
+def resolve_engine(target: Any, device: str | None = None, dtype: str | None = None) -> Engine:
+    """The shared engine of the target LLM (loaded once per process for a name or a loaded model)."""
+    spec = engine_spec(target)
+    if isinstance(spec, tuple) and (device is not None or dtype is not None):
+        raise ValueError("device/dtype only apply to a model given by name: move the loaded model yourself")
+    return get_engine(spec, device=device, dtype=dtype)
+
+
+def model_label(target: Any, engine: Engine) -> str:
+    """A readable name of the target LLM for metadata and logs."""
+    if isinstance(target, (str, os.PathLike)):
+        return os.fspath(target)
+    model_id = getattr(target, "model_id", None) or getattr(_unwrap(target), "model_id", None)
+    if isinstance(model_id, str) and model_id:
+        return model_id
+    name = getattr(getattr(engine.model, "config", None), "_name_or_path", None)
+    if isinstance(name, str) and name:
+        return name
+    if isinstance(engine.model_name, str) and engine.model_name not in ("tuple", ""):
+        return engine.model_name
+    return type(engine.model).__name__
