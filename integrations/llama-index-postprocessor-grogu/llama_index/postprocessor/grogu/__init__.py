@@ -1,0 +1,20 @@
+"""LlamaIndex integration of grogu: rerank nodes by their utility to the target LLM (GROGU) and log
+how much each source node influenced the answer that was given (Influence Score)."""
+
+from llama_index.postprocessor.grogu.base import GroguRerank
+from llama_index.postprocessor.grogu.influence import (
+    GroguInfluenceCallbackHandler,
+    GroguInfluenceHandler,
+    JsonlSink,
+    LoggerSink,
+    MemorySink,
+)
+
+__all__ = [
+    "GroguRerank",
+    "GroguInfluenceHandler",
+    "GroguInfluenceCallbackHandler",
+    "JsonlSink",
+    "LoggerSink",
+    "MemorySink",
+]

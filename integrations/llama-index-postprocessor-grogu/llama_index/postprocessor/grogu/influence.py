@@ -1,0 +1,414 @@
+"""Influence logging: after a query, how much each source node shaped the answer that was given.
+
+For a response with source nodes 1..k and answer A, the Influence Score of node i (DocImpact,
+``grogu.influence``) is IS_i = cos(F(G(i)), F(A)) - cos(F(G(all but i)), F(A)), with G the target
+LLM's greedy answer from the given nodes and F a sentence-embedding model. Higher = more influence.
+
+Two ways to hook it into LlamaIndex, both writing ``source_nodes[i].metadata["influence"]`` and one
+record per query to a sink (the Python logger, a JSONL file, an in-memory list or a callable):
+
+- :class:`GroguInfluenceHandler`, an instrumentation event handler (``QueryEndEvent``)::
+
+      handler = GroguInfluenceHandler(model=llm, sink="influence.jsonl")
+      get_dispatcher().add_event_handler(handler)
+
+- :class:`GroguInfluenceCallbackHandler`, for the legacy ``CallbackManager`` (``CBEventType.QUERY``).
+
+In a synchronous query the scores are computed before ``query()`` returns (or in a background thread
+with ``background=True``; ``flush()`` waits). Inside a running event loop (``aquery``) they are
+computed in a task that does not block the loop; ``await handler.aflush()`` waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as _dt
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from grogu.influence import InfluenceResult, InfluenceScorer
+from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.callbacks import CBEventType, EventPayload
+from llama_index.core.callbacks.base_handler import BaseCallbackHandler
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.events.query import QueryEndEvent
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+
+from .utils import hide_from_llm, model_label, node_text, resolve_engine
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------- sinks
+class LoggerSink:
+    """Each record as one JSON line on a Python logger (default ``llama_index.postprocessor.grogu.influence``)."""
+
+    def __init__(self, logger_: Optional[logging.Logger] = None, level: int = logging.INFO) -> None:
+        self.logger = logger_ or logger
+        self.level = level
+
+    def write(self, record: Dict[str, Any]) -> None:
+        self.logger.log(self.level, "grogu influence %s", json.dumps(record, ensure_ascii=False))
+
+
+class JsonlSink:
+    """Appends each record as one line to a JSONL file (thread-safe; the file is flushed per record)."""
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        self.path = os.fspath(path)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"the folder of the influence log {self.path!r} does not exist")
+        self._lock = threading.Lock()
+
+    def write(self, record: Dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False)
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class MemorySink:
+    """Keeps the records in a list (``.records``; pass your own list to share it)."""
+
+    def __init__(self, records: Optional[List[Dict[str, Any]]] = None) -> None:
+        self.records = records if records is not None else []
+
+    def write(self, record: Dict[str, Any]) -> None:
+        self.records.append(record)
+
+
+class CallableSink:
+    def __init__(self, fn: Callable[[Dict[str, Any]], Any]) -> None:
+        self.fn = fn
+
+    def write(self, record: Dict[str, Any]) -> None:
+        self.fn(record)
+
+
+def as_sink(sink: Any) -> Any:
+    """None or a Logger -> LoggerSink; a path -> JsonlSink; a list -> MemorySink; an object with
+    ``write(record)`` -> itself; a callable -> called with each record."""
+    if sink is None:
+        return LoggerSink()
+    if isinstance(sink, logging.Logger):
+        return LoggerSink(sink)
+    if isinstance(sink, (str, os.PathLike)):
+        return JsonlSink(sink)
+    if isinstance(sink, list):
+        return MemorySink(sink)
+    if callable(getattr(sink, "write", None)):
+        return sink
+    if callable(sink):
+        return CallableSink(sink)
+    raise TypeError(f"sink must be None (logger), a logging.Logger, a file path, a list, an object with "
+                    f"write(record) or a callable; got {type(sink).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------- recorder
+def response_answer(response: Any) -> Optional[str]:
+    """The answer text of a LlamaIndex response, or None when a stream has not been consumed yet
+    (reading it here would steal the stream from the caller)."""
+    if isinstance(response, (StreamingResponse, AsyncStreamingResponse)):
+        return response.response_txt
+    if not hasattr(response, "response"):
+        return None
+    return "" if response.response is None else str(response)
+
+
+class InfluenceRecorder:
+    """Computes Influence Scores of a response's source nodes and writes them (metadata + sink).
+
+    Shared by the instrumentation and the callback handler; see the module docstring for when the
+    work happens. Failures are logged and recorded (``"error"`` in the record) unless
+    ``raise_errors=True``: a logging handler should not break the query it observes.
+    """
+
+    def __init__(self, scorer: InfluenceScorer, model: str, sink: Any, metadata_mode: MetadataMode,
+                 background: bool, raise_errors: bool) -> None:
+        self.scorer = scorer
+        self.model = model
+        self.sink = as_sink(sink)
+        self.metadata_mode = metadata_mode
+        self.raise_errors = raise_errors
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "grogu-influence") if background else None
+        self._pending: set = set()
+        self._lock = threading.Lock()
+
+    # -- entry point
+    def record(self, query: Any, response: Any) -> None:
+        """Score ``response.source_nodes`` for the answer in ``response``; see the class docstring."""
+        job = self._job(query, response)
+        if job is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            self._track(loop.create_task(self._arun(job)))
+        elif self._executor is not None:
+            self._track(self._executor.submit(self._run, job))
+        else:
+            self._run(job)
+
+    def _track(self, pending: Any) -> None:
+        with self._lock:
+            self._pending.add(pending)
+        pending.add_done_callback(self._untrack)
+
+    def _untrack(self, pending: Any) -> None:
+        with self._lock:
+            self._pending.discard(pending)
+
+    def _job(self, query: Any, response: Any) -> Optional[Dict[str, Any]]:
+        query_str = query.query_str if isinstance(query, QueryBundle) else query
+        nodes = getattr(response, "source_nodes", None)
+        if not isinstance(query_str, str) or nodes is None:
+            logger.debug("grogu influence: skipping a response without query or source nodes")
+            return None
+        answer = response_answer(response)
+        if answer is None:
+            logger.warning("grogu influence: the response is a stream that was not consumed yet; call "
+                           "handler.score_response(query, response) after reading it")
+            return None
+        nodes = list(nodes)
+        return {"query": query_str, "answer": answer, "nodes": nodes,
+                "docs": [node_text(n.node, self.metadata_mode) for n in nodes]}
+
+    # -- work
+    def _run(self, job: Dict[str, Any]) -> Optional[InfluenceResult]:
+        start = time.perf_counter()
+        try:
+            result = self.scorer.score(job["query"], job["docs"], answer=job["answer"]) if job["nodes"] else None
+        except Exception as exc:
+            self._fail(job, exc, time.perf_counter() - start)
+            return None
+        self._write(job, result, time.perf_counter() - start)
+        return result
+
+    async def _arun(self, job: Dict[str, Any]) -> Optional[InfluenceResult]:
+        start = time.perf_counter()
+        try:
+            result = await self.scorer.ascore(job["query"], job["docs"], answer=job["answer"]) if job["nodes"] else None
+        except Exception as exc:
+            self._fail(job, exc, time.perf_counter() - start)
+            return None
+        self._write(job, result, time.perf_counter() - start)
+        return result
+
+    def _base_record(self, job: Dict[str, Any], seconds: float) -> Dict[str, Any]:
+        return {
+            "event": "grogu_influence",
+            "time": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "query": job["query"],
+            "answer": job["answer"],
+            "model": self.model,
+            "embedder": str(self.scorer.embedder_name),
+            "latency_s": round(seconds, 4),
+        }
+
+    def _write(self, job: Dict[str, Any], result: Optional[InfluenceResult], seconds: float) -> None:
+        scores = result.scores if result is not None else []
+        rows = []
+        for rank, (n, score) in enumerate(zip(job["nodes"], scores)):
+            n.node.metadata["influence"] = float(score)
+            hide_from_llm(n.node, "influence")
+            grogu_meta = n.node.metadata.get("grogu")
+            rows.append({
+                "node_id": n.node.node_id, "rank": rank, "influence": float(score), "score": n.score,
+                "retrieval_score": n.node.metadata.get("retrieval_score"),
+                "utility": grogu_meta.get("score") if isinstance(grogu_meta, dict) else None,
+            })
+        record = self._base_record(job, seconds)
+        record["nodes"] = rows
+        record["leave_one_out_answers"] = result.leave_one_out_answers if result is not None else []
+        record["single_answers"] = result.single_answers if result is not None else []
+        self._emit(record)
+
+    def _fail(self, job: Dict[str, Any], exc: Exception, seconds: float) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        logger.warning("grogu influence failed for query %r: %s", job["query"], error, exc_info=exc)
+        record = self._base_record(job, seconds)
+        record["error"] = error
+        record["nodes"] = [{"node_id": n.node.node_id, "rank": i} for i, n in enumerate(job["nodes"])]
+        self._emit(record)
+        if self.raise_errors:
+            raise exc
+
+    def _emit(self, record: Dict[str, Any]) -> None:
+        try:
+            self.sink.write(record)
+        except Exception as exc:  # a broken sink must not break the query
+            if self.raise_errors:
+                raise
+            logger.error("grogu influence: the sink failed (%s: %s); record: %s", type(exc).__name__, exc,
+                         json.dumps(record, ensure_ascii=False, default=str))
+
+    # -- waiting
+    def _snapshot(self) -> List[Any]:
+        with self._lock:
+            return list(self._pending)
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Wait for background (thread) work. Tasks started inside an event loop need ``aflush()``."""
+        pending = self._snapshot()
+        tasks = [p for p in pending if isinstance(p, asyncio.Future)]
+        if tasks:
+            raise RuntimeError("influence scores are still being computed in an event loop: await aflush()")
+        concurrent.futures.wait(pending, timeout=timeout)
+        for f in pending:
+            if f.done() and f.exception() is not None:
+                raise f.exception()
+
+    async def aflush(self) -> None:
+        """Wait for every pending influence computation (event-loop tasks and background threads)."""
+        while True:
+            pending = self._snapshot()
+            if not pending:
+                return
+            await asyncio.gather(*(p if isinstance(p, asyncio.Future) else asyncio.wrap_future(p) for p in pending))
+
+
+def _build_recorder(model: Any, embedder: Any, sink: Any, metadata_mode: MetadataMode, background: bool,
+                    raise_errors: bool, max_new_tokens: int, template: Any, device: Optional[str],
+                    dtype: Optional[str]) -> InfluenceRecorder:
+    if isinstance(model, InfluenceScorer):
+        scorer, engine = model, model.engine
+    else:
+        engine = resolve_engine(model, device=device, dtype=dtype)
+        embedder = _embedder(embedder)
+        scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens, template=template)
+    return InfluenceRecorder(scorer, model_label(model, engine), sink, metadata_mode, background, raise_errors)
+
+
+def _embedder(embedder: Any) -> Any:
+    """A LlamaIndex HuggingFaceEmbedding is unwrapped to its SentenceTransformer (reused, not reloaded)."""
+    from sentence_transformers import SentenceTransformer
+
+    inner = getattr(embedder, "_model", None)
+    return inner if isinstance(inner, SentenceTransformer) else embedder
+
+
+# ---------------------------------------------------------------------------------------------- handlers
+class GroguInfluenceHandler(BaseEventHandler):
+    """Instrumentation handler: on every ``QueryEndEvent``, Influence Scores of the response's source
+    nodes for the answer actually given, into ``metadata["influence"]`` and one record to ``sink``.
+
+    Args:
+        model: the target LLM (as for :class:`GroguRerank`: name/path, grogu Engine, (model, tokenizer)
+            pair or HuggingFaceLLM) or a ready ``grogu.influence.InfluenceScorer``.
+        embedder: sentence-embedding model F: 'all-minilm-l6-v2' (packaged, default), a path/hub id, a
+            SentenceTransformer or a LlamaIndex HuggingFaceEmbedding (its model is reused).
+        sink: None (Python logger), a logging.Logger, a JSONL file path, a list, an object with
+            ``write(record)``, or a callable.
+        background: in synchronous queries, compute in a worker thread instead of before ``query()``
+            returns (``flush()`` waits).
+        raise_errors: re-raise scoring/sink failures into the query (default: log and record them).
+    """
+
+    model: str = Field(description="Target LLM whose answers are compared.")
+    _recorder: InfluenceRecorder = PrivateAttr()
+
+    def __init__(self, model: Any = "smollm2-135m-instruct", *, embedder: Any = "all-minilm-l6-v2",
+                 sink: Any = None, metadata_mode: MetadataMode = MetadataMode.LLM, background: bool = False,
+                 raise_errors: bool = False, max_new_tokens: int = 64, template: Any = None,
+                 device: Optional[str] = None, dtype: Optional[str] = None) -> None:
+        recorder = _build_recorder(model, embedder, sink, metadata_mode, background, raise_errors,
+                                   max_new_tokens, template, device, dtype)
+        super().__init__(model=recorder.model)
+        self._recorder = recorder
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "GroguInfluenceHandler"
+
+    @property
+    def recorder(self) -> InfluenceRecorder:
+        return self._recorder
+
+    @property
+    def sink(self) -> Any:
+        return self._recorder.sink
+
+    @property
+    def records(self) -> List[Dict[str, Any]]:
+        """The records of an in-memory sink (AttributeError for other sinks)."""
+        return self._recorder.sink.records
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        if isinstance(event, QueryEndEvent):
+            self._recorder.record(event.query, event.response)
+
+    def score_response(self, query: Any, response: Any) -> None:
+        """Score a response by hand (e.g. a stream once it has been read)."""
+        self._recorder.record(query, response)
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        self._recorder.flush(timeout)
+
+    async def aflush(self) -> None:
+        await self._recorder.aflush()
+
+
+class GroguInfluenceCallbackHandler(BaseCallbackHandler):
+    """The same influence logging for the legacy ``CallbackManager`` (on the end of each
+    ``CBEventType.QUERY``). Takes the arguments of :class:`GroguInfluenceHandler`."""
+
+    def __init__(self, model: Any = "smollm2-135m-instruct", **kwargs: Any) -> None:
+        super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])
+        args = dict(embedder="all-minilm-l6-v2", sink=None, metadata_mode=MetadataMode.LLM, background=False,
+                    raise_errors=False, max_new_tokens=64, template=None, device=None, dtype=None)
+        unknown = set(kwargs) - set(args)
+        if unknown:
+            raise TypeError(f"unexpected arguments: {sorted(unknown)}")
+        args.update(kwargs)
+        self.recorder = _build_recorder(model, **args)
+        self._queries: Dict[str, str] = {}
+
+    @property
+    def sink(self) -> Any:
+        return self.recorder.sink
+
+    @property
+    def records(self) -> List[Dict[str, Any]]:
+        return self.recorder.sink.records
+
+    def on_event_start(self, event_type: CBEventType, payload: Optional[Dict[str, Any]] = None,
+                       event_id: str = "", parent_id: str = "", **kwargs: Any) -> str:
+        if event_type == CBEventType.QUERY and payload and EventPayload.QUERY_STR in payload:
+            self._queries[event_id] = payload[EventPayload.QUERY_STR]
+        return event_id
+
+    def on_event_end(self, event_type: CBEventType, payload: Optional[Dict[str, Any]] = None,
+                     event_id: str = "", **kwargs: Any) -> None:
+        if event_type != CBEventType.QUERY:
+            return
+        query = self._queries.pop(event_id, None)
+        response = (payload or {}).get(EventPayload.RESPONSE)
+        if query is not None and response is not None:
+            self.recorder.record(query, response)
+
+    def start_trace(self, trace_id: Optional[str] = None) -> None:
+        pass
+
+    def end_trace(self, trace_id: Optional[str] = None, trace_map: Optional[Dict[str, List[str]]] = None) -> None:
+        pass
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        self.recorder.flush(timeout)
+
+    async def aflush(self) -> None:
+        await self.recorder.aflush()
+
+
+__all__ = [
+    "GroguInfluenceHandler", "GroguInfluenceCallbackHandler", "InfluenceRecorder",
+    "LoggerSink", "JsonlSink", "MemorySink", "as_sink",
+]
