@@ -1,0 +1,131 @@
+"""``grogu`` command line: score or rerank documents for a query with a target LLM.
+
+  grogu rerank --example                          # the bundled example, embedded SmolLM2
+  grogu rerank --query "..." --docs docs.jsonl --top-n 3
+  grogu score --queries many.jsonl --json > scores.jsonl
+
+Documents: a .jsonl file (one string or {"text", "title"} object a line), a .json list, or a text
+file with one document per paragraph (blank-line separated). Queries: a .jsonl file of
+{"query": ..., "documents": [...]} objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from typing import Any, Iterator
+
+from . import metrics as M
+from .models import DEFAULT_MODEL
+
+
+def read_documents(path: str) -> list[Any]:
+    """Documents from a .jsonl / .json / text file ("-" reads standard input as text)."""
+    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    if path.endswith(".jsonl"):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    if path.endswith(".json"):
+        data = json.loads(text)
+        if not isinstance(data, list):
+            raise SystemExit(f"{path}: expected a JSON list of documents")
+        return data
+    return [p.strip() for p in text.split("\n\n") if p.strip()]
+
+
+def iter_queries(args: argparse.Namespace) -> Iterator[dict]:
+    if args.example:
+        yield json.loads(resources.files("grogu").joinpath("data/example.json").read_text())
+    elif args.queries:
+        with open(args.queries, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    item = json.loads(line)
+                    if "query" not in item or "documents" not in item:
+                        raise SystemExit(f"{args.queries}:{n}: each line needs 'query' and 'documents'")
+                    yield item
+    else:
+        if not args.query or not args.docs:
+            raise SystemExit("give --query and --docs, or --queries FILE, or --example")
+        yield {"query": args.query, "documents": read_documents(args.docs)}
+
+
+def _snippet(doc: Any, width: int) -> str:
+    text = doc if isinstance(doc, str) else (doc.get("title") and f"[{doc['title']}] " or "") + doc.get("text", "")
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _record(item: dict, results: list, scorer: Any) -> dict:
+    return {
+        "query": item["query"], "model": scorer.model_name, "metric": scorer.metric,
+        "results": [{
+            "index": r.index, "score": r.score, "confidence": r.confidence, "n_tokens": r.n_tokens,
+            "n_key_tokens": r.n_key_tokens, "answer": r.answer, "variants": r.variants,
+            "document": r.document,
+        } for r in results],
+    }
+
+
+def _table(record: dict) -> str:
+    lines = [f"query: {record['query']}", f"model: {record['model']}   metric: {record['metric']} (utility, higher = more useful)",
+             f"{'rank':>4} {'doc':>4} {'utility':>9} {'key/tok':>8}  document / grounded answer"]
+    for rank, r in enumerate(record["results"], 1):
+        lines.append(f"{rank:>4} {r['index']:>4} {r['score']:>9.4f} {r['n_key_tokens']:>3}/{r['n_tokens']:<4}  "
+                     f"{_snippet(r['document'], 70)}")
+        lines.append(f"{'':>30}-> {_snippet(r['answer'], 68)}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grogu", description="LLM-specific utility of retrieved documents (GROGU).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (("score", "score each document (input order)"),
+                            ("rerank", "sort documents by utility, optionally keep the best")):
+        p = sub.add_parser(name, help=help_text)
+        src = p.add_argument_group("input")
+        src.add_argument("--query", help="the question")
+        src.add_argument("--docs", help="documents: .jsonl, .json or text file (paragraphs)")
+        src.add_argument("--queries", help="JSONL file of {'query', 'documents'} objects")
+        src.add_argument("--example", action="store_true", help="use the small bundled example")
+        p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM: alias, path, .gguf or hub id (default {DEFAULT_MODEL})")
+        p.add_argument("--metric", default=M.DEFAULT_METRIC, choices=sorted(M.METRICS))
+        p.add_argument("--alpha", type=float, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
+        p.add_argument("--top-k-frac", type=float, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
+        p.add_argument("--max-new-tokens", type=int, default=64)
+        p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
+        p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU)")
+        p.add_argument("--batch-queries", type=int, default=8, help="queries scored together in one engine pass")
+        p.add_argument("--json", action="store_true", help="one JSON object per query on stdout")
+        if name == "rerank":
+            p.add_argument("--top-n", type=int, default=None)
+            p.add_argument("--threshold", type=float, default=None, help="keep utility >= this")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from tqdm import tqdm
+
+    from .scorer import UtilityScorer, _select
+
+    scorer = UtilityScorer(args.model, metric=args.metric, alpha=args.alpha, top_k_frac=args.top_k_frac,
+                           max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
+    items = list(iter_queries(args))
+    progress = tqdm(total=len(items), desc="queries", unit="q", disable=len(items) < 2, file=sys.stderr)
+    for start in range(0, len(items), max(1, args.batch_queries)):
+        chunk = items[start:start + args.batch_queries]
+        scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
+        for item, results in zip(chunk, scored):
+            if args.command == "rerank":
+                results = _select(results, args.top_n, args.threshold)
+            record = _record(item, results, scorer)
+            print(json.dumps(record, ensure_ascii=False) if args.json else _table(record) + "\n", flush=True)
+        progress.update(len(chunk))
+    progress.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

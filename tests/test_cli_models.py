@@ -1,0 +1,75 @@
+"""Model loading paths and the command line, on a tiny model saved to a local directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grogu import UtilityScorer, get_engine
+from grogu.cli import main, read_documents
+from grogu.models import resolve_spec
+from grogu.testing import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tokenizer):
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama", seed=5).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def test_unknown_model_says_what_was_tried():
+    with pytest.raises(ValueError) as err:
+        get_engine("no-such-org/no-such-model-xyz", device="cpu")
+    msg = str(err.value)
+    assert "no-such-org/no-such-model-xyz" in msg and "embedded aliases" in msg and "hub id" in msg
+
+
+def test_model_specs(model_dir):
+    assert resolve_spec("SmolLM2-135M-Instruct").gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert resolve_spec("default").name == "smollm2-135m-instruct"
+    with pytest.raises(FileNotFoundError):
+        resolve_spec("/nowhere/model.gguf")
+    with pytest.raises(TypeError):
+        get_engine(12)
+    engine = get_engine(model_dir, device="cpu")
+    assert engine is get_engine(model_dir, device="cpu")  # one engine per (model, device, dtype)
+    assert UtilityScorer(model_dir, device="cpu").engine is engine
+
+
+def test_local_dir_equals_loaded_pair(model_dir, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    pair = (AutoModelForCausalLM.from_pretrained(model_dir), tokenizer)
+    docs = ["one document here", "another, longer document about something else entirely"]
+    a = UtilityScorer(model_dir, device="cpu", max_new_tokens=6).score("what?", docs)
+    b = UtilityScorer(pair, max_new_tokens=6).score("what?", docs)
+    assert [r.score for r in a] == pytest.approx([r.score for r in b], abs=1e-5)
+
+
+def test_cli_rerank_json(model_dir, tmp_path, capsys):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('"plain string document"\n{"text": "titled document text", "title": "T"}\n"third"\n')
+    assert main(["rerank", "--model", model_dir, "--device", "cpu", "--query", "what is it?", "--docs", str(docs),
+                 "--top-n", "2", "--max-new-tokens", "6", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    expected = UtilityScorer(model_dir, device="cpu", max_new_tokens=6).rerank("what is it?", read_documents(str(docs)), top_n=2)
+    assert [r["index"] for r in record["results"]] == [r.index for r in expected]
+    assert [r["score"] for r in record["results"]] == pytest.approx([r.score for r in expected], abs=1e-5)
+
+
+def test_cli_many_queries_table(model_dir, tmp_path, capsys):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("\n".join(json.dumps({"query": f"question {i}?", "documents": ["a doc", "b doc"]})
+                                 for i in range(3)))
+    assert main(["score", "--model", model_dir, "--device", "cpu", "--queries", str(queries),
+                 "--max-new-tokens", "4", "--batch-queries", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("query: question") == 3 and "utility" in out
+    text = tmp_path / "docs.txt"
+    text.write_text("first paragraph\nstill first\n\nsecond paragraph\n")
+    assert read_documents(str(text)) == ["first paragraph\nstill first", "second paragraph"]
+    with pytest.raises(SystemExit):
+        main(["score", "--model", model_dir, "--query", "only a query"])
