@@ -91,6 +91,18 @@ def test_top_n_and_threshold(index, llm, scorer, questions):
     assert none == []
 
 
+def test_metric_is_selectable(index, llm, questions):
+    query = questions[6]
+    retrieved = retrieve(index, query)
+    expected = grogu.UtilityScorer((llm._model, llm._tokenizer), metric="key_ppl", max_new_tokens=TOKENS).rerank(
+        query, texts(retrieved))
+    out = GroguRerank(model=llm, metric="key_ppl", max_new_tokens=TOKENS).postprocess_nodes(
+        retrieve(index, query), query_str=query)
+    assert [n.node.node_id for n in out] == [retrieved[r.index].node.node_id for r in expected]
+    assert [n.score for n in out] == pytest.approx([r.score for r in expected], abs=1e-6)
+    assert out[0].node.metadata["grogu"]["metric"] == "key_ppl" and all(n.score < 0 for n in out)
+
+
 def test_layout_after_picks_best_context_order(index, llm, scorer, questions):
     query = questions[2]
     retrieved = retrieve(index, query)
@@ -112,6 +124,9 @@ def test_layout_after_picks_best_context_order(index, llm, scorer, questions):
     layout = out[0].node.metadata["grogu"]["layout"]
     assert layout["name"] == list(unique)[best]
     assert layout["candidates"] == pytest.approx({n: c.score for n, c in zip(unique, context)}, abs=1e-6)
+    async_out = asyncio.run(GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS)
+                            .apostprocess_nodes(retrieve(index, query), query_str=query))
+    assert [n.node.node_id for n in async_out] == [n.node.node_id for n in out]
     # per-node utilities are still the scores
     utilities = {r.index: r.score for r in scorer.score(query, docs)}
     assert [n.score for n in out] == pytest.approx([utilities[i] for i in best_order], abs=1e-6)

@@ -310,7 +310,10 @@ class GroguInfluenceHandler(BaseEventHandler):
             ``write(record)``, or a callable.
         background: in synchronous queries, compute in a worker thread instead of before ``query()``
             returns (``flush()`` waits).
-        raise_errors: re-raise scoring/sink failures into the query (default: log and record them).
+
+    A failure is logged (warning) and recorded with an ``"error"`` field; it never breaks the query
+    (LlamaIndex's dispatcher discards exceptions raised by event handlers anyway). To have failures
+    raised, use :class:`GroguInfluenceCallbackHandler` with ``raise_errors=True``.
     """
 
     model: str = Field(description="Target LLM whose answers are compared.")
@@ -318,9 +321,9 @@ class GroguInfluenceHandler(BaseEventHandler):
 
     def __init__(self, model: Any = "smollm2-135m-instruct", *, embedder: Any = "all-minilm-l6-v2",
                  sink: Any = None, metadata_mode: MetadataMode = MetadataMode.LLM, background: bool = False,
-                 raise_errors: bool = False, max_new_tokens: int = 64, template: Any = None,
-                 device: Optional[str] = None, dtype: Optional[str] = None) -> None:
-        recorder = _build_recorder(model, embedder, sink, metadata_mode, background, raise_errors,
+                 max_new_tokens: int = 64, template: Any = None, device: Optional[str] = None,
+                 dtype: Optional[str] = None) -> None:
+        recorder = _build_recorder(model, embedder, sink, metadata_mode, background, False,
                                    max_new_tokens, template, device, dtype)
         super().__init__(model=recorder.model)
         self._recorder = recorder
@@ -359,7 +362,9 @@ class GroguInfluenceHandler(BaseEventHandler):
 
 class GroguInfluenceCallbackHandler(BaseCallbackHandler):
     """The same influence logging for the legacy ``CallbackManager`` (on the end of each
-    ``CBEventType.QUERY``). Takes the arguments of :class:`GroguInfluenceHandler`."""
+    ``CBEventType.QUERY``). Takes the arguments of :class:`GroguInfluenceHandler`, plus
+    ``raise_errors=True`` to re-raise a scoring or sink failure into the query (default: log and
+    record it)."""
 
     def __init__(self, model: Any = "smollm2-135m-instruct", **kwargs: Any) -> None:
         super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])

@@ -1,0 +1,147 @@
+"""Influence logging in real LlamaIndex query pipelines, checked against grogu.influence.InfluenceScorer
+computed directly on the response's source nodes and the answer actually given."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+import grogu
+from grogu.influence import InfluenceScorer
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import MetadataMode
+from llama_index.postprocessor.grogu import GroguInfluenceCallbackHandler, GroguInfluenceHandler, GroguRerank
+
+K = 4
+TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def reference(llm, embed_model):
+    """grogu's own Influence scorer on the same LLM and embedder, called directly."""
+    return InfluenceScorer((llm._model, llm._tokenizer), embedder=embed_model._model, max_new_tokens=TOKENS)
+
+
+def query_engine(index, llm, **kwargs):
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS)
+    return RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
+                                          node_postprocessors=[rerank], **kwargs)
+
+
+def check_against_reference(response, record, reference):
+    docs = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in response.source_nodes]
+    expected = reference.score(record["query"], docs, answer=str(response))
+    got = [n.node.metadata["influence"] for n in response.source_nodes]
+    assert got == pytest.approx(expected.scores, abs=1e-5)
+    assert record["answer"] == str(response) == expected.answer
+    assert [r["node_id"] for r in record["nodes"]] == [n.node.node_id for n in response.source_nodes]
+    assert [r["influence"] for r in record["nodes"]] == pytest.approx(expected.scores, abs=1e-5)
+    assert record["single_answers"] == expected.single_answers
+    assert record["leave_one_out_answers"] == expected.leave_one_out_answers
+
+
+def test_handler_writes_metadata_and_one_record_per_query(index, llm, embed_model, questions, reference, attach):
+    records = []
+    handler = attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=records, max_new_tokens=TOKENS))
+    assert handler.recorder.scorer.engine is grogu.get_engine((llm._model, llm._tokenizer))  # one shared model
+    assert handler.recorder.scorer.embedder is embed_model._model  # the index's embedder, reused
+    engine = query_engine(index, llm)
+    response = engine.query(questions[0])
+    assert len(records) == 1
+    record = records[0]
+    assert record["query"] == questions[0] and record["model"] == "tiny-llama" and "error" not in record
+    check_against_reference(response, record, reference)
+    # the reranker's values travel into the record; the influence stays out of the LLM's text
+    for row, node in zip(record["nodes"], response.source_nodes):
+        assert row["utility"] == pytest.approx(node.node.metadata["grogu"]["score"])
+        assert row["retrieval_score"] == pytest.approx(node.node.metadata["retrieval_score"])
+        assert "influence" not in node.node.get_content(metadata_mode=MetadataMode.LLM)
+    engine.query(questions[1])
+    assert len(records) == 2 and records[1]["query"] == questions[1]
+
+
+def test_jsonl_and_logger_sinks(index, llm, embed_model, questions, reference, attach, tmp_path, caplog):
+    path = tmp_path / "influence.jsonl"
+    attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=str(path), max_new_tokens=TOKENS))
+    engine = query_engine(index, llm)
+    responses = [engine.query(q) for q in questions[2:4]]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 2
+    for response, record in zip(responses, lines):
+        check_against_reference(response, record, reference)
+
+    logged = logging.getLogger("test.grogu.influence")
+    attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=logged, max_new_tokens=TOKENS))
+    with caplog.at_level(logging.INFO, logger="test.grogu.influence"):
+        response = engine.query(questions[4])
+    messages = [r.getMessage() for r in caplog.records if r.name == "test.grogu.influence"]
+    assert len(messages) == 1
+    record = json.loads(messages[0].split(" ", 2)[2])
+    check_against_reference(response, record, reference)
+
+
+def test_async_queries_do_not_block_and_are_recorded(index, llm, embed_model, questions, reference, attach):
+    handler = attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=[], max_new_tokens=TOKENS))
+    engine = query_engine(index, llm)
+    qs = questions[5:9]
+
+    async def run():
+        responses = await asyncio.gather(*(engine.aquery(q) for q in qs))
+        await handler.aflush()
+        return responses
+
+    responses = asyncio.run(run())
+    assert sorted(r["query"] for r in handler.records) == sorted(qs)
+    by_query = {r["query"]: r for r in handler.records}
+    for q, response in zip(qs, responses):
+        check_against_reference(response, by_query[q], reference)
+
+
+def test_background_thread_mode(index, llm, embed_model, questions, reference, attach):
+    handler = attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=[], background=True,
+                                           max_new_tokens=TOKENS))
+    response = query_engine(index, llm).query(questions[9])
+    handler.flush(timeout=60)
+    assert len(handler.records) == 1
+    check_against_reference(response, handler.records[0], reference)
+
+
+def test_legacy_callback_handler(index, llm, embed_model, questions, reference):
+    handler = GroguInfluenceCallbackHandler(model=llm, embedder=embed_model, sink=[], max_new_tokens=TOKENS)
+    engine = query_engine(index, llm, callback_manager=CallbackManager([handler]))
+    response = engine.query(questions[10])
+    assert len(handler.records) == 1
+    check_against_reference(response, handler.records[0], reference)
+    with pytest.raises(TypeError, match="unexpected"):
+        GroguInfluenceCallbackHandler(model=llm, sinks=[])
+
+
+def test_failure_is_recorded_not_raised(index, llm, embed_model, tokenizer, questions, attach, caplog):
+    """A real failure: the scoring model's 256-token window cannot hold the long query."""
+    small = grogu.Engine(grogu.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu")
+    handler = attach(GroguInfluenceHandler(model=small, embedder=embed_model, sink=[], max_new_tokens=TOKENS))
+    engine = query_engine(index, llm)
+    query = questions[11] + " Please explain in detail. " * 60
+    with caplog.at_level(logging.WARNING, logger="llama_index.postprocessor.grogu.influence"):
+        response = engine.query(query)  # the query itself still succeeds
+    assert response.source_nodes and all("influence" not in n.node.metadata for n in response.source_nodes)
+    (record,) = handler.records
+    assert "context window" in record["error"] and len(record["nodes"]) == len(response.source_nodes)
+    assert any("influence failed" in r.getMessage() for r in caplog.records)
+
+    strict = GroguInfluenceCallbackHandler(model=small, embedder=embed_model, sink=[], raise_errors=True,
+                                           max_new_tokens=TOKENS)
+    with pytest.raises(ValueError, match="context window"):
+        query_engine(index, llm, callback_manager=CallbackManager([strict])).query(query)
+    assert "context window" in strict.records[0]["error"]
+
+
+def test_bad_sink_is_a_clear_error(llm, embed_model):
+    with pytest.raises(TypeError, match="sink must be"):
+        GroguInfluenceHandler(model=llm, embedder=embed_model, sink=42)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        GroguInfluenceHandler(model=llm, embedder=embed_model, sink="/no/such/folder/log.jsonl")
