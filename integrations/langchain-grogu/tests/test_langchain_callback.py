@@ -1,0 +1,192 @@
+"""InfluenceCallbackHandler on real LCEL RAG chains (tiny real LLM, real vector store, real SQuAD):
+records equal grogu's InfluenceScorer computed directly, concurrent runs are kept apart, every sink and
+the custom event receive the record."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import PromptTemplate
+from langchain_core.runnables import RunnablePassthrough
+
+from grogu.influence import InfluenceScorer
+from langchain_grogu import EVENT_NAME, METADATA_KEY, GroguRetriever, InfluenceCallbackHandler
+
+N = 8
+PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")
+
+
+def format_docs(docs) -> str:
+    return "\n\n".join(d.page_content for d in docs)
+
+
+@pytest.fixture(scope="module")
+def retriever(vectorstore, llm):
+    return GroguRetriever(base_retriever=vectorstore.as_retriever(search_kwargs={"k": 4}), model=llm, top_n=3,
+                          max_new_tokens=N)
+
+
+@pytest.fixture(scope="module")
+def chain(retriever, llm):
+    return {"context": retriever | format_docs, "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser()
+
+
+@pytest.fixture(scope="module")
+def influence(engine):
+    return InfluenceScorer(engine, max_new_tokens=N)
+
+
+@pytest.fixture(scope="module")
+def questions(paragraphs):
+    return [p["question"] for p in paragraphs[:4]]
+
+
+def check_record(record, query, answer, docs, influence):
+    """The record of one run: its query, its answer, the documents the LLM read, and Influence Scores
+    equal to InfluenceScorer's on exactly those."""
+    assert record["query"] == query and record["answer"] == answer and record["answer_source"] == "output"
+    assert [d["id"] for d in record["documents"]] == [d.id for d in docs]
+    for got, doc in zip(record["documents"], docs):  # async scoring agrees with sync to float32 rounding
+        assert {k: v for k, v in got["metadata"].items() if k != METADATA_KEY} == {
+            k: v for k, v in doc.metadata.items() if k != METADATA_KEY}
+        assert got["metadata"][METADATA_KEY]["score"] == pytest.approx(doc.metadata[METADATA_KEY]["score"], abs=1e-5)
+    expected = influence.score(query, [d.page_content for d in docs], answer=answer)
+    assert record["influence"] == pytest.approx(expected.scores, abs=1e-5)
+    assert [d["influence"] for d in record["documents"]] == record["influence"]
+    assert [d["single_answer"] for d in record["documents"]] == expected.single_answers
+    assert [d["leave_one_out_answer"] for d in record["documents"]] == expected.leave_one_out_answers
+    assert record["error"] is None and all(-2 <= s <= 2 for s in record["influence"])
+
+
+class EventCollector(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any, Any]] = []
+
+    def on_custom_event(self, name, data, *, run_id, **kwargs: Any) -> None:
+        self.events.append((name, run_id, data))
+
+
+def test_one_record_per_run_to_every_sink(chain, retriever, llm, influence, questions, tmp_path, caplog):
+    records: list[dict] = []
+    path = tmp_path / "logs" / "influence.jsonl"
+    log = logging.getLogger("test.grogu.influence")
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records, path, log], max_new_tokens=N)
+    events = EventCollector()
+    query = questions[0]
+    with caplog.at_level(logging.INFO, logger="test.grogu.influence"):
+        answer = chain.invoke(query, config={"callbacks": [handler, events]})
+
+    assert len(records) == 1
+    record = records[0]
+    # the documents the LLM read: GroguRetriever's top 3 (its base retriever's 4 are not counted)
+    docs = retriever.invoke(query)
+    check_record(record, query, answer, docs, influence)
+    assert all(d["metadata"][METADATA_KEY]["rank"] == i + 1 for i, d in enumerate(record["documents"]))
+    assert record["model"] and record["embedder"] == "all-minilm-l6-v2"
+
+    lines = path.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0]) == json.loads(json.dumps(record, default=str))
+    assert len([r for r in caplog.records if r.name == "test.grogu.influence"]) == 1
+    assert events.events == [(EVENT_NAME, events.events[0][1], record)]
+    assert str(events.events[0][1]) == record["run_id"]
+
+
+def test_batch_runs_are_kept_apart(chain, retriever, llm, influence, questions):
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)
+    answers = chain.batch(questions, config={"callbacks": [handler], "max_concurrency": 4})
+    assert len(records) == len(questions) and len({r["run_id"] for r in records}) == len(questions)
+    by_query = {r["query"]: r for r in records}
+    for q, a in zip(questions, answers):
+        check_record(by_query[q], q, a, retriever.invoke(q), influence)
+
+
+def test_concurrent_async_runs_are_kept_apart(chain, retriever, llm, influence, questions):
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)
+
+    async def run():
+        return await asyncio.gather(*(chain.ainvoke(q, config={"callbacks": [handler]}) for q in questions[:3]))
+
+    answers = asyncio.run(run())
+    assert len(records) == 3  # delivered before ainvoke returned
+    by_query = {r["query"]: r for r in records}
+    for q, a in zip(questions, answers):
+        check_record(by_query[q], q, a, retriever.invoke(q), influence)
+
+
+def test_custom_event_in_astream_events(chain, llm, questions):
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)
+
+    async def run():
+        custom, roots = [], []
+        async for event in chain.astream_events(questions[1], config={"callbacks": [handler]}, version="v2"):
+            if event["event"] == "on_custom_event":
+                custom.append(event)
+            if event["event"] == "on_chain_end" and not event["parent_ids"]:
+                roots.append(event)
+        return custom, roots
+
+    custom, roots = asyncio.run(run())
+    assert len(custom) == 1 and custom[0]["name"] == EVENT_NAME and custom[0]["data"] == records[0]
+    assert custom[0]["run_id"] == roots[0]["run_id"] == records[0]["run_id"]
+    assert records[0]["answer"] == roots[0]["data"]["output"]
+
+
+def test_retriever_only_run_uses_the_llms_own_answer(retriever, llm, influence, questions):
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)
+    docs = retriever.invoke(questions[2], config={"callbacks": [handler]})
+    (record,) = records
+    expected = influence.score(questions[2], [d.page_content for d in docs])
+    assert record["answer_source"] == "grogu" and record["answer"] == expected.answer
+    assert record["influence"] == pytest.approx(expected.scores, abs=1e-5)
+
+
+def test_runs_without_retriever_are_not_recorded(llm):
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)
+    (PROMPT | llm).invoke({"context": "none", "question": "Why?"}, config={"callbacks": [handler]})
+    assert records == [] and handler._trees == {} and handler._root_of == {}
+
+
+def test_background_mode_delivers_after_flush(chain, llm, questions):
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], background=True, max_new_tokens=N)
+    answers = chain.batch(questions[:2], config={"callbacks": [handler]})
+    handler.flush(timeout=120)
+    assert sorted(r["answer"] for r in records) == sorted(answers)
+
+
+def test_on_error_raise_and_passthrough(vectorstore, llm):
+    # an empty question retrieves documents but cannot be scored
+    plain = vectorstore.as_retriever(search_kwargs={"k": 2})
+    chain = {"context": plain | format_docs, "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser()
+
+    strict = InfluenceCallbackHandler(model=llm, sinks=[], max_new_tokens=N)
+    with pytest.raises(ValueError, match="query is empty"):
+        chain.invoke("  ", config={"callbacks": [strict]})
+
+    records: list[dict] = []
+    lenient = InfluenceCallbackHandler(model=llm, sinks=[records], on_error="passthrough", max_new_tokens=N)
+    answer = chain.invoke("  ", config={"callbacks": [lenient]})
+    (record,) = records
+    assert record["answer"] == answer and "query is empty" in record["error"]
+    assert record["influence"] is None and len(record["documents"]) == 2  # no document dropped
+    assert all(d["influence"] is None for d in record["documents"])
+
+
+def test_bad_arguments(llm):
+    with pytest.raises(ValueError, match="on_error"):
+        InfluenceCallbackHandler(model=llm, on_error="ignore")
+    with pytest.raises(TypeError, match="influence sink"):
+        InfluenceCallbackHandler(model=llm, sinks=[42])
+    with pytest.raises(TypeError, match="API-hosted"):
+        InfluenceCallbackHandler(model=3.14)
