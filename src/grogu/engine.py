@@ -196,10 +196,16 @@ class Engine:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True).strip()
 
     # ------------------------------------------------------------------ batching
-    def _plan(self, lengths: Sequence[int], logit_rows: Sequence[int] | None = None) -> list[list[int]]:
+    def _plan(self, lengths: Sequence[int], logit_rows: Sequence[int] | None = None,
+              prompts: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
         """Length-bucketed batches of row indices (longest first) that respect max_batch_size,
-        max_batch_tokens and, when ``logit_rows`` (logit positions per row) is given, the logits budget."""
-        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        max_batch_tokens and, when ``logit_rows`` (logit positions per row) is given, the logits budget.
+        With ``prompts``, rows are ordered by prompt first, so rows sharing a prompt share a batch (and
+        its prefix cache) — e.g. the k answers teacher-forced under one ungrounded prompt."""
+        if prompts is None:
+            order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        else:
+            order = sorted(range(len(lengths)), key=lambda i: (-len(prompts[i]), prompts[i], -lengths[i]))
         batches: list[list[int]] = []
         current: list[int] = []
         widest = most_logits = 0
@@ -382,7 +388,7 @@ class Engine:
                 generator = torch.Generator(device="cpu")
                 generator.manual_seed(seed if seed is not None else torch.seed())
             lengths = [len(p) + max_new_tokens for p in prompts]
-            batches = self._plan(lengths)
+            batches = self._plan(lengths, prompts=prompts)
             res = self._run(batches, lambda b: dict(zip(b, self._generate_batch(
                 [prompts[i] for i in b], max_new_tokens, temperature, generator))))
         return [res[i] for i in range(len(prompts))]
@@ -403,7 +409,8 @@ class Engine:
         if todo:
             lengths = [len(prompts[i]) + len(conts[i]) for i in todo]
             with self._lock:
-                batches = self._plan(lengths, logit_rows=[len(conts[i]) for i in todo])
+                batches = self._plan(lengths, logit_rows=[len(conts[i]) for i in todo],
+                                     prompts=[prompts[i] for i in todo])
                 batches = [[todo[j] for j in b] for b in batches]
                 res.update(self._run(batches, lambda b: dict(zip(b, self._token_stats_batch(
                     [prompts[i] for i in b], [conts[i] for i in b])))))
