@@ -1,0 +1,106 @@
+"""A LangChain RAG chain whose retrieved documents are reranked by their GROGU utility to the LLM that
+reads them, with each document's influence on the answer logged to JSONL. Runs offline on CPU:
+
+    pip install -e . -e integrations/langchain-grogu "grogu[embedded]" langchain-huggingface
+    python examples/langchain_rag.py [--questions 2] [--jsonl runs/langchain_rag_influence.jsonl]
+
+- documents: real SQuAD v1.1 dev paragraphs (../shared/data), in an InMemoryVectorStore embedded with
+  the packaged all-MiniLM-L6-v2 (langchain-huggingface's HuggingFaceEmbeddings pointed at its folder);
+- LLM: the packaged SmolLM2-135M-Instruct in a HuggingFacePipeline (ChatHuggingFace applies its chat
+  template); GroguRetriever and the influence handler reuse its weights, nothing is loaded twice;
+- chain: GroguRetriever(vector store retriever, k) | format_docs | prompt | chat model | parser;
+- InfluenceCallbackHandler writes one JSON line per question (and keeps the records in a list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import warnings
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def format_docs(docs) -> str:
+    return "\n\n".join(f"[{d.metadata['title']}] {d.page_content}" for d in docs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=2, help="questions asked (default 2)")
+    parser.add_argument("--paragraphs", type=int, default=60, help="SQuAD paragraphs in the vector store")
+    parser.add_argument("--k", type=int, default=5, help="documents fetched by the vector store")
+    parser.add_argument("--top-n", type=int, default=3, help="documents kept by GROGU utility")
+    parser.add_argument("--max-new-tokens", type=int, default=24, help="answer length when scoring")
+    parser.add_argument("--jsonl", default=os.path.join(REPO, "runs", "langchain_rag_influence.jsonl"),
+                        help="where influence records are appended")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    warnings.filterwarnings("ignore")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    from langchain_core.documents import Document
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.runnables import RunnablePassthrough
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
+
+    from grogu import load_model
+    from grogu.models import embedded_embedder_path
+    from grogu.testing import squad_paragraphs
+    from langchain_grogu import GroguRetriever, InfluenceCallbackHandler
+
+    t0 = time.perf_counter()
+    # Vector store over real SQuAD paragraphs; each question below has its gold paragraph in the store.
+    paragraphs = squad_paragraphs(args.paragraphs, seed=args.seed)
+    docs = [Document(p["text"], id=f"squad-{i}", metadata={"title": p["title"]}) for i, p in enumerate(paragraphs)]
+    embeddings = HuggingFaceEmbeddings(model_name=embedded_embedder_path())
+    store = InMemoryVectorStore.from_documents(docs, embeddings)
+
+    # The target LLM: packaged SmolLM2-135M-Instruct in a transformers pipeline -> HuggingFacePipeline.
+    model, tokenizer = load_model("smollm2-135m-instruct", device="cpu")
+    pipe = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, max_new_tokens=40,
+                                 do_sample=False, return_full_text=False)
+    llm = HuggingFacePipeline(pipeline=pipe, model_id="SmolLM2-135M-Instruct")
+    chat = ChatHuggingFace(llm=llm, tokenizer=tokenizer, model_id="SmolLM2-135M-Instruct")
+
+    retriever = GroguRetriever(base_retriever=store.as_retriever(search_kwargs={"k": args.k}), model=llm,
+                               top_n=args.top_n, max_new_tokens=args.max_new_tokens, title_key="title")
+    prompt = ChatPromptTemplate.from_messages([
+        ("human", "Answer the question based on the given documents.\n\n{context}\n\nQuestion: {question}"),
+    ])
+    chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | chat | StrOutputParser()
+
+    records: list[dict] = []
+    os.makedirs(os.path.dirname(os.path.abspath(args.jsonl)), exist_ok=True)
+    influence = InfluenceCallbackHandler(model=llm, sinks=[records, args.jsonl], title_key="title",
+                                         max_new_tokens=args.max_new_tokens)
+    print(f"set up in {time.perf_counter() - t0:.1f} s: {len(docs)} SQuAD paragraphs, target LLM "
+          f"{retriever.scorer.model_name!r} shared by the chain, the retriever and the influence handler")
+
+    for p in paragraphs[: args.questions]:
+        t = time.perf_counter()
+        answer = chain.invoke(p["question"], config={"callbacks": [influence]})
+        record = records[-1]
+        print("\n" + "=" * 100)
+        print(f"Q: {p['question']}\n   gold: {p['answers'][0]!r}   (gold paragraph: {p['title']!r})")
+        print(f"A: {answer.strip()!r}   [{time.perf_counter() - t:.1f} s]")
+        print(f"   {'rank':>4}  {'utility':>8}  {'influence':>9}  {'retr#':>5}  title / text")
+        for doc in record["documents"]:
+            g = doc["metadata"]["grogu"]
+            print(f"   {g['rank']:>4}  {g['score']:>8.3f}  {doc['influence']:>+9.3f}  {g['index'] + 1:>5}  "
+                  f"{doc['metadata']['title']}: {doc['page_content'][:60]!r}...")
+
+    print(f"\n{len(records)} influence records appended to {args.jsonl}; the last one:")
+    last = dict(records[-1], documents=[{k: d[k] for k in ("id", "influence", "single_answer")}
+                                        for d in records[-1]["documents"]])
+    print(json.dumps(last, indent=1, default=str)[:1500])
+
+
+if __name__ == "__main__":
+    main()
