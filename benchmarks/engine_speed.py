@@ -31,7 +31,11 @@ from grogu.testing import embedded_tokenizer, squad_paragraphs
 ARCHS = {  # real architectures, built from a config with random weights (speed does not depend on them)
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                        num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False,
-                       max_position_embeddings=32768, rope_theta=1e6),
+                       max_position_embeddings=32768),
+    # the same shape family, small enough to smoke-test this code path on a CPU
+    "qwen2-tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=152064, tie_word_embeddings=False,
+                       max_position_embeddings=4096),
 }
 
 

@@ -88,7 +88,8 @@ def _entropy_logprob(logits: torch.Tensor, chunk_rows: int = 64) -> tuple[torch.
     ents, logps = [], []
     for start in range(0, logits.shape[0], chunk_rows):
         logp = torch.log_softmax(logits[start:start + chunk_rows].float(), dim=-1)
-        ents.append(-torch.special.xlogy(logp.exp(), logp.exp()).sum(-1))
+        # p * log p with 0 * log 0 = 0: clamping -inf to the float minimum keeps the product finite
+        ents.append(-(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1))
         logps.append(logp)
     return torch.cat(ents), torch.cat(logps)
 
