@@ -60,6 +60,8 @@ def test_handler_writes_metadata_and_one_record_per_query(index, llm, embed_mode
         assert row["utility"] == pytest.approx(node.node.metadata["grogu"]["score"])
         assert row["retrieval_score"] == pytest.approx(node.node.metadata["retrieval_score"])
         assert "influence" not in node.node.get_content(metadata_mode=MetadataMode.LLM)
+    handler.score_response(questions[0], response)  # the same response again (e.g. a router): not re-scored
+    assert len(records) == 1
     engine.query(questions[1])
     assert len(records) == 2 and records[1]["query"] == questions[1]
 
@@ -138,6 +140,21 @@ def test_failure_is_recorded_not_raised(index, llm, embed_model, tokenizer, ques
     with pytest.raises(ValueError, match="context window"):
         query_engine(index, llm, callback_manager=CallbackManager([strict])).query(query)
     assert "context window" in strict.records[0]["error"]
+
+
+def test_streaming_response_is_scored_once_read(index, llm, embed_model, questions, reference, attach, caplog):
+    handler = attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=[], max_new_tokens=TOKENS))
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS)
+    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
+                                            node_postprocessors=[rerank], streaming=True)
+    with caplog.at_level(logging.WARNING, logger="llama_index.postprocessor.grogu.influence"):
+        response = engine.query(questions[1])
+    assert handler.records == [] and any("not consumed" in r.getMessage() for r in caplog.records)
+    text = str(response)  # the caller still gets the whole stream (str() reads it into response_txt)
+    assert text and text == response.response_txt
+    handler.score_response(questions[1], response)
+    (record,) = handler.records
+    check_against_reference(response, record, reference)
 
 
 def test_bad_sink_is_a_clear_error(llm, embed_model):

@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from grogu.influence import InfluenceResult, InfluenceScorer
@@ -140,13 +141,21 @@ class InfluenceRecorder:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "grogu-influence") if background else None
         self._pending: set = set()
         self._lock = threading.Lock()
+        # nested query engines (routers) end with the same response object: score it once
+        self._seen: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
     # -- entry point
     def record(self, query: Any, response: Any) -> None:
         """Score ``response.source_nodes`` for the answer in ``response``; see the class docstring."""
+        if self._seen.get(id(response)) is response:
+            return
         job = self._job(query, response)
         if job is None:
             return
+        try:
+            self._seen[id(response)] = response
+        except TypeError:  # not weak-referenceable: no de-duplication
+            pass
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
