@@ -164,6 +164,8 @@ def main() -> None:
         "gold_paragraph_given": {"retriever_top_n": sum(r["baseline"]["gold_given"] for r in rows) / n,
                                  "grogu_top_n": sum(r["grogu"]["gold_given"] for r in rows) / n,
                                  "in_top_k": sum(r["gold_in_top_k"] for r in rows) / n},
+        "gold_paragraph_first": {arm: sum(r[arm]["nodes"][:1] == [f"squad-{r['paragraph']}"] for r in rows) / n
+                                 for arm in ("baseline", "grogu")},
         "same_nodes_and_order": sum(r["baseline"]["nodes"] == r["grogu"]["nodes"] for r in rows) / n,
         "extra_latency_s_per_query": {"mean": statistics.mean(rerank_times), "median": statistics.median(rerank_times),
                                       "p90": rerank_times[int(0.9 * (n - 1))]},

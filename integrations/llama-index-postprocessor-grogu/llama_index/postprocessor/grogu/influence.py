@@ -206,6 +206,10 @@ class InfluenceRecorder:
         start = time.perf_counter()
         try:
             result = await self.scorer.ascore(job["query"], job["docs"], answer=job["answer"]) if job["nodes"] else None
+        except asyncio.CancelledError:
+            logger.warning("grogu influence for query %r was cancelled (the event loop closed first?): "
+                           "await handler.aflush() before leaving the loop", job["query"])
+            raise
         except Exception as exc:
             self._fail(job, exc, time.perf_counter() - start)
             return None
