@@ -73,3 +73,19 @@ def test_cli_many_queries_table(model_dir, tmp_path, capsys):
     assert read_documents(str(text)) == ["first paragraph\nstill first", "second paragraph"]
     with pytest.raises(SystemExit):
         main(["score", "--model", model_dir, "--query", "only a query"])
+
+
+def test_cli_other_metrics(model_dir, tmp_path, capsys):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('"The Vltava flows through Prague."\n"Bananas are yellow."\n')
+    assert main(["influence", "--model", model_dir, "--device", "cpu", "--query", "Which river?", "--docs", str(docs),
+                 "--max-new-tokens", "5", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    from grogu.influence import InfluenceScorer
+
+    ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5).score("Which river?", read_documents(str(docs)))
+    assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5)
+    assert main(["acu", "--model", model_dir, "--device", "cpu", "--claim", "The sky is blue.",
+                 "--evidence", "The sky is blue on clear days.", "--stance", "SUPPORTS", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert -1 <= rec["acu"] <= 1 and set(rec["p_with"]) == {"True", "None", "False"}

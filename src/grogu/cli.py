@@ -101,11 +101,96 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "rerank":
             p.add_argument("--top-n", type=int, default=None)
             p.add_argument("--threshold", type=float, default=None, help="keep utility >= this")
+    p = sub.add_parser("influence", help="Influence Score of each document on the answer (2k+1 generations)")
+    _common(p)
+    p.add_argument("--answer", default=None, help="the answer actually given (default: generate it from all documents)")
+    p.add_argument("--embedder", default="all-minilm-l6-v2", help="sentence-transformers model (default: packaged MiniLM)")
+    p = sub.add_parser("seper", help="ΔSePer of each document (reference-based)")
+    _common(p)
+    p.add_argument("--reference", action="append", required=True, help="a reference answer (repeatable)")
+    p.add_argument("--nli", required=True, help="NLI sequence-classification model (hub id or path)")
+    p.add_argument("--samples", type=int, default=10)
+    p.add_argument("--tau", type=float, default=0.5)
+    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("acu", help="ACU of evidence for claims (claim verification)")
+    p.add_argument("--claim")
+    p.add_argument("--evidence")
+    p.add_argument("--stance", help="SUPPORTS, REFUTES or NOT ENOUGH")
+    p.add_argument("--items", help="JSONL of {'claim', 'evidence', 'stance'} objects")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--json", action="store_true")
     return parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--query", required=True)
+    p.add_argument("--docs", required=True, help="documents: .jsonl, .json or text file (paragraphs)")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--json", action="store_true")
+
+
+def _print_rows(title: str, header: list[str], rows: list[list[Any]], as_json: bool, record: dict) -> None:
+    if as_json:
+        print(json.dumps(record, ensure_ascii=False, default=str))
+        return
+    print(title)
+    print("  ".join(f"{h:>10}" for h in header))
+    for row in rows:
+        print("  ".join(f"{v:>10.4f}" if isinstance(v, float) else f"{str(v):>10}" for v in row[:-1])
+              + "  " + _snippet(row[-1], 60))
+
+
+def other_metric(args: argparse.Namespace) -> int:
+    """influence / seper / acu subcommands."""
+    if args.command == "acu":
+        from .acu import ACUScorer
+
+        if args.items:
+            with open(args.items, encoding="utf-8") as f:
+                items = [json.loads(line) for line in f if line.strip()]
+        elif args.claim is not None and args.evidence is not None and args.stance:
+            items = [{"claim": args.claim, "evidence": args.evidence, "stance": args.stance}]
+        else:
+            raise SystemExit("give --claim, --evidence and --stance, or --items FILE")
+        scorer = ACUScorer(args.model, device=args.device, dtype=args.dtype)
+        results = scorer.score_batch([(it["claim"], it["evidence"], it["stance"]) for it in items])
+        for it, r in zip(items, results):
+            _print_rows(f"claim: {it['claim']}", ["ACU", "raised", "evidence"], [[r.acu, r.raised, it["evidence"]]],
+                        args.json, {**it, "acu": r.acu, "delta_p": r.delta_p, "p_with": r.p_with,
+                                    "p_without": r.p_without})
+        return 0
+    docs = read_documents(args.docs)
+    if args.command == "influence":
+        from .influence import InfluenceScorer
+
+        r = InfluenceScorer(args.model, embedder=args.embedder, max_new_tokens=args.max_new_tokens,
+                            device=args.device, dtype=args.dtype).score(args.query, docs, answer=args.answer)
+        _print_rows(f"query: {args.query}\nanswer: {r.answer}", ["doc", "influence", "document"],
+                    [[i, s, d] for i, (s, d) in enumerate(zip(r.scores, docs))], args.json,
+                    {"query": args.query, "answer": r.answer, "scores": r.scores,
+                     "leave_one_out_answers": r.leave_one_out_answers, "single_answers": r.single_answers})
+        return 0
+    from .seper import SePerScorer
+
+    scorer = SePerScorer(args.model, entailment=args.nli, n_samples=args.samples, tau=args.tau, seed=args.seed,
+                         max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
+    res = scorer.score(args.query, docs, args.reference)
+    _print_rows(f"query: {args.query}   references: {args.reference}", ["doc", "dSePer_S", "dSePer_H", "document"],
+                [[i, r.delta_soft, r.delta_hard, d] for i, (r, d) in enumerate(zip(res, docs))], args.json,
+                {"query": args.query, "references": args.reference,
+                 "results": [{"index": i, **vars(r)} for i, r in enumerate(res)]})
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("influence", "seper", "acu"):
+        return other_metric(args)
     from tqdm import tqdm
 
     from .scorer import UtilityScorer, _select
