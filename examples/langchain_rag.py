@@ -2,7 +2,7 @@
 reads them, with each document's influence on the answer logged to JSONL. Runs offline on CPU:
 
     pip install -e . -e integrations/langchain-grogu "grogu[embedded]" langchain-huggingface
-    python examples/langchain_rag.py [--questions 2] [--jsonl runs/langchain_rag_influence.jsonl]
+    python examples/langchain_rag.py [--questions 2] [--threads 1] [--jsonl runs/langchain_rag_influence.jsonl]
 
 - documents: real SQuAD v1.1 dev paragraphs (../shared/data), in an InMemoryVectorStore embedded with
   the packaged all-MiniLM-L6-v2 (langchain-huggingface's HuggingFaceEmbeddings pointed at its folder);
@@ -37,11 +37,16 @@ def main() -> None:
     parser.add_argument("--jsonl", default=os.path.join(REPO, "runs", "langchain_rag_influence.jsonl"),
                         help="where influence records are appended")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's choice; 1 is much faster on a busy shared CPU)")
     args = parser.parse_args()
 
     warnings.filterwarnings("ignore")
+    import torch
     import transformers
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     from langchain_core.documents import Document
     from langchain_core.output_parsers import StrOutputParser
@@ -81,7 +86,7 @@ def main() -> None:
     influence = InfluenceCallbackHandler(model=llm, sinks=[records, args.jsonl], title_key="title",
                                          max_new_tokens=args.max_new_tokens)
     print(f"set up in {time.perf_counter() - t0:.1f} s: {len(docs)} SQuAD paragraphs, target LLM "
-          f"{retriever.scorer.model_name!r} shared by the chain, the retriever and the influence handler")
+          f"{retriever.model_name!r} shared by the chain, the retriever and the influence handler")
 
     for p in paragraphs[: args.questions]:
         t = time.perf_counter()

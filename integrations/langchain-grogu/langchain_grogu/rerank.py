@@ -81,6 +81,11 @@ class GroguScoring(BaseModel):
         self._model_label = model_label(self.model, engine)
 
     @property
+    def model_name(self) -> str:
+        """A readable name of the target LLM (also written to ``metadata['grogu']['model']``)."""
+        return self._model_label
+
+    @property
     def scorer(self) -> UtilityScorer:
         """The :class:`grogu.UtilityScorer` used (its ``engine`` is the shared engine of the model)."""
         return self._scorer
