@@ -190,3 +190,23 @@ def test_bad_arguments(llm):
         InfluenceCallbackHandler(model=llm, sinks=[42])
     with pytest.raises(TypeError, match="API-hosted"):
         InfluenceCallbackHandler(model=3.14)
+
+
+def test_chat_model_answer_from_the_llm_when_the_output_is_not_text(retriever, llm, tokenizer, influence, questions):
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.runnables import RunnableParallel
+    from langchain_huggingface import ChatHuggingFace
+
+    chat = ChatHuggingFace(llm=llm, tokenizer=tokenizer, model_id="tiny-llama")
+    prompt = ChatPromptTemplate.from_messages([("human", "{context}\n\nQuestion: {question}")])
+    # the run's output is a dict without an answer-like key: the answer is the chat model's reply
+    chain = RunnableParallel(docs=retriever, question=RunnablePassthrough()).assign(
+        reply=(lambda x: {"context": format_docs(x["docs"]), "question": x["question"]}) | prompt | chat)
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=chat, sinks=[records], max_new_tokens=N)
+    out = chain.invoke(questions[0], config={"callbacks": [handler]})
+    (record,) = records
+    assert record["answer_source"] == "llm" and record["answer"] == out["reply"].content
+    assert [d["id"] for d in record["documents"]] == [d.id for d in out["docs"]]
+    expected = influence.score(questions[0], [d.page_content for d in out["docs"]], answer=out["reply"].content)
+    assert record["influence"] == pytest.approx(expected.scores, abs=1e-5)
