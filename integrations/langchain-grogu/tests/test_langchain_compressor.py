@@ -6,7 +6,7 @@ import asyncio
 import copy
 
 import pytest
-from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.documents import BaseDocumentCompressor
 from pydantic import ValidationError
 
 from grogu import UtilityScorer
