@@ -89,3 +89,9 @@ def test_cli_other_metrics(model_dir, tmp_path, capsys):
                  "--evidence", "The sky is blue on clear days.", "--stance", "SUPPORTS", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
     assert -1 <= rec["acu"] <= 1 and set(rec["p_with"]) == {"True", "None", "False"}
+
+
+def test_engine_name_of_a_loaded_pair(tokenizer):
+    from grogu import Engine
+
+    assert Engine(tiny_model("llama"), tokenizer, device="cpu").model_name == "LlamaForCausalLM"

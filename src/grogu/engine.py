@@ -125,12 +125,11 @@ class Engine:
     ) -> None:
         if tokenizer is not None:
             model = (model, tokenizer)
-        self.model_name = model if isinstance(model, str) else getattr(
-            getattr(model[0] if isinstance(model, tuple) else model, "config", None), "_name_or_path", None
-        ) or type(model).__name__
         if not isinstance(model, (str, tuple)):
             raise TypeError("pass a model name/path, a (model, tokenizer) pair, or a model plus tokenizer=")
         self.model, self.tokenizer = load_model(model, device=device, dtype=dtype)
+        self.model_name = model if isinstance(model, str) else (
+            getattr(self.model.config, "_name_or_path", None) or type(self.model).__name__)
         self.model.eval()
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
