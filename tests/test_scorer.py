@@ -112,9 +112,9 @@ def test_async_equals_sync_and_is_batched(scorer):
     async def main():
         return await asyncio.gather(*(scorer.arerank(q, DOCS, top_n=3) for q in queries))
 
-    before = scorer._coalescer.batches_run
+    before = scorer.async_batches_run
     got = asyncio.run(main())
-    assert scorer._coalescer.batches_run - before < len(queries)  # concurrent queries shared batches
+    assert scorer.async_batches_run - before < len(queries)  # concurrent queries shared batches
     for s, a in zip(sync, got):
         assert [r.index for r in s] == [r.index for r in a]
         assert [r.answer for r in s] == [r.answer for r in a]

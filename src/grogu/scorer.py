@@ -162,6 +162,11 @@ class UtilityScorer:
     def model_name(self) -> str:
         return str(self.engine.model_name)
 
+    @property
+    def async_batches_run(self) -> int:
+        """How many coalesced engine batches the async API has run (concurrent calls share one)."""
+        return self._coalescer.batches_run
+
     # ------------------------------------------------------------------ core
     def _score_contexts(self, jobs: Sequence[tuple[str, list[Document]]], details: bool) -> list[ScoreResult]:
         """Score (query, ordered documents) contexts, all in one batched engine pass."""

@@ -164,7 +164,7 @@ def test_async_equals_sync_and_concurrent_queries_share_batches(index, llm, ques
 
     # 4 concurrent reranks share engine batches, and the event loop keeps running meanwhile
     node_lists = [retrieve(index, q) for q in qs]
-    before = rerank.scorer._coalescer.batches_run
+    before = rerank.scorer.async_batches_run
 
     async def concurrent_rerank():
         ticks = 0
@@ -184,7 +184,7 @@ def test_async_equals_sync_and_concurrent_queries_share_batches(index, llm, ques
 
     results, ticks = asyncio.run(concurrent_rerank())
     assert ticks > 1
-    assert rerank.scorer._coalescer.batches_run - before < len(qs)  # shared batches (usually exactly one)
+    assert rerank.scorer.async_batches_run - before < len(qs)  # shared batches (usually exactly one)
     for r, s in zip(results, sync):
         assert [n.node.node_id for n in r] == [n.node.node_id for n in s.source_nodes]
 
