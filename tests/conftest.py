@@ -30,13 +30,3 @@ def smol_engine():
         warnings.simplefilter("ignore")
         return get_engine("smollm2-135m-instruct", device="cpu")
 
-
-@pytest.fixture
-def squad():
-    """n real SQuAD paragraphs; skips the test when ../shared is absent."""
-    def load(n, seed=0):
-        try:
-            return testing.squad_paragraphs(n, seed)
-        except FileNotFoundError as exc:
-            pytest.skip(str(exc))
-    return load
