@@ -12,6 +12,7 @@ file with one document per paragraph (blank-line separated). Queries: a .jsonl f
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from importlib import resources
@@ -19,6 +20,10 @@ from typing import Any, Iterator
 
 from . import metrics as M
 from .models import DEFAULT_MODEL
+
+# Subcommands that live in their own module: name -> module with ``add_arguments(parser)`` and
+# ``run(args) -> int``. Imported lazily (only the chosen one), so ``grogu score`` stays light.
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {}
 
 
 def read_documents(path: str) -> list[Any]:
@@ -121,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--json", action="store_true")
+    for name, (module, help_text) in EXTRA_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        importlib.import_module(module, __package__).add_arguments(p)
     return parser
 
 
@@ -191,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("influence", "seper", "acu"):
         return other_metric(args)
+    if args.command in EXTRA_COMMANDS:
+        return importlib.import_module(EXTRA_COMMANDS[args.command][0], __package__).run(args)
     from tqdm import tqdm
 
     from .scorer import UtilityScorer, _select
