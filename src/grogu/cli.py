@@ -23,7 +23,9 @@ from .models import DEFAULT_MODEL
 
 # Subcommands that live in their own module: name -> module with ``add_arguments(parser)`` and
 # ``run(args) -> int``. Imported lazily (only the chosen one), so ``grogu score`` stays light.
-EXTRA_COMMANDS: dict[str, tuple[str, str]] = {}
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": (".experiments.cli", "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)"),
+}
 
 
 def read_documents(path: str) -> list[Any]:

@@ -1,0 +1,128 @@
+"""GROGU paper, Table 1: does a metric prefer the gold paragraph to a distractor and to a random one?
+
+For each sampled SQuAD v1.1 dev question: the gold paragraph; the *distractor*, the paragraph the
+retriever (BM25 or MiniLM, over all 2,067 dev paragraphs) ranks highest among those that hold no answer
+string; and a *random* paragraph holding no answer string. Each is scored alone as the context (one
+batched engine pass for many questions). The gold paragraph *wins* a comparison under a metric when its
+utility is strictly higher; win-rate = (wins + ties / 2) / N. Metrics: PPL, KeyPPL, Entropy, KeyEntropy
+(GROGU variants, one generation each) and the relevance baselines BM25 and MiniLM (query-paragraph
+score). Sign tests (exact, two-sided, on the questions where the two metrics disagree): KeyEntropy
+against Entropy (as in the paper) and KeyPPL against PPL. Paragraphs are given without their titles
+(a SQuAD title names the article, which would favour same-article paragraphs).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from . import common as C
+from .retrieval import BM25Retriever, MiniLMRetriever, hard_negatives, make_retriever
+
+OTHERS = ("distractor", "random")
+DOCS = ("gold",) + OTHERS
+METRICS = C.GROGU_METRICS + ("bm25", "minilm")
+SIGN_TESTS = (("key_entropy", "entropy"), ("key_ppl", "ppl"))
+#: Table 1 of the GROGU paper (KeyEntropy win-rates, %), as given in DESIGN.md §2.1
+PAPER = {"Phi-4": {"distractor": 90.7, "random": 95.8}, "Qwen2.5-7B": {"distractor": 84.3, "random": 91.0}}
+
+
+def build_items(limit: int | None, seed: int, retriever: str, device: str | None = None) -> tuple[list[dict], Any]:
+    """The sampled questions with their gold, distractor and random paragraph (ids and texts)."""
+    paragraphs, questions = C.squad_questions(limit, seed)
+    texts = [p["text"] for p in paragraphs]
+    ret = make_retriever(retriever, texts, device=device)
+    items = []
+    for n, q in enumerate(questions):
+        exclude = {q["gold"]}
+        distractor = hard_negatives(ret.scores(q["question"]), texts, q["answers"], exclude, 1)[0]
+        rnd = C.random_paragraph(random.Random(f"{seed}-{q['id']}"), paragraphs, exclude | {distractor}, q["answers"])
+        items.append({"id": q["id"], "question": q["question"], "answers": q["answers"],
+                      "paragraph_ids": {"gold": q["gold"], "distractor": distractor, "random": rnd},
+                      "texts": {"gold": texts[q["gold"]], "distractor": texts[distractor], "random": texts[rnd]}})
+    return items, ret
+
+
+def relevance(items: list[dict], ret: Any, device: str | None) -> None:
+    """BM25 and MiniLM relevance of each item's three paragraphs to its question (in place)."""
+    if isinstance(ret, BM25Retriever):
+        bm25 = ret
+    else:
+        paragraphs, _ = C.squad_data()
+        bm25 = BM25Retriever([p["text"] for p in paragraphs])
+    minilm = ret if isinstance(ret, MiniLMRetriever) else MiniLMRetriever(None, device=device)
+    queries = [it["question"] for it in items for _ in DOCS]
+    texts = [it["texts"][d] for it in items for d in DOCS]
+    cos = iter(minilm.pair_scores(queries, texts))
+    for it in items:
+        b = bm25.score_ids(it["question"], [it["paragraph_ids"][d] for d in DOCS])
+        for d, s in zip(DOCS, b):
+            it.setdefault("utility", {}).setdefault(d, {})["bm25"] = s
+            it["utility"][d]["minilm"] = next(cos)
+
+
+def summarize(items: list[dict]) -> dict:
+    """Win-rates, sign tests and answer accuracy from the per-item records."""
+    win = {o: {m: C.win_counts([it["utility"]["gold"][m] for it in items], [it["utility"][o][m] for it in items])
+               for m in METRICS} for o in OTHERS}
+    tests = {}
+    for o in OTHERS:
+        for a, b in SIGN_TESTS:
+            wa = [it["utility"]["gold"][a] > it["utility"][o][a] for it in items]
+            wb = [it["utility"]["gold"][b] > it["utility"][o][b] for it in items]
+            tests.setdefault(o, {})[f"{a} vs {b}"] = C.sign_test(wa, wb)
+    acc = {d: sum(it["correct"][d] for it in items) / len(items) for d in DOCS}
+    return {"win_rate": win, "sign_test": tests, "accuracy": acc}
+
+
+def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 100, seed: int = 0, retriever: str = "bm25",
+        max_new_tokens: int = 32, device: str | None = None, dtype: str | None = None, batch: int = 8,
+        threads: int | None = None, out_dir: str | None = None, write: bool = True,
+        command: str | None = None) -> dict:
+    """Table 1 on ``limit`` SQuAD dev questions (sampled with ``seed``); see the module docstring."""
+    clock = C.Clock()
+    C.set_threads(threads)
+    scorer = C.build_scorer(C.one_model(model, "winrate"), max_new_tokens, device, dtype)
+    items, ret = build_items(limit, seed, retriever, device)
+    relevance(items, ret, device)
+    bar = C.progress(len(items), "winrate")
+    for chunk in C.chunks(items, batch):
+        scored = scorer.score_batch([(it["question"], [it["texts"][d] for d in DOCS]) for it in chunk])
+        for it, results in zip(chunk, scored):
+            for d, r in zip(DOCS, results):
+                it["utility"][d].update(r.variants)
+                it.setdefault("answer", {})[d] = r.answer
+                it.setdefault("correct", {})[d] = C.is_correct(r.answer, it["answers"])
+        bar.update(len(chunk))
+    bar.close()
+    result = {
+        "experiment": "winrate", "models": C.model_names([scorer]), "n": len(items), "unit": "SQuAD dev questions",
+        "config": {"limit": limit, "seed": seed, "retriever": retriever, "max_new_tokens": max_new_tokens,
+                   "batch": batch, "device": str(scorer.engine.device), "command": command},
+        "summary": summarize(items), "items": items, "wall_s": clock(),
+    }
+    return C.finish(result, out_dir, write, markdown(result), plot)
+
+
+def markdown(result: dict) -> str:
+    s = result["summary"]
+    rows = []
+    for m in METRICS:
+        paper = " / ".join(f"{PAPER[k]['distractor']} / {PAPER[k]['random']}" for k in PAPER) if m == "key_entropy" else "n/a"
+        rows.append([C.METRIC_LABELS[m]] + [C.fmt(s["win_rate"][o][m]["rate"], pct=True) for o in OTHERS]
+                    + [str(s["win_rate"]["distractor"][m]["ties"]), paper])
+    table = C.md_table(["metric", "win-rate vs distractor (%)", "win-rate vs random (%)", "ties (distractor)",
+                        "paper, SQuAD, Phi-4 / Qwen2.5-7B (distractor / random)"], rows)
+    tests = C.md_table(["comparison", "vs", "n10 (first only)", "n01 (second only)", "sign-test p"],
+                       [[k, o, t["n10"], t["n01"], C.fmt_p(t["p"])] for o in OTHERS for k, t in s["sign_test"][o].items()])
+    acc = "answer accuracy of the model with each paragraph alone: " + ", ".join(
+        f"{d} {C.fmt(v, pct=True)} %" for d, v in s["accuracy"].items())
+    return (C.header(result, "Win-rate of the gold paragraph (GROGU paper, Table 1 protocol, SQuAD v1.1 dev)")
+            + "\n" + table + "\n\n" + tests + "\n\n" + acc + "\n")
+
+
+def plot(result: dict, path: str) -> None:
+    s = result["summary"]["win_rate"]
+    C.bar_plot(path, {f"gold vs {o}": {m: s[o][m]["rate"] for m in METRICS} for o in OTHERS},
+               f"Win-rate of the gold paragraph — {', '.join(result['models'])}, N={result['n']}",
+               "win-rate", hline=0.5)
