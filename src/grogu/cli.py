@@ -25,6 +25,8 @@ from .models import DEFAULT_MODEL
 # ``run(args) -> int``. Imported lazily (only the chosen one), so ``grogu score`` stays light.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "eval": (".experiments.cli", "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)"),
+    "rewrite-pairs": (".rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
+    "train-rewriter": (".train_rewriter", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
 }
 
 
