@@ -108,11 +108,11 @@ def markdown(result: dict) -> str:
     s = result["summary"]
     rows = []
     for m in METRICS:
-        paper = " / ".join(f"{PAPER[k]['distractor']} / {PAPER[k]['random']}" for k in PAPER) if m == "key_entropy" else "n/a"
+        paper = [f"{PAPER[k]['distractor']} / {PAPER[k]['random']}" if m == "key_entropy" else "n/a" for k in PAPER]
         rows.append([C.METRIC_LABELS[m]] + [C.fmt(s["win_rate"][o][m]["rate"], pct=True) for o in OTHERS]
-                    + [str(s["win_rate"]["distractor"][m]["ties"]), paper])
-    table = C.md_table(["metric", "win-rate vs distractor (%)", "win-rate vs random (%)", "ties (distractor)",
-                        "paper, SQuAD, Phi-4 / Qwen2.5-7B (distractor / random)"], rows)
+                    + [f"{s['win_rate']['distractor'][m]['ties']} / {s['win_rate']['random'][m]['ties']}"] + paper)
+    table = C.md_table(["metric", "win-rate vs distractor (%)", "win-rate vs random (%)", "ties (dist. / rand.)"]
+                       + [f"paper {k}, SQuAD (dist. / rand., %)" for k in PAPER], rows)
     tests = C.md_table(["comparison", "vs", "n10 (first only)", "n01 (second only)", "sign-test p"],
                        [[k, o, t["n10"], t["n01"], C.fmt_p(t["p"])] for o in OTHERS for k, t in s["sign_test"][o].items()])
     acc = "answer accuracy of the model with each paragraph alone: " + ", ".join(
