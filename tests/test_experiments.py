@@ -19,6 +19,7 @@ def test_answer_checks():
     assert C.normalize_answer("The  Denver Broncos!") == "denver broncos"
     assert C.is_correct("It was the Denver Broncos, in 2016.", ["Denver Broncos"])
     assert not C.is_correct("In the 1990s.", ["1990"])  # whole words only
+    assert C.is_correct("Six-time Grammy winner", ["Six"]) and C.is_correct("It is U.S.-based", ["U.S."])
     assert C.holds_answer("Popular in the 1990s.", ["1990"])  # the strict test for distractors
     assert C.holds_answer("see U.S. history", ["U.S."]) and not C.holds_answer("a cat", ["dog"])
     assert C.exact_match("the Broncos.", ["Broncos"]) == 1.0 and C.exact_match("Broncos won", ["Broncos"]) == 0.0

@@ -2,9 +2,10 @@
 
 Answer strings are compared after SQuAD's normalisation (lower case, no punctuation, no articles
 a/an/the, single spaces). A model's answer is *correct* when it contains a gold answer string as whole
-words (so exact match counts too). A paragraph *holds an answer* when a gold answer string occurs in it,
-normalised or raw (case-insensitive), even inside a longer word: the strict test used to pick
-distractors that cannot answer the question.
+words (so exact match counts too; punctuation is dropped or read as a space, so "Six-time" holds
+"Six"). A paragraph *holds an answer* when a gold answer string occurs in it, normalised or raw
+(case-insensitive), even inside a longer word: the strict test used to pick distractors that cannot
+answer the question.
 """
 
 from __future__ import annotations
@@ -37,10 +38,21 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
+def normalize_spaced(text: str) -> str:
+    """:func:`normalize_answer` with punctuation turned into spaces ('Six-time' -> 'six time')."""
+    text = "".join(" " if ch in string.punctuation else ch for ch in text.lower())
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
 def is_correct(answer: str, golds: Iterable[str]) -> bool:
-    """True when the normalised answer contains a normalised gold answer as whole words."""
-    out = f" {normalize_answer(answer)} "
-    return any(g and f" {g} " in out for g in (normalize_answer(x) for x in golds))
+    """True when the normalised answer contains a normalised gold answer as whole words (with
+    punctuation dropped as in SQuAD, or turned into spaces, so 'Six-time winner' holds 'Six')."""
+    golds = list(golds)
+    for norm in (normalize_answer, normalize_spaced):
+        out = f" {norm(answer)} "
+        if any(g and f" {g} " in out for g in (norm(x) for x in golds)):
+            return True
+    return False
 
 
 def holds_answer(text: str, golds: Iterable[str]) -> bool:

@@ -72,7 +72,11 @@ def summarize(items: list[dict]) -> dict:
             wb = [it["utility"]["gold"][b] > it["utility"][o][b] for it in items]
             tests.setdefault(o, {})[f"{a} vs {b}"] = C.sign_test(wa, wb)
     acc = {d: sum(it["correct"][d] for it in items) / len(items) for d in DOCS}
-    return {"win_rate": win, "sign_test": tests, "accuracy": acc}
+    # the same win-rates on the questions the model answers correctly from the gold paragraph
+    ok = [it for it in items if it["correct"]["gold"]]
+    win_ok = {o: {m: C.win_counts([it["utility"]["gold"][m] for it in ok], [it["utility"][o][m] for it in ok])
+                  for m in METRICS} for o in OTHERS}
+    return {"win_rate": win, "sign_test": tests, "accuracy": acc, "win_rate_gold_answered": win_ok}
 
 
 def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 100, seed: int = 0, retriever: str = "bm25",
@@ -109,9 +113,13 @@ def markdown(result: dict) -> str:
     rows = []
     for m in METRICS:
         paper = [f"{PAPER[k]['distractor']} / {PAPER[k]['random']}" if m == "key_entropy" else "n/a" for k in PAPER]
+        ok = s["win_rate_gold_answered"]
         rows.append([C.METRIC_LABELS[m]] + [C.fmt(s["win_rate"][o][m]["rate"], pct=True) for o in OTHERS]
-                    + [f"{s['win_rate']['distractor'][m]['ties']} / {s['win_rate']['random'][m]['ties']}"] + paper)
-    table = C.md_table(["metric", "win-rate vs distractor (%)", "win-rate vs random (%)", "ties (dist. / rand.)"]
+                    + [f"{s['win_rate']['distractor'][m]['ties']} / {s['win_rate']['random'][m]['ties']}"]
+                    + [" / ".join(C.fmt(ok[o][m]["rate"], pct=True) for o in OTHERS)] + paper)
+    n_ok = s["win_rate_gold_answered"]["distractor"]["key_entropy"]["n"]
+    table = C.md_table(["metric", "win-rate vs distractor (%)", "win-rate vs random (%)", "ties (dist. / rand.)",
+                        f"same, questions answered from gold (n={n_ok}; dist. / rand., %)"]
                        + [f"paper {k}, SQuAD (dist. / rand., %)" for k in PAPER], rows)
     tests = C.md_table(["comparison", "vs", "n10 (first only)", "n01 (second only)", "sign-test p"],
                        [[k, o, t["n10"], t["n01"], C.fmt_p(t["p"])] for o in OTHERS for k, t in s["sign_test"][o].items()])
