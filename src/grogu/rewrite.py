@@ -139,7 +139,7 @@ def rewrite_prompt(turn: Turn, instruction: str = DEFAULT_INSTRUCTION) -> str:
 
 # ---------------------------------------------------------------------------------------- candidates
 _PREFIX = re.compile(r"^\s*(?:\**\s*)?(?:rewritten question|rewritten query|standalone question|rewrite|query|"
-                     r"question|answer)\s*\**\s*[:：-]\s*", re.IGNORECASE)
+                     r"question|answer)\s*\**\s*[:：-]\s*\**\s*", re.IGNORECASE)
 
 
 def clean_rewrite(text: str) -> str:
