@@ -108,6 +108,12 @@ class Engine:
         stop_token_ids: tokens that end an answer (default: the tokenizer's and generation config's EOS
             plus the usual end-of-turn tokens found in the vocabulary).
         min_shared_prefix: shortest common prefix (tokens) worth encoding once for a whole batch.
+        prompt_lookup: most tokens drafted per greedy decode step by prompt lookup (0 turns it off;
+            default 4 on GPU, 0 on CPU). Drafts are verified by the model, so greedy answers and their
+            statistics are unchanged; grounded answers copy from their documents, so several tokens
+            are often accepted per step. It pays where a decode step is memory-bound (GPU); on a CPU
+            every extra token fed costs compute and measured no faster (benchmarks/engine_speed.py).
+        prompt_lookup_ngram: longest n-gram matched to find a draft (shortest: 2).
     """
 
     def __init__(
@@ -122,6 +128,8 @@ class Engine:
         logits_budget_mb: int = 256,
         stop_token_ids: Sequence[int] | None = None,
         min_shared_prefix: int = 8,
+        prompt_lookup: int | None = None,
+        prompt_lookup_ngram: int = 3,
     ) -> None:
         if tokenizer is not None:
             model = (model, tokenizer)
@@ -149,6 +157,14 @@ class Engine:
         self._lock = threading.RLock()
         self._cache_takes_config = "config" in inspect.signature(self._cache_cls().__init__).parameters
         self.oom_backoffs = 0
+        self._stop_set = set(self.stop_token_ids)
+        if prompt_lookup is None:
+            prompt_lookup = 4 if on_gpu else 0
+        if prompt_lookup < 0 or prompt_lookup_ngram < 2:
+            raise ValueError("prompt_lookup must be >= 0 and prompt_lookup_ngram >= 2")
+        self.prompt_lookup, self.prompt_lookup_ngram = int(prompt_lookup), int(prompt_lookup_ngram)
+        self.prompt_lookup_min_ngram = 2  # 1-gram matches draft mostly noise
+        self.lookup_steps = self.lookup_drafted = 0  # decode forwards run, drafted tokens fed (diagnostics)
 
     # ------------------------------------------------------------------ setup helpers
     def _pad_token_id(self) -> int:
@@ -284,46 +300,111 @@ class Engine:
         last_pos = torch.tensor(lens, device=dev) - 1
         return out.logits, cache, attention, last_pos
 
+    def _draft(self, history: list[int], budget: int) -> list[int]:
+        """Prompt-lookup draft: the tokens that followed the latest earlier occurrence of the history's
+        last n-gram (n = prompt_lookup_ngram .. 2) in the prompt or the answer so far; at most
+        ``budget`` tokens, [] when nothing matches."""
+        budget = min(budget, self.prompt_lookup)
+        end = len(history)
+        if budget < 1:
+            return []
+        for n in range(min(self.prompt_lookup_ngram, end - 1), self.prompt_lookup_min_ngram - 1, -1):
+            pattern, last = history[end - n:], history[-1]
+            for s in range(end - 2, n - 2, -1):  # s: the last token of an earlier copy of the pattern
+                if history[s] == last and history[s - n + 1:s + 1] == pattern:
+                    return history[s + 1:s + 1 + budget]
+        return []
+
     @torch.inference_mode()
     def _generate_batch(self, seqs: list[list[int]], max_new_tokens: int, temperature: float | None,
                         generator: torch.Generator | None) -> list[Generation]:
+        """Decode a batch. Greedy decoding uses prompt-lookup drafts (answers copy from their documents):
+        each step feeds every row its pending token plus up to ``prompt_lookup`` drafted tokens, keeps
+        the drafted tokens the model itself would have chosen (so the answer is exactly the greedy one)
+        and masks the cache slots of rejected drafts out. Entropies and log-probabilities are read at
+        the positions that produced each kept token."""
         n = len(seqs)
+        lookup = temperature is None and self.prompt_lookup > 0
         logits, cache, attention, last_pos = self._prefill(seqs, logits_to_keep=1)
-        logits = logits[:, -1]
         rows = torch.arange(n, device=self.device)
+        history = [list(s) for s in seqs]
         tokens: list[list[int]] = [[] for _ in range(n)]
         ents: list[list[float]] = [[] for _ in range(n)]
         lps: list[list[float]] = [[] for _ in range(n)]
         stops: list[tuple[int, float, float] | None] = [None] * n
-        for step in range(max_new_tokens):
-            entropy, logp = _entropy_logprob(logits, chunk_rows=max(1, n))
+        drafts: list[list[int]] = [[] for _ in range(n)]  # the drafted tokens fed with each active row
+        fed_step = False  # False for the prefill's logits, True after a decode forward
+        while True:
+            # logits: [active, 1 + D, V]; position j scores the token after (pending, draft[:j])
+            active = rows.tolist()
             if temperature is None:
-                tok = logp.argmax(-1)
+                choice = logits.argmax(-1).tolist()
             else:
-                probs = torch.softmax(logits.float() / temperature, dim=-1)
-                tok = torch.multinomial(probs.cpu() if generator is not None and generator.device.type == "cpu"
-                                        else probs, 1, generator=generator)[:, 0].to(self.device)
-            tok_lp = logp.gather(1, tok[:, None])[:, 0]
-            stop = torch.isin(tok, self._stop_tensor)
-            for r, t, e, l, s in zip(rows.tolist(), tok.tolist(), entropy.tolist(), tok_lp.tolist(), stop.tolist()):
-                if s:
-                    stops[r] = (t, e, l)
-                else:
-                    tokens[r].append(t)
-                    ents[r].append(e)
-                    lps[r].append(l)
-            keep = ~stop
-            if step == max_new_tokens - 1 or not bool(keep.any()):
+                probs = torch.softmax(logits[:, 0].float() / temperature, dim=-1)
+                choice = torch.multinomial(probs.cpu() if generator is not None and generator.device.type == "cpu"
+                                           else probs, 1, generator=generator).tolist()
+            accepted = []
+            for j, d in enumerate(drafts):
+                a = 0
+                while a < len(d) and choice[j][a] == d[a]:
+                    a += 1
+                accepted.append(a)
+            # statistics only at the positions whose token is kept
+            pick_row = torch.tensor([j for j, a in enumerate(accepted) for _ in range(a + 1)], device=self.device)
+            pick_pos = torch.tensor([p for a in accepted for p in range(a + 1)], device=self.device)
+            picked = torch.tensor([choice[j][p] for j, a in enumerate(accepted) for p in range(a + 1)],
+                                  device=self.device)
+            entropy, logp = _entropy_logprob(logits[pick_row, pick_pos], chunk_rows=64)
+            tok_lp = logp.gather(1, picked[:, None])[:, 0].tolist()
+            entropy = entropy.tolist()
+            keep, pending, cursor = [], [], 0
+            for j, (r, a) in enumerate(zip(active, accepted)):
+                alive = True
+                for p in range(a + 1):
+                    t, e, l = choice[j][p], entropy[cursor + p], tok_lp[cursor + p]
+                    if not alive:
+                        continue
+                    if t in self._stop_set:
+                        stops[r], alive = (t, e, l), False
+                    else:
+                        tokens[r].append(t)
+                        history[r].append(t)
+                        ents[r].append(e)
+                        lps[r].append(l)
+                        alive = len(tokens[r]) < max_new_tokens
+                cursor += a + 1
+                keep.append(alive)
+                pending.append(choice[j][a])
+            if drafts and max(map(len, drafts)):
+                # cache slots of the rejected drafts (and of draft padding) never count again
+                width = 1 + max(map(len, drafts))
+                valid = torch.arange(width, device=self.device)[None] <= torch.tensor(accepted, device=self.device)[:, None]
+                attention[:, -width:] = valid.to(attention.dtype)
+            if fed_step:  # the pending token and the accepted drafts are now in the cache
+                last_pos = last_pos + torch.tensor([a + 1 for a in accepted], device=last_pos.device)
+            if not any(keep):
                 break
-            if not bool(keep.all()):
-                idx = keep.nonzero()[:, 0]
+            if not all(keep):
+                idx = torch.tensor([j for j, k in enumerate(keep) if k], device=self.device)
                 cache.batch_select_indices(idx)
-                attention, last_pos, tok, rows = attention[idx], last_pos[idx], tok[idx], rows[idx]
-            attention = torch.cat([attention, attention.new_ones(attention.shape[0], 1)], dim=1)
-            last_pos = last_pos + 1
-            out = self.model(input_ids=tok[:, None], attention_mask=attention, position_ids=last_pos[:, None],
+                attention, last_pos, rows = attention[idx], last_pos[idx], rows[idx]
+                pending = [t for t, k in zip(pending, keep) if k]
+            active = rows.tolist()
+            drafts = [self._draft(history[r], max_new_tokens - len(tokens[r]) - 1) if lookup else [] for r in active]
+            width = 1 + max(map(len, drafts))
+            ids = torch.full((len(active), width), self.pad_token_id, dtype=torch.long)
+            fed = torch.zeros((len(active), width), dtype=torch.long)
+            for j, (t, d) in enumerate(zip(pending, drafts)):
+                ids[j, : 1 + len(d)] = torch.tensor([t, *d], dtype=torch.long)
+                fed[j, : 1 + len(d)] = 1
+            ids, fed = ids.to(self.device), fed.to(self.device)
+            attention = torch.cat([attention, fed], dim=1)
+            positions = last_pos[:, None] + 1 + torch.arange(width, device=self.device)[None]
+            out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
                              past_key_values=cache, use_cache=True)
-            logits = out.logits[:, -1]
+            logits, fed_step = out.logits, True
+            self.lookup_steps += 1
+            self.lookup_drafted += sum(map(len, drafts))
         results = []
         for i in range(n):
             stop_info = stops[i] or (None, None, None)
