@@ -362,6 +362,8 @@ def test_train_rewriter_end_to_end(pairs_dir, tiny_dir, tmp_path):
     log = json.load(open(out / "train_log.json"))
     assert log["chat_format"] and log["sft_steps"] == 2 and log["dpo_steps"] == 2
     assert all(math.isfinite(x) for x in log["sft_loss"] + log["dpo_loss"])
+    # the DPO reference is the SFT model itself: at the first step policy == reference, loss = ln 2
+    assert log["dpo_loss"][0] == pytest.approx(math.log(2), abs=1e-3)
     assert os.path.exists(out / "final" / "config.json")
 
 

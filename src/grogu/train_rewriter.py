@@ -18,6 +18,7 @@ until a function runs, so ``grogu`` itself stays light.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 from typing import Any, Sequence
@@ -76,6 +77,18 @@ def _config_kwargs(output_dir: str, steps: int, epochs: float, batch_size: int, 
     return kwargs
 
 
+def detach_gguf_quantizer(model: Any) -> None:
+    """Make a model loaded from a .gguf file trainable. transformers de-quantizes such a model to plain
+    float weights but leaves its GGUF quantizer attached, and ``Trainer`` then refuses to train it
+    ("purely quantized models"). When every parameter is a float tensor the quantizer is only a label:
+    drop it (this is what transformers does itself for models it de-quantizes on purpose)."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None or "gguf" not in type(quantizer).__name__.lower():
+        return
+    if all(p.dtype.is_floating_point for p in model.parameters()):
+        quantizer.remove_quantization_config(model)
+
+
 def _losses(trainer: Any) -> list[float]:
     return [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
 
@@ -129,6 +142,7 @@ def train_rewriter(
         model, tokenizer = load_model(model, device="cuda" if on_gpu else "cpu", dtype="float32")
     elif tokenizer is None:
         raise ValueError("pass tokenizer= with a loaded model")
+    detach_gguf_quantizer(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if chat is None:
@@ -149,7 +163,11 @@ def train_rewriter(
     if dpo:
         args = DPOConfig(**_config_kwargs(os.path.join(output_dir, "dpo"), dpo_steps, dpo_epochs, batch_size,
                                           dpo_learning_rate, seed, on_gpu), beta=beta, max_length=max_length)
-        trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(dpo), processing_class=tokenizer)
+        # The reference is a frozen copy of the SFT model (TRL would reload the checkpoint from disk instead: the
+        # pre-SFT weights, and impossible for a model that came from a .gguf file).
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+        trainer = DPOTrainer(model=model, ref_model=reference, args=args, train_dataset=Dataset.from_list(dpo),
+                             processing_class=tokenizer)
         trainer.train()
         model = trainer.model
         log["dpo_loss"] = _losses(trainer)
