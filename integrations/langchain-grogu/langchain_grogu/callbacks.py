@@ -287,7 +287,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
     def _deliver(self, tree: _RunTree, record: Record) -> None:
         for sink in self.sinks:
             try:
-                sink(record)
+                sink.write(record)
             except Exception as exc:  # noqa: BLE001 - on_error decides
                 if self.on_error == "raise":
                     raise

@@ -26,13 +26,14 @@ import concurrent.futures
 import datetime as _dt
 import json
 import logging
-import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional
 
 from grogu.influence import InfluenceResult, InfluenceScorer
+from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
+from grogu.sinks import as_sink as _as_sink
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CBEventType, EventPayload
@@ -40,7 +41,7 @@ from llama_index.core.callbacks.base_handler import BaseCallbackHandler
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.query import QueryEndEvent
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import MetadataMode, QueryBundle
 
 from .utils import hide_from_llm, model_label, node_text, resolve_engine
 
@@ -48,68 +49,15 @@ logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------- sinks
-class LoggerSink:
-    """Each record as one JSON line on a Python logger (default ``llama_index.postprocessor.grogu.influence``)."""
-
-    def __init__(self, logger_: Optional[logging.Logger] = None, level: int = logging.INFO) -> None:
-        self.logger = logger_ or logger
-        self.level = level
-
-    def write(self, record: Dict[str, Any]) -> None:
-        self.logger.log(self.level, "grogu influence %s", json.dumps(record, ensure_ascii=False))
-
-
-class JsonlSink:
-    """Appends each record as one line to a JSONL file (thread-safe; the file is flushed per record)."""
-
-    def __init__(self, path: Union[str, "os.PathLike[str]"]) -> None:
-        self.path = os.fspath(path)
-        parent = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(parent):
-            raise FileNotFoundError(f"the folder of the influence log {self.path!r} does not exist")
-        self._lock = threading.Lock()
-
-    def write(self, record: Dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False)
-        with self._lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-
-
-class MemorySink:
-    """Keeps the records in a list (``.records``; pass your own list to share it)."""
-
-    def __init__(self, records: Optional[List[Dict[str, Any]]] = None) -> None:
-        self.records = records if records is not None else []
-
-    def write(self, record: Dict[str, Any]) -> None:
-        self.records.append(record)
-
-
-class CallableSink:
-    def __init__(self, fn: Callable[[Dict[str, Any]], Any]) -> None:
-        self.fn = fn
-
-    def write(self, record: Dict[str, Any]) -> None:
-        self.fn(record)
+# grogu's shared sinks; the names this package has always exported stay as aliases
+JsonlSink = JSONLSink
+MemorySink = ListSink
 
 
 def as_sink(sink: Any) -> Any:
-    """None or a Logger -> LoggerSink; a path -> JsonlSink; a list -> MemorySink; an object with
-    ``write(record)`` -> itself; a callable -> called with each record."""
-    if sink is None:
-        return LoggerSink()
-    if isinstance(sink, logging.Logger):
-        return LoggerSink(sink)
-    if isinstance(sink, (str, os.PathLike)):
-        return JsonlSink(sink)
-    if isinstance(sink, list):
-        return MemorySink(sink)
-    if callable(getattr(sink, "write", None)):
-        return sink
-    if callable(sink):
-        return CallableSink(sink)
-    raise TypeError(f"sink must be None (logger), a logging.Logger, a file path, a list, an object with "
-                    f"write(record) or a callable; got {type(sink).__name__}")
+    """None -> log on ``llama_index.postprocessor.grogu.influence``; a Logger; a JSONL path; a list; an
+    object with ``write(record)``; or a callable (see :func:`grogu.sinks.as_sink`)."""
+    return _as_sink(sink, logger)
 
 
 # ---------------------------------------------------------------------------------------------- recorder
@@ -428,5 +376,5 @@ class GroguInfluenceCallbackHandler(BaseCallbackHandler):
 
 __all__ = [
     "GroguInfluenceHandler", "GroguInfluenceCallbackHandler", "InfluenceRecorder",
-    "LoggerSink", "JsonlSink", "MemorySink", "as_sink",
+    "LoggerSink", "JsonlSink", "MemorySink", "CallableSink", "as_sink",
 ]
