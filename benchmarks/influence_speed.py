@@ -1,11 +1,15 @@
 """Influence Score speed: the batched InfluenceScorer against the naive 2k+1 loop, same inputs, one run.
 
-For k in {3, 5, 10} real SQuAD dev paragraphs per query and the packaged SmolLM2 (+ MiniLM embedder):
+For k in {3, 5, 10} real SQuAD dev paragraphs per query (the question's own paragraph plus k - 1
+random others, whole) and the packaged SmolLM2 (+ MiniLM embedder), exact Influence Score:
 - naive: 2k+1 separate greedy generations (full, each leave-one-out, each single document), each
   answer embedded on its own, then the formula;
 - engine: ``InfluenceScorer.score`` (all 2k+1 generations in one batched engine call, one embed call).
+Both run on the same inputs, alternating which goes first; the table gives medians over the queries
+of wall and CPU (process) seconds; on a shared machine the CPU time is the steadier figure. The last
+column checks that both give the same scores.
 
-  python benchmarks/influence_speed.py [--ks 3,5,10] [--queries 2]
+  OMP_NUM_THREADS=1 python benchmarks/influence_speed.py [--ks 3,5,10] [--queries 3]
 """
 
 from __future__ import annotations
@@ -30,35 +34,47 @@ def naive(scorer: InfluenceScorer, query: str, docs: list[Document]) -> list[flo
     return [cos(gen([d])) - cos(gen(docs[:i] + docs[i + 1:])) for i, d in enumerate(docs)]
 
 
+def timed(fn):
+    """(fn(), (wall seconds, CPU seconds of this process))."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, (time.perf_counter() - wall, time.process_time() - cpu)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ks", default="3,5,10")
-    ap.add_argument("--queries", type=int, default=2)
+    ap.add_argument("--queries", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     scorer = InfluenceScorer("smollm2-135m-instruct", max_new_tokens=args.max_new_tokens, device="cpu")
     ks = [int(k) for k in args.ks.split(",")]
     paras = squad_paragraphs(max(ks) + args.queries, seed=7)
-    scorer.score(paras[0]["question"], [paras[1]["text"]])  # warm-up
-    print(f"SmolLM2-135M-Instruct, CPU {torch.get_num_threads()} threads, max_new_tokens={args.max_new_tokens}")
-    print("| k | generations | naive loop (s/query) | engine (s/query) | naive / engine | max |IS diff| |")
+    query0, docs0 = paras[0]["question"], [Document(p["text"], p["title"]) for p in paras[:2]]
+    scorer.score(query0, docs0), naive(scorer, query0, docs0)  # warm-up of both paths
+    print(f"SmolLM2-135M-Instruct, CPU {torch.get_num_threads()} threads, max_new_tokens={args.max_new_tokens}, "
+          f"{args.queries} SQuAD dev questions per k (median)")
+    print("| k | generations | naive loop (s/query, wall / cpu) | engine (s/query, wall / cpu) "
+          "| naive / engine (wall, cpu) | max |IS diff| |")
     print("|---|---|---|---|---|---|")
     for k in ks:
         t_n, t_e, diff = [], [], 0.0
         for q in range(args.queries):
             query = paras[q]["question"]
-            docs = [Document(p["text"], p["title"]) for p in paras[q + 1: q + 1 + k]]
-            t = time.perf_counter()
-            res = scorer.score(query, docs)
-            t_e.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            ref = naive(scorer, query, docs)
-            t_n.append(time.perf_counter() - t)
-            diff = max(diff, max(abs(a - b) for a, b in zip(res.scores, ref)))
-        n, e = statistics.median(t_n), statistics.median(t_e)
-        print(f"| {k} | {2 * k + 1} | {n:.2f} | {e:.2f} | {n / e:.1f}× | {diff:.1e} |", flush=True)
-
+            others = [p for i, p in enumerate(paras) if i != q][q:q + k - 1]
+            docs = [Document(p["text"], p["title"]) for p in [paras[q]] + others]
+            runs = [("engine", lambda: scorer.score(query, docs).scores), ("naive", lambda: naive(scorer, query, docs))]
+            out = {}
+            for name, fn in (runs if q % 2 == 0 else runs[::-1]):
+                out[name] = timed(fn)
+            (res, te), (ref, tn) = out["engine"], out["naive"]
+            t_e.append(te)
+            t_n.append(tn)
+            diff = max(diff, max(abs(a - b) for a, b in zip(res, ref)))
+        (nw, nc), (ew, ec) = ((statistics.median(t[i] for t in ts) for i in (0, 1)) for ts in (t_n, t_e))
+        print(f"| {k} | {2 * k + 1} | {nw:.1f} / {nc:.1f} | {ew:.1f} / {ec:.1f} | {nw / ew:.1f}×, {nc / ec:.1f}× "
+              f"| {diff:.1e} |", flush=True)
 
 if __name__ == "__main__":
     main()

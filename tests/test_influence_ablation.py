@@ -134,6 +134,8 @@ def test_seed_reproducible(exact):
 def test_auto_batch_and_async(exact):
     auto = _scorer(exact, method="auto", n_ablations=4)
     assert auto.method_for(AUTO_ABLATION_ABOVE_K) == "exact" and auto.method_for(AUTO_ABLATION_ABOVE_K + 1) == "ablation"
+    default_m = _scorer(exact, method="auto")  # m = 32: ablation only once it is cheaper (2k + 1 > 32)
+    assert [default_m.method_for(k) for k in (13, 15, 16, 40)] == ["exact", "exact", "ablation", "ablation"]
     many = [f"Document number {i} about rivers." for i in range(AUTO_ABLATION_ABOVE_K + 1)]
     items = [(QUERY, many, "The Vltava."), (QUERY, DOCS[:2], None), (QUERY, [], None)]
     batch = auto.score_batch(items)

@@ -7,12 +7,13 @@ G(1..k) is the full-context answer, or the answer the pipeline actually gave whe
 batched engine call. With k = 1 the leave-one-out context is empty: the query alone.
 Higher = more influence; IS_i lies in [-2, 2].
 
-For many documents (``method="ablation"``, or ``"auto"`` with k > 12) the scores are estimated as
-ContextCite does (Cohen-Wang et al., 2024): m random ablations, each document kept with probability
-1/2; target y_j = cos(F(G(mask_j)), F(G(1..k))); a LASSO fit y ~ w_0 + sum_i w_i * mask_ij gives
-w_i, the expected change of that similarity when document i is present. Cost: m generations (+1 for
-the full answer when not given) instead of 2k + 1. The estimate ranks documents like the exact score
-but is on its own scale (each w_i in about [-2, 2], sparse: most are 0).
+For many documents (``method="ablation"``, or ``"auto"``) the scores are estimated as ContextCite
+does (Cohen-Wang et al., 2024): m random ablations, each document kept with probability 1/2; target
+y_j = cos(F(G(mask_j)), F(G(1..k))); a LASSO fit y ~ w_0 + sum_i w_i * mask_ij gives w_i, the expected
+change of that similarity when document i is present. Cost: m generations (+1 for the full answer
+when not given) instead of 2k + 1, and about m/(2k) of the exact score's prompt tokens. Were y exactly
+linear in the mask, IS_i = y({i}) - y(all but i) = 2 w_i - sum_j w_j: the same ranking. The estimate
+is on its own scale (w_i, sparse: many are 0) and only as good as y is linear in the documents kept.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from .prompts import Document, PromptBuilder, PromptTemplate
 from .scorer import check_documents, check_query
 
 
-#: ``method="auto"`` switches from the exact score to the ablation estimate above this many documents.
+#: ``method="auto"`` uses the ablation estimate above this many documents, when it also needs fewer
+#: generations than the exact score (n_ablations < 2k + 1).
 AUTO_ABLATION_ABOVE_K = 12
 
 METHODS = ("exact", "ablation", "auto")
@@ -131,7 +133,8 @@ class InfluenceScorer:
         max_new_tokens: longest answer generated per context (default 64).
         template: prompt text override (:class:`~grogu.prompts.PromptTemplate`).
         method: "exact" (2k + 1 generations), "ablation" (the ContextCite-style estimate from
-            ``n_ablations`` random ablations) or "auto" (ablation when k > 12). Default "exact".
+            ``n_ablations`` random ablations) or "auto" (ablation when k > 12 and n_ablations < 2k + 1,
+            so k >= 16 with the default m). Default "exact".
         n_ablations: m, the number of random ablations (default 32, ContextCite's figure; at k = 16
             that is about the exact cost, below it for larger k).
         seed: seed of the ablation masks; each query draws them afresh from it, so a result does not
@@ -169,7 +172,7 @@ class InfluenceScorer:
         if k == 0:
             return "exact"
         if self.method == "auto":
-            return "ablation" if k > AUTO_ABLATION_ABOVE_K else "exact"
+            return "ablation" if k > AUTO_ABLATION_ABOVE_K and self.n_ablations < 2 * k + 1 else "exact"
         return self.method
 
     def ablation_masks(self, k: int) -> np.ndarray:
