@@ -120,14 +120,22 @@ def test_turn_results_to_records_and_summary(tmp_path):
     paths = out.write(str(tmp_path))
     scores = [json.loads(line) for line in open(paths["scores.jsonl"])]
     assert [r["pair"] for r in scores] == ["kept", "single_candidate", "zero_gap", "dropped"]
+    assert [json.loads(line) for line in open(paths["dpo.jsonl"])] == out.dpo_records()
+    assert json.load(open(paths["summary.json"]))["turns_without_pair"] == {"single_candidate": 1, "zero_gap": 1}
 
-    datasets = pytest.importorskip("datasets")  # the files load as TRL expects
-    dpo = datasets.load_dataset("json", data_files=paths["dpo.jsonl"], split="train")
-    assert dpo.column_names == ["prompt", "chosen", "rejected"] and dpo[0]["chosen"] == "a"
-    sft = datasets.load_dataset("json", data_files=paths["sft.jsonl"], split="train")
-    assert sft.column_names == ["prompt", "completion"] and len(sft) == 4
+
+def test_files_load_as_trl_expects(tmp_path):
+    datasets = pytest.importorskip("datasets")
     trl_data = pytest.importorskip("trl.data_utils")
+    results = [_result("q0", [("q0", -2.0), ("a", -1.0)]), _result("q1", [("q1", -1.0), ("b", -3.0)])]
+    pairs = [p for i, r in enumerate(results) if (p := r.pair(i)) is not None]
+    out = RewritePairs(results=results, kept=pairs, dropped=[], summary=summarize(results, pairs, [], 0.0))
+    paths = out.write(str(tmp_path))
+    dpo = datasets.load_dataset("json", data_files=paths["dpo.jsonl"], split="train")
+    assert dpo.column_names == ["prompt", "chosen", "rejected"] and (dpo[0]["chosen"], dpo[1]["rejected"]) == ("a", "b")
     assert not trl_data.is_conversational(dpo[0])  # TRL's "standard" preference format
+    sft = datasets.load_dataset("json", data_files=paths["sft.jsonl"], split="train")
+    assert sft.column_names == ["prompt", "completion"] and sft["completion"] == ["a", "q1"]
 
 
 # ------------------------------------------------------------------------------ turns and candidates

@@ -709,10 +709,15 @@ def build_rewrite_pairs(
     pairs = [p for i, r in enumerate(results) if (p := r.pair(i)) is not None]
     kept, dropped = drop_smallest_gaps(pairs, drop_ratio)
     summary = summarize(results, kept, dropped, drop_ratio)
-    rewriter_name = getattr(rewriter, "model_name", None) if rewriter is not None else scorer.model_name
+    if rewriter is None:
+        rewriter_name = scorer.model_name
+    elif isinstance(rewriter, str):
+        rewriter_name = rewriter
+    else:
+        rewriter_name = getattr(rewriter, "model_name", None) or type(rewriter).__name__
     summary["settings"] = {
         "model": scorer.model_name, "metric": scorer.metric, "max_new_tokens": scorer.max_new_tokens,
-        "rewriter": str(rewriter_name if rewriter_name is not None else type(rewriter).__name__),
+        "rewriter": str(rewriter_name),
         "n_candidates": n_candidates, "temperature": temperature, "seed": seed,
         "include_original": include_original, "k": k,
         "retriever": getattr(retriever, "name", type(retriever).__name__),
