@@ -22,6 +22,7 @@ import torch
 ALPHA = 0.05
 TOP_K_FRAC = 0.1
 DEFAULT_METRIC = "key_entropy"
+COPY_NGRAM = 3  # n of the n-grams that mark answer tokens copied from the document
 
 
 def _vec(x) -> torch.Tensor:
@@ -64,6 +65,83 @@ def ungrounded_key_mask(h_u, alpha: float = ALPHA, top_k_frac: float = TOP_K_FRA
     if len(u) and not bool(mask.any()):
         mask = top_k_mask(u, top_k_frac)
     return mask
+
+
+def copied_mask(answer_ids, source_ids, exclude_ids=(), n: int = 3) -> torch.Tensor:
+    """Which answer tokens were copied verbatim from the document.
+
+    A token is *copied* when it lies inside some n-gram (n consecutive answer tokens) that also occurs
+    as n consecutive tokens of ``source_ids`` (the grounded prompt) but not of ``exclude_ids`` (the
+    ungrounded prompt: n-grams that the question and the instruction already hold are not copied from
+    the document). Answers shorter than n have no copied token. Returns a bool mask, one per answer token."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    a = [int(t) for t in answer_ids]
+    mask = torch.zeros(len(a), dtype=torch.bool)
+    if len(a) < n:
+        return mask
+
+    def grams(ids) -> set[tuple[int, ...]]:
+        ids = [int(t) for t in ids]
+        return {tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)}
+
+    found = grams(source_ids) - grams(exclude_ids)
+    for i in range(len(a) - n + 1):
+        if tuple(a[i:i + n]) in found:
+            mask[i:i + n] = True
+    return mask
+
+
+def quantile_key_mask(h_g, h_u, quantile: float) -> torch.Tensor:
+    """Adaptive key tokens: |h_g - h_u| at or above the ``quantile`` quantile of |h_g - h_u| over this
+    answer (torch.quantile, linear interpolation). Whatever the model's scale of entropies, this keeps
+    about the top (1 - quantile) share of the tokens by |dH|, and at least one token."""
+    g, u = _vec(h_g), _vec(h_u)
+    if g.shape != u.shape:
+        raise ValueError(f"h_g has {len(g)} tokens but h_u has {len(u)}")
+    if not 0 <= quantile <= 1:
+        raise ValueError(f"quantile must be in [0, 1], got {quantile}")
+    if len(g) == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    d = (g - u).abs()
+    return d >= torch.quantile(d, quantile)
+
+
+def relative_key_mask(h_g, h_u, rho: float, top_k_frac: float = TOP_K_FRAC) -> torch.Tensor:
+    """Key tokens relative to the ungrounded entropy: |h_g - h_u| > rho * h_u, else the top-K% by h_g."""
+    g, u = _vec(h_g), _vec(h_u)
+    if g.shape != u.shape:
+        raise ValueError(f"h_g has {len(g)} tokens but h_u has {len(u)}")
+    mask = (g - u).abs() > rho * u
+    if len(g) and not bool(mask.any()):
+        mask = top_k_mask(g, top_k_frac)
+    return mask
+
+
+def copy_continuation_mask(copied) -> torch.Tensor:
+    """Copied tokens that continue a copied span (the token before is copied too): once a model has
+    started quoting the document, these tokens are predictable by copying alone."""
+    c = torch.as_tensor(copied, dtype=torch.bool).flatten()
+    out = torch.zeros_like(c)
+    out[1:] = c[1:] & c[:-1]
+    return out
+
+
+def copy_support_weights(copied, logp_u) -> torch.Tensor:
+    """Per-token weights: 1 for a token not copied from the document, and for a copied token its
+    probability without the document, p_u = exp(logp_u) in [0, 1] (copying counts only as far as the
+    question alone supports the same token)."""
+    c = torch.as_tensor(copied, dtype=torch.bool).flatten()
+    return torch.where(c, _vec(logp_u).exp(), torch.ones(len(c), dtype=torch.float64))
+
+
+def weighted_mean(values, weights) -> float:
+    """sum(w * v) / sum(w); ValueError when the weights add up to 0 (nothing to average)."""
+    v, w = _vec(values), _vec(weights)
+    total = float(w.sum())
+    if len(v) == 0 or total <= 0:
+        raise ValueError("no tokens to average: the answer is empty or every weight is 0")
+    return float((w * v).sum()) / total
 
 
 def _mean(x: torch.Tensor) -> float:
@@ -117,25 +195,45 @@ class MetricValue:
         return -self.confidence
 
 
-MetricFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float, float], MetricValue]
+@dataclass(frozen=True)
+class AnswerStats:
+    """Per-token statistics of one grounded answer y_g (n tokens, end-of-turn excluded), float64.
+
+    h_g / logp_g: entropy (nats) and log-probability of each token under the grounded prompt (q, D);
+    h_u / logp_u: the same tokens teacher-forced under the ungrounded prompt (q only);
+    copied: True where the token lies inside an answer n-gram found verbatim in the document
+    (see :func:`copied_mask`). ``logp_u`` and ``copied`` are None when the caller did not compute them;
+    the paper's four variants do not need them."""
+
+    h_g: torch.Tensor
+    logp_g: torch.Tensor
+    h_u: torch.Tensor
+    logp_u: torch.Tensor | None = None
+    copied: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.h_g)
 
 
-def _entropy_metric(h_g, logp_g, h_u, alpha, k):
-    return MetricValue("entropy", entropy(h_g), len(h_g), len(h_g))
+MetricFn = Callable[[AnswerStats, float, float], MetricValue]
 
 
-def _key_entropy_metric(h_g, logp_g, h_u, alpha, k):
-    mask = key_token_mask(h_g, h_u, alpha, k)
-    return MetricValue("key_entropy", key_entropy(h_g, mask), len(h_g), int(mask.sum()))
+def _entropy_metric(s, alpha, k):
+    return MetricValue("entropy", entropy(s.h_g), len(s), len(s))
 
 
-def _ppl_metric(h_g, logp_g, h_u, alpha, k):
-    return MetricValue("ppl", perplexity(logp_g), len(h_g), len(h_g))
+def _key_entropy_metric(s, alpha, k):
+    mask = key_token_mask(s.h_g, s.h_u, alpha, k)
+    return MetricValue("key_entropy", key_entropy(s.h_g, mask), len(s), int(mask.sum()))
 
 
-def _key_ppl_metric(h_g, logp_g, h_u, alpha, k):
-    mask = key_token_mask(h_g, h_u, alpha, k)
-    return MetricValue("key_ppl", key_perplexity(logp_g, mask), len(h_g), int(mask.sum()))
+def _ppl_metric(s, alpha, k):
+    return MetricValue("ppl", perplexity(s.logp_g), len(s), len(s))
+
+
+def _key_ppl_metric(s, alpha, k):
+    mask = key_token_mask(s.h_g, s.h_u, alpha, k)
+    return MetricValue("key_ppl", key_perplexity(s.logp_g, mask), len(s), int(mask.sum()))
 
 
 METRICS: dict[str, MetricFn] = {
@@ -157,8 +255,18 @@ def metric_name(name: str) -> str:
     raise ValueError(f"unknown metric {name!r}; choose one of {sorted(METRICS)}")
 
 
-def compute(metric: str, h_g, logp_g, h_u, alpha: float = ALPHA, top_k_frac: float = TOP_K_FRAC) -> MetricValue:
-    """Confidence of ``metric`` for one answer from its token statistics."""
+def compute(metric: str, h_g, logp_g, h_u, alpha: float = ALPHA, top_k_frac: float = TOP_K_FRAC, *,
+            logp_u=None, copied=None) -> MetricValue:
+    """Confidence of ``metric`` for one answer from its token statistics (see :class:`AnswerStats`).
+    ``logp_u`` (ungrounded log-probabilities) and ``copied`` (copy mask) are needed only by the
+    small-model variants; they raise a ValueError naming what is missing."""
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0, got {alpha}")
-    return METRICS[metric_name(metric)](_vec(h_g), _vec(logp_g), _vec(h_u), alpha, top_k_frac)
+    stats = AnswerStats(_vec(h_g), _vec(logp_g), _vec(h_u),
+                        None if logp_u is None else _vec(logp_u),
+                        None if copied is None else torch.as_tensor(copied, dtype=torch.bool).flatten())
+    n = len(stats.h_g)
+    for name, t in (("h_u", stats.h_u), ("logp_g", stats.logp_g), ("logp_u", stats.logp_u), ("copied", stats.copied)):
+        if t is not None and len(t) != n:
+            raise ValueError(f"h_g has {n} tokens but {name} has {len(t)}")
+    return METRICS[metric_name(metric)](stats, alpha, top_k_frac)

@@ -67,6 +67,16 @@ class PromptTemplate:
         )
 
 
+#: Short-answer prompting (``UtilityScorer(answer_style="short")``): small models otherwise answer with a
+#: sentence or two copied from whatever passage they get, and copying is confident whether or not the
+#: passage helps. Asking for a few words keeps the scored answer on the tokens that answer the question.
+SHORT_ANSWER_TEMPLATE = PromptTemplate(
+    grounded="Answer the question based on the given document. Reply with the answer only, in a few words.\n\n"
+             "{context}\n\nQuestion: {query}",
+    ungrounded="Answer the question. Reply with the answer only, in a few words.\n\nQuestion: {query}",
+)
+
+
 class PromptBuilder:
     """Renders prompts to token ids for one tokenizer and context window.
 

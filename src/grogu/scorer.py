@@ -13,6 +13,7 @@ higher means the document makes this LLM surer of its grounded answer.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -21,7 +22,12 @@ import torch
 from . import metrics as M
 from .batching import Coalescer
 from .engine import Engine, Generation, get_engine
-from .prompts import Document, PromptBuilder, PromptTemplate, as_document
+from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate, as_document
+
+#: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
+#: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
+ANSWER_STYLES = ("long", "short")
+DEFAULT_MAX_NEW_TOKENS = {"long": 64, "short": 16}
 
 
 @dataclass(kw_only=True)
@@ -34,6 +40,8 @@ class TokenDetail:
     grounded_logprob: torch.Tensor
     ungrounded_entropy: torch.Tensor
     key_mask: torch.Tensor
+    ungrounded_logprob: torch.Tensor | None = None
+    copied: torch.Tensor | None = None
 
 
 @dataclass(kw_only=True)
@@ -127,11 +135,16 @@ class UtilityScorer:
     Args:
         model: an :class:`~grogu.engine.Engine`, a model name/path/hub id (loaded once per process and
             shared, see :func:`grogu.engine.get_engine`), or a loaded (model, tokenizer) pair.
-        metric: 'key_entropy' (default), 'entropy', 'ppl' or 'key_ppl'.
+        metric: a name from :data:`grogu.metrics.METRICS`: the paper's 'key_entropy' (default),
+            'entropy', 'ppl', 'key_ppl', or a small-model variant (see :mod:`grogu.metrics`).
         alpha: key-token threshold on |H_g - H_u| in nats (default 0.05).
         top_k_frac: fraction K of tokens kept (by H_g) when no token passes alpha (default 0.1).
-        max_new_tokens: longest grounded answer generated (default 64).
+        max_new_tokens: longest grounded answer generated (default 64; 16 with ``answer_style="short"``).
         template: a :class:`~grogu.prompts.PromptTemplate` to override the prompt text.
+        answer_style: 'long' (default: the paper's prompt, the whole greedy answer is scored) or 'short'
+            (:data:`~grogu.prompts.SHORT_ANSWER_TEMPLATE` asks for the answer only, and the answer is
+            cut at its first line break or sentence end; a given ``template`` still wins).
+        copy_ngram: n of the n-grams that mark answer tokens copied from the document (default 3).
         device, dtype: for a model given by name (default CUDA+bf16, else CPU+float32).
     """
 
@@ -142,15 +155,26 @@ class UtilityScorer:
         metric: str = M.DEFAULT_METRIC,
         alpha: float = M.ALPHA,
         top_k_frac: float = M.TOP_K_FRAC,
-        max_new_tokens: int = 64,
+        max_new_tokens: int | None = None,
         template: PromptTemplate | None = None,
         device: str | None = None,
         dtype: str | None = None,
+        answer_style: str = "long",
+        copy_ngram: int = M.COPY_NGRAM,
     ) -> None:
         self.metric = M.metric_name(metric)
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         M.top_k_count(1, top_k_frac)  # validates the fraction
+        if answer_style not in ANSWER_STYLES:
+            raise ValueError(f"answer_style must be one of {ANSWER_STYLES}, got {answer_style!r}")
+        if not isinstance(copy_ngram, int) or copy_ngram < 1:
+            raise ValueError(f"copy_ngram must be a positive int, got {copy_ngram!r}")
+        self.answer_style, self.copy_ngram = answer_style, copy_ngram
+        if max_new_tokens is None:
+            max_new_tokens = DEFAULT_MAX_NEW_TOKENS[answer_style]
+        if template is None and answer_style == "short":
+            template = SHORT_ANSWER_TEMPLATE
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
         self.alpha, self.top_k_frac, self.max_new_tokens = alpha, top_k_frac, max_new_tokens
@@ -175,18 +199,48 @@ class UtilityScorer:
         grounded = [self.prompts.grounded_ids(q, docs) for q, docs in jobs]
         ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in jobs)}
         gens = self.engine.generate(grounded, self.max_new_tokens)
+        if self.answer_style == "short":
+            gens = [self._first_line(g) for g in gens]
         conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
-        u_stats = self.engine.token_stats([ungrounded[q] for q, _ in jobs], conts)
-        return [self._result(g, u.entropy, details) for g, u in zip(gens, u_stats)]
+        u_prompts = [ungrounded[q] for q, _ in jobs]
+        u_stats = self.engine.token_stats(u_prompts, conts)
+        return [self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
+                for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)]
 
-    def _result(self, gen: Generation, h_u: torch.Tensor, details: bool) -> ScoreResult:
+    def _first_line(self, gen: Generation) -> Generation:
+        """The answer cut before its first line break, or after its first sentence end ('.', '!' or
+        '?' followed by a space), once it has some text. Greedy decoding is causal, so this is exactly
+        the answer a decoder stopping there would give; the cut token becomes the stop token."""
+        # each token's text as it reads after the tokens before it (SentencePiece drops a leading
+        # space when a token is decoded alone)
+        prefixes = [""] + [self.engine.tokenizer.decode(gen.token_ids[:i + 1]) for i in range(len(gen.token_ids))]
+        pieces = [b[len(a):] if b.startswith(a) else self.engine.tokenizer.decode([t])
+                  for a, b, t in zip(prefixes, prefixes[1:], gen.token_ids)]
+        seen_text, cut = False, None
+        for i, piece in enumerate(pieces):
+            if seen_text and "\n" in piece:
+                cut = i
+                break
+            if seen_text and piece[:1].isspace() and _sentence_end("".join(pieces[:i])):
+                cut = i
+                break
+            seen_text = seen_text or bool(piece.strip())
+        if cut is None:
+            return gen
+        return Generation(token_ids=gen.token_ids[:cut], entropy=gen.entropy[:cut], logprob=gen.logprob[:cut],
+                          stop_token_id=gen.token_ids[cut], stop_entropy=float(gen.entropy[cut]),
+                          stop_logprob=float(gen.logprob[cut]), text=self.engine.decode(gen.token_ids[:cut]))
+
+    def _result(self, gen: Generation, u: Any, copied: torch.Tensor, details: bool) -> ScoreResult:
+        h_u, lp_u = u.entropy, u.logprob
         if gen.token_ids:
             ids, h_g, lp_g = gen.token_ids, gen.entropy, gen.logprob
         else:  # empty answer: score the end-of-turn token the model chose
             ids = [gen.stop_token_id]
             h_g = torch.tensor([gen.stop_entropy], dtype=torch.float32)
             lp_g = torch.tensor([gen.stop_logprob], dtype=torch.float32)
-        values = {name: M.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac) for name in M.METRICS}
+        values = {name: M.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac, logp_u=lp_u, copied=copied)
+                  for name in M.METRICS}
         chosen = values[self.metric]
         detail = None
         if details:
@@ -194,6 +248,7 @@ class UtilityScorer:
                 tokens=self.engine.tokenizer.convert_ids_to_tokens(ids), token_ids=list(ids),
                 grounded_entropy=h_g, grounded_logprob=lp_g, ungrounded_entropy=h_u,
                 key_mask=M.key_token_mask(h_g, h_u, self.alpha, self.top_k_frac),
+                ungrounded_logprob=lp_u, copied=copied,
             )
         return ScoreResult(
             score=chosen.utility, metric=self.metric, confidence=chosen.confidence, answer=gen.text,
@@ -292,10 +347,23 @@ class UtilityScorer:
         difference gamma(y_g | q, D) - gamma(y_u | q); comparisons between documents do not need it."""
         query = check_query(query)
         gen = self.engine.generate([self.prompts.ungrounded_ids(query)], self.max_new_tokens)[0]
+        if self.answer_style == "short":
+            gen = self._first_line(gen)
         h = gen.entropy if gen.token_ids else torch.tensor([gen.stop_entropy])
         mask = M.ungrounded_key_mask(h, self.alpha, self.top_k_frac)
         return UngroundedScore(answer=gen.text, confidence=M.key_entropy(h, mask), n_tokens=len(gen.token_ids),
                                n_key_tokens=int(mask.sum()))
+
+
+_INITIALS = re.compile(r"(?:^|\s)(?:[A-Za-z]\.)+$|(?:^|\s)(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|No)\.$")
+
+
+def _sentence_end(text: str) -> bool:
+    """True when ``text`` ends a sentence: '.', '!' or '?' at the end, not a '.' of initials/abbreviations."""
+    text = text.rstrip()
+    if not text.endswith((".", "!", "?")):
+        return False
+    return not (text.endswith(".") and _INITIALS.search(text))
 
 
 def _check_top_n(top_n: Any) -> None:
