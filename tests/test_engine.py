@@ -206,3 +206,24 @@ def test_bad_prompts(tiny_engine):
     with pytest.raises(ValueError):
         tiny_engine.token_stats([[1, 2]], [])
     assert tiny_engine.generate([]) == []
+
+
+def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine):
+    # Influence Score rows: the full context, each leave-one-out, each single document
+    query, docs = _docs(5, 5)
+    pb = PromptBuilder(tiny_engine.tokenizer, tiny_engine.max_context_tokens, 8)
+    rows = [pb.grounded_ids(query, docs)]
+    rows += [pb.grounded_ids(query, docs[:i] + docs[i + 1:]) for i in range(5)]
+    rows += [pb.grounded_ids(query, [d]) for d in docs]
+    source, keep = tiny_engine._shared_prefixes(rows, [len(r) - 1 for r in rows])
+    # the i-th leave-one-out row reuses at least documents 0..i-1 of the full prompt, so later ones more
+    assert keep[1] < keep[2] < keep[3] < keep[4] < keep[5]
+    before = tiny_engine.prefill_tokens
+    gens = tiny_engine.generate(rows, 8)
+    # one batch: the source prefix once, then only what each row does not share with it
+    assert tiny_engine.prefill_tokens - before == sum(map(len, rows)) - sum(keep) + max(keep)
+    for row, g in zip(rows, gens):  # each row exactly as when it is generated alone
+        (alone,) = tiny_engine.generate([row], 8)
+        assert g.token_ids == alone.token_ids
+        torch.testing.assert_close(g.entropy, alone.entropy, atol=TOL, rtol=0)
+        torch.testing.assert_close(g.logprob, alone.logprob, atol=TOL, rtol=0)

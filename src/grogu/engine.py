@@ -9,11 +9,12 @@ Every metric in grogu is computed from three primitives, all batched over many p
   under given prompts, logits taken only at the continuation positions;
 - :meth:`Engine.next_token_logprobs` — the next-token distribution after each prompt.
 
-How it is fast: prompts are length-bucketed into batches; within a batch the longest common token
-prefix (chat-template header, or the whole prompt when k answers are teacher-forced under one
-ungrounded prompt) is encoded once and its KV cache shared by every row; the rest of each row is
-left-aligned after the prefix with padding masked out and position ids that continue the prefix;
-finished rows leave the decode batch; entropies are computed in float32 on chunks, never on a
+How it is fast: prompts are length-bucketed into batches; within a batch one row's prefix is encoded
+once and its KV cache shared by every row, each row keeping the part it has in common with it (the
+chat-template header; the whole prompt when k answers are teacher-forced under one ungrounded prompt;
+documents 1..i-1 for the i-th leave-one-out prompt of the Influence Score); the rest of each row
+follows with padding masked out and position ids that continue its own prefix; greedy decoding can
+take prompt-lookup drafts (verified, so the answer is unchanged); finished rows leave the decode batch; entropies are computed in float32 on chunks, never on a
 float32 [batch, seq, vocab] tensor of the whole prompt; on out-of-memory a batch is split in two
 and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`grogu.prompts`.
 
@@ -107,7 +108,7 @@ class Engine:
         logits_budget_mb: most memory for the logits of one teacher-forced batch.
         stop_token_ids: tokens that end an answer (default: the tokenizer's and generation config's EOS
             plus the usual end-of-turn tokens found in the vocabulary).
-        min_shared_prefix: shortest common prefix (tokens) worth encoding once for a whole batch.
+        min_shared_prefix: fewest prompt tokens a shared prefix must save to be worth encoding once.
         prompt_lookup: most tokens drafted per greedy decode step by prompt lookup (0 turns it off;
             default 4 on GPU, 0 on CPU). Drafts are verified by the model, so greedy answers and their
             statistics are unchanged; grounded answers copy from their documents, so several tokens
@@ -164,6 +165,7 @@ class Engine:
             raise ValueError("prompt_lookup must be >= 0 and prompt_lookup_ngram >= 2")
         self.prompt_lookup, self.prompt_lookup_ngram = int(prompt_lookup), int(prompt_lookup_ngram)
         self.prompt_lookup_min_ngram = 2  # 1-gram matches draft mostly noise
+        self.prefill_tokens = 0  # prompt tokens actually encoded, padding excluded (diagnostics)
         self.lookup_steps = self.lookup_drafted = 0  # decode forwards run, drafted tokens fed (diagnostics)
 
     # ------------------------------------------------------------------ setup helpers
@@ -262,41 +264,65 @@ class Engine:
         return results
 
     # ------------------------------------------------------------------ forward passes
-    def _prefill(self, seqs: list[list[int]], logits_to_keep: int, max_prefix: int | None = None):
+    def _shared_prefixes(self, seqs: list[list[int]], limits: list[int]) -> tuple[int, list[int]]:
+        """Choose the row whose prefix, encoded once, saves the most work: returns (source row, tokens
+        of it each row can reuse). Row j reuses min(LCP(row j, source), limits[j]) tokens — e.g. the
+        chat header for per-document prompts, documents 1..i-1 for the i-th leave-one-out prompt."""
+        n, width = len(seqs), max(map(len, seqs))
+        ids = torch.full((n, width), -1, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        lcp = (ids[:, None, :] == ids[None, :, :]).to(torch.int32).cumprod(-1).sum(-1)  # [source, row]
+        lens = torch.tensor([len(s) for s in seqs])
+        reuse = torch.minimum(lcp, torch.tensor(limits).clamp(min=0)[None, :])
+        reuse = torch.minimum(reuse, lens[:, None])
+        gain = reuse.sum(1) - reuse.max(1).values  # tokens not encoded again, per candidate source
+        source = int(gain.argmax())
+        return source, reuse[source].tolist()
+
+    def _prefill(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None):
         """Encode a batch; returns (logits of the last `logits_to_keep` positions, cache, attention mask,
-        position of each row's last token). The longest common prefix (at most ``max_prefix`` tokens, and
-        short of every row's last `logits_to_keep` positions) is encoded once and shared by all rows."""
+        position of each row's last token).
+
+        Prefix reuse: one row's prefix (the source) is encoded once and its KV cache given to every row;
+        row j keeps the first p_j slots (its common prefix with the source, at most ``limits[j]``,
+        default len - logits_to_keep) and masks the others. The rest of each row follows, right-aligned
+        with padding masked, its position ids continuing at p_j. Without a useful shared prefix (fewer
+        than ``min_shared_prefix`` tokens saved) the batch is simply padded."""
         n = len(seqs)
         lens = [len(s) for s in seqs]
-        prefix = 0
+        limits = [l - logits_to_keep for l in lens] if limits is None else limits
+        source, keep = 0, [0] * n
         if n > 1:
-            first, limit = seqs[0], min(min(lens) - logits_to_keep, max_prefix if max_prefix is not None else 10**9)
-            while prefix < limit and all(s[prefix] == first[prefix] for s in seqs[1:]):
-                prefix += 1
-            if prefix < self.min_shared_prefix:
-                prefix = 0
+            source, keep = self._shared_prefixes(seqs, limits)
+        prefix = max(keep)
+        if prefix and sum(keep) - prefix < self.min_shared_prefix:
+            prefix, keep = 0, [0] * n
         dev = self.device
         cache = self._new_cache()
         if prefix:
             self.model(
-                input_ids=torch.tensor([seqs[0][:prefix]], device=dev),
+                input_ids=torch.tensor([seqs[source][:prefix]], device=dev),
                 attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
                 position_ids=torch.arange(prefix, device=dev)[None],
                 past_key_values=cache, use_cache=True, logits_to_keep=1,
             )
             cache.batch_repeat_interleave(n)
-        width = max(lens) - prefix
+        width = max(l - k for l, k in zip(lens, keep))
         ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((n, width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            rest = s[prefix:]
+        head = torch.zeros((n, prefix), dtype=torch.long)
+        for i, (s, k) in enumerate(zip(seqs, keep)):
+            rest = s[k:]
             ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
             mask[i, width - len(rest):] = 1
-        ids, mask = ids.to(dev), mask.to(dev)
-        position_ids = prefix + (mask.cumsum(-1) - 1).clamp(min=0)
-        attention = torch.cat([torch.ones(n, prefix, dtype=torch.long, device=dev), mask], dim=1)
+            head[i, :k] = 1
+        ids, mask, head = ids.to(dev), mask.to(dev), head.to(dev)
+        position_ids = torch.tensor(keep, device=dev)[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
+        attention = torch.cat([head, mask], dim=1)
         out = self.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
                          past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
+        self.prefill_tokens += prefix + sum(lens) - sum(keep)
         last_pos = torch.tensor(lens, device=dev) - 1
         return out.logits, cache, attention, last_pos
 
@@ -419,7 +445,7 @@ class Engine:
     def _token_stats_batch(self, prompts: list[list[int]], conts: list[list[int]]) -> list[TokenStats]:
         keep = max(len(c) for c in conts)
         seqs = [p + c[:-1] for p, c in zip(prompts, conts)]
-        logits, *_ = self._prefill(seqs, logits_to_keep=keep, max_prefix=min(len(p) for p in prompts) - 1)
+        logits, *_ = self._prefill(seqs, logits_to_keep=keep, limits=[len(p) - 1 for p in prompts])
         out = []
         for i, cont in enumerate(conts):
             row_logits = logits[i, keep - len(cont):]
