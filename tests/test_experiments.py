@@ -48,6 +48,8 @@ def test_sign_test_by_hand():
     by_hand = 2 * sum(math.comb(8, k) for k in range(7, 9)) / 2 ** 8
     assert res["p"] == pytest.approx(by_hand) and by_hand == pytest.approx(18 / 256)
     assert C.sign_test([True, False], [True, False])["p"] == 1.0
+    lo, hi = C.proportion_ci(0.0, 60)  # Clopper-Pearson with no success: [0, 1 - 0.025 ** (1 / 60)]
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 60))
 
 
 def test_win_counts_and_binary_scores_by_hand():

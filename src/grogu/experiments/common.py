@@ -125,6 +125,17 @@ def win_counts(a: Sequence[float], b: Sequence[float]) -> dict:
             "rate": (wins + 0.5 * ties) / n if n else float("nan")}
 
 
+def proportion_ci(rate: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) confidence interval of a proportion ``rate`` of ``n`` (rate * n is
+    rounded to whole successes; a tie counted as half a win rounds to even)."""
+    from scipy.stats import binomtest
+
+    if not n:
+        return float("nan"), float("nan")
+    ci = binomtest(int(round(rate * n)), n).proportion_ci(confidence_level=level)
+    return float(ci.low), float(ci.high)
+
+
 def sign_test(x: Sequence[bool], y: Sequence[bool]) -> dict:
     """Exact two-sided sign test of paired successes: n10 = x only, n01 = y only;
     p = binomtest(n10, n10 + n01, 0.5); 1.0 when the two never disagree."""

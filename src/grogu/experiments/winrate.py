@@ -108,17 +108,22 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 100, seed: int = 0,
     return C.finish(result, out_dir, write, markdown(result), plot)
 
 
+def _rate_ci(w: dict) -> str:
+    lo, hi = C.proportion_ci(w["rate"], w["n"])
+    return f"{C.fmt(w['rate'], pct=True)} [{C.fmt(lo, pct=True)}–{C.fmt(hi, pct=True)}]"
+
+
 def markdown(result: dict) -> str:
     s = result["summary"]
     rows = []
     for m in METRICS:
         paper = [f"{PAPER[k]['distractor']} / {PAPER[k]['random']}" if m == "key_entropy" else "n/a" for k in PAPER]
         ok = s["win_rate_gold_answered"]
-        rows.append([C.METRIC_LABELS[m]] + [C.fmt(s["win_rate"][o][m]["rate"], pct=True) for o in OTHERS]
+        rows.append([C.METRIC_LABELS[m]] + [_rate_ci(s["win_rate"][o][m]) for o in OTHERS]
                     + [f"{s['win_rate']['distractor'][m]['ties']} / {s['win_rate']['random'][m]['ties']}"]
                     + [" / ".join(C.fmt(ok[o][m]["rate"], pct=True) for o in OTHERS)] + paper)
     n_ok = s["win_rate_gold_answered"]["distractor"]["key_entropy"]["n"]
-    table = C.md_table(["metric", "win-rate vs distractor (%)", "win-rate vs random (%)", "ties (dist. / rand.)",
+    table = C.md_table(["metric", "win-rate vs distractor (%) [95% CI]", "win-rate vs random (%) [95% CI]", "ties (dist. / rand.)",
                         f"same, questions answered from gold (n={n_ok}; dist. / rand., %)"]
                        + [f"paper {k}, SQuAD (dist. / rand., %)" for k in PAPER], rows)
     tests = C.md_table(["comparison", "vs", "n10 (first only)", "n01 (second only)", "sign-test p"],
