@@ -24,6 +24,7 @@ seed. Tuning only ever reads tuning-pool records; the report only held-out ones.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -180,6 +181,221 @@ def stats_of(ctx: dict, ngram: int = M.COPY_NGRAM) -> M.AnswerStats:
                          copied)
 
 
+def _gain(s: M.AnswerStats, mask, weights=None) -> float:
+    return -M.entropy_change(s.h_g, s.h_u, mask, weights)
+
+
+def _ke(s: M.AnswerStats, mask, weights=None) -> float:
+    w = mask.to(torch.float64) if weights is None else weights * mask
+    if float(w.sum()) <= 0:
+        w = mask.to(torch.float64)
+    return -M.weighted_mean(s.h_g, w)
+
+
+#: tuning grid: family -> {setting label: (copy n-gram, utility function of AnswerStats)}
+def tuning_grid() -> dict[str, dict[str, tuple[int, Callable[[M.AnswerStats], float]]]]:
+    alphas, quantiles, rhos, ngrams = (0.05, 0.1, 0.25, 0.5, 1.0), (0.5, 0.6, 0.7, 0.8, 0.9), (0.1, 0.25, 0.5), (3, 4, 5)
+    key = lambda s, a: M.key_token_mask(s.h_g, s.h_u, a)  # noqa: E731
+    qk = lambda s, q: M.quantile_key_mask(s.h_g, s.h_u, q)  # noqa: E731
+    sup = lambda s: M.copy_support_weights(s.copied, s.logp_u)  # noqa: E731
+    g: dict[str, dict] = {
+        "key_entropy (paper; alpha)": {f"alpha={a}": (3, lambda s, a=a: _ke(s, key(s, a))) for a in alphas},
+        "key_entropy_adaptive (quantile)": {f"q={q}": (3, lambda s, q=q: _ke(s, qk(s, q))) for q in quantiles},
+        "key_entropy_relative (rho * H_u)": {f"rho={r}": (3, lambda s, r=r: _ke(s, M.relative_key_mask(s.h_g, s.h_u, r)))
+                                             for r in rhos},
+        "entropy_change (alpha)": {f"alpha={a}": (3, lambda s, a=a: _gain(s, key(s, a))) for a in alphas},
+        "adaptive_entropy_change (quantile)": {f"q={q}": (3, lambda s, q=q: _gain(s, qk(s, q))) for q in quantiles},
+        "copy_aware_key_entropy (mask, n)": {},
+        "copy_aware_entropy_change (mask, n)": {},
+        "pmi: mean(logp_g - logp_u)": {"-": (3, lambda s: float((s.logp_g - s.logp_u).mean()))},
+    }
+    for n in ngrams:
+        for a in (0.05,):
+            g["copy_aware_key_entropy (mask, n)"][f"alpha={a}, n={n}"] = (n, lambda s, a=a: _ke(s, key(s, a), sup(s)))
+            g["copy_aware_entropy_change (mask, n)"][f"alpha={a}, n={n}"] = (n, lambda s, a=a: _gain(s, key(s, a), sup(s)))
+        for q in quantiles:
+            g["copy_aware_key_entropy (mask, n)"][f"q={q}, n={n}"] = (n, lambda s, q=q: _ke(s, qk(s, q), sup(s)))
+            g["copy_aware_entropy_change (mask, n)"][f"q={q}, n={n}"] = (n, lambda s, q=q: _gain(s, qk(s, q), sup(s)))
+    return g
+
+
+def _win(rows: list[dict], key: str, other: str) -> dict:
+    return C.win_counts([r["gold"][key] for r in rows], [r[other][key] for r in rows])
+
+
+def tune(args: argparse.Namespace) -> dict:
+    """Win-rates of every grid setting on the tuning records; the best setting per family."""
+    grid = tuning_grid()
+    out: dict[str, Any] = {}
+    lines = []
+    for path in sorted(glob.glob(os.path.join(args.runs, "*.winrate.tune.jsonl"))):
+        recs = load(path)
+        if not recs:
+            continue
+        cache: dict[int, list[dict]] = {}
+        for n in {n for fam in grid.values() for n, _ in fam.values()}:
+            cache[n] = [{c: stats_of(v, n) for c, v in r["contexts"].items()} for r in recs]
+        name = os.path.basename(path).replace(".winrate.tune.jsonl", "")
+        table, best, all_scored = [], {}, []
+        for fam, settings in grid.items():
+            scored = []
+            for label, (n, fn) in settings.items():
+                rows = [{c: {"u": fn(st)} for c, st in item.items()} for item in cache[n]]
+                wd, wr = _win(rows, "u", "distractor")["rate"], _win(rows, "u", "random")["rate"]
+                scored.append((label, wd, wr))
+                all_scored.append((fam, label, wd, wr))
+                table.append([fam, label, C.fmt(wd, pct=True), C.fmt(wr, pct=True), C.fmt((wd + wr) / 2, pct=True)])
+            b = max(scored, key=lambda x: (x[1] + x[2], x[1]))
+            best[fam] = {"setting": b[0], "distractor": b[1], "random": b[2]}
+        out[name] = {"n": len(recs), "best": best,
+                     "settings": {fam: {lab: (wd, wr) for f2, lab, wd, wr in all_scored if f2 == fam} for fam in grid}}
+        lines.append(f"### tuning: {name} (n = {len(recs)} tuning questions)\n\n"
+                     + C.md_table(["family", "setting", "vs distractor (%)", "vs random (%)", "mean (%)"], table))
+        lines.append(C.md_table(["family", "best setting (mean win-rate)"],
+                                [[f, f"{b['setting']} ({C.fmt((b['distractor'] + b['random']) / 2, pct=True)})"]
+                                 for f, b in best.items()]))
+    # the registered settings: per family, the best mean win-rate averaged over every tuning file of
+    # the embedded model (both answer styles), so one setting serves both styles
+    pooled = [v for k, v in out.items() if k.startswith(args.pool)]
+    if pooled:
+        rows, chosen = [], {}
+        for fam in grid:
+            means = {lab: sum((v["settings"][fam][lab][0] + v["settings"][fam][lab][1]) / 2 for v in pooled) / len(pooled)
+                     for lab in grid[fam]}
+            lab = max(means, key=lambda x: means[x])
+            chosen[fam] = lab
+            rows.append([fam, lab, C.fmt(means[lab], pct=True)])
+        out["chosen"] = chosen
+        lines.append(f"### chosen settings (mean over {len(pooled)} tuning file(s) of {args.pool}*)\n\n"
+                     + C.md_table(["family", "setting", "mean win-rate (%)"], rows))
+    with open(os.path.join(args.runs, "tuning.json"), "w", encoding="utf-8") as f:
+        json.dump(C.clean(out), f, indent=1)
+    print("\n\n".join(lines))
+    return out
+
+
+# ---------------------------------------------------------------- held-out report
+def utilities(ctx: dict) -> dict[str, float]:
+    """Every registered metric's utility (recomputed from the stored statistics with the current
+    grogu.metrics) and the relevance baselines."""
+    s = stats_of(ctx, M.COPY_NGRAM)
+    out = {m: M.compute(m, s.h_g, s.logp_g, s.h_u, logp_u=s.logp_u, copied=s.copied).utility for m in M.METRICS}
+    out.update(ctx["relevance"])
+    return out
+
+
+def report_winrate(recs: list[dict], baseline: dict[str, dict[str, bool]] | None = None) -> dict:
+    """Win-rates of every metric; sign tests against KeyEntropy of the same pass and, with
+    ``baseline`` ({question id: {other: KeyEntropy of the long-style pass prefers gold}}), against the
+    paper's setting (long answers) on the questions both passes scored."""
+    rows = [{c: utilities(v) for c, v in r["contexts"].items()} for r in recs]
+    metrics = list(rows[0]["gold"])
+    acc = {c: sum(r["contexts"][c]["correct"] for r in recs) / len(recs) for c in W.DOCS}
+    toks = sum(r["contexts"][c]["n_tokens"] for r in recs for c in W.DOCS) / (3 * len(recs))
+    win = {m: {o: _win(rows, m, o) for o in W.OTHERS} for m in metrics}
+    tests = {}
+    for m in metrics:
+        if m in ("key_entropy", "bm25", "minilm"):
+            continue
+        for o in W.OTHERS:
+            a = [r["gold"][m] > r[o][m] for r in rows]
+            b = [r["gold"]["key_entropy"] > r[o]["key_entropy"] for r in rows]
+            tests.setdefault(m, {})[o] = C.sign_test(a, b)
+    vs_paper = {}
+    if baseline:
+        both = [(r, x) for r, x in zip(recs, rows) if r["id"] in baseline]
+        for m in metrics:
+            for o in W.OTHERS:
+                a = [x["gold"][m] > x[o][m] for _, x in both]
+                b = [baseline[r["id"]][o] for r, _ in both]
+                vs_paper.setdefault(m, {})[o] = {**C.sign_test(a, b), "n": len(both)}
+    return {"n": len(recs), "accuracy": acc, "mean_answer_tokens": toks, "win_rate": win,
+            "sign_test_vs_key_entropy": tests, "sign_test_vs_long_key_entropy": vs_paper}
+
+
+def report_noise(recs: list[dict]) -> dict:
+    rows = [{c: utilities(v) for c, v in r["contexts"].items()} for r in recs]
+    outcome = [int(r["contexts"]["random"]["correct"]) - int(r["contexts"]["retrieved"]["correct"]) for r in recs]
+    taus = {m: C.kendall_tau([x["random"][m] - x["retrieved"][m] for x in rows], outcome) for m in rows[0]["random"]}
+    acc = {c: sum(r["contexts"][c]["correct"] for r in recs) / len(recs) for c in N.CONTEXTS}
+    return {"n": len(recs), "accuracy": acc, "discordant": sum(o != 0 for o in outcome), "tau": taus}
+
+
+LABELS = {**C.METRIC_LABELS, "key_entropy": "KeyEntropy (paper default)"}
+
+
+def report(args: argparse.Namespace) -> dict:
+    out: dict[str, Any] = {}
+    paths = sorted(glob.glob(os.path.join(args.runs, f"*.{args.split}.jsonl")))
+    baselines: dict[str, dict] = {}
+    for path in paths:  # the paper's setting (long answers, KeyEntropy) of each model, per question
+        tag, style, experiment = os.path.basename(path).split(".")[:3]
+        if style == "long" and experiment == "winrate":
+            baselines[tag] = {}
+            for r in load(path)[: args.limit]:
+                u = {c: utilities(v)["key_entropy"] for c, v in r["contexts"].items()}
+                baselines[tag][r["id"]] = {o: u["gold"] > u[o] for o in W.OTHERS}
+    for path in paths:
+        tag, style, experiment = os.path.basename(path).split(".")[:3]
+        recs = load(path)[: args.limit]
+        if not recs:
+            continue
+        key = f"{tag}.{style}"
+        if experiment == "winrate":
+            res = report_winrate(recs, baselines.get(tag) if style != "long" else None)
+        else:
+            res = report_noise(recs)
+        res["model"] = recs[0]["model"]
+        res["max_new_tokens"] = recs[0]["max_new_tokens"]
+        res["seconds_per_question"] = sum(r["seconds"] for r in recs) / len(recs)
+        out.setdefault(key, {})[experiment] = res
+    with open(os.path.join(args.runs, f"report.{args.split}.json"), "w", encoding="utf-8") as f:
+        json.dump(C.clean(out), f, indent=1)
+    print(markdown(out, "held-out" if args.split == "heldout" else args.split))
+    return out
+
+
+def markdown(out: dict, split: str = "held-out") -> str:
+    parts = []
+    for key, res in out.items():
+        wr, nz = res.get("winrate"), res.get("noise")
+        first = wr or nz
+        head = (f"**{first['model']}**, answer style `{key.split('.')[-1]}` (max_new_tokens {first['max_new_tokens']})")
+        if wr:
+            head += (f"; win-rates on n = {wr['n']} {split} questions (gold answered correctly "
+                     f"{C.fmt(wr['accuracy']['gold'], pct=True)} %, distractor {C.fmt(wr['accuracy']['distractor'], pct=True)} %, "
+                     f"random {C.fmt(wr['accuracy']['random'], pct=True)} %; {wr['mean_answer_tokens']:.1f} answer tokens on average)")
+        if nz:
+            head += (f"; noise: n = {nz['n']} {split} questions, {nz['discordant']} with exactly one context answered "
+                     f"correctly (only those count for τ)")
+        metrics = list((wr or {}).get("win_rate", {})) or list(nz["tau"])
+        rows = []
+        for m in metrics:
+            row = [LABELS.get(m, m)]
+            if wr:
+                w = wr["win_rate"][m]
+                t = wr["sign_test_vs_key_entropy"].get(m, {})
+                row += [C.fmt(w["distractor"]["rate"], pct=True), C.fmt(w["random"]["rate"], pct=True),
+                        " / ".join(C.fmt_p(t[o]["p"]) if o in t else "–" for o in W.OTHERS)]
+                vp = wr["sign_test_vs_long_key_entropy"].get(m)
+                if wr["sign_test_vs_long_key_entropy"]:
+                    row += [" / ".join(f"{vp[o]['n10']}:{vp[o]['n01']}, p={C.fmt_p(vp[o]['p'])}" for o in W.OTHERS)
+                            if vp else "–"]
+            if nz:
+                tt = nz["tau"][m]
+                row += [f"{C.fmt(tt['tau'])} ({tt['C']}/{tt['D']})"]
+            rows.append(row)
+        header = ["metric"]
+        if wr:
+            header += ["gold vs distractor (%)", "gold vs random (%)", "sign test vs KeyEntropy p (dist. / rand.)"]
+            if wr["sign_test_vs_long_key_entropy"]:
+                header += ["vs paper setting (long answers, KeyEntropy): only this wins : only paper wins, p (dist. / rand.)"]
+        if nz:
+            header += ["noise τ (C/D)"]
+        parts.append(head + "\n\n" + C.md_table(header, rows))
+    return "\n\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -195,9 +411,19 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--batch", type=int, default=8, help="questions per engine call")
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--out", default=OUT)
+    for name in ("tune", "report"):
+        sp = sub.add_parser(name, help="settings on the tuning records" if name == "tune" else "held-out table")
+        sp.add_argument("--runs", default=OUT)
+        sp.add_argument("--pool", default="smollm2-135m-instruct", help="tune: the model tag whose files set the defaults")
+        sp.add_argument("--split", default="heldout", help="report: which records (heldout; tune only as a check)")
+        sp.add_argument("--limit", type=int, default=None, help="report: the first N questions of each file")
     args = p.parse_args(argv)
     if args.command == "collect":
         collect(args)
+    elif args.command == "tune":
+        tune(args)
+    else:
+        report(args)
     return 0
 
 

@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--metric", default=M.DEFAULT_METRIC, choices=sorted(M.METRICS))
         p.add_argument("--alpha", type=float, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
         p.add_argument("--top-k-frac", type=float, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
-        p.add_argument("--max-new-tokens", type=int, default=64)
+        p.add_argument("--max-new-tokens", type=int, default=None, help="longest scored answer (default 64; 16 with --answer-style short)")
+        p.add_argument("--answer-style", default="long", choices=("long", "short"),
+                       help="'short': ask for the answer only and cut it at its first line/sentence (small models)")
         p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
         p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU)")
         p.add_argument("--batch-queries", type=int, default=8, help="queries scored together in one engine pass")
@@ -210,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     from .scorer import UtilityScorer, _select
 
     scorer = UtilityScorer(args.model, metric=args.metric, alpha=args.alpha, top_k_frac=args.top_k_frac,
-                           max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
+                           max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype,
+                           answer_style=args.answer_style)
     items = list(iter_queries(args))
     progress = tqdm(total=len(items), desc="queries", unit="q", disable=len(items) < 2, file=sys.stderr)
     for start in range(0, len(items), max(1, args.batch_queries)):

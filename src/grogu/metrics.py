@@ -8,7 +8,31 @@ Inputs for one grounded answer y_g of n tokens (end-of-turn excluded):
 Key tokens are those with |h_g - h_u| > alpha; if none, the ceil(K * n) tokens with the highest h_g
 (ties: the earlier token first). The confidence gamma of each variant (lower = more confident):
 Entropy = mean h_g; KeyEntropy = mean h_g over key tokens; PPL = exp(mean NLL_g);
-KeyPPL = exp(mean NLL_g over key tokens). Utility = -gamma, so higher is more useful.
+KeyPPL = exp(mean NLL_g over key tokens). Utility = -gamma, so higher is more useful. These are the
+paper's four variants (Hua et al.); KeyEntropy with alpha = 0.05, K = 0.1 is the paper's default.
+
+Small-model variants (issue #8; measured in docs/results.md, "Small models: utility variants").
+Small instruction models (~100M parameters) answer with a long sentence copied from whatever passage
+they get; copying is confident whether or not the passage helps, and most tokens pass alpha = 0.05,
+so KeyEntropy ends up measuring "how copyable is this passage". The variants keep the paper's idea
+(confidence with against without the document, on the tokens that matter) with two extra inputs:
+- ``logp_u``: each token's log-probability under the ungrounded prompt;
+- ``copied``: tokens inside an answer n-gram found verbatim in the document (:func:`copied_mask`).
+Variants (confidence gamma; utility = -gamma):
+- ``key_entropy_adaptive``: mean h_g over *adaptive* key tokens: |h_g - h_u| at or above the
+  ``ADAPTIVE_KEY_QUANTILE`` quantile of this answer's |h_g - h_u| (nats);
+- ``entropy_change``: mean (h_g - h_u) over the paper's key tokens (nats; negative when the document
+  makes the model surer): the *change* in confidence, not the grounded confidence alone;
+- ``adaptive_entropy_change``: mean (h_g - h_u) over adaptive key tokens (``CHANGE_KEY_QUANTILE``);
+- ``copy_aware_key_entropy``: ``key_entropy_adaptive`` with each copied token weighted by its
+  probability without the document, p_u = exp(logp_u) (copying counts only as far as the question
+  alone supports it); copied = inside a ``COPY_NGRAM``-gram found in the document;
+- ``copy_aware_entropy_change``: mean (h_g - h_u) over the ``ADAPTIVE_KEY_QUANTILE`` key tokens with
+  the same copy weights.
+The quantiles and the n-gram size were tuned on a tuning split of SQuAD dev (a third of its articles)
+with SmolLM2-135M-Instruct, both answer styles; the report is on the other articles.
+The paper's App. C difference gamma(y_g | q, D) - gamma(y_u | q) subtracts a term common to every
+context of one query, so it ranks contexts exactly as KeyEntropy does (see ``UtilityScorer.ungrounded``).
 """
 
 from __future__ import annotations
@@ -22,7 +46,10 @@ import torch
 ALPHA = 0.05
 TOP_K_FRAC = 0.1
 DEFAULT_METRIC = "key_entropy"
-COPY_NGRAM = 3  # n of the n-grams that mark answer tokens copied from the document
+COPY_NGRAM = 5  # n of the n-grams that mark answer tokens copied from the document (tuned, issue #8)
+# adaptive key tokens: |dH| at or above this quantile of the answer's |dH| (tuned on the tuning split, issue #8)
+ADAPTIVE_KEY_QUANTILE = 0.9  # key_entropy_adaptive, copy_aware_key_entropy, copy_aware_entropy_change
+CHANGE_KEY_QUANTILE = 0.5  # adaptive_entropy_change
 
 
 def _vec(x) -> torch.Tensor:
@@ -180,6 +207,16 @@ def grogu_difference(grounded_confidence: float, ungrounded_confidence: float) -
     return grounded_confidence - ungrounded_confidence
 
 
+def entropy_change(h_g, h_u, mask=None, weights=None) -> float:
+    """Confidence change gamma = mean of (h_g - h_u) in nats over the ``mask`` tokens (all if None),
+    optionally weighted; negative when the document makes the model surer of its own answer."""
+    d = _vec(h_g) - _vec(h_u)
+    w = torch.ones(len(d), dtype=torch.float64) if weights is None else _vec(weights)
+    if mask is not None:
+        w = w * torch.as_tensor(mask, dtype=torch.bool).to(torch.float64)
+    return weighted_mean(d, w)
+
+
 @dataclass(frozen=True)
 class MetricValue:
     """One metric on one answer: confidence gamma (nats for entropy variants, perplexity for PPL ones),
@@ -236,11 +273,57 @@ def _key_ppl_metric(s, alpha, k):
     return MetricValue("key_ppl", key_perplexity(s.logp_g, mask), len(s), int(mask.sum()))
 
 
+def _needs(s: AnswerStats, metric: str, *fields: str) -> None:
+    missing = [f for f in fields if getattr(s, f) is None]
+    if missing:
+        raise ValueError(f"metric {metric!r} needs {', '.join(missing)} (pass logp_u= / copied= to compute(); "
+                         f"UtilityScorer always does)")
+
+
+def _key_entropy_adaptive_metric(s, alpha, k):
+    mask = quantile_key_mask(s.h_g, s.h_u, ADAPTIVE_KEY_QUANTILE)
+    return MetricValue("key_entropy_adaptive", key_entropy(s.h_g, mask), len(s), int(mask.sum()))
+
+
+def _entropy_change_metric(s, alpha, k):
+    mask = key_token_mask(s.h_g, s.h_u, alpha, k)
+    return MetricValue("entropy_change", entropy_change(s.h_g, s.h_u, mask), len(s), int(mask.sum()))
+
+
+def _adaptive_entropy_change_metric(s, alpha, k):
+    mask = quantile_key_mask(s.h_g, s.h_u, CHANGE_KEY_QUANTILE)
+    return MetricValue("adaptive_entropy_change", entropy_change(s.h_g, s.h_u, mask), len(s), int(mask.sum()))
+
+
+def _copy_aware_key_entropy_metric(s, alpha, k):
+    _needs(s, "copy_aware_key_entropy", "logp_u", "copied")
+    mask = quantile_key_mask(s.h_g, s.h_u, ADAPTIVE_KEY_QUANTILE)
+    w = copy_support_weights(s.copied, s.logp_u) * mask
+    if float(w.sum()) <= 0:  # every key token copied with p_u = 0: plain KeyEntropy
+        w = mask.to(torch.float64)
+    return MetricValue("copy_aware_key_entropy", weighted_mean(s.h_g, w), len(s), int(mask.sum()))
+
+
+def _copy_aware_entropy_change_metric(s, alpha, k):
+    _needs(s, "copy_aware_entropy_change", "logp_u", "copied")
+    mask = quantile_key_mask(s.h_g, s.h_u, ADAPTIVE_KEY_QUANTILE)
+    w = copy_support_weights(s.copied, s.logp_u) * mask
+    if float(w.sum()) <= 0:
+        w = mask.to(torch.float64)
+    return MetricValue("copy_aware_entropy_change", entropy_change(s.h_g, s.h_u, weights=w), len(s), int(mask.sum()))
+
+
 METRICS: dict[str, MetricFn] = {
     "key_entropy": _key_entropy_metric,
     "entropy": _entropy_metric,
     "ppl": _ppl_metric,
     "key_ppl": _key_ppl_metric,
+    # small-model variants (issue #8; docs/results.md, "Small models: utility variants")
+    "key_entropy_adaptive": _key_entropy_adaptive_metric,
+    "entropy_change": _entropy_change_metric,
+    "adaptive_entropy_change": _adaptive_entropy_change_metric,
+    "copy_aware_key_entropy": _copy_aware_key_entropy_metric,
+    "copy_aware_entropy_change": _copy_aware_entropy_change_metric,
 }
 
 

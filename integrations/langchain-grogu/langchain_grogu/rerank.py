@@ -46,7 +46,8 @@ class GroguScoring(BaseModel):
     """Keep only documents whose utility is >= threshold (minus key-token entropy in nats for the
     default metric: e.g. -1.5 keeps documents whose answer key tokens have at most 1.5 nats)."""
     metric: str = DEFAULT_METRIC
-    """'key_entropy' (default), 'entropy', 'ppl' or 'key_ppl' (DESIGN.md §2.1)."""
+    """A name from ``grogu.METRICS``: 'key_entropy' (default), 'entropy', 'ppl', 'key_ppl' (DESIGN.md
+    §2.1), or a small-model variant (see ``grogu.metrics``)."""
     alpha: float = Field(default=ALPHA, ge=0)
     """Key-token threshold on |H_grounded - H_ungrounded| in nats."""
     top_k_frac: float = Field(default=TOP_K_FRAC, gt=0, le=1)
@@ -55,6 +56,8 @@ class GroguScoring(BaseModel):
     """Longest grounded answer generated per document."""
     template: PromptTemplate | None = None
     """Override of grogu's grounded/ungrounded prompt text."""
+    answer_style: Literal["long", "short"] = "long"
+    """'short': ask for the answer only and cut it at its first line/sentence (small models)."""
     title_key: str | None = None
     """Metadata key whose value is shown to the LLM as the document's title (e.g. 'title'); None shows
     the page content only."""
@@ -76,7 +79,7 @@ class GroguScoring(BaseModel):
         engine = resolve_engine(self.model, self.device, self.dtype)
         self._scorer = UtilityScorer(
             engine, metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
-            max_new_tokens=self.max_new_tokens, template=self.template,
+            max_new_tokens=self.max_new_tokens, template=self.template, answer_style=self.answer_style,
         )
         self._model_label = model_label(self.model, engine)
 

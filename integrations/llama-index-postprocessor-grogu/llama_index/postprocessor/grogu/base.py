@@ -43,7 +43,8 @@ class GroguRerank(BaseNodePostprocessor):
         model: the target LLM: a model name/path/hub id, a shared ``grogu.Engine``, a loaded
             ``(model, tokenizer)`` pair, or a LlamaIndex ``HuggingFaceLLM`` (its model is reused).
         threshold: keep only nodes with utility >= threshold (applied before ``top_n``).
-        metric: 'key_entropy' (default), 'entropy', 'ppl' or 'key_ppl'.
+        metric: a name from ``grogu.METRICS``: 'key_entropy' (default, the paper's), 'entropy', 'ppl',
+            'key_ppl', or a small-model variant (see ``grogu.metrics``).
         layout: None (default) for per-node reranking only; 'after' to then pick, among orders of the
             kept nodes (utility, retrieval, reversed, LongContextReorder), the one whose context-level
             GROGU is best; 'only' to skip per-node scoring and pick the best order of the first
@@ -54,6 +55,8 @@ class GroguRerank(BaseNodePostprocessor):
         metadata_mode: which node text the LLM reads (default ``MetadataMode.LLM``, as synthesizers do).
         max_new_tokens: longest grounded answer generated per node.
         template: a ``grogu.PromptTemplate`` overriding the scoring prompt.
+        answer_style: 'long' (default) or 'short' (short-answer scoring pass for small models; see
+            ``grogu.UtilityScorer``).
         device, dtype: for a model given by name.
     """
 
@@ -66,6 +69,7 @@ class GroguRerank(BaseNodePostprocessor):
     keep_retrieval_score: bool = Field(default=True, description="Keep the retrieval score in metadata.")
     metadata_mode: MetadataMode = Field(default=MetadataMode.LLM, description="Node text the LLM reads.")
     max_new_tokens: int = Field(default=64, description="Longest grounded answer generated per node.")
+    answer_style: str = Field(default="long", description="'long' or 'short' (short-answer scoring pass).")
 
     _scorer: grogu.UtilityScorer = PrivateAttr()
 
@@ -84,6 +88,7 @@ class GroguRerank(BaseNodePostprocessor):
         template: Optional[grogu.PromptTemplate] = None,
         device: Optional[str] = None,
         dtype: Optional[str] = None,
+        answer_style: str = "long",
         callback_manager: Optional[CallbackManager] = None,
     ) -> None:
         if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
@@ -101,7 +106,8 @@ class GroguRerank(BaseNodePostprocessor):
             raise ValueError(f"on_error must be 'raise' or 'passthrough', got {on_error!r}")
         metric = metric_name(metric)
         engine = resolve_engine(model, device=device, dtype=dtype)
-        scorer = grogu.UtilityScorer(engine, metric=metric, max_new_tokens=max_new_tokens, template=template)
+        scorer = grogu.UtilityScorer(engine, metric=metric, max_new_tokens=max_new_tokens, template=template,
+                                      answer_style=answer_style)
         super().__init__(
             model=model_label(model, engine),
             top_n=top_n,
@@ -112,6 +118,7 @@ class GroguRerank(BaseNodePostprocessor):
             keep_retrieval_score=keep_retrieval_score,
             metadata_mode=metadata_mode,
             max_new_tokens=max_new_tokens,
+            answer_style=answer_style,
             callback_manager=callback_manager or CallbackManager([]),
         )
         self._scorer = scorer
