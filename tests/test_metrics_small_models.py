@@ -72,6 +72,95 @@ def test_copy_continuation_and_support_weights():
         M.weighted_mean([1.0], [0.0])
 
 
+# ---------------------------------------------------------------- registered variants
+# 11 answer tokens (dyadic numbers, so every sum is exact):
+H_G = [1.0, 0.25, 0.5, 0.0, 2.0, 0.5, 0.25, 0.5, 0.0, 1.5, 0.75]
+H_U = [1.0, 0.5, 0.75, 0.5, 1.0, 1.0, 1.0, 1.5, 3.0, 4.0, 0.75]
+# d = h_g - h_u = [0, -.25, -.25, -.5, 1, -.5, -.75, -1, -3, -2.5, 0]
+# |d| sorted: 0, 0, .25, .25, .5, .5, .75, 1, 1, 2.5, 3
+#   quantile 0.5 -> position 5 -> 0.5: key = |d| >= 0.5 -> tokens 3..9 (7 tokens)
+#   quantile 0.9 -> position 9 -> 2.5: key = tokens 8, 9
+#   paper alpha 0.05: |d| > 0.05 -> tokens 1..9 (9 tokens)
+LOGP_G = [-0.5] * 11
+COPIED = [False] * 8 + [True, True, False]
+LOGP_U = [0.0] * 8 + [math.log(0.5), math.log(0.25), math.log(0.1)]  # p_u of tokens 8, 9: 0.5, 0.25
+
+
+def _v(name, **kw):
+    return M.compute(name, H_G, LOGP_G, H_U, logp_u=LOGP_U, copied=COPIED, **kw)
+
+
+def test_tuned_settings_are_the_documented_ones():
+    # docs/results.md reports these (tuned on the SQuAD tuning split); change both together
+    assert (M.ADAPTIVE_KEY_QUANTILE, M.CHANGE_KEY_QUANTILE, M.COPY_NGRAM) == (0.9, 0.5, 5)
+    assert M.DEFAULT_METRIC == "key_entropy"
+    assert {"key_entropy", "entropy", "ppl", "key_ppl", "key_entropy_adaptive", "entropy_change",
+            "adaptive_entropy_change", "copy_aware_key_entropy", "copy_aware_entropy_change"} == set(M.METRICS)
+
+
+def test_key_entropy_adaptive():
+    v = _v("key_entropy_adaptive")
+    # tokens 8, 9: mean h_g = (0.0 + 1.5) / 2
+    assert (v.confidence, v.utility, v.n_tokens, v.n_key_tokens) == (pytest.approx(0.75), pytest.approx(-0.75), 11, 2)
+    # the paper's KeyEntropy on the same answer: tokens 1..9, h_g sum 5.5
+    assert _v("key_entropy").confidence == pytest.approx(5.5 / 9)
+
+
+def test_entropy_change_on_paper_key_tokens():
+    v = _v("entropy_change")
+    # tokens 1..9: d sum = -.25 - .25 - .5 + 1 - .5 - .75 - 1 - 3 - 2.5 = -7.75
+    assert (v.confidence, v.utility, v.n_key_tokens) == (pytest.approx(-7.75 / 9), pytest.approx(7.75 / 9), 9)
+    # alpha still applies: with alpha = 0.6 the key tokens are 4, 6, 7, 8, 9: d sum 1 - .75 - 1 - 3 - 2.5
+    assert _v("entropy_change", alpha=0.6).confidence == pytest.approx(-6.25 / 5)
+
+
+def test_adaptive_entropy_change():
+    v = _v("adaptive_entropy_change")
+    # tokens 3..9: d sum = -.5 + 1 - .5 - .75 - 1 - 3 - 2.5 = -7.25
+    assert (v.confidence, v.utility, v.n_key_tokens) == (pytest.approx(-7.25 / 7), pytest.approx(7.25 / 7), 7)
+
+
+def test_copy_aware_variants():
+    # key tokens 8, 9 (quantile 0.9), both copied: weights p_u = 0.5, 0.25
+    ke = _v("copy_aware_key_entropy")
+    assert ke.confidence == pytest.approx((0.5 * 0.0 + 0.25 * 1.5) / 0.75)  # = 0.5
+    ch = _v("copy_aware_entropy_change")
+    assert ch.confidence == pytest.approx((0.5 * -3.0 + 0.25 * -2.5) / 0.75)  # = -2.8333
+    assert ch.utility == pytest.approx(2.125 / 0.75) and ch.n_key_tokens == 2
+    # nothing copied: the weights are all 1 -> the plain adaptive means
+    plain = M.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U, logp_u=LOGP_U, copied=[False] * 11)
+    assert plain.confidence == pytest.approx(0.75)
+    # every key token copied with p_u = 0: fall back to the unweighted key tokens
+    zero = M.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U, logp_u=[-math.inf] * 11, copied=[True] * 11)
+    assert zero.confidence == pytest.approx(0.75)
+
+
+def test_variants_need_their_inputs():
+    with pytest.raises(ValueError, match="logp_u"):
+        M.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U)
+    with pytest.raises(ValueError, match="copied has 2"):
+        M.compute("key_entropy", H_G, LOGP_G, H_U, copied=[True, False])
+    # the paper's variants and the entropy-only variants need neither
+    assert M.compute("adaptive_entropy_change", H_G, LOGP_G, H_U).confidence == pytest.approx(-7.25 / 7)
+    assert M.metric_name("Adaptive-Entropy-Change") == "adaptive_entropy_change"
+
+
+def test_scorer_variants_use_logp_u_and_copy_mask(tiny_engine):
+    scorer = UtilityScorer(tiny_engine, max_new_tokens=10)
+    for r in scorer.score(QUERY, DOCS, return_details=True):
+        d = r.details
+        assert len(d.ungrounded_logprob) == len(d.copied) == len(d.token_ids)
+        g = scorer.prompts.grounded_ids(QUERY, [Document(DOCS[r.index])])
+        assert d.copied.tolist() == M.copied_mask(d.token_ids, g, scorer.prompts.ungrounded_ids(QUERY), M.COPY_NGRAM).tolist()
+        for name in M.METRICS:
+            ref = M.compute(name, d.grounded_entropy, d.grounded_logprob, d.ungrounded_entropy,
+                            logp_u=d.ungrounded_logprob, copied=d.copied)
+            assert r.variants[name] == pytest.approx(ref.utility)
+        assert r.score == r.variants["key_entropy"]
+    ranked = UtilityScorer(tiny_engine, max_new_tokens=10, metric="adaptive-entropy-change").score(QUERY, DOCS)
+    assert [x.metric for x in ranked] == ["adaptive_entropy_change"] * 2
+
+
 # ---------------------------------------------------------------- scorer: short answers
 def test_short_answer_style_changes_prompt_and_caps_tokens(tiny_engine):
     long = UtilityScorer(tiny_engine)
