@@ -301,6 +301,14 @@ def report_winrate(recs: list[dict], baseline: dict[str, dict[str, bool]] | None
             a = [r["gold"][m] > r[o][m] for r in rows]
             b = [r["gold"]["key_entropy"] > r[o]["key_entropy"] for r in rows]
             tests.setdefault(m, {})[o] = C.sign_test(a, b)
+    passing = copied = total = 0
+    for r in recs:
+        for v in r["contexts"].values():
+            st = stats_of(v, M.COPY_NGRAM)
+            passing += int(((st.h_g - st.h_u).abs() > M.ALPHA).sum())
+            copied += int(st.copied.sum())
+            total += len(st)
+    tokens = {"share_passing_alpha": passing / max(total, 1), "share_copied": copied / max(total, 1)}
     vs_paper = {}
     if baseline:
         both = [(r, x) for r, x in zip(recs, rows) if r["id"] in baseline]
@@ -309,7 +317,7 @@ def report_winrate(recs: list[dict], baseline: dict[str, dict[str, bool]] | None
                 a = [x["gold"][m] > x[o][m] for _, x in both]
                 b = [baseline[r["id"]][o] for r, _ in both]
                 vs_paper.setdefault(m, {})[o] = {**C.sign_test(a, b), "n": len(both)}
-    return {"n": len(recs), "accuracy": acc, "mean_answer_tokens": toks, "win_rate": win,
+    return {"n": len(recs), "accuracy": acc, "mean_answer_tokens": toks, "tokens": tokens, "win_rate": win,
             "sign_test_vs_key_entropy": tests, "sign_test_vs_long_key_entropy": vs_paper}
 
 
@@ -364,7 +372,10 @@ def markdown(out: dict, split: str = "held-out") -> str:
         if wr:
             head += (f"; win-rates on n = {wr['n']} {split} questions (gold answered correctly "
                      f"{C.fmt(wr['accuracy']['gold'], pct=True)} %, distractor {C.fmt(wr['accuracy']['distractor'], pct=True)} %, "
-                     f"random {C.fmt(wr['accuracy']['random'], pct=True)} %; {wr['mean_answer_tokens']:.1f} answer tokens on average)")
+                     f"random {C.fmt(wr['accuracy']['random'], pct=True)} %; {wr['mean_answer_tokens']:.1f} answer tokens on average, "
+                     f"{C.fmt(wr['tokens']['share_passing_alpha'], pct=True)} % of them pass alpha = 0.05, "
+                     f"{C.fmt(wr['tokens']['share_copied'], pct=True)} % copied from the document ({M.COPY_NGRAM}-grams); "
+                     f"{first['seconds_per_question']:.1f} s per question for its 3 contexts, 1 CPU thread, shared machine)")
         if nz:
             head += (f"; noise: n = {nz['n']} {split} questions, {nz['discordant']} with exactly one context answered "
                      f"correctly (only those count for τ)")

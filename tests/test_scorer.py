@@ -31,12 +31,15 @@ def test_scores_match_metric_on_naive_statistics(scorer):
     engine = scorer.engine
     docs = [Document(d) if isinstance(d, str) else d if isinstance(d, Document) else Document(d["text"], d["title"])
             for d in DOCS]
-    ref = naive_grogu_stats(engine.model, [scorer.prompts.grounded_ids(QUERY, [d]) for d in docs],
-                            scorer.prompts.ungrounded_ids(QUERY), 10, engine.stop_token_ids, engine.pad_token_id)
-    for r, n in zip(results, ref):
+    grounded = [scorer.prompts.grounded_ids(QUERY, [d]) for d in docs]
+    ungrounded = scorer.prompts.ungrounded_ids(QUERY)
+    ref = naive_grogu_stats(engine.model, grounded, ungrounded, 10, engine.stop_token_ids, engine.pad_token_id)
+    for r, n, g in zip(results, ref, grounded):
         assert r.answer == engine.decode(n.token_ids)
+        copied = M.copied_mask(n.token_ids, g, ungrounded, M.COPY_NGRAM)
         for name in M.METRICS:
-            expected = M.compute(name, n.grounded_entropy, n.grounded_logprob, n.ungrounded_entropy)
+            expected = M.compute(name, n.grounded_entropy, n.grounded_logprob, n.ungrounded_entropy,
+                                 logp_u=n.ungrounded_logprob, copied=copied)
             assert r.variants[name] == pytest.approx(expected.utility, abs=1e-4)
         assert r.score == r.variants["key_entropy"] and r.metric == "key_entropy"
         assert r.n_tokens == len(n.token_ids) and r.details.key_mask.sum() == r.n_key_tokens
