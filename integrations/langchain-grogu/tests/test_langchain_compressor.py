@@ -9,7 +9,7 @@ import pytest
 from langchain_core.documents import BaseDocumentCompressor
 from pydantic import ValidationError
 
-from grogu import UtilityScorer
+from grogu import METRICS, UtilityScorer
 from langchain_grogu import METADATA_KEY, GroguCompressor
 
 N = 8  # max_new_tokens everywhere (as in conftest)
@@ -70,7 +70,7 @@ def test_metadata_kept_and_added_inputs_untouched(llm, documents, reference):
         info = doc.metadata[METADATA_KEY]
         assert info["rank"] == rank and info["index"] == r.index
         assert info["metric"] == "key_entropy" and info["confidence"] == pytest.approx(-info["score"])
-        assert set(info["variants"]) == {"key_entropy", "entropy", "ppl", "key_ppl"}
+        assert set(info["variants"]) == set(METRICS)  # every metric, the paper's four included
         assert info["n_tokens"] == r.n_tokens and info["answer_finished"] == r.answer_finished
         assert info["model"]
 
