@@ -117,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default="runs/qrecc_rewrite")
+    ap.add_argument("--recheck", metavar="REPORT", help="recompute and print the check of a saved qrecc_report.json")
     args = ap.parse_args(argv)
+    if args.recheck:
+        print_report(recheck(args.recheck, args.random_seeds))
+        return 0
 
     from grogu import testing
     from grogu.rewrite import BM25Retriever, DenseRetriever, build_rewrite_pairs
@@ -163,76 +167,137 @@ def main(argv: list[str] | None = None) -> int:
         window_hits.append([any(contains_answer(p, answer, args.min_recall) for p in x.passages) for x in r.rewrites])
         passage_hits.append([any(contains_answer(source[p], answer, args.min_recall) for p in x.passages)
                              for x in r.rewrites])
+    scores = [[x.score for x in r.rewrites] for r in pairs.results]
+    ids = [r.turn.id for r in pairs.results]
+    kept = [(p.turn_index, [x.rewrite for x in pairs.results[p.turn_index].rewrites].index(p.chosen),
+             [x.rewrite for x in pairs.results[p.turn_index].rewrites].index(p.rejected)) for p in pairs.kept]
     report = {"turns": len(chosen), "k": args.k, "corpus_windows": len(corpus),
               "evaluable_turns_in_sample": len(evaluable),
               "unique_candidates_per_turn_mean": pairs.summary["unique_candidates_per_turn_mean"],
-              "window_level": check(window_hits, pairs, args.random_seeds),
-              "source_passage_level": check(passage_hits, pairs, args.random_seeds),
+              "window_level": check(window_hits, scores, ids, kept, args.random_seeds),
+              "source_passage_level": check(passage_hits, scores, ids, kept, args.random_seeds),
               "sft_chose_original_question": pairs.summary["sft_chose_original_question"],
-              "summary": pairs.summary, "settings": vars(args),
+              "dpo_kept": kept, "summary": pairs.summary, "settings": vars(args),
               "wall_s": {"total": round(time.perf_counter() - t_start, 1), "pairs": round(t_pairs, 1)},
               "outputs": paths}
     with open(os.path.join(args.out, "qrecc_report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
-    print(f"\nQReCC sample, {len(chosen)} turns, top-{args.k} of {len(corpus)} windows of {args.chunk_words} words, "
+    print_report(report)
+    return 0
+
+
+def recheck(path: str, random_seeds: int = 20) -> dict:
+    """Recompute the check of a saved qrecc_report.json from its per-turn hits and scores (no model)."""
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    kept = report.get("dpo_kept")
+    scores_path = os.path.join(os.path.dirname(path), "scores.jsonl")
+    if kept is None and os.path.exists(scores_path):  # reports written before "dpo_kept" was saved
+        with open(scores_path, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        kept = [(i, r["best"], r["worst"]) for i, r in enumerate(rows) if r["pair"] == "kept"]
+    for level in ("window_level", "source_passage_level"):
+        per_turn = report[level]["per_turn"]
+        report[level] = check([t["hits"] for t in per_turn], [t["scores"] for t in per_turn],
+                              [t["id"] for t in per_turn], kept, random_seeds)
+    return report
+
+
+def print_report(report: dict) -> None:
+    k = report["k"]
+    print(f"\nQReCC sample, {report['turns']} turns, top-{k} of {report['corpus_windows']} windows, "
           f"{report['unique_candidates_per_turn_mean']:.1f} unique candidates/turn, "
-          f"{pairs.summary['pairs_kept']} DPO pairs kept")
+          f"GROGU kept the original question in {report['sft_chose_original_question']} turns")
     for level, title in (("window_level", "a retrieved window holds the gold answer"),
                          ("source_passage_level", "a retrieved window comes from a passage holding it")):
-        h = report[level]["hit_rate"]
-        print(f"\n{title}\n| rewrite used | hit rate (top-{args.k}) |\n|---|---|")
-        print(f"| GROGU-chosen (SFT target) | {h['grogu_chosen']:.3f} |")
-        print(f"| random candidate ({args.random_seeds} seeds) | {h['random_candidate_mean_over_seeds']:.3f} "
+        r = report[level]
+        h, s = r["hit_rate"], r["sampled_only"]
+        print(f"\n{title}\n| rewrite used | hit rate (top-{k}) |\n|---|---|")
+        print(f"| GROGU-chosen (SFT target) | {h['grogu_chosen']:.3f} (P[random >= this] = "
+              f"{r['p_random_at_least_grogu']:.3f}) |")
+        print(f"| random candidate ({r['random_seeds']} seeds) | {h['random_candidate_mean_over_seeds']:.3f} "
               f"± {h['random_candidate_std_over_seeds']:.3f} (expected {h['random_candidate_expected']:.3f}) |")
         print(f"| original question | {h['original_question']:.3f} |")
         print(f"| GROGU-lowest | {h['grogu_lowest']:.3f} |")
         print(f"| any candidate (oracle) | {h['oracle_any_candidate']:.3f} |")
-        r = report[level]
-        print(f"turns where candidates disagree: {r['turns_where_candidates_disagree']}; DPO pairs kept: chosen hit "
-              f"{r['dpo_kept_chosen_hit_rate']:.3f}, rejected hit {r['dpo_kept_rejected_hit_rate']:.3f}")
-    print(f"\nwall: {report['wall_s']}  outputs: {args.out}")
-    return 0
+        print(f"| sampled rewrites only: GROGU-chosen / random expected | {s['grogu_chosen']:.3f} / "
+              f"{s['random_candidate_expected']:.3f} (P = {s['p_random_at_least_grogu']:.3f}) |")
+        if r.get("dpo_pairs_kept") is not None:
+            print(f"turns where candidates disagree: {r['turns_where_candidates_disagree']}; DPO pairs kept "
+                  f"{r['dpo_pairs_kept']}: chosen hit {r['dpo_kept_chosen_hit_rate']:.3f}, rejected hit "
+                  f"{r['dpo_kept_rejected_hit_rate']:.3f}")
+    if "wall_s" in report:
+        print(f"\nwall: {report['wall_s']}")
 
 
-def check(hits: list[list[bool]], pairs, random_seeds: int) -> dict:
-    """Hit rates of the GROGU-chosen, random, original, GROGU-lowest and oracle candidate per turn."""
-    n = len(hits)
+def _rate(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
 
-    def rate(xs) -> float:
-        return sum(xs) / len(xs) if xs else float("nan")
 
-    best = [h[r.rewrites.index(r.best)] for h, r in zip(hits, pairs.results)]
-    worst = [h[min(range(len(r.rewrites)), key=lambda i: (r.rewrites[i].score, i))] for h, r in zip(hits, pairs.results)]
-    original = [h[0] for h in hits]
-    random_rates = [rate([random.Random(s * 1000 + i).choice(h) for i, h in enumerate(hits)])
-                    for s in range(random_seeds)]
+def _argmax(scores: list[float]) -> int:
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))  # ties: the earlier (as grogu.rewrite)
+
+
+def _argmin(scores: list[float]) -> int:
+    return min(range(len(scores)), key=lambda i: (scores[i], i))
+
+
+def p_at_least(probs: list[float], observed: int) -> float:
+    """P(sum of independent Bernoulli(p_i) >= observed): how often picking one candidate per turn
+    uniformly at random hits at least as often as the observed choice (Poisson-binomial, exact)."""
+    dist = [1.0]
+    for p in probs:
+        nxt = [0.0] * (len(dist) + 1)
+        for j, v in enumerate(dist):
+            nxt[j] += v * (1 - p)
+            nxt[j + 1] += v * p
+        dist = nxt
+    return sum(dist[observed:])
+
+
+def check(hits: list[list[bool]], scores: list[list[float]], ids: list, kept: list | None, random_seeds: int) -> dict:
+    """Hit rates of the GROGU-chosen, random, original, GROGU-lowest and oracle candidate per turn
+    (candidate 0 is the original question); the same among the sampled rewrites only; and for the kept
+    DPO pairs [(turn, chosen, rejected)]."""
+    best = [h[_argmax(s)] for h, s in zip(hits, scores)]
+    worst = [h[_argmin(s)] for h, s in zip(hits, scores)]
+    random_rates = [_rate(random.Random(seed * 1000 + i).choice(h) for i, h in enumerate(hits))
+                    for seed in range(random_seeds)]
     informative = [i for i, h in enumerate(hits) if 0 < sum(h) < len(h)]
-    kept = [(hits[p.turn_index], pairs.results[p.turn_index], p) for p in pairs.kept]
-    kept_chosen = [h[[x.rewrite for x in r.rewrites].index(p.chosen)] for h, r, p in kept]
-    kept_rejected = [h[[x.rewrite for x in r.rewrites].index(p.rejected)] for h, r, p in kept]
-    return {
-        "turns": n,
+    sampled = [(h[1:], s[1:]) for h, s in zip(hits, scores) if len(s) > 1]
+    sampled_best = [h[_argmax(s)] for h, s in sampled]
+    out = {
+        "turns": len(hits), "random_seeds": random_seeds,
         "hit_rate": {
-            "grogu_chosen": rate(best),
+            "grogu_chosen": _rate(best),
             "random_candidate_mean_over_seeds": statistics.mean(random_rates),
             "random_candidate_std_over_seeds": statistics.pstdev(random_rates),
-            "random_candidate_expected": rate([rate(h) for h in hits]),
-            "original_question": rate(original),
-            "grogu_lowest": rate(worst),
-            "oracle_any_candidate": rate([any(h) for h in hits]),
+            "random_candidate_expected": _rate(_rate(h) for h in hits),
+            "original_question": _rate(h[0] for h in hits),
+            "grogu_lowest": _rate(worst),
+            "oracle_any_candidate": _rate(any(h) for h in hits),
+        },
+        "p_random_at_least_grogu": p_at_least([_rate(h) for h in hits], sum(best)),
+        "sampled_only": {
+            "turns": len(sampled), "grogu_chosen": _rate(sampled_best),
+            "random_candidate_expected": _rate(_rate(h) for h, _ in sampled),
+            "p_random_at_least_grogu": p_at_least([_rate(h) for h, _ in sampled], sum(sampled_best)),
         },
         "turns_where_candidates_disagree": len(informative),
         "hit_rate_on_those": {
-            "grogu_chosen": rate([best[i] for i in informative]),
-            "random_candidate_expected": rate([rate(hits[i]) for i in informative]),
-            "original_question": rate([original[i] for i in informative]),
-            "grogu_lowest": rate([worst[i] for i in informative]),
+            "grogu_chosen": _rate(best[i] for i in informative),
+            "random_candidate_expected": _rate(_rate(hits[i]) for i in informative),
+            "original_question": _rate(hits[i][0] for i in informative),
+            "grogu_lowest": _rate(worst[i] for i in informative),
         },
-        "dpo_pairs_kept": len(kept),
-        "dpo_kept_chosen_hit_rate": rate(kept_chosen), "dpo_kept_rejected_hit_rate": rate(kept_rejected),
-        "per_turn": [{"id": r.turn.id, "hits": h, "scores": [x.score for x in r.rewrites]}
-                     for h, r in zip(hits, pairs.results)],
+        "per_turn": [{"id": i, "hits": h, "scores": s} for i, h, s in zip(ids, hits, scores)],
     }
+    if kept is not None:
+        out.update({"dpo_pairs_kept": len(kept),
+                    "dpo_kept_chosen_hit_rate": _rate(hits[t][c] for t, c, _ in kept),
+                    "dpo_kept_rejected_hit_rate": _rate(hits[t][r] for t, _, r in kept)})
+    return out
 
 
 if __name__ == "__main__":
