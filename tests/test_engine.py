@@ -152,6 +152,12 @@ def test_sampling_is_reproducible_and_scored_under_the_model(tiny_engine):
     a = tiny_engine.generate(prompts, 6, temperature=1.0, seed=123)
     b = tiny_engine.generate(prompts, 6, temperature=1.0, seed=123)
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    # per prompt: the same samples alone, in another order, or batched with other prompts
+    alone = [tiny_engine.generate([p], 6, temperature=1.0, seed=123)[0] for p in prompts]
+    mixed = tiny_engine.generate([[3, 4], prompts[1], prompts[0], [3, 4]], 6, temperature=1.0, seed=123)
+    assert [g.token_ids for g in alone] == [g.token_ids for g in a] == [g.token_ids for g in mixed[2:0:-1]]
+    assert mixed[0].token_ids != mixed[3].token_ids or mixed[0].token_ids == []  # repeats are new draws
+    assert tiny_engine.generate(prompts, 6, temperature=1.0, seed=124)[0].token_ids != a[0].token_ids
     for p, g in zip(prompts, a):  # sampled tokens' statistics equal a teacher-forced pass
         if g.token_ids:
             h, lp = forward_stats(tiny_engine.model, p, g.token_ids)

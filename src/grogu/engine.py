@@ -24,6 +24,7 @@ engine and each gets exactly the result it would get alone.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import threading
@@ -78,6 +79,20 @@ class Generation(TokenStats):
         """Sum of the answer's token log-probabilities, the end-of-turn token included when present."""
         total = float(self.logprob.sum()) if len(self.token_ids) else 0.0
         return total + (self.stop_logprob or 0.0)
+
+
+def _row_generators(prompts: Sequence[Sequence[int]], seed: int) -> list[torch.Generator]:
+    """One CPU generator per prompt, seeded from (seed, the prompt's tokens, how many identical prompts
+    come before it): each prompt's samples are reproducible whatever else is in the call."""
+    seen: dict[tuple[int, ...], int] = {}
+    out = []
+    for p in prompts:
+        key = tuple(p)
+        nth = seen.get(key, 0)
+        seen[key] = nth + 1
+        digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
+        out.append(torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
+    return out
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -343,7 +358,7 @@ class Engine:
 
     @torch.inference_mode()
     def _generate_batch(self, seqs: list[list[int]], max_new_tokens: int, temperature: float | None,
-                        generator: torch.Generator | None) -> list[Generation]:
+                        generators: list[torch.Generator] | None) -> list[Generation]:
         """Decode a batch. Greedy decoding uses prompt-lookup drafts (answers copy from their documents):
         each step feeds every row its pending token plus up to ``prompt_lookup`` drafted tokens, keeps
         the drafted tokens the model itself would have chosen (so the answer is exactly the greedy one)
@@ -366,9 +381,10 @@ class Engine:
             if temperature is None:
                 choice = logits.argmax(-1).tolist()
             else:
-                probs = torch.softmax(logits[:, 0].float() / temperature, dim=-1)
-                choice = torch.multinomial(probs.cpu() if generator is not None and generator.device.type == "cpu"
-                                           else probs, 1, generator=generator).tolist()
+                probs = torch.softmax(logits[:, 0].float() / temperature, dim=-1).cpu()
+                # one generator per prompt: a row's samples do not depend on the other rows of the batch
+                choice = [torch.multinomial(probs[j], 1, generator=generators[r]).tolist()
+                          for j, r in enumerate(active)]
             accepted = []
             for j, d in enumerate(drafts):
                 a = 0
@@ -480,7 +496,8 @@ class Engine:
 
         Returns per prompt a :class:`Generation` with each answer token's entropy (nats) and
         log-probability under the untempered model distribution. Sampling is reproducible for a given
-        ``seed`` and input.
+        ``seed``: each prompt's samples depend only on the seed, the prompt and how many identical
+        prompts precede it in the call, not on the other prompts or on batching.
         """
         prompts = self._check_prompts(prompts)
         if max_new_tokens < 1:
@@ -490,14 +507,14 @@ class Engine:
         if not prompts:
             return []
         with self._lock:
-            generator = None
+            generators = None
             if temperature is not None:
-                generator = torch.Generator(device="cpu")
-                generator.manual_seed(seed if seed is not None else torch.seed())
+                generators = _row_generators(prompts, seed if seed is not None else torch.seed())
             lengths = [len(p) + max_new_tokens for p in prompts]
             batches = self._plan(lengths, prompts=prompts)
             res = self._run(batches, lambda b: dict(zip(b, self._generate_batch(
-                [prompts[i] for i in b], max_new_tokens, temperature, generator))))
+                [prompts[i] for i in b], max_new_tokens, temperature,
+                None if generators is None else [generators[i] for i in b]))))
         return [res[i] for i in range(len(prompts))]
 
     def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
