@@ -244,6 +244,8 @@ def test_acu(tiny_engine, tmp_path):
     assert s["mean_sufficient"] == pytest.approx(sum(it["acu_sufficient"] for it in items) / 5)
     assert s["sufficient_higher"] == pytest.approx(sum(it["acu_sufficient"] > it["acu_insufficient"] for it in items) / 5)
     assert saved["summary"]["SUPPORTS"]["n"] + saved["summary"]["REFUTES"]["n"] == 5
+    k = sum(it["acu_sufficient"] > it["acu_insufficient"] for it in items)
+    assert s["sign_test_p"] == pytest.approx(C.sign_test([True] * k + [False] * (5 - k), [False] * k + [True] * (5 - k))["p"])
     it = items[0]
     direct = ACUScorer(tiny_engine).score(it["claim"], it["insufficient_evidence"], "NOT ENOUGH")
     assert direct.acu == pytest.approx(it["acu_insufficient"], abs=1e-5)

@@ -47,10 +47,12 @@ def _stats(items: list[dict]) -> dict:
     n = len(items)
     if not n:
         return {"n": 0, "mean_sufficient": float("nan"), "mean_insufficient": float("nan"),
-                "sufficient_higher": float("nan")}
+                "sufficient_higher": float("nan"), "sign_test_p": float("nan")}
+    higher = [it["acu_sufficient"] > it["acu_insufficient"] for it in items]
+    lower = [it["acu_sufficient"] < it["acu_insufficient"] for it in items]
     return {"n": n, "mean_sufficient": sum(it["acu_sufficient"] for it in items) / n,
             "mean_insufficient": sum(it["acu_insufficient"] for it in items) / n,
-            "sufficient_higher": sum(it["acu_sufficient"] > it["acu_insufficient"] for it in items) / n}
+            "sufficient_higher": sum(higher) / n, "sign_test_p": C.sign_test(higher, lower)["p"]}
 
 
 def summarize(items: list[dict]) -> dict:
@@ -92,10 +94,11 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 300, seed: int = 0,
 def markdown(result: dict) -> str:
     s = result["summary"]
     rows = [[name, v["n"], C.fmt(v["mean_sufficient"], 4), C.fmt(v["mean_insufficient"], 4),
-             C.fmt(v["sufficient_higher"])] for name, v in (("all", s["all"]), *((lab, s[lab]) for lab in LABELS))]
+             C.fmt(v["sufficient_higher"]), C.fmt_p(v["sign_test_p"])]
+            for name, v in (("all", s["all"]), *((lab, s[lab]) for lab in LABELS))]
     table = C.md_table(["claims (label_before)", "n", "mean ACU, sufficient evidence (raises True/False)",
                         "mean ACU, insufficient evidence (NOT ENOUGH, raises None)",
-                        "fraction with sufficient ACU higher"], rows)
+                        "fraction with sufficient ACU higher", "sign-test p (higher vs lower)"], rows)
     return C.header(result, f"ACU of sufficient vs insufficient evidence (SufficientFacts, {result['config']['file']})") + "\n" + table + "\n"
 
 
