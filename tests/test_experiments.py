@@ -270,3 +270,24 @@ def test_cli_eval(tokenizer, tmp_path, capsys):
     saved = json.loads((out / "acu.json").read_text())
     assert saved["n"] == 2 and saved["config"]["command"].endswith("--file fever_sufficient_facts.jsonl")
     assert (out / "acu.png").stat().st_size > 0
+
+
+def test_seper_with_an_nli_model(tiny_engine, tmp_path):
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from grogu.models import embedded_embedder_path
+
+    nli_dir = tmp_path / "nli"
+    tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+                     label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    BertForSequenceClassification(cfg).eval().save_pretrained(nli_dir)
+    tok.save_pretrained(nli_dir)
+    _, saved = _run("seper", tmp_path, model=tiny_engine, limit=1, samples=2, paragraphs=3, max_new_tokens=TOKENS,
+                    nli=str(nli_dir))
+    assert saved["config"]["kernel"] == f"NLI model {nli_dir}"
+    for p in saved["items"][0]["paragraphs"]:  # a real (random) classifier: beliefs strictly inside (0, 1)
+        assert 0 < p["p_soft_with"] < 1 and 0 < p["p_soft_without"] < 1

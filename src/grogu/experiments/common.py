@@ -243,12 +243,8 @@ def one_model(model: Any, experiment: str) -> Any:
 
 def build_scorer(model: Any, max_new_tokens: int, device: str | None, dtype: str | None):
     """A UtilityScorer (KeyEntropy; every result also carries all four variants)."""
-    import warnings
-
-    from ..prompts import TruncationWarning
     from ..scorer import UtilityScorer
 
-    warnings.filterwarnings("ignore", category=TruncationWarning)
     return UtilityScorer(model, max_new_tokens=max_new_tokens, device=device, dtype=dtype)
 
 
