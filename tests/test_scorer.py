@@ -108,6 +108,22 @@ def test_layouts(scorer):
     assert choice.documents == list(layouts.values())[choice.best]
 
 
+def test_contexts_of_many_queries_in_one_pass(scorer):
+    other = "What do bananas contain?"
+    contexts = [[DOCS[0], DOCS[1]], [DOCS[2]], []]
+    batched = scorer.score_contexts_batch([(QUERY, contexts), (other, contexts[:2])])
+    assert [len(b) for b in batched] == [3, 2]
+    for query, got in zip((QUERY, other), batched):
+        for c, r in zip(contexts, got):
+            alone = scorer.score_context(query, c)
+            assert r.documents == c and r.answer == alone.answer
+            assert r.score == pytest.approx(alone.score, abs=1e-5)
+    with pytest.raises(TypeError, match="list of document lists"):
+        scorer.score_contexts_batch([(QUERY, "not a list")])
+    with pytest.raises(ValueError):
+        scorer.score_contexts_batch([(" ", contexts)])
+
+
 def test_async_equals_sync_and_is_batched(scorer):
     queries = [QUERY, "Who wrote the Odyssey?", "What is potassium?", "When did Prague become a capital?"]
     sync = [scorer.rerank(q, DOCS, top_n=3) for q in queries]

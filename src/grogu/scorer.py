@@ -282,9 +282,21 @@ class UtilityScorer:
         query = check_query(query)
         if isinstance(contexts, (str, bytes)):
             raise TypeError("contexts must be a list of document lists")
-        checked = [check_documents(c) for c in contexts]
-        results = self._score_contexts([(query, c) for c in checked], return_details)
-        return [ContextScore(documents=list(orig), **vars(r)) for orig, r in zip(contexts, results)]
+        return self.score_contexts_batch([(query, contexts)], return_details=return_details)[0]
+
+    def score_contexts_batch(self, items: Sequence[tuple[str, Sequence[Sequence[Any]]]], *,
+                             return_details: bool = False) -> list[list[ContextScore]]:
+        """Several contexts (ordered document lists) for each of many queries, all in one batched
+        engine pass: ``items`` = [(query, [context, ...]), ...]; results per item, in context order."""
+        checked = []
+        for query, contexts in items:
+            query = check_query(query)
+            if isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
+                raise TypeError("contexts must be a list of document lists")
+            checked.append((query, contexts, [check_documents(c) for c in contexts]))
+        flat = iter(self._score_contexts([(q, c) for q, _, docs in checked for c in docs], return_details))
+        return [[ContextScore(documents=list(orig), **vars(next(flat))) for orig in contexts]
+                for _, contexts, _ in checked]
 
     def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> LayoutChoice:
         """Score each candidate order (layout) of the documents as one context; pick the most useful.
