@@ -28,8 +28,6 @@ This module is light to import: torch, transformers and sentence-transformers lo
 from __future__ import annotations
 
 import argparse
-import asyncio
-import concurrent.futures
 import json
 import math
 import os
@@ -471,26 +469,10 @@ class TurnResult:
         return PreferencePair(turn_index, self.prompt, b.rewrite, w.rewrite, b.score, w.score)
 
 
-def _run_coroutine(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, also when the caller has a running event loop."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
 def score_contexts_many(scorer: "UtilityScorer", jobs: Sequence[tuple[str, list[list[str]]]]) -> list[list[Any]]:
-    """:class:`~grogu.scorer.ContextScore` of every context of every (query, contexts) job. All jobs
-    are coalesced into shared engine batches through the scorer's async API (concurrent requests
-    are batched together); a single job is scored with the sync :meth:`score_contexts`."""
-    if not jobs:
-        return []
-    if len(jobs) == 1:
-        q, ctxs = jobs[0]
-        return [scorer.score_contexts(q, ctxs)]
-
-    async def gather() -> list[list[Any]]:
-        return await asyncio.gather(*(scorer.ascore_contexts(q, ctxs) for q, ctxs in jobs))
-
-    return list(_run_coroutine(gather()))
+    """:class:`~grogu.scorer.ContextScore` of every context of every (query, contexts) job, all in one
+    batched engine pass (:meth:`~grogu.scorer.UtilityScorer.score_contexts_batch`)."""
+    return scorer.score_contexts_batch(jobs) if jobs else []
 
 
 def score_turns(

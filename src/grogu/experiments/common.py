@@ -249,15 +249,8 @@ def build_scorer(model: Any, max_new_tokens: int, device: str | None, dtype: str
 
 
 def score_contexts(scorer: Any, jobs: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
-    """GROGU of (query, ordered documents) contexts of *many* queries in one batched engine pass.
-
-    ``UtilityScorer.score_contexts`` takes one query; this feeds contexts of several queries to the
-    scorer's batched core (the same code path, just more rows per engine call)."""
-    from ..scorer import ContextScore, check_documents, check_query
-
-    checked = [(check_query(q), check_documents(docs)) for q, docs in jobs]
-    results = scorer._score_contexts(checked, False)
-    return [ContextScore(documents=list(docs), **vars(r)) for (_, docs), r in zip(jobs, results)]
+    """GROGU of (query, ordered documents) contexts of *many* queries in one batched engine pass."""
+    return [got for (got,) in scorer.score_contexts_batch([(q, [docs]) for q, docs in jobs])]
 
 
 def set_threads(threads: int | None) -> None:
