@@ -368,7 +368,9 @@ def markdown(out: dict, split: str = "held-out") -> str:
     for key, res in out.items():
         wr, nz = res.get("winrate"), res.get("noise")
         first = wr or nz
-        head = (f"**{first['model']}**, answer style `{key.split('.')[-1]}` (max_new_tokens {first['max_new_tokens']})")
+        tag = key.rsplit(".", 1)[0]
+        model = first["model"] if first["model"] == tag else f"{tag} (`{os.path.basename(first['model'])}`)"
+        head = f"**{model}**, answer style `{key.split('.')[-1]}` (max_new_tokens {first['max_new_tokens']})"
         if wr:
             head += (f"; win-rates on n = {wr['n']} {split} questions (gold answered correctly "
                      f"{C.fmt(wr['accuracy']['gold'], pct=True)} %, distractor {C.fmt(wr['accuracy']['distractor'], pct=True)} %, "
