@@ -9,7 +9,7 @@ Both run on the same inputs, alternating which goes first; the table gives media
 of wall and CPU (process) seconds; on a shared machine the CPU time is the steadier figure. The last
 column checks that both give the same scores.
 
-  OMP_NUM_THREADS=1 python benchmarks/influence_speed.py [--ks 3,5,10] [--queries 3]
+  OMP_NUM_THREADS=1 python benchmarks/influence_speed.py [--ks 3,5,10] [--queries 2]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def timed(fn):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ks", default="3,5,10")
-    ap.add_argument("--queries", type=int, default=3)
+    ap.add_argument("--queries", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
@@ -72,7 +72,9 @@ def main() -> None:
             t_e.append(te)
             t_n.append(tn)
             diff = max(diff, max(abs(a - b) for a, b in zip(res, ref)))
-        (nw, nc), (ew, ec) = ((statistics.median(t[i] for t in ts) for i in (0, 1)) for ts in (t_n, t_e))
+            print(f"  k={k} q{q}: naive {tn[0]:.1f} / {tn[1]:.1f} s, engine {te[0]:.1f} / {te[1]:.1f} s", flush=True)
+        nw, nc = statistics.median(t[0] for t in t_n), statistics.median(t[1] for t in t_n)
+        ew, ec = statistics.median(t[0] for t in t_e), statistics.median(t[1] for t in t_e)
         print(f"| {k} | {2 * k + 1} | {nw:.1f} / {nc:.1f} | {ew:.1f} / {ec:.1f} | {nw / ew:.1f}×, {nc / ec:.1f}× "
               f"| {diff:.1e} |", flush=True)
 
