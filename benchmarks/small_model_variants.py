@@ -334,7 +334,8 @@ LABELS = {**C.METRIC_LABELS, "key_entropy": "KeyEntropy (paper default)"}
 
 def report(args: argparse.Namespace) -> dict:
     out: dict[str, Any] = {}
-    paths = sorted(glob.glob(os.path.join(args.runs, f"*.{args.split}.jsonl")))
+    paths = sorted(glob.glob(os.path.join(args.runs, f"*.{args.split}.jsonl")),
+                   key=lambda p: (not os.path.basename(p).startswith(C.DEFAULT_MODEL), p))  # embedded model first
     baselines: dict[str, dict] = {}
     for path in paths:  # the paper's setting (long answers, KeyEntropy) of each model, per question
         tag, style, experiment = os.path.basename(path).split(".")[:3]
