@@ -182,7 +182,7 @@ class InfluenceScorer:
     def _run_jobs(self, jobs: list[tuple[str, list[Document], str | None, bool]]) -> list[InfluenceResult]:
         """All generations of many (query, documents, answer-or-None, return_ablations) jobs in one
         engine call, and one embedding call."""
-        plans = []  # per job: (method, masks or None, contexts to generate)
+        plans = []  # per job: (method, masks or None)
         prompts: list[list[int]] = []
         for query, docs, answer, _ in jobs:
             k = len(docs)
