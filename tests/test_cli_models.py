@@ -84,6 +84,13 @@ def test_cli_other_metrics(model_dir, tmp_path, capsys):
     from grogu.influence import InfluenceScorer
 
     ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5).score("Which river?", read_documents(str(docs)))
+    assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5) and rec["method"] == "exact"
+    assert main(["influence", "--model", model_dir, "--device", "cpu", "--query", "Which river?", "--docs", str(docs),
+                 "--max-new-tokens", "5", "--method", "ablation", "--ablations", "6", "--seed", "3", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5, method="ablation", n_ablations=6,
+                          seed=3).score("Which river?", read_documents(str(docs)))
+    assert rec["method"] == "ablation" and rec["single_answers"] == [] and len(rec["scores"]) == 2
     assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5)
     assert main(["acu", "--model", model_dir, "--device", "cpu", "--claim", "The sky is blue.",
                  "--evidence", "The sky is blue on clear days.", "--stance", "SUPPORTS", "--json"]) == 0

@@ -214,8 +214,9 @@ def test_bad_prompts(tiny_engine):
     assert tiny_engine.generate([]) == []
 
 
-def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine):
+def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine, monkeypatch):
     # Influence Score rows: the full context, each leave-one-out, each single document
+    monkeypatch.setattr(tiny_engine, "min_batch_fill", 0.0)  # all 11 rows in one batch
     query, docs = _docs(5, 5)
     pb = PromptBuilder(tiny_engine.tokenizer, tiny_engine.max_context_tokens, 8)
     rows = [pb.grounded_ids(query, docs)]
@@ -233,3 +234,13 @@ def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine):
         assert g.token_ids == alone.token_ids
         torch.testing.assert_close(g.entropy, alone.entropy, atol=TOL, rtol=0)
         torch.testing.assert_close(g.logprob, alone.logprob, atol=TOL, rtol=0)
+
+
+def test_short_rows_are_not_padded_to_a_much_wider_batch(tiny_engine):
+    # rows shorter than min_batch_fill x the batch's widest row start a new batch
+    assert tiny_engine._plan([100, 90, 60, 49, 30, 20]) == [[0, 1, 2], [3, 4], [5]]
+    tiny_engine.min_batch_fill = 0.0
+    try:
+        assert tiny_engine._plan([100, 90, 60, 49, 30, 20]) == [[0, 1, 2, 3, 4, 5]]
+    finally:
+        tiny_engine.min_batch_fill = 0.5

@@ -116,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--answer", default=None, help="the answer actually given (default: generate it from all documents)")
     p.add_argument("--embedder", default="all-minilm-l6-v2", help="sentence-transformers model (default: packaged MiniLM)")
+    p.add_argument("--method", default="exact", choices=("exact", "ablation", "auto"),
+                   help="exact: 2k+1 generations; ablation: ContextCite-style estimate from --ablations random "
+                        "ablations; auto: ablation above 12 documents when cheaper")
+    p.add_argument("--ablations", type=int, default=32, help="random ablations for --method ablation/auto")
+    p.add_argument("--seed", type=int, default=0, help="seed of the ablation masks")
     p = sub.add_parser("seper", help="ΔSePer of each document (reference-based)")
     _common(p)
     p.add_argument("--reference", action="append", required=True, help="a reference answer (repeatable)")
@@ -183,10 +188,11 @@ def other_metric(args: argparse.Namespace) -> int:
         from .influence import InfluenceScorer
 
         r = InfluenceScorer(args.model, embedder=args.embedder, max_new_tokens=args.max_new_tokens,
-                            device=args.device, dtype=args.dtype).score(args.query, docs, answer=args.answer)
-        _print_rows(f"query: {args.query}\nanswer: {r.answer}", ["doc", "influence", "document"],
+                            device=args.device, dtype=args.dtype, method=args.method, n_ablations=args.ablations,
+                            seed=args.seed).score(args.query, docs, answer=args.answer)
+        _print_rows(f"query: {args.query}\nanswer: {r.answer}\nmethod: {r.method}", ["doc", "influence", "document"],
                     [[i, s, d] for i, (s, d) in enumerate(zip(r.scores, docs))], args.json,
-                    {"query": args.query, "answer": r.answer, "scores": r.scores,
+                    {"query": args.query, "answer": r.answer, "method": r.method, "scores": r.scores,
                      "leave_one_out_answers": r.leave_one_out_answers, "single_answers": r.single_answers})
         return 0
     from .seper import SePerScorer

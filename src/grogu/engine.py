@@ -162,6 +162,7 @@ class Engine:
         self.max_batch_tokens = max_batch_tokens or (65536 if on_gpu else 16384)
         self.logits_budget_bytes = logits_budget_mb * 2**20
         self.min_shared_prefix = min_shared_prefix
+        self.min_batch_fill = 0.5  # a row shorter than this fraction of a batch's widest starts a new one
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         self._logit_bytes = self.vocab_size * max(self.dtype.itemsize, 4)  # model logits + float32 copy
         self.pad_token_id = self._pad_token_id()
@@ -247,7 +248,8 @@ class Engine:
             logits = max(most_logits, logit_rows[i] if logit_rows is not None else 0)
             n = len(current) + 1
             fits = (n <= self.max_batch_size and n * width <= self.max_batch_tokens
-                    and n * logits * self._logit_bytes <= self.logits_budget_bytes)
+                    and n * logits * self._logit_bytes <= self.logits_budget_bytes
+                    and lengths[i] >= self.min_batch_fill * width)  # padding to the widest row is waste
             if current and not fits:
                 batches.append(current)
                 current, width, logits = [], lengths[i], logit_rows[i] if logit_rows is not None else 0

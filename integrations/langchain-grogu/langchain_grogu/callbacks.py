@@ -121,12 +121,16 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         max_new_tokens: longest answer generated per leave-one-out / single-document context.
         template: grogu prompt text override.
         device, dtype: for a model given by name.
+        method: "exact" (2k + 1 generations; default), "ablation" (ContextCite-style estimate from
+            ``n_ablations`` random ablations; the documents' ``single_answer`` and
+            ``leave_one_out_answer`` are then None) or "auto" (ablation above 12 documents when it
+            is cheaper). See ``grogu.influence.InfluenceScorer``.
 
     A record is a JSON-ready dict: ``run_id``, ``run_name``, ``tags``, ``metadata`` (of the root run),
     ``query``, ``answer``, ``answer_source`` ('output': the run's final output, 'llm': the last LLM
     output, 'grogu': none was given, so the target LLM's full-context answer was used), ``model``,
-    ``embedder``, ``influence`` (IS per document, retrieval order), ``documents`` (each with
-    ``index``, ``id``, ``page_content``, ``metadata``, ``influence``, ``single_answer``,
+    ``embedder``, ``method`` ("exact" or "ablation"), ``influence`` (IS per document, retrieval order),
+    ``documents`` (each with ``index``, ``id``, ``page_content``, ``metadata``, ``influence``, ``single_answer``,
     ``leave_one_out_answer``), ``created_at`` (UTC ISO time), ``elapsed_s`` and ``error``.
     Runs that retrieved nothing through a retriever are not recorded.
     """
@@ -145,6 +149,8 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         template: PromptTemplate | None = None,
         device: str | None = None,
         dtype: str | None = None,
+        method: str = "exact",
+        n_ablations: int = 32,
     ) -> None:
         if on_error not in ("raise", "passthrough"):
             raise ValueError(f"on_error must be 'raise' or 'passthrough', got {on_error!r}")
@@ -152,7 +158,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
             raise ValueError("event_name must be a non-empty str or None")
         engine = resolve_engine(model, device, dtype)
         self.scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens, template=template,
-                                      device=device)
+                                      device=device, method=method, n_ablations=n_ablations)
         self.model_name = model_label(model, engine)
         self.sinks = as_sinks(sinks)
         self.event_name = event_name
@@ -273,13 +279,15 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
             docs.append({
                 "index": i, "id": d.id, "page_content": d.page_content, "metadata": dict(d.metadata),
                 "influence": result.scores[i] if result else None,
-                "single_answer": result.single_answers[i] if result else None,
-                "leave_one_out_answer": result.leave_one_out_answers[i] if result else None,
+                "single_answer": result.single_answers[i] if result and result.single_answers else None,
+                "leave_one_out_answer": (result.leave_one_out_answers[i]
+                                         if result and result.leave_one_out_answers else None),
             })
         return {
             "run_id": str(tree.root), "run_name": tree.name, "tags": tree.tags, "metadata": tree.metadata,
             "query": query, "answer": result.answer if result else answer, "answer_source": source,
             "model": self.model_name, "embedder": result.embedder if result else None,
+            "method": result.method if result else self.scorer.method,
             "influence": list(result.scores) if result else None, "documents": docs,
             "created_at": datetime.now(timezone.utc).isoformat(), "elapsed_s": round(elapsed, 4), "error": error,
         }

@@ -59,8 +59,12 @@ def check_record(record, query, answer, docs, influence):
     expected = influence.score(query, [d.page_content for d in docs], answer=answer)
     assert record["influence"] == pytest.approx(expected.scores, abs=1e-5)
     assert [d["influence"] for d in record["documents"]] == record["influence"]
-    assert [d["single_answer"] for d in record["documents"]] == expected.single_answers
-    assert [d["leave_one_out_answer"] for d in record["documents"]] == expected.leave_one_out_answers
+    assert record["method"] == expected.method
+    if expected.method == "exact":
+        assert [d["single_answer"] for d in record["documents"]] == expected.single_answers
+        assert [d["leave_one_out_answer"] for d in record["documents"]] == expected.leave_one_out_answers
+    else:  # the ablation estimate generates no per-document answers
+        assert all(d["single_answer"] is None and d["leave_one_out_answer"] is None for d in record["documents"])
     assert record["error"] is None and all(-2 <= s <= 2 for s in record["influence"])
 
 
@@ -95,6 +99,18 @@ def test_one_record_per_run_to_every_sink(chain, retriever, llm, influence, ques
     assert len([r for r in caplog.records if r.name == "test.grogu.influence"]) == 1
     assert events.events == [(EVENT_NAME, events.events[0][1], record)]
     assert str(events.events[0][1]) == record["run_id"]
+
+
+def test_ablation_method(chain, retriever, llm, engine, questions):
+    """method="ablation" records the ContextCite-style estimate, equal to InfluenceScorer's."""
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N, method="ablation",
+                                       n_ablations=6)
+    query = questions[1]
+    answer = chain.invoke(query, config={"callbacks": [handler]})
+    assert len(records) == 1 and records[0]["method"] == "ablation"
+    check_record(records[0], query, answer, retriever.invoke(query),
+                 InfluenceScorer(engine, max_new_tokens=N, method="ablation", n_ablations=6))
 
 
 def test_batch_runs_are_kept_apart(chain, retriever, llm, influence, questions):

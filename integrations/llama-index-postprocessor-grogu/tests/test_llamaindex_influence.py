@@ -42,6 +42,7 @@ def check_against_reference(response, record, reference):
     assert [r["influence"] for r in record["nodes"]] == pytest.approx(expected.scores, abs=1e-5)
     assert record["single_answers"] == expected.single_answers
     assert record["leave_one_out_answers"] == expected.leave_one_out_answers
+    assert record["method"] == expected.method
 
 
 def test_handler_writes_metadata_and_one_record_per_query(index, llm, embed_model, questions, reference, attach):
@@ -64,6 +65,19 @@ def test_handler_writes_metadata_and_one_record_per_query(index, llm, embed_mode
     assert len(records) == 1
     engine.query(questions[1])
     assert len(records) == 2 and records[1]["query"] == questions[1]
+
+
+def test_ablation_method(index, llm, embed_model, questions, attach):
+    """method="ablation": the ContextCite-style estimate, equal to InfluenceScorer's, no per-node answers."""
+    records = []
+    attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=records, max_new_tokens=TOKENS,
+                                 method="ablation", n_ablations=6))
+    response = query_engine(index, llm).query(questions[2])
+    reference = InfluenceScorer((llm._model, llm._tokenizer), embedder=embed_model._model, max_new_tokens=TOKENS,
+                                method="ablation", n_ablations=6)
+    assert len(records) == 1 and records[0]["method"] == "ablation"
+    check_against_reference(response, records[0], reference)
+    assert records[0]["single_answers"] == [] and records[0]["leave_one_out_answers"] == []
 
 
 def test_jsonl_and_logger_sinks(index, llm, embed_model, questions, reference, attach, tmp_path, caplog):

@@ -189,6 +189,7 @@ class InfluenceRecorder:
             })
         record = self._base_record(job, seconds)
         record["nodes"] = rows
+        record["method"] = result.method if result is not None else self.scorer.method
         record["leave_one_out_answers"] = result.leave_one_out_answers if result is not None else []
         record["single_answers"] = result.single_answers if result is not None else []
         self._emit(record)
@@ -239,13 +240,14 @@ class InfluenceRecorder:
 
 def _build_recorder(model: Any, embedder: Any, sink: Any, metadata_mode: MetadataMode, background: bool,
                     raise_errors: bool, max_new_tokens: int, template: Any, device: Optional[str],
-                    dtype: Optional[str]) -> InfluenceRecorder:
+                    dtype: Optional[str], method: str = "exact", n_ablations: int = 32) -> InfluenceRecorder:
     if isinstance(model, InfluenceScorer):
         scorer, engine = model, model.engine
     else:
         engine = resolve_engine(model, device=device, dtype=dtype)
         embedder = _embedder(embedder)
-        scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens, template=template)
+        scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens, template=template,
+                                 method=method, n_ablations=n_ablations)
     return InfluenceRecorder(scorer, model_label(model, engine), sink, metadata_mode, background, raise_errors)
 
 
@@ -271,6 +273,9 @@ class GroguInfluenceHandler(BaseEventHandler):
             ``write(record)``, or a callable.
         background: in synchronous queries, compute in a worker thread instead of before ``query()``
             returns (``flush()`` waits).
+        method: "exact" (2k + 1 generations; default), "ablation" (ContextCite-style estimate from
+            ``n_ablations`` random ablations; no per-document answers in the record) or "auto"
+            (ablation above 12 nodes when it is cheaper). See ``grogu.influence.InfluenceScorer``.
 
     A failure is logged (warning) and recorded with an ``"error"`` field; it never breaks the query
     (LlamaIndex's dispatcher discards exceptions raised by event handlers anyway). To have failures
@@ -283,9 +288,9 @@ class GroguInfluenceHandler(BaseEventHandler):
     def __init__(self, model: Any = "smollm2-135m-instruct", *, embedder: Any = "all-minilm-l6-v2",
                  sink: Any = None, metadata_mode: MetadataMode = MetadataMode.LLM, background: bool = False,
                  max_new_tokens: int = 64, template: Any = None, device: Optional[str] = None,
-                 dtype: Optional[str] = None) -> None:
+                 dtype: Optional[str] = None, method: str = "exact", n_ablations: int = 32) -> None:
         recorder = _build_recorder(model, embedder, sink, metadata_mode, background, False,
-                                   max_new_tokens, template, device, dtype)
+                                   max_new_tokens, template, device, dtype, method, n_ablations)
         super().__init__(model=recorder.model)
         self._recorder = recorder
 
@@ -330,7 +335,8 @@ class GroguInfluenceCallbackHandler(BaseCallbackHandler):
     def __init__(self, model: Any = "smollm2-135m-instruct", **kwargs: Any) -> None:
         super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])
         args = dict(embedder="all-minilm-l6-v2", sink=None, metadata_mode=MetadataMode.LLM, background=False,
-                    raise_errors=False, max_new_tokens=64, template=None, device=None, dtype=None)
+                    raise_errors=False, max_new_tokens=64, template=None, device=None, dtype=None,
+                    method="exact", n_ablations=32)
         unknown = set(kwargs) - set(args)
         if unknown:
             raise TypeError(f"unexpected arguments: {sorted(unknown)}")
