@@ -222,13 +222,24 @@ def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine, monkey
     rows = [pb.grounded_ids(query, docs)]
     rows += [pb.grounded_ids(query, docs[:i] + docs[i + 1:]) for i in range(5)]
     rows += [pb.grounded_ids(query, [d]) for d in docs]
-    source, keep = tiny_engine._shared_prefixes(rows, [len(r) - 1 for r in rows])
-    # the i-th leave-one-out row reuses at least documents 0..i-1 of the full prompt, so later ones more
-    assert keep[1] < keep[2] < keep[3] < keep[4] < keep[5]
+    groups = tiny_engine._prefix_groups(rows, [len(r) - 1 for r in rows])
+    assert sorted(i for g, _ in groups for i in g) == list(range(11))
+    assert all(rows[i][:p] == rows[g[0]][:p] and p < len(rows[i]) for g, p in groups for i in g)
+
+    def lcp(a, b):
+        return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    # each group's prefix continues the longest agreement with an earlier group's prefix (a prefix tree)
+    heads = [rows[g[0]][:p] for g, p in groups]
+    encoded = sum(p - max([min(lcp(h, heads[j]), p) for j in range(n)], default=0) + sum(len(rows[i]) - p for i in g)
+                  for n, ((g, p), h) in enumerate(zip(groups, heads)))
+    # the ideal: every row encodes only what it does not share with a row before it in token order
+    order = sorted(rows)
+    tree = len(order[0]) + sum(len(b) - min(lcp(a, b), len(b) - 1) for a, b in zip(order, order[1:]))
+    assert encoded <= 1.05 * tree and tree < 0.7 * sum(map(len, rows))
     before = tiny_engine.prefill_tokens
     gens = tiny_engine.generate(rows, 8)
-    # one batch: the source prefix once, then only what each row does not share with it
-    assert tiny_engine.prefill_tokens - before == sum(map(len, rows)) - sum(keep) + max(keep)
+    assert tiny_engine.prefill_tokens - before == encoded
     for row, g in zip(rows, gens):  # each row exactly as when it is generated alone
         (alone,) = tiny_engine.generate([row], 8)
         assert g.token_ids == alone.token_ids
@@ -244,3 +255,15 @@ def test_short_rows_are_not_padded_to_a_much_wider_batch(tiny_engine):
         assert tiny_engine._plan([100, 90, 60, 49, 30, 20]) == [[0, 1, 2, 3, 4, 5]]
     finally:
         tiny_engine.min_batch_fill = 0.5
+
+
+def test_prefix_groups_minimise_encoded_tokens(tiny_engine):
+    a, b = list(range(100, 140)), list(range(200, 240))
+    rows = [a + [1, 2], b + [3], a + [4], b + [5, 6, 7]]
+    groups = tiny_engine._prefix_groups(rows, [len(r) - 1 for r in rows])
+    assert sorted(groups) == [([0, 2], 40), ([1, 3], 40)]  # each 40-token prefix once
+    # a reuse limit is respected: row 2 may reuse only 10 tokens, so the prefix is not worth a group
+    groups = tiny_engine._prefix_groups(rows, [41, 39, 10, 42])
+    assert all(p <= 10 for g, p in groups if 2 in g)
+    # nothing shared: one padded group (a group costs group_overhead_tokens), in token order
+    assert tiny_engine._prefix_groups([[3, 4], [1, 2]], [1, 1]) == [([1, 0], 0)]

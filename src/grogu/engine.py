@@ -24,6 +24,7 @@ engine and each gets exactly the result it would get alone.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import logging
@@ -162,6 +163,9 @@ class Engine:
         self.max_batch_tokens = max_batch_tokens or (65536 if on_gpu else 16384)
         self.logits_budget_bytes = logits_budget_mb * 2**20
         self.min_shared_prefix = min_shared_prefix
+        # each extra prefix group costs forward calls: counted as this many tokens when grouping
+        self.group_overhead_tokens = 256 if on_gpu else 32
+        self._stack_ok: bool | None = None  # whether group caches can be stacked (see _stackable)
         self.min_batch_fill = 0.5  # a row shorter than this fraction of a batch's widest starts a new one
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         self._logit_bytes = self.vocab_size * max(self.dtype.itemsize, 4)  # model logits + float32 copy
@@ -281,67 +285,167 @@ class Engine:
         return results
 
     # ------------------------------------------------------------------ forward passes
-    def _shared_prefixes(self, seqs: list[list[int]], limits: list[int]) -> tuple[int, list[int]]:
-        """Choose the row whose prefix, encoded once, saves the most work: returns (source row, tokens
-        of it each row can reuse). Row j reuses min(LCP(row j, source), limits[j]) tokens — e.g. the
-        chat header for per-document prompts, documents 1..i-1 for the i-th leave-one-out prompt."""
-        n, width = len(seqs), max(map(len, seqs))
-        ids = torch.full((n, width), -1, dtype=torch.long)
+    def _prefix_groups(self, seqs: list[list[int]], limits: list[int]) -> list[tuple[list[int], int]]:
+        """Split a batch into groups of rows that share a prefix: returns [(row indices, prefix length)],
+        in token order. Each group's prefix is encoded once (at batch size 1), continuing the cache of
+        the earlier groups' prefixes where they agree, and its rows' rests are encoded together, padded
+        to the group's longest. Rows are sorted by their tokens, so long common prefixes are neighbours;
+        the split of that order into runs minimises (dynamic programming) the tokens computed —
+        prefixes as a prefix tree (the part a run shares with the run before it costs nothing), each
+        run's rows padded to its longest rest — plus ``group_overhead_tokens`` per run. E.g. the
+        leave-one-out prompts of the Influence Score: the i-th shares documents 1..i-1 with the full
+        prompt. A row reuses at most ``limits[j]`` of its tokens."""
+        n = len(seqs)
+        order = sorted(range(n), key=lambda i: seqs[i])
+        lens = [len(seqs[i]) for i in order]
+        cap = [max(0, min(limits[i], len(seqs[i]))) for i in order]
+        adjacent = []  # LCP of neighbours in the sorted order
+        for x, y in zip(order, order[1:]):
+            u, v, m, k = seqs[x], seqs[y], min(len(seqs[x]), len(seqs[y])), 0
+            while k < m and u[k] == v[k]:
+                k += 1
+            adjacent.append(k)
+        # prefix[a][b], longest[a][b]: run order[a..b]'s shared prefix and longest row
+        prefix = [[0] * n for _ in range(n)]
+        longest = [[0] * n for _ in range(n)]
+        for a in range(n):
+            p, w = cap[a], lens[a]
+            prefix[a][a], longest[a][a] = p, w
+            for b in range(a + 1, n):
+                p, w = min(p, adjacent[b - 1], cap[b]), max(w, lens[b])
+                prefix[a][b] = p if (b - a) * p >= self.min_shared_prefix else 0
+                longest[a][b] = w
+
+        def cost(a: int, b: int, reuse: int) -> int:  # run a..b after a run whose prefix shares `reuse`
+            p = prefix[a][b]
+            return p - min(p, reuse) + (b - a + 1) * (longest[a][b] - p) + self.group_overhead_tokens
+
+        inf = float("inf")
+        best = [[inf] * n for _ in range(n)]  # best[a][b]: first b+1 rows, last run a..b
+        back = [[-1] * n for _ in range(n)]
+        for b in range(n):
+            best[0][b] = cost(0, b, 0)
+            for a in range(1, b + 1):
+                for a0 in range(a):  # the run before: a0..a-1
+                    if best[a0][a - 1] == inf:
+                        continue
+                    reuse = min(prefix[a0][a - 1], adjacent[a - 1])
+                    c = best[a0][a - 1] + cost(a, b, reuse)
+                    if c < best[a][b]:
+                        best[a][b], back[a][b] = c, a0
+        a = min(range(n), key=lambda i: best[i][n - 1])
+        groups, b = [], n - 1
+        while True:
+            groups.append(([order[i] for i in range(a, b + 1)], prefix[a][b]))
+            if a == 0:
+                break
+            a, b = back[a][b], a - 1
+        return groups[::-1]
+
+    def _prefill_group(self, seqs: list[list[int]], logits_to_keep: int, prefix: int, encoded=None):
+        """Encode rows whose first ``prefix`` tokens are equal: the prefix once (its cache repeated for
+        every row), then each row's rest right-aligned with padding masked. ``encoded``: a list of
+        (tokens, batch-1 cache) of prefixes already encoded; the longest agreement is continued rather
+        than recomputed, and this group's prefix is added to it. Returns (logits of the last
+        ``logits_to_keep`` positions, cache, attention mask)."""
+        n, dev = len(seqs), self.device
+        cache, done = self._new_cache(), 0
+        head = seqs[0][:prefix]
+        if prefix and encoded:
+            def agree(tokens):
+                k, m = 0, min(len(tokens), prefix)
+                while k < m and tokens[k] == head[k]:
+                    k += 1
+                return k
+
+            tokens, stored = max(encoded, key=lambda e: agree(e[0]))
+            done = agree(tokens)
+            if done:  # a copy of the stored cache, cut to the agreement (plain layers: see _stackable)
+                cache = copy.deepcopy(stored)
+                for layer in cache.layers:
+                    layer.keys, layer.values = layer.keys[..., :done, :], layer.values[..., :done, :]
+        if prefix > done:
+            self.model(input_ids=torch.tensor([head[done:]], device=dev),
+                       attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
+                       position_ids=torch.arange(done, prefix, device=dev)[None],
+                       past_key_values=cache, use_cache=True, logits_to_keep=1)
+        if prefix and encoded is not None:
+            encoded.append((head, copy.deepcopy(cache)))
+        if prefix and n > 1:
+            cache.batch_repeat_interleave(n)
+        width = max(len(s) for s in seqs) - prefix
+        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
         for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        lcp = (ids[:, None, :] == ids[None, :, :]).to(torch.int32).cumprod(-1).sum(-1)  # [source, row]
-        lens = torch.tensor([len(s) for s in seqs])
-        reuse = torch.minimum(lcp, torch.tensor(limits).clamp(min=0)[None, :])
-        reuse = torch.minimum(reuse, lens[:, None])
-        gain = reuse.sum(1) - reuse.max(1).values  # tokens not encoded again, per candidate source
-        source = int(gain.argmax())
-        return source, reuse[source].tolist()
+            rest = s[prefix:]
+            ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
+            mask[i, width - len(rest):] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        position_ids = prefix + (mask.cumsum(-1) - 1).clamp(min=0)
+        attention = torch.cat([torch.ones((n, prefix), dtype=torch.long, device=dev), mask], dim=1)
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
+        self.prefill_tokens += prefix - done + sum(len(s) - prefix for s in seqs)
+        return out.logits, cache, attention
 
     def _prefill(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None):
         """Encode a batch; returns (logits of the last `logits_to_keep` positions, cache, attention mask,
         position of each row's last token).
 
-        Prefix reuse: one row's prefix (the source) is encoded once and its KV cache given to every row;
-        row j keeps the first p_j slots (its common prefix with the source, at most ``limits[j]``,
-        default len - logits_to_keep) and masks the others. The rest of each row follows, right-aligned
-        with padding masked, its position ids continuing at p_j. Without a useful shared prefix (fewer
-        than ``min_shared_prefix`` tokens saved) the batch is simply padded."""
+        Prefix reuse (:meth:`_prefix_groups`): rows are encoded in groups that share a prefix, each
+        group's prefix once; the groups' caches are then left-padded to one width (padding masked) and
+        stacked, so decoding runs over the whole batch at once. A row reuses at most ``limits[j]``
+        prompt tokens (default len - logits_to_keep). Caches that cannot be stacked (sliding-window or
+        recurrent layers) are encoded as one group with the prefix common to all rows."""
         n = len(seqs)
         lens = [len(s) for s in seqs]
         limits = [l - logits_to_keep for l in lens] if limits is None else limits
-        source, keep = 0, [0] * n
+        last_pos = torch.tensor(lens, device=self.device) - 1
+        groups = self._prefix_groups(seqs, limits) if n > 1 else [([0], 0)]
+        if len(groups) > 1 and self._stackable():
+            encoded: list = []  # the prefixes encoded so far, continued by later groups
+            parts = [(rows, *self._prefill_group([seqs[i] for i in rows], logits_to_keep, prefix, encoded))
+                     for rows, prefix in groups]
+            del encoded
+            return (*self._merge(parts, n), last_pos)
+        common = 0  # one group: the prefix common to all rows
         if n > 1:
-            source, keep = self._shared_prefixes(seqs, limits)
-        prefix = max(keep)
-        if prefix and sum(keep) - prefix < self.min_shared_prefix:
-            prefix, keep = 0, [0] * n
-        dev = self.device
-        cache = self._new_cache()
-        if prefix:
-            self.model(
-                input_ids=torch.tensor([seqs[source][:prefix]], device=dev),
-                attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
-                position_ids=torch.arange(prefix, device=dev)[None],
-                past_key_values=cache, use_cache=True, logits_to_keep=1,
-            )
-            cache.batch_repeat_interleave(n)
-        width = max(l - k for l, k in zip(lens, keep))
-        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        head = torch.zeros((n, prefix), dtype=torch.long)
-        for i, (s, k) in enumerate(zip(seqs, keep)):
-            rest = s[k:]
-            ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
-            mask[i, width - len(rest):] = 1
-            head[i, :k] = 1
-        ids, mask, head = ids.to(dev), mask.to(dev), head.to(dev)
-        position_ids = torch.tensor(keep, device=dev)[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
-        attention = torch.cat([head, mask], dim=1)
-        out = self.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
-                         past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
-        self.prefill_tokens += prefix + sum(lens) - sum(keep)
-        last_pos = torch.tensor(lens, device=dev) - 1
-        return out.logits, cache, attention, last_pos
+            shared = min(min(limits), min(lens))
+            while common < shared and all(s[common] == seqs[0][common] for s in seqs):
+                common += 1
+            if (n - 1) * common < self.min_shared_prefix:
+                common = 0
+        return (*self._prefill_group(seqs, logits_to_keep, common), last_pos)
+
+    def _stackable(self) -> bool:
+        """Whether this model's caches can be padded and stacked (plain full-attention layers only)."""
+        if self._stack_ok is None:
+            from transformers.cache_utils import DynamicLayer
+
+            cache = self._new_cache()
+            self.model(input_ids=torch.tensor([[self.pad_token_id]], device=self.device), past_key_values=cache,
+                       use_cache=True, logits_to_keep=1)
+            layers = getattr(cache, "layers", None)
+            self._stack_ok = bool(layers) and all(
+                type(layer) is DynamicLayer and isinstance(getattr(layer, "keys", None), torch.Tensor)
+                for layer in layers)
+        return self._stack_ok
+
+    def _merge(self, parts, n: int):
+        """Stack group caches (left-padded to one width), logits and masks back into the caller's row order."""
+        width = max(attention.shape[1] for _, _, _, attention in parts)
+        pad = lambda t: torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0))  # noqa: E731 - [b, h, s, d]
+        rows = [i for r, _, _, _ in parts for i in r]
+        inverse = torch.tensor(sorted(range(n), key=rows.__getitem__), device=self.device)
+        cache = parts[0][2]
+        for l, layer in enumerate(cache.layers):
+            layer.keys = torch.cat([pad(c.layers[l].keys) for _, _, c, _ in parts])[inverse]
+            layer.values = torch.cat([pad(c.layers[l].values) for _, _, c, _ in parts])[inverse]
+        keep = max(lg.shape[1] for _, lg, _, _ in parts)  # a group narrower than logits_to_keep has fewer
+        logits = torch.cat([torch.nn.functional.pad(lg, (0, 0, keep - lg.shape[1], 0)) for _, lg, _, _ in parts])
+        logits = logits[inverse]
+        attention = torch.cat([torch.nn.functional.pad(a, (width - a.shape[1], 0)) for _, _, _, a in parts])[inverse]
+        return logits, cache, attention
 
     def _draft(self, history: list[int], budget: int) -> list[int]:
         """Prompt-lookup draft: the tokens that followed the latest earlier occurrence of the history's
