@@ -9,11 +9,12 @@ Every metric in grogu is computed from three primitives, all batched over many p
   under given prompts, logits taken only at the continuation positions;
 - :meth:`Engine.next_token_logprobs` — the next-token distribution after each prompt.
 
-How it is fast: prompts are length-bucketed into batches; within a batch one row's prefix is encoded
-once and its KV cache shared by every row, each row keeping the part it has in common with it (the
-chat-template header; the whole prompt when k answers are teacher-forced under one ungrounded prompt;
-documents 1..i-1 for the i-th leave-one-out prompt of the Influence Score); the rest of each row
-follows with padding masked out and position ids that continue its own prefix; greedy decoding can
+How it is fast: prompts are length-bucketed into batches; within a batch shared prefixes are encoded
+once, as a prefix tree (rows grouped by common prefix, each group's prefix continuing the KV cache of
+earlier groups' prefixes: the chat-template header; the whole prompt when k answers are
+teacher-forced under one ungrounded prompt; documents 1..i-1 for the i-th leave-one-out prompt of the
+Influence Score), the rest of each row following with padding masked out and position ids that
+continue its own prefix, and the groups' caches stacked to decode together; greedy decoding can
 take prompt-lookup drafts (verified, so the answer is unchanged); finished rows leave the decode batch; entropies are computed in float32 on chunks, never on a
 float32 [batch, seq, vocab] tensor of the whole prompt; on out-of-memory a batch is split in two
 and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`grogu.prompts`.
@@ -24,7 +25,6 @@ engine and each gets exactly the result it would get alone.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import inspect
 import logging
@@ -109,6 +109,15 @@ def _entropy_logprob(logits: torch.Tensor, chunk_rows: int = 64) -> tuple[torch.
         ents.append(-(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1))
         logps.append(logp)
     return torch.cat(ents), torch.cat(logps)
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of two token lists."""
+    m = min(len(a), len(b))
+    k = 0
+    while k < m and a[k] == b[k]:
+        k += 1
+    return k
 
 
 class Engine:
@@ -345,32 +354,28 @@ class Engine:
     def _prefill_group(self, seqs: list[list[int]], logits_to_keep: int, prefix: int, encoded=None):
         """Encode rows whose first ``prefix`` tokens are equal: the prefix once (its cache repeated for
         every row), then each row's rest right-aligned with padding masked. ``encoded``: a list of
-        (tokens, batch-1 cache) of prefixes already encoded; the longest agreement is continued rather
-        than recomputed, and this group's prefix is added to it. Returns (logits of the last
+        (tokens, per-layer (keys, values)) of prefixes already encoded (rows in token order); the
+        longest agreement is continued rather than recomputed, this group's prefix is added, and the
+        prefixes no later group can agree with better are dropped. Returns (logits of the last
         ``logits_to_keep`` positions, cache, attention mask)."""
         n, dev = len(seqs), self.device
         cache, done = self._new_cache(), 0
         head = seqs[0][:prefix]
         if prefix and encoded:
-            def agree(tokens):
-                k, m = 0, min(len(tokens), prefix)
-                while k < m and tokens[k] == head[k]:
-                    k += 1
-                return k
-
-            tokens, stored = max(encoded, key=lambda e: agree(e[0]))
-            done = agree(tokens)
-            if done:  # a copy of the stored cache, cut to the agreement (plain layers: see _stackable)
-                cache = copy.deepcopy(stored)
-                for layer in cache.layers:
-                    layer.keys, layer.values = layer.keys[..., :done, :], layer.values[..., :done, :]
+            tokens, stored = max(encoded, key=lambda e: _lcp(e[0], head))
+            done = _lcp(tokens, head)
+            for i, (k, v) in enumerate(stored if done else []):  # cache layers only ever concatenate and
+                cache.update(k[..., :done, :], v[..., :done, :], i)  # index, so stored tensors stay intact
         if prefix > done:
             self.model(input_ids=torch.tensor([head[done:]], device=dev),
                        attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
                        position_ids=torch.arange(done, prefix, device=dev)[None],
                        past_key_values=cache, use_cache=True, logits_to_keep=1)
-        if prefix and encoded is not None:
-            encoded.append((head, copy.deepcopy(cache)))
+        if encoded is not None:
+            # a stored prefix stays useful only where it agrees with this group's last row beyond `prefix`
+            encoded[:] = [e for e in encoded if _lcp(e[0], seqs[-1]) > prefix]
+            if prefix:
+                encoded.append((head, [(layer.keys, layer.values) for layer in cache.layers]))
         if prefix and n > 1:
             cache.batch_repeat_interleave(n)
         width = max(len(s) for s in seqs) - prefix
