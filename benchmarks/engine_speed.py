@@ -6,7 +6,10 @@ For k in {1, 5, 10, 20} real SQuAD dev paragraphs of about 120 tokens, on the sa
 - floor: one batched forward pass over the same grounded tokens (prompt + the engine's answers) with
   logits only at the answer positions — what reading the grounded statistics costs once the answers
   are known, a lower bound that needs no generation at all.
-Reports seconds per query (median over queries) and the ratios naive/engine and engine/floor.
+Reports seconds per query (median over queries) and the ratios naive/engine and engine/floor. All
+three run the same kernels (``engine.kernels()``: oneDNN linear layers where the engine picked them,
+see grogu.kernels); when the engine picked oneDNN, the engine is also timed with the default kernels
+(``Engine(cpu_linear="default")`` on the same model), which shows what the kernel choice alone gives.
 
   python benchmarks/engine_speed.py                        # packaged SmolLM2 on this machine
   python benchmarks/engine_speed.py --random-arch qwen2.5-7b --device cuda --ks 10   # GPU check
@@ -107,17 +110,22 @@ def main() -> None:
         engine = get_engine("smollm2-135m-instruct", device=args.device, dtype=args.dtype)
         name = "SmolLM2-135M-Instruct (packaged GGUF, dequantised)"
     scorer = UtilityScorer(engine, max_new_tokens=args.max_new_tokens)
+    stock = None  # the same model with the default kernels, when the engine chose others
+    if engine.linear_backend != "default":
+        stock = UtilityScorer(Engine((engine.model, engine.tokenizer), cpu_linear="default"),
+                              max_new_tokens=args.max_new_tokens)
     paras = pick_documents(engine.tokenizer, max(ks) + args.queries)
 
     machine = (torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda"
                else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
     print(f"model: {name}; device: {engine.device} ({machine}); dtype: {engine.dtype}; "
-          f"max_new_tokens={args.max_new_tokens}; torch {torch.__version__}", flush=True)
+          f"max_new_tokens={args.max_new_tokens}; linear kernels: {engine.linear_backend}; torch {torch.__version__}",
+          flush=True)
     rows = []
     # warm-up (allocator, kernels)
     scorer.score(paras[0]["question"], [paras[1]["text"]])
     for k in ks:
-        t_eng, t_naive, t_floor, n_tok = [], [], [], []
+        t_eng, t_naive, t_floor, t_stock, n_tok = [], [], [], [], []
         for q in range(args.queries):
             query = paras[q]["question"]
             docs = [Document(p["text"], p["title"]) for p in paras[q + 1: q + 1 + k]]
@@ -127,30 +135,36 @@ def main() -> None:
             gens = engine.generate(grounded, args.max_new_tokens)
             answers = [g.token_ids + ([g.stop_token_id] if g.finished else []) for g in gens]
             n_tok.append(sum(len(g.token_ids) for g in gens) / k)
-            t_floor.append(timed(lambda: floor_pass(engine, grounded, answers), engine.device)[0])
+            with engine.kernels():
+                t_floor.append(timed(lambda: floor_pass(engine, grounded, answers), engine.device)[0])
+            if stock is not None:
+                t_stock.append(timed(lambda: stock.score(query, docs), engine.device)[0])
             if k <= args.skip_naive_above:
-                t, ref = timed(lambda: naive_grogu_stats(engine.model, grounded, scorer.prompts.ungrounded_ids(query),
-                                                         args.max_new_tokens, engine.stop_token_ids,
-                                                         engine.pad_token_id), engine.device)
+                with engine.kernels():
+                    t, ref = timed(lambda: naive_grogu_stats(
+                        engine.model, grounded, scorer.prompts.ungrounded_ids(query), args.max_new_tokens,
+                        engine.stop_token_ids, engine.pad_token_id), engine.device)
                 t_naive.append(t)
                 same = sum(r.answer == engine.decode(n.token_ids) for r, n in zip(res, ref))
                 if same != k:
                     print(f"  note: k={k} query {q}: {k - same} answer(s) differ from the naive loop", flush=True)
         med = statistics.median
         row = {"k": k, "engine_s": med(t_eng), "floor_s": med(t_floor), "naive_s": med(t_naive) if t_naive else None,
-               "answer_tokens": med(n_tok)}
+               "answer_tokens": med(n_tok), "engine_default_kernels_s": med(t_stock) if t_stock else None}
         row["naive_over_engine"] = row["naive_s"] / row["engine_s"] if t_naive else None
         row["engine_over_floor"] = row["engine_s"] / row["floor_s"]
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    print("\n| k | naive loop (s/query) | engine (s/query) | floor (s/query) | naive / engine | engine / floor | answer tokens |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| k | naive loop (s/query) | engine (s/query) | floor (s/query) | naive / engine | engine / floor | "
+          "answer tokens | engine, default kernels (s/query) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         naive = f"{r['naive_s']:.3f}" if r["naive_s"] else "–"
         ratio = f"{r['naive_over_engine']:.1f}×" if r["naive_over_engine"] else "–"
+        default = f"{r['engine_default_kernels_s']:.3f}" if r["engine_default_kernels_s"] else "–"
         print(f"| {r['k']} | {naive} | {r['engine_s']:.3f} | {r['floor_s']:.3f} | {ratio} | "
-              f"{r['engine_over_floor']:.2f}× | {r['answer_tokens']:.0f} |")
+              f"{r['engine_over_floor']:.2f}× | {r['answer_tokens']:.0f} | {default} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": name, "device": str(engine.device), "machine": machine, "rows": rows}, f, indent=1)

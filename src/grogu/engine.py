@@ -34,6 +34,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .kernels import CpuLinears
+from .kvcache import reserve
 from .models import load_model
 
 logger = logging.getLogger(__name__)
@@ -140,6 +142,10 @@ class Engine:
             are often accepted per step. It pays where a decode step is memory-bound (GPU); on a CPU
             every extra token fed costs compute and measured no faster (benchmarks/engine_speed.py).
         prompt_lookup_ngram: longest n-gram matched to find a draft (shortest: 2).
+        cpu_linear: kernels of the model's linear layers on a CPU (:mod:`grogu.kernels`): 'auto'
+            (default: oneDNN where it measures faster than the default BLAS, as on AMD CPUs, where it
+            is about twice as fast), 'onednn' or 'default'. The model is only switched while the
+            engine runs it. Ignored on a GPU.
     """
 
     def __init__(
@@ -156,6 +162,7 @@ class Engine:
         min_shared_prefix: int = 8,
         prompt_lookup: int | None = None,
         prompt_lookup_ngram: int = 3,
+        cpu_linear: str = "auto",
     ) -> None:
         if tokenizer is not None:
             model = (model, tokenizer)
@@ -194,6 +201,8 @@ class Engine:
             raise ValueError("prompt_lookup must be >= 0 and prompt_lookup_ngram >= 2")
         self.prompt_lookup, self.prompt_lookup_ngram = int(prompt_lookup), int(prompt_lookup_ngram)
         self.prompt_lookup_min_ngram = 2  # 1-gram matches draft mostly noise
+        self._linears = CpuLinears(self.model, cpu_linear if not on_gpu else "default")
+        self.linear_backend = self._linears.backend
         self.prefill_tokens = 0  # prompt tokens actually encoded, padding excluded (diagnostics)
         self.lookup_steps = self.lookup_drafted = 0  # decode forwards run, drafted tokens fed (diagnostics)
 
@@ -234,6 +243,12 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"Engine(model={self.model_name!r}, device={self.device}, dtype={self.dtype})"
+
+    def kernels(self):
+        """A context in which forward passes of ``self.model`` use this engine's kernels (oneDNN linear
+        layers on a CPU where they are faster, see :mod:`grogu.kernels`). The engine's own calls run in
+        it; wrap your own forward passes of ``engine.model`` in it to compute exactly what it computes."""
+        return self._linears()
 
     # ------------------------------------------------------------------ text helpers
     def encode(self, text: str) -> list[int]:
@@ -478,6 +493,7 @@ class Engine:
         n = len(seqs)
         lookup = temperature is None and self.prompt_lookup > 0
         logits, cache, attention, last_pos = self._prefill(seqs, logits_to_keep=1)
+        reserve(cache, max_new_tokens + (self.prompt_lookup if lookup else 0))  # decode writes in place
         rows = torch.arange(n, device=self.device)
         history = [list(s) for s in seqs]
         tokens: list[list[int]] = [[] for _ in range(n)]
@@ -617,7 +633,7 @@ class Engine:
             raise ValueError("temperature must be > 0 (use None for greedy decoding)")
         if not prompts:
             return []
-        with self._lock:
+        with self._lock, self.kernels():
             generators = None
             if temperature is not None:
                 generators = _row_generators(prompts, seed if seed is not None else torch.seed())
@@ -643,7 +659,7 @@ class Engine:
         res: dict[int, TokenStats] = {i: TokenStats([], empty, empty) for i, c in enumerate(conts) if not c}
         if todo:
             lengths = [len(prompts[i]) + len(conts[i]) for i in todo]
-            with self._lock:
+            with self._lock, self.kernels():
                 batches = self._plan(lengths, logit_rows=[len(conts[i]) for i in todo],
                                      prompts=[prompts[i] for i in todo])
                 batches = [[todo[j] for j in b] for b in batches]
@@ -668,7 +684,7 @@ class Engine:
                 logp = logp[:, cols]
             return dict(zip(batch, logp))
 
-        with self._lock:
+        with self._lock, self.kernels():
             res = self._run(self._plan([len(p) for p in prompts]), run)
         return torch.stack([res[i] for i in range(len(prompts))])
 
