@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .kernels import CpuLinears
-from .kvcache import reserve
+from .kvcache import ReservedLayer, reserve
 from .models import load_model
 
 logger = logging.getLogger(__name__)
@@ -408,7 +408,8 @@ class Engine:
         self.prefill_tokens += prefix - done + sum(len(s) - prefix for s in seqs)
         return out.logits, cache, attention
 
-    def _prefill(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None):
+    def _prefill(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None,
+                 room: int = 0):
         """Encode a batch; returns (logits of the last `logits_to_keep` positions, cache, attention mask,
         position of each row's last token).
 
@@ -416,7 +417,8 @@ class Engine:
         group's prefix once; the groups' caches are then left-padded to one width (padding masked) and
         stacked, so decoding runs over the whole batch at once. A row reuses at most ``limits[j]``
         prompt tokens (default len - logits_to_keep). Caches that cannot be stacked (sliding-window or
-        recurrent layers) are encoded as one group with the prefix common to all rows."""
+        recurrent layers) are encoded as one group with the prefix common to all rows. ``room``: positions
+        to reserve in stacked caches for decoding."""
         n = len(seqs)
         lens = [len(s) for s in seqs]
         limits = [l - logits_to_keep for l in lens] if limits is None else limits
@@ -427,7 +429,7 @@ class Engine:
             parts = [(rows, *self._prefill_group([seqs[i] for i in rows], logits_to_keep, prefix, encoded))
                      for rows, prefix in groups]
             del encoded
-            return (*self._merge(parts, n), last_pos)
+            return (*self._merge(parts, n, room), last_pos)
         common = 0  # one group: the prefix common to all rows
         if n > 1:
             shared = min(min(limits), min(lens))
@@ -451,20 +453,35 @@ class Engine:
                 for layer in layers)
         return self._stack_ok
 
-    def _merge(self, parts, n: int):
-        """Stack group caches (left-padded to one width), logits and masks back into the caller's row order."""
+    def _merge(self, parts, n: int, room: int = 0):
+        """Stack group caches (left-padded to one width), logits and masks into the caller's row order.
+        Each is written once into its final buffer; the caches become :class:`ReservedLayer` s with
+        room for ``room`` more positions (the answer to decode)."""
         width = max(attention.shape[1] for _, _, _, attention in parts)
-        pad = lambda t: torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0))  # noqa: E731 - [b, h, s, d]
-        rows = [i for r, _, _, _ in parts for i in r]
-        inverse = torch.tensor(sorted(range(n), key=rows.__getitem__), device=self.device)
+        index = [torch.tensor(rows, device=self.device) for rows, _, _, _ in parts]
         cache = parts[0][2]
-        for l, layer in enumerate(cache.layers):
-            layer.keys = torch.cat([pad(c.layers[l].keys) for _, _, c, _ in parts])[inverse]
-            layer.values = torch.cat([pad(c.layers[l].values) for _, _, c, _ in parts])[inverse]
+
+        def stack(tensors: list[torch.Tensor], extra: int = 0) -> torch.Tensor:  # [rows, ..., s, d] each
+            t0 = tensors[0]
+            out = t0.new_empty(n, *t0.shape[1:-2], width + extra, t0.shape[-1])
+            for idx, t in zip(index, tensors):
+                s = t.shape[-2]
+                out[idx, ..., width - s: width, :] = t
+                if s < width:  # padding slots are masked, but must hold finite numbers
+                    out[idx, ..., : width - s, :] = 0
+            return out
+
+        for l in range(len(cache.layers)):
+            keys = stack([c.layers[l].keys for _, _, c, _ in parts], room)
+            values = stack([c.layers[l].values for _, _, c, _ in parts], room)
+            cache.layers[l] = ReservedLayer.of_buffers(keys, values, width)
         keep = max(lg.shape[1] for _, lg, _, _ in parts)  # a group narrower than logits_to_keep has fewer
-        logits = torch.cat([torch.nn.functional.pad(lg, (0, 0, keep - lg.shape[1], 0)) for _, lg, _, _ in parts])
-        logits = logits[inverse]
-        attention = torch.cat([torch.nn.functional.pad(a, (width - a.shape[1], 0)) for _, _, _, a in parts])[inverse]
+        logits = parts[0][1].new_zeros(n, keep, parts[0][1].shape[-1])
+        for idx, (_, lg, _, _) in zip(index, parts):
+            logits[idx, keep - lg.shape[1]:] = lg
+        attention = torch.zeros(n, width, dtype=parts[0][3].dtype, device=self.device)
+        for idx, (_, _, _, a) in zip(index, parts):
+            attention[idx, width - a.shape[1]:] = a
         return logits, cache, attention
 
     def _draft(self, history: list[int], budget: int) -> list[int]:
@@ -492,8 +509,9 @@ class Engine:
         the positions that produced each kept token."""
         n = len(seqs)
         lookup = temperature is None and self.prompt_lookup > 0
-        logits, cache, attention, last_pos = self._prefill(seqs, logits_to_keep=1)
-        reserve(cache, max_new_tokens + (self.prompt_lookup if lookup else 0))  # decode writes in place
+        room = max_new_tokens + (self.prompt_lookup if lookup else 0)  # decode writes the cache in place
+        logits, cache, attention, last_pos = self._prefill(seqs, logits_to_keep=1, room=room)
+        reserve(cache, room)  # a cache not stacked from groups (those are reserved already)
         rows = torch.arange(n, device=self.device)
         history = [list(s) for s in seqs]
         tokens: list[list[int]] = [[] for _ in range(n)]

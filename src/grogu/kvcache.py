@@ -24,6 +24,17 @@ class ReservedLayer(DynamicLayer):
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         self._fill(keys, values, extra)
 
+    @classmethod
+    def of_buffers(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> "ReservedLayer":
+        """A layer over ready buffers whose first ``length`` positions are filled (the rest is room)."""
+        layer = cls.__new__(cls)
+        layer._k = layer._v = None
+        layer._n = 0
+        DynamicLayer.__init__(layer)
+        layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
+        layer._k, layer._v, layer._n = keys, values, length
+        return layer
+
     def _fill(self, keys: torch.Tensor, values: torch.Tensor, extra: int) -> None:
         b, h, s, _ = keys.shape
         k = keys.new_empty(b, h, s + extra, keys.shape[-1])
