@@ -105,6 +105,14 @@ def test_seper_bad_input(seper):
         seper.score("q?", ["doc"], [])
     with pytest.raises(ValueError, match="reference-based"):
         seper.score("q?", ["doc"], ["  "])
+    with pytest.raises(ValueError, match="reference answer 1 is empty"):  # not dropped from the average
+        seper.score("q?", ["doc"], ["Paris", ""])
+    with pytest.raises(TypeError, match="reference answer 1 must be a str"):
+        seper.score("q?", ["doc"], ["Paris", 42])
+    with pytest.raises(TypeError, match="references must be"):
+        seper.score("q?", ["doc"], 42)
+    with pytest.raises(ValueError, match="tau"):
+        SePerScorer(seper.engine, entailment=seper.kernel, tau=1.5)
     assert seper.score("q?", [], ["ref"]) == []
 
 

@@ -124,6 +124,25 @@ class SePerResult:
     samples_without: list[str]
 
 
+def check_references(references: Any) -> list[str]:
+    """The reference answers as a list of stripped strings; a TypeError for a non-string and a
+    ValueError for none or an empty one (each counts in the average, so none is dropped)."""
+    if isinstance(references, str):
+        references = [references]
+    if not isinstance(references, Sequence):
+        raise TypeError(f"references must be a str or a list of str, got {type(references).__name__}")
+    if not references:
+        raise ValueError("ΔSePer is reference-based: give at least one non-empty reference answer")
+    refs = []
+    for i, r in enumerate(references):
+        if not isinstance(r, str):
+            raise TypeError(f"reference answer {i} must be a str, got {type(r).__name__}")
+        if not r.strip():
+            raise ValueError(f"ΔSePer is reference-based: reference answer {i} is empty")
+        refs.append(r.strip())
+    return refs
+
+
 class SePerScorer:
     """ΔSePer of documents for one target LLM.
 
@@ -140,6 +159,8 @@ class SePerScorer:
                  template: PromptTemplate | None = None, device: str | None = None, dtype: str | None = None) -> None:
         if n_samples < 1:
             raise ValueError("n_samples must be at least 1")
+        if not 0.0 <= tau <= 1.0:
+            raise ValueError(f"tau is an entailment probability threshold in [0, 1], got {tau}")
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.kernel: Kernel = entailment if callable(entailment) else NLIEntailment(entailment, device=device)
         self.n_samples, self.temperature, self.tau, self.seed = n_samples, temperature, tau, seed
@@ -175,11 +196,7 @@ class SePerScorer:
 
     def _run(self, query: str, contexts: list[list[Document]], references: Sequence[str]) -> list[SePerResult]:
         query = check_query(query)
-        if isinstance(references, str):
-            references = [references]
-        refs = [r.strip() for r in references if isinstance(r, str) and r.strip()]
-        if not refs:
-            raise ValueError("ΔSePer is reference-based: give at least one non-empty reference answer")
+        refs = check_references(references)
         prompts = [self.prompts.ungrounded_ids(query)] + [self.prompts.grounded_ids(query, c) for c in contexts]
         rows = [p for p in prompts for _ in range(self.n_samples)]
         gens = self.engine.generate(rows, self.max_new_tokens, temperature=self.temperature, seed=self.seed)
