@@ -18,7 +18,7 @@ class ReservedLayer(DynamicLayer):
     for ``extra`` more positions; it grows (doubling the room) if a step needs more."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, extra: int) -> None:
-        self._k = self._v = None
+        self._k = self._v = None  # before the base class assigns keys/values = None
         self._n = 0
         super().__init__()
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
@@ -27,11 +27,7 @@ class ReservedLayer(DynamicLayer):
     @classmethod
     def of_buffers(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> "ReservedLayer":
         """A layer over ready buffers whose first ``length`` positions are filled (the rest is room)."""
-        layer = cls.__new__(cls)
-        layer._k = layer._v = None
-        layer._n = 0
-        DynamicLayer.__init__(layer)
-        layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
+        layer = cls(keys[:, :, :0], values[:, :, :0], 0)  # empty, then adopt the buffers without copying
         layer._k, layer._v, layer._n = keys, values, length
         return layer
 
