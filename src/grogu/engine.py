@@ -408,28 +408,23 @@ class Engine:
         self.prefill_tokens += prefix - done + sum(len(s) - prefix for s in seqs)
         return out.logits, cache, attention
 
-    def _prefill(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None,
-                 room: int = 0):
-        """Encode a batch; returns (logits of the last `logits_to_keep` positions, cache, attention mask,
-        position of each row's last token).
+    def _encode(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None):
+        """Encode a batch group by group; yields (row indices, logits of the group's last
+        ``logits_to_keep`` positions, its cache, its attention mask) per group.
 
         Prefix reuse (:meth:`_prefix_groups`): rows are encoded in groups that share a prefix, each
-        group's prefix once; the groups' caches are then left-padded to one width (padding masked) and
-        stacked, so decoding runs over the whole batch at once. A row reuses at most ``limits[j]``
-        prompt tokens (default len - logits_to_keep). Caches that cannot be stacked (sliding-window or
-        recurrent layers) are encoded as one group with the prefix common to all rows. ``room``: positions
-        to reserve in stacked caches for decoding."""
+        group's prefix once. A row reuses at most ``limits[j]`` prompt tokens (default len -
+        logits_to_keep). Caches that cannot be stacked (sliding-window or recurrent layers) are encoded as
+        one group with the prefix common to all rows."""
         n = len(seqs)
         lens = [len(s) for s in seqs]
         limits = [l - logits_to_keep for l in lens] if limits is None else limits
-        last_pos = torch.tensor(lens, device=self.device) - 1
         groups = self._prefix_groups(seqs, limits) if n > 1 else [([0], 0)]
         if len(groups) > 1 and self._stackable():
             encoded: list = []  # the prefixes encoded so far, continued by later groups
-            parts = [(rows, *self._prefill_group([seqs[i] for i in rows], logits_to_keep, prefix, encoded))
-                     for rows, prefix in groups]
-            del encoded
-            return (*self._merge(parts, n, room), last_pos)
+            for rows, prefix in groups:
+                yield (rows, *self._prefill_group([seqs[i] for i in rows], logits_to_keep, prefix, encoded))
+            return
         common = 0  # one group: the prefix common to all rows
         if n > 1:
             shared = min(min(limits), min(lens))
@@ -437,7 +432,31 @@ class Engine:
                 common += 1
             if (n - 1) * common < self.min_shared_prefix:
                 common = 0
-        return (*self._prefill_group(seqs, logits_to_keep, common), last_pos)
+        yield (list(range(n)), *self._prefill_group(seqs, logits_to_keep, common))
+
+    def _prefill(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None,
+                 room: int = 0):
+        """Encode a batch for decoding (:meth:`_encode`); returns (logits of the last `logits_to_keep`
+        positions, cache, attention mask, position of each row's last token). Several groups' caches are
+        left-padded to one width (padding masked) and stacked, so decoding runs over the whole batch at
+        once; ``room``: positions to reserve in stacked caches for decoding."""
+        parts = list(self._encode(seqs, logits_to_keep, limits))
+        last_pos = torch.tensor([len(s) for s in seqs], device=self.device) - 1
+        if len(parts) == 1:
+            return (*parts[0][1:], last_pos)
+        return (*self._merge(parts, len(seqs), room), last_pos)
+
+    def _prefill_logits(self, seqs: list[list[int]], logits_to_keep: int,
+                        limits: list[int] | None = None) -> list[torch.Tensor]:
+        """Encode a batch for its logits alone (teacher forcing, next-token distributions): per row, the
+        logits of its last positions ([<= logits_to_keep, V]; at least as many as the row has tokens past
+        its ``limits`` entry), views of its group's output. Nothing is stacked: no decode cache and no
+        zero-padded [n, logits_to_keep, V] tensor, and each group's cache is freed once encoded."""
+        rows: list = [None] * len(seqs)
+        for idx, logits, *_ in self._encode(seqs, logits_to_keep, limits):
+            for j, i in enumerate(idx):
+                rows[i] = logits[j]
+        return rows
 
     def _stackable(self) -> bool:
         """Whether this model's caches can be padded and stacked (plain full-attention layers only)."""
@@ -606,10 +625,10 @@ class Engine:
     def _token_stats_batch(self, prompts: list[list[int]], conts: list[list[int]]) -> list[TokenStats]:
         keep = max(len(c) for c in conts)
         seqs = [p + c[:-1] for p, c in zip(prompts, conts)]
-        logits, *_ = self._prefill(seqs, logits_to_keep=keep, limits=[len(p) - 1 for p in prompts])
+        logits = self._prefill_logits(seqs, logits_to_keep=keep, limits=[len(p) - 1 for p in prompts])
         out = []
         for i, cont in enumerate(conts):
-            row_logits = logits[i, keep - len(cont):]
+            row_logits = logits[i][-len(cont):]
             entropy, logp = _entropy_logprob(row_logits)
             target = torch.tensor(cont, device=logp.device)
             out.append(TokenStats(list(cont), entropy.cpu(), logp.gather(1, target[:, None])[:, 0].cpu()))
@@ -696,8 +715,8 @@ class Engine:
 
         @torch.inference_mode()
         def run(batch: list[int]) -> dict[int, torch.Tensor]:
-            logits, *_ = self._prefill([prompts[i] for i in batch], logits_to_keep=1)
-            logp = torch.log_softmax(logits[:, -1].float(), dim=-1).cpu()
+            logits = self._prefill_logits([prompts[i] for i in batch], logits_to_keep=1)
+            logp = torch.log_softmax(torch.stack([row[-1] for row in logits]).float(), dim=-1).cpu()
             if cols is not None:
                 logp = logp[:, cols]
             return dict(zip(batch, logp))
