@@ -100,6 +100,41 @@ def test_prompt_lookup_decoding_is_exactly_greedy_tiny():
         torch.testing.assert_close(g.logprob, lp, atol=TOL, rtol=0)
 
 
+def test_gpu_defaults_bf16_and_prompt_lookup_agree_with_the_naive_loop(tokenizer):
+    """The configuration a GPU gets by default (bf16 weights, prompt-lookup drafts), run on this CPU:
+    padding, masks, the reserved decode cache and float32 entropies must hold up in bf16 too. Batched
+    and one-at-a-time bf16 sum in different orders, so values agree to bf16 precision, not 1e-4."""
+    model = tiny_model("llama").to(torch.bfloat16)
+    engine = Engine(model, tokenizer, device="cpu", prompt_lookup=4)
+    assert engine.dtype == torch.bfloat16 and engine.linear_backend == "default"
+    query, docs = _docs(6, seed=5)
+    pb = PromptBuilder(engine.tokenizer, engine.max_context_tokens, 16)
+    grounded = [pb.grounded_ids(query, [d]) for d in docs]
+    ungrounded = pb.ungrounded_ids(query)
+    gens = engine.generate(grounded, 16)
+    u_stats = engine.token_stats([ungrounded] * len(docs), [g.token_ids or [g.stop_token_id] for g in gens])
+    ref = naive_grogu_stats(model, grounded, ungrounded, 16, engine.stop_token_ids, engine.pad_token_id)
+    for g, u, r in zip(gens, u_stats, ref):
+        assert g.token_ids == r.token_ids and len(g.token_ids) > 0
+        for got, want in ((g.entropy, r.grounded_entropy), (g.logprob, r.grounded_logprob),
+                          (u.entropy, r.ungrounded_entropy), (u.logprob, r.ungrounded_logprob)):
+            assert got.dtype == torch.float32 and torch.isfinite(got).all()
+            torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)
+    # drafts in bf16 (a 64-token vocabulary makes them common): verified, so the same answers
+    toy = tiny_model("llama", vocab_size=64, seed=3).to(torch.bfloat16)
+    lookup = Engine(toy, _ToyTokenizer(), device="cpu", prompt_lookup=4, stop_token_ids=[1])
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(2, 64, (n,), generator=gen).tolist() for n in (30, 45, 60, 38)]
+    got = lookup.generate(prompts, 40)
+    plain = Engine(toy, _ToyTokenizer(), device="cpu", prompt_lookup=0, stop_token_ids=[1]).generate(prompts, 40)
+    assert lookup.lookup_drafted > 0
+    assert [g.token_ids for g in got] == [g.token_ids for g in plain]
+    for g, p in zip(got, prompts):
+        h, lp = forward_stats(toy, p, g.token_ids)
+        torch.testing.assert_close(g.entropy, h, atol=0.05, rtol=0.02)
+        torch.testing.assert_close(g.logprob, lp, atol=0.05, rtol=0.02)
+
+
 def test_prompt_lookup_draft():
     engine = Engine(tiny_model("llama", vocab_size=64), _ToyTokenizer(), device="cpu", prompt_lookup=3)
     assert engine._draft([5, 6, 7, 8, 9, 1, 5, 6], 10) == [7, 8, 9]  # latest earlier copy of (5, 6)
