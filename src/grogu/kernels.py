@@ -80,7 +80,7 @@ def onednn_is_faster(layer: torch.nn.Linear, rows: tuple[int, ...] = (8, 128), *
     g = torch.Generator().manual_seed(0)
     xs = [torch.randn(n, layer.in_features, generator=g) for n in rows]
     try:
-        weight = _reorder_op()(layer.weight.detach(), 8) if pack else layer.weight
+        weight = _reorder_op()(layer.weight.detach(), 8) if pack and _reorder_op() else layer.weight
         onednn = lambda x: op(x, weight, layer.bias, "none", [], "")  # noqa: E731
         for x in xs:
             ref, got = torch.nn.functional.linear(x, layer.weight, layer.bias), onednn(x)
@@ -109,7 +109,7 @@ def choose_linear_backend(model: torch.nn.Module, backend: str = "auto", *, pack
         return "onednn"
     small = [m for m in layers if m.weight.numel() * 4 <= 64 * 2**20]
     probe = max(small, key=lambda m: m.weight.numel()) if small else min(layers, key=lambda m: m.weight.numel())
-    return "onednn" if onednn_is_faster(probe, pack=pack and _reorder_op() is not None) else "default"
+    return "onednn" if onednn_is_faster(probe, pack=pack) else "default"
 
 
 class CpuLinears:
