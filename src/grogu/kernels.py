@@ -79,8 +79,9 @@ def onednn_is_faster(layer: torch.nn.Linear, rows: tuple[int, ...] = (8, 128), *
         return False
     g = torch.Generator().manual_seed(0)
     xs = [torch.randn(n, layer.in_features, generator=g) for n in rows]
+    reorder = _reorder_op() if pack else None
     try:
-        weight = _reorder_op()(layer.weight.detach(), 8) if pack and _reorder_op() else layer.weight
+        weight = reorder(layer.weight.detach(), 8) if reorder is not None else layer.weight
         onednn = lambda x: op(x, weight, layer.bias, "none", [], "")  # noqa: E731
         for x in xs:
             ref, got = torch.nn.functional.linear(x, layer.weight, layer.bias), onednn(x)
