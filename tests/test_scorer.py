@@ -53,7 +53,8 @@ def test_rerank_order_top_n_threshold(scorer):
     assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2)] == [r.index for r in ranked[:2]]
     cut = ranked[1].score
     assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut)] == [r.index for r in ranked[:2]]
-    assert scorer.rerank(QUERY, DOCS, top_n=0) == []
+    with pytest.raises(ValueError, match="top_n"):
+        scorer.rerank(QUERY, DOCS, top_n=0)
     with pytest.raises(ValueError):
         scorer.rerank(QUERY, DOCS, top_n=-1)
 

@@ -20,6 +20,8 @@ from typing import Any, Iterator
 
 from . import metrics as M
 from .models import DEFAULT_MODEL
+from .rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
+from .selection import CANDIDATE_FAMILIES, RERANK_MODES
 
 # Subcommands that live in their own module: name -> module with ``add_arguments(parser)`` and
 # ``run(args) -> int``. Imported lazily (only the chosen one), so ``grogu score`` stays light.
@@ -66,24 +68,32 @@ def _snippet(doc: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _record(item: dict, results: list, scorer: Any) -> dict:
+def _record(item: dict, results: list, scorer: Any, mode: str) -> dict:
     return {
-        "query": item["query"], "model": scorer.model_name, "metric": scorer.metric,
+        "query": item["query"], "model": scorer.model_name, "metric": scorer.metric, "mode": mode,
         "results": [{
             "index": r.index, "score": r.score, "confidence": r.confidence, "n_tokens": r.n_tokens,
             "n_key_tokens": r.n_key_tokens, "answer": r.answer, "variants": r.variants,
-            "document": r.document,
+            "document": r.document, "rank_score": r.rank_score,
         } for r in results],
     }
 
 
 def _table(record: dict) -> str:
-    lines = [f"query: {record['query']}", f"model: {record['model']}   metric: {record['metric']} (utility, higher = more useful)",
+    context = record["mode"] == "context"
+    lines = [f"query: {record['query']}",
+             f"model: {record['model']}   mode: {record['mode']}   metric: {record['metric']} (utility, higher = more useful)"]
+    if context and record["results"]:
+        first = record["results"][0]
+        lines.append(f"chosen context: utility {first['score']:.4f}, answer -> {_snippet(first['answer'], 70)}")
+    lines += [
              f"{'rank':>4} {'doc':>4} {'utility':>9} {'key/tok':>8}  document / grounded answer"]
     for rank, r in enumerate(record["results"], 1):
-        lines.append(f"{rank:>4} {r['index']:>4} {r['score']:>9.4f} {r['n_key_tokens']:>3}/{r['n_tokens']:<4}  "
+        utility = "(context)" if context else f"{r['score']:>9.4f}"
+        lines.append(f"{rank:>4} {r['index']:>4} {utility:>9} {r['n_key_tokens']:>3}/{r['n_tokens']:<4}  "
                      f"{_snippet(r['document'], 70)}")
-        lines.append(f"{'':>30}-> {_snippet(r['answer'], 68)}")
+        if not context:
+            lines.append(f"{'':>30}-> {_snippet(r['answer'], 68)}")
     return "\n".join(lines)
 
 
@@ -111,7 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="one JSON object per query on stdout")
         if name == "rerank":
             p.add_argument("--top-n", type=int, default=None)
-            p.add_argument("--threshold", type=float, default=None, help="keep utility >= this")
+            p.add_argument("--threshold", type=float, default=None, help="keep utility >= this (per-document modes)")
+            p.add_argument("--mode", default=None, choices=RERANK_MODES,
+                           help=f"rerank mode (default {DEFAULT_MODE}; see the README, 'Which rerank mode')")
+            p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT, help="fusion: weight of the utility rank")
+            p.add_argument("--family", default=DEFAULT_FAMILY, choices=CANDIDATE_FAMILIES,
+                           help="context: candidate contexts")
+            p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                           help="context: how much a candidate must beat the retriever's own context")
     p = sub.add_parser("influence", help="Influence Score of each document on the answer (2k+1 generations)")
     _common(p)
     p.add_argument("--answer", default=None, help="the answer actually given (default: generate it from all documents)")
@@ -215,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(EXTRA_COMMANDS[args.command][0], __package__).run(args)
     from tqdm import tqdm
 
-    from .scorer import UtilityScorer, _select
+    from .scorer import UtilityScorer
 
     scorer = UtilityScorer(args.model, metric=args.metric, alpha=args.alpha, top_k_frac=args.top_k_frac,
                            max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype,
@@ -224,11 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     progress = tqdm(total=len(items), desc="queries", unit="q", disable=len(items) < 2, file=sys.stderr)
     for start in range(0, len(items), max(1, args.batch_queries)):
         chunk = items[start:start + args.batch_queries]
-        scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
+        if args.command == "rerank":  # each query's mode runs its own batch
+            scored = [scorer.rerank(it["query"], it["documents"], args.top_n, args.threshold, mode=args.mode,
+                                    weight=args.weight, family=args.family, margin=args.margin) for it in chunk]
+        else:
+            scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
         for item, results in zip(chunk, scored):
-            if args.command == "rerank":
-                results = _select(results, args.top_n, args.threshold)
-            record = _record(item, results, scorer)
+            mode = (args.mode or DEFAULT_MODE) if args.command == "rerank" else "document"
+            record = _record(item, results, scorer, mode)
             print(json.dumps(record, ensure_ascii=False) if args.json else _table(record) + "\n", flush=True)
         progress.update(len(chunk))
     progress.close()

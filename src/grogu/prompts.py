@@ -67,6 +67,37 @@ class PromptTemplate:
         )
 
 
+def template_from_messages(messages: Sequence[tuple[str, str]], *, context: str, query: str,
+                           document: str = "{text}", separator: str = "\n\n") -> PromptTemplate:
+    """A :class:`PromptTemplate` that renders exactly a pipeline's own chat QA prompt.
+
+    ``messages`` are the pipeline's (role, content) messages with the two placeholder strings
+    ``context`` and ``query`` standing where the documents and the question go: an optional system
+    message, then one user message holding both (LlamaIndex's ``text_qa_template``, a LangChain
+    ``ChatPromptTemplate``). Documents are rendered with ``document`` and joined with ``separator``
+    (LlamaIndex's compact synthesizer: each node's LLM text, blank-line separated). The ungrounded
+    prompt is the same user message with no documents: what the LLM reads when nothing is retrieved.
+    """
+    if not messages:
+        raise ValueError("the pipeline prompt has no messages")
+    roles = [role for role, _ in messages]
+    system = None
+    if roles[0] == "system":
+        system, messages = messages[0][1], messages[1:]
+    if [role for role, _ in messages] != ["user"]:
+        raise ValueError(f"grogu can score a QA prompt of an optional system message and one user message; got roles {roles}")
+    user = messages[0][1]
+    for name, mark in (("context", context), ("query", query)):
+        if user.count(mark) != 1:
+            raise ValueError(f"the pipeline prompt's user message must hold the {name} exactly once")
+    if system is not None and (context in system or query in system):
+        raise ValueError("grogu cannot score a pipeline prompt that puts the context or the query in the system message")
+    escaped = user.replace("{", "{{").replace("}", "}}")
+    grounded = escaped.replace(context, "{context}").replace(query, "{query}")
+    return PromptTemplate(grounded=grounded, ungrounded=grounded.replace("{context}", ""), document=document,
+                          titled_document=document, separator=separator, system=system, plain_suffix="")
+
+
 #: Short-answer prompting (``UtilityScorer(answer_style="short")``): small models otherwise answer with a
 #: sentence or two copied from whatever passage they get, and copying is confident whether or not the
 #: passage helps. Asking for a few words keeps the scored answer on the tokens that answer the question.

@@ -13,6 +13,7 @@ higher means the document makes this LLM surer of its grounded answer.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -20,6 +21,8 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from . import metrics as M
+from . import rerank as R
+from . import selection as S
 from .batching import Coalescer
 from .engine import Engine, Generation, get_engine
 from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate, as_document
@@ -68,10 +71,17 @@ class ScoreResult:
 
 @dataclass(kw_only=True)
 class DocumentScore(ScoreResult):
-    """GROGU of one document used alone as the context; ``index`` is its position in the input."""
+    """GROGU of one document used alone as the context; ``index`` is its position in the input.
+
+    From :meth:`UtilityScorer.rerank` in the ``context`` mode, the GROGU fields are those of the chosen
+    context (every member shares them; ``context`` holds it, with the answer the LLM gave it). In the
+    ``fusion`` mode ``rank_score`` is the fused score the order follows.
+    """
 
     index: int
     document: Any
+    rank_score: float | None = None
+    context: "ContextScore | None" = None
 
 
 @dataclass(kw_only=True)
@@ -306,11 +316,57 @@ class UtilityScorer:
         return _choose(self.score_contexts(query, layouts))
 
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-               threshold: float | None = None, *, return_details: bool = False) -> list[DocumentScore]:
-        """Documents sorted by utility (ties keep the input order), those with score >= threshold,
-        at most top_n. Each result carries ``index`` (input position) and the original ``document``."""
+               threshold: float | None = None, *, mode: str | None = None, relevance: Sequence[float] | None = None,
+               return_details: bool = False, **mode_settings: Any) -> list[DocumentScore]:
+        """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
+
+        - ``"context"`` (default): candidate contexts of ``top_n`` documents from the retrieval order (the
+          input order), each scored as one context; the best if it beats the retriever's own top-n by
+          ``margin``; results keep the input order;
+        - ``"document"``: each document alone, sorted by utility (ties keep input order), those with
+          score >= threshold, at most top_n (the paper's per-document GROGU);
+        - ``"fusion"``: utility rank fused with the relevance rank (``weight`` on utility), sorted;
+        - ``"prune"``: documents at least as useful as no document, input order.
+        ``relevance``: the retriever's scores of the documents (fusion); without them the packaged
+        MiniLM computes query-document similarity. ``mode_settings``: ``weight``, ``family``, ``swaps``,
+        ``margin`` (:class:`grogu.rerank.ModeSettings`). Each result carries ``index`` (input position)
+        and the original ``document``.
+        """
+        settings, docs, originals, relevance, base = self._prepare_rerank(
+            query, documents, top_n, threshold, mode, relevance, mode_settings)
+        contexts = R.plan(settings, base, top_n)
+        scored = self.score_contexts(query, [[docs[i] for i in c] for c in contexts], return_details=return_details)
+        return self._finish_rerank(settings, base, contexts, scored, originals, top_n, threshold, relevance)
+
+    def _prepare_rerank(self, query, documents, top_n, threshold, mode, relevance, mode_settings):
         _check_top_n(top_n)
-        return _select(self.score(query, documents, return_details=return_details), top_n, threshold)
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not math.isfinite(threshold)):
+            raise ValueError(f"threshold must be a finite number or None, got {threshold!r}")
+        settings = R.ModeSettings(mode=R.DEFAULT_MODE if mode is None else mode, **mode_settings)
+        if threshold is not None and settings.mode == "context":
+            raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+        query, docs, originals = check_query(query), check_documents(documents), list(documents)
+        if relevance is not None:
+            if isinstance(relevance, (str, bytes)) or len(relevance) != len(docs):
+                raise ValueError(f"relevance must hold one score per document ({len(docs)})")
+            relevance = [float(r) for r in relevance]
+            if not all(math.isfinite(r) for r in relevance):
+                raise ValueError("relevance scores must be finite numbers")
+        elif settings.mode != "document" and docs:
+            relevance = R.relevance_scores(query, [self.prompts.template.render_context([d]) for d in docs])
+        base = list(range(len(docs))) if relevance is None else S.order_by(relevance)
+        return settings, docs, originals, relevance, base
+
+    def _finish_rerank(self, settings, base, contexts, scored, originals, top_n, threshold, relevance):
+        sel = R.decide(settings, base, contexts, scored, top_n, threshold, relevance)
+        if sel.mode == "context":
+            ctx = sel.context
+            fields = {k: v for k, v in vars(ctx).items() if k != "documents"} if ctx is not None else {}
+            return [DocumentScore(index=i, document=originals[i], context=ctx, **fields) for i in sel.order]
+        return [DocumentScore(index=i, document=originals[i], rank_score=None if sel.fused is None else sel.fused[i],
+                              **{k: v for k, v in vars(sel.scores[i]).items() if k != "documents"})
+                for i in sel.order]
 
     # ------------------------------------------------------------------ async API
     # Each coroutine runs its engine work in a worker thread (the event loop is not blocked) and is
@@ -329,10 +385,16 @@ class UtilityScorer:
         return [DocumentScore(index=i, document=o, **vars(r)) for i, (o, r) in enumerate(zip(originals, results))]
 
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                      threshold: float | None = None, *, return_details: bool = False) -> list[DocumentScore]:
+                      threshold: float | None = None, *, mode: str | None = None,
+                      relevance: Sequence[float] | None = None, return_details: bool = False,
+                      **mode_settings: Any) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
-        _check_top_n(top_n)
-        return _select(await self.ascore(query, documents, return_details=return_details), top_n, threshold)
+        settings, docs, originals, relevance, base = self._prepare_rerank(
+            query, documents, top_n, threshold, mode, relevance, mode_settings)
+        contexts = R.plan(settings, base, top_n)
+        scored = await self.ascore_contexts(query, [[docs[i] for i in c] for c in contexts],
+                                            return_details=return_details)
+        return self._finish_rerank(settings, base, contexts, scored, originals, top_n, threshold, relevance)
 
     async def ascore_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
                               return_details: bool = False) -> list[ContextScore]:
@@ -379,16 +441,8 @@ def _sentence_end(text: str) -> bool:
 
 
 def _check_top_n(top_n: Any) -> None:
-    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0):
-        raise ValueError(f"top_n must be a non-negative int or None, got {top_n!r}")
-
-
-def _select(scored: list[DocumentScore], top_n: int | None, threshold: float | None) -> list[DocumentScore]:
-    """Sort by utility (ties keep input order), keep score >= threshold, then the first top_n."""
-    ranked = sorted(scored, key=lambda r: (-r.score, r.index))
-    if threshold is not None:
-        ranked = [r for r in ranked if r.score >= threshold]
-    return ranked if top_n is None else ranked[:top_n]
+    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
+        raise ValueError(f"top_n must be a positive int or None (keep all), got {top_n!r}")
 
 
 def _choose(scores: list[ContextScore]) -> LayoutChoice:

@@ -2,6 +2,7 @@
 how much each source node influenced the answer that was given (Influence Score)."""
 
 from llama_index.postprocessor.grogu.base import GroguRerank
+from llama_index.postprocessor.grogu.prompts import template_from_llama_index
 from llama_index.postprocessor.grogu.influence import (
     GroguInfluenceCallbackHandler,
     GroguInfluenceHandler,
@@ -12,6 +13,7 @@ from llama_index.postprocessor.grogu.influence import (
 
 __all__ = [
     "GroguRerank",
+    "template_from_llama_index",
     "GroguInfluenceHandler",
     "GroguInfluenceCallbackHandler",
     "JsonlSink",

@@ -8,7 +8,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grogu
 from grogu.metrics import metric_name
+from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT, ModeSettings
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
+from llama_index.core.llms import LLM
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
@@ -16,6 +18,7 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
+from .prompts import template_from_llama_index
 from .utils import check_nodes, hide_from_llm, model_label, node_text, resolve_engine
 
 dispatcher = get_dispatcher(__name__)
@@ -29,17 +32,25 @@ Layouts = List[Tuple[str, List[int]]]
 
 
 class GroguRerank(BaseNodePostprocessor):
-    """Rerank nodes by their GROGU utility for a specific target LLM (Hua et al.).
+    """Choose and order nodes by their GROGU utility for a specific target LLM (Hua et al.).
 
-    Each node is scored alone: the target LLM answers the query grounded on the node, and the
-    utility is minus its confidence on the answer's key tokens (KeyEntropy by default; nats, higher is
-    more useful). Nodes come back sorted by utility; ``threshold`` keeps those at or above it and
-    ``top_n`` the first n. ``NodeWithScore.score`` becomes the utility, the retriever's score is kept
-    in ``metadata["retrieval_score"]`` and the details in ``metadata["grogu"]`` (both hidden from the
-    LLM prompt).
+    Utility is minus the target LLM's confidence on the key tokens of its grounded answer (KeyEntropy
+    by default; higher is more useful). ``mode`` says how it becomes the nodes the LLM reads:
+
+    - ``"context"`` (default): a few candidate contexts of ``top_n`` nodes from the retrieval order
+      (the retriever's own top-n, and the top-n with its last node swapped for the next ones), each
+      scored as one whole context; the most useful is kept if it beats the retriever's own by
+      ``margin``. Nodes keep the retrieval order and score.
+    - ``"document"``: each node scored alone and sorted by utility (the paper's per-document GROGU);
+      ``NodeWithScore.score`` becomes the utility and ``threshold`` keeps those at or above it.
+    - ``"fusion"``: each node's utility rank fused with its retrieval rank (``weight`` on utility);
+      the score becomes the fused score.
+    - ``"prune"``: nodes that leave the LLM less sure than no node at all are dropped.
+    The retriever's score is kept in ``metadata["retrieval_score"]`` and the details in
+    ``metadata["grogu"]`` (both hidden from the LLM prompt). Which mode to pick: the package README.
 
     Args:
-        top_n: nodes to keep (None: all, reordered).
+        top_n: nodes to keep (None: all).
         model: the target LLM: a model name/path/hub id, a shared ``grogu.Engine``, a loaded
             ``(model, tokenizer)`` pair, or a LlamaIndex ``HuggingFaceLLM`` (its model is reused).
         threshold: keep only nodes with utility >= threshold (applied before ``top_n``).
@@ -55,6 +66,15 @@ class GroguRerank(BaseNodePostprocessor):
         metadata_mode: which node text the LLM reads (default ``MetadataMode.LLM``, as synthesizers do).
         max_new_tokens: longest grounded answer generated per node.
         template: a ``grogu.PromptTemplate`` overriding the scoring prompt.
+        qa_template: score with the prompt the LLM will read: a query engine, a response synthesizer or
+            its ``text_qa_template`` (see ``template_from_llama_index``). With the pipeline's own prompt
+            the context mode's answer (``metadata["grogu"]["context"]["answer"]``) is the answer the
+            synthesizer gives for the chosen nodes.
+        mode: 'context' (default), 'document', 'fusion' or 'prune' (see above).
+        weight: fusion: weight of the utility rank in [0, 1].
+        family, swaps, margin: context: the candidate contexts ('swap', 'drop', 'orders'; see
+            ``grogu.selection.context_candidates``), how many next nodes try the last slot, and how much
+            (in utility) a candidate must beat the retriever's own context.
         answer_style: 'long' (default) or 'short' (short-answer scoring pass for small models; see
             ``grogu.UtilityScorer``).
         device, dtype: for a model given by name.
@@ -70,6 +90,11 @@ class GroguRerank(BaseNodePostprocessor):
     metadata_mode: MetadataMode = Field(default=MetadataMode.LLM, description="Node text the LLM reads.")
     max_new_tokens: int = Field(default=64, description="Longest grounded answer generated per node.")
     answer_style: str = Field(default="long", description="'long' or 'short' (short-answer scoring pass).")
+    mode: str = Field(default=DEFAULT_MODE, description="'context', 'document', 'fusion' or 'prune'.")
+    weight: float = Field(default=DEFAULT_WEIGHT, description="fusion: weight of the utility rank.")
+    family: str = Field(default=DEFAULT_FAMILY, description="context: candidate contexts.")
+    swaps: int = Field(default=2, description="context/swap: next nodes that try the last slot.")
+    margin: float = Field(default=DEFAULT_MARGIN, description="context: utility a candidate must gain.")
 
     _scorer: grogu.UtilityScorer = PrivateAttr()
 
@@ -89,6 +114,12 @@ class GroguRerank(BaseNodePostprocessor):
         device: Optional[str] = None,
         dtype: Optional[str] = None,
         answer_style: str = "long",
+        qa_template: Any = None,
+        mode: Optional[str] = None,
+        weight: float = DEFAULT_WEIGHT,
+        family: str = DEFAULT_FAMILY,
+        swaps: int = 2,
+        margin: float = DEFAULT_MARGIN,
         callback_manager: Optional[CallbackManager] = None,
     ) -> None:
         if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
@@ -104,8 +135,19 @@ class GroguRerank(BaseNodePostprocessor):
                              "use layout='after' or drop the threshold")
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be 'raise' or 'passthrough', got {on_error!r}")
+        if mode is None:
+            mode = "document" if layout is not None else DEFAULT_MODE
+        elif layout is not None and mode != "document":
+            raise ValueError(f"layout chooses among orders of per-node rankings: it needs mode='document', got {mode!r}")
+        settings = ModeSettings(mode=mode, weight=weight, family=family, swaps=swaps, margin=margin)
+        if threshold is not None and settings.mode == "context":
+            raise ValueError("threshold applies to per-node utilities, which mode='context' does not compute")
         metric = metric_name(metric)
         engine = resolve_engine(model, device=device, dtype=dtype)
+        if qa_template is not None:
+            if template is not None:
+                raise ValueError("give template (grogu's prompt text) or qa_template (the pipeline's prompt), not both")
+            template = template_from_llama_index(qa_template, model if isinstance(model, LLM) else None)
         scorer = grogu.UtilityScorer(engine, metric=metric, max_new_tokens=max_new_tokens, template=template,
                                       answer_style=answer_style)
         super().__init__(
@@ -119,6 +161,11 @@ class GroguRerank(BaseNodePostprocessor):
             metadata_mode=metadata_mode,
             max_new_tokens=max_new_tokens,
             answer_style=answer_style,
+            mode=settings.mode,
+            weight=settings.weight,
+            family=settings.family,
+            swaps=settings.swaps,
+            margin=settings.margin,
             callback_manager=callback_manager or CallbackManager([]),
         )
         self._scorer = scorer
@@ -168,9 +215,13 @@ class GroguRerank(BaseNodePostprocessor):
     # ------------------------------------------------------------------ scoring (sync / async twins)
     def _rank_sync(self, query: str, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
+        if self.layout is None:
+            ranked = self._scorer.rerank(query, docs, top_n=self.top_n, threshold=self.threshold,
+                                         relevance=self._relevance(nodes), **self._mode_settings())
+            return self._build(nodes, ranked, [r.index for r in ranked], [], None)
         ranked, kept = None, self._first_n(len(docs))
         if self.layout != "only":
-            ranked = self._scorer.rerank(query, docs, top_n=self.top_n, threshold=self.threshold)
+            ranked = self._scorer.rerank(query, docs, top_n=self.top_n, threshold=self.threshold, mode="document")
             kept = [r.index for r in ranked]
         layouts = self._layouts(kept)
         choice = self._scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts]) if layouts else None
@@ -178,13 +229,30 @@ class GroguRerank(BaseNodePostprocessor):
 
     async def _rank_async(self, query: str, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
+        if self.layout is None:
+            ranked = await self._scorer.arerank(query, docs, top_n=self.top_n, threshold=self.threshold,
+                                                relevance=self._relevance(nodes), **self._mode_settings())
+            return self._build(nodes, ranked, [r.index for r in ranked], [], None)
         ranked, kept = None, self._first_n(len(docs))
         if self.layout != "only":
-            ranked = await self._scorer.arerank(query, docs, top_n=self.top_n, threshold=self.threshold)
+            ranked = await self._scorer.arerank(query, docs, top_n=self.top_n, threshold=self.threshold,
+                                                mode="document")
             kept = [r.index for r in ranked]
         layouts = self._layouts(kept)
         choice = await self._scorer.abest_layout(query, [[docs[i] for i in o] for _, o in layouts]) if layouts else None
         return self._build(nodes, ranked, kept, layouts, choice)
+
+    def _mode_settings(self) -> Dict[str, Any]:
+        return {"mode": self.mode, "weight": self.weight, "family": self.family, "swaps": self.swaps,
+                "margin": self.margin}
+
+    @staticmethod
+    def _relevance(nodes: List[NodeWithScore]) -> Optional[List[float]]:
+        """The retriever's scores; None (grogu computes MiniLM similarity) when a node has none."""
+        scores = [n.score for n in nodes]
+        if any(s is None or not math.isfinite(s) for s in scores):
+            return None
+        return [float(s) for s in scores]
 
     def _first_n(self, n: int) -> List[int]:
         return list(range(n if self.top_n is None else min(n, self.top_n)))
@@ -226,17 +294,26 @@ class GroguRerank(BaseNodePostprocessor):
         out = []
         for rank, i in enumerate(order):
             original, r = nodes[i], by_index.get(i)
-            details: Dict[str, Any] = {"model": self.model, "metric": self.metric, "rank": rank, "retrieval_rank": i}
-            if r is not None:
+            details: Dict[str, Any] = {"model": self.model, "metric": self.metric, "mode": self.mode, "rank": rank,
+                                       "retrieval_rank": i}
+            score = original.score
+            if r is not None and r.context is not None:  # context mode: the chosen context's GROGU
+                details["context"] = {"score": float(r.score), "confidence": float(r.confidence), "answer": r.answer,
+                                      "nodes": [int(j) for j in order]}
+            elif r is not None:
                 details.update(
                     score=float(r.score), confidence=float(r.confidence), answer=r.answer,
                     n_tokens=int(r.n_tokens), n_key_tokens=int(r.n_key_tokens),
                     variants={k: float(v) for k, v in r.variants.items()},
                 )
+                score = float(r.rank_score) if r.rank_score is not None else (
+                    float(r.score) if self.mode == "document" else original.score)
+                if r.rank_score is not None:
+                    details["fused_score"] = float(r.rank_score)
             if layout_info is not None:
                 details["layout"] = layout_info
             self._write_metadata(original, details)
-            out.append(NodeWithScore(node=original.node, score=float(r.score) if r is not None else original.score))
+            out.append(NodeWithScore(node=original.node, score=score))
         if ranked is not None and not out:
             logger.info("GroguRerank: no node reached threshold %s (of %d)", self.threshold, len(nodes))
         return out

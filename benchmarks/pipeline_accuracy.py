@@ -1,0 +1,232 @@
+"""Does reranking make a real RAG pipeline answer better? Every rerank mode against the retriever's order.
+
+Pipeline: all paragraphs of a data set indexed with the packaged all-MiniLM-L6-v2 in a LlamaIndex
+``VectorStoreIndex``; the top-k (5 or 10) retrieved for each question; 3 of them handed to the packaged
+SmolLM2-135M-Instruct through LlamaIndex's response synthesizer (``compact``, its default chat QA prompt,
+greedy, 48 answer tokens). A question counts as answered when a gold answer string (SQuAD normalisation)
+occurs in the answer.
+
+The benchmark has two steps, so that every setting is chosen on tuning data and reported on data it
+was not tuned on:
+
+``collect``: for each question, everything a mode can base its choice on, scored with the pipeline's own
+QA prompt (so the answer generated while scoring a context *is* the answer the pipeline gives for it;
+``agree`` checks that against the real synthesizer on the retriever's context):
+  - the retriever's top-k with its similarity scores;
+  - each of the top-k documents alone (GROGU variants, answer), under the pipeline's prompt and
+    (top-5) under grogu's own scoring prompt;
+  - no document at all (the pipeline prompt with an empty context);
+  - every 3-document subset of the top-5 in retrieval order, and the top-3 reversed and in
+    LongContextReorder's order, each as one context (GROGU variants, the answer, correct or not);
+  - with ``--top-k 10``: the contexts the modes choose among the top-10 (``--settings``).
+``report``: replays the modes on the collected records (``--tune`` picks each mode's settings on the
+tuning split; ``--settings`` applies fixed ones) and prints, per mode, accuracy against the retriever's
+order with discordant counts and an exact two-sided sign test, how often the answering paragraph is
+given / given first, and the scoring latency per query.
+
+Data: SQuAD v1.1 dev split by article (every fourth article is the tuning split, the rest held out;
+the first question of each sampled paragraph) and the MuSiQue sample (pool = its 1,890 paragraphs).
+
+    OMP_NUM_THREADS=1 python benchmarks/pipeline_accuracy.py collect --data squad --split tune --questions 100 \
+        --out runs/pipeline/squad_tune.jsonl --shard 0/2
+    python benchmarks/pipeline_accuracy.py report --tune runs/pipeline/squad_tune.jsonl \
+        --eval runs/pipeline/squad_held.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import string
+import sys
+import time
+import warnings
+
+import torch
+
+CUTS = "\x00CONTEXT\x00", "\x00QUERY\x00"
+
+
+def normalize(text: str) -> str:
+    """SQuAD's answer normalisation."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def answered(output: str, golds: list[str]) -> bool:
+    out = normalize(output)
+    return any(normalize(g) and normalize(g) in out for g in golds)
+
+
+# ---------------------------------------------------------------------------------------------- data
+def squad_questions(split: str, n: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(pool of all paragraphs, n questions of the split): first question of n sampled paragraphs."""
+    from grogu.testing import shared_data_path
+
+    data = json.load(open(shared_data_path("squad-v1.1-dev", "dev-v1.1.json")))["data"]
+    pool, questions = [], []
+    for a_i, article in enumerate(data):
+        in_split = (a_i % 4 == 0) == (split == "tune")
+        for p in article["paragraphs"]:
+            pid = f"squad-{len(pool)}"
+            pool.append({"id": pid, "title": article["title"].replace("_", " "), "text": p["context"]})
+            if in_split:
+                qa = p["qas"][0]
+                questions.append({"qid": qa["id"], "question": qa["question"], "article": a_i,
+                                  "answers": [x["text"] for x in qa["answers"]], "gold": [pid]})
+    questions = random.Random(seed).sample(questions, min(n, len(questions)))
+    return pool, questions
+
+
+def musique_questions(n: int) -> tuple[list[dict], list[dict]]:
+    from grogu.testing import shared_data_path
+
+    corpus = json.load(open(shared_data_path("musique-sample", "musique_train_100_corpus_hipporag.json")))
+    items = json.load(open(shared_data_path("musique-sample", "musique_train_100_hipporag.json")))
+    pool = [{"id": f"musique-{i}", "title": c["title"], "text": c["text"]} for i, c in enumerate(corpus)]
+    where = {(p["title"], p["text"]): p["id"] for p in pool}
+    questions = []
+    for it in items[:n]:
+        gold = [where[(p["title"], p["paragraph_text"])] for p in it["paragraphs"] if p["is_supporting"]
+                and (p["title"], p["paragraph_text"]) in where]
+        questions.append({"qid": it["id"], "question": it["question"], "article": None,
+                          "answers": [it["answer"], *it.get("answer_aliases", [])], "gold": gold})
+    return pool, questions
+
+
+def build_index(pool: list[dict], embed_model, cache_dir: str, name: str):
+    """VectorStoreIndex over the pool (title as LLM-visible metadata, as the LlamaIndex benchmark did);
+    embeddings computed once and cached."""
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.schema import TextNode
+
+    nodes = [TextNode(text=p["text"], id_=p["id"], metadata={"title": p["title"]},
+                      excluded_embed_metadata_keys=["title"]) for p in pool]
+    os.makedirs(cache_dir, exist_ok=True)
+    path = os.path.join(cache_dir, f"{name}_{len(nodes)}_minilm.pt")
+    if os.path.exists(path):
+        vectors = torch.load(path)
+    else:
+        vectors = torch.tensor(embed_model.get_text_embedding_batch(
+            [n.get_content(metadata_mode="embed") for n in nodes], show_progress=False))
+        torch.save(vectors, path)
+    for n, v in zip(nodes, vectors.tolist()):
+        n.embedding = v
+    return VectorStoreIndex(nodes, embed_model=embed_model)
+
+
+# ---------------------------------------------------------------------------------------------- collect
+
+def result_row(r, golds) -> dict:
+    return {"variants": {k: round(float(v), 6) for k, v in r.variants.items()}, "answer": r.answer,
+            "correct": answered(r.answer, golds), "n_tokens": r.n_tokens}
+
+
+def collect(args) -> None:
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    import grogu
+    from grogu.models import embedded_embedder_path
+    from llama_index.core import get_response_synthesizer
+    from llama_index.core.schema import MetadataMode
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.huggingface import HuggingFaceLLM
+    from llama_index.postprocessor.grogu import template_from_llama_index
+    from pipeline_modes import key, needed_contexts, needs_own_prompt
+
+    if args.data == "squad":
+        pool, questions = squad_questions(args.split, args.questions, args.seed)
+    else:
+        pool, questions = musique_questions(args.questions)
+    shard, shards = map(int, args.shard.split("/"))
+    questions = questions[shard::shards]
+    embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
+    index = build_index(pool, embed_model, args.cache_dir, args.data)
+    retriever = index.as_retriever(similarity_top_k=args.top_k)
+
+    model, tokenizer = grogu.load_model(args.model, device="cpu")
+    stop = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
+                         max_new_tokens=args.max_new_tokens, is_chat_model=True,
+                         generate_kwargs={"do_sample": False}, stopping_ids=[stop] if stop is not None else None)
+    synthesizer = get_response_synthesizer(llm=llm, response_mode="compact")
+    engine = grogu.get_engine((model, tokenizer))
+    template = template_from_llama_index(synthesizer, llm)
+    settings = json.load(open(args.settings)) if args.settings else None
+    pipe = grogu.UtilityScorer(engine, max_new_tokens=args.max_new_tokens, template=template)
+    own = grogu.UtilityScorer(engine)
+
+    done = set()
+    if os.path.exists(args.out):
+        done = {json.loads(line)["qid"] for line in open(args.out)}
+    for n_q, q in enumerate(questions, 1):
+        if q["qid"] in done:
+            continue
+        retrieved = retriever.retrieve(q["question"])
+        texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in retrieved]
+        row = dict(q, data=args.data, split=args.split, top_k=args.top_k,
+                   retrieved=[{"id": n.node.node_id, "score": float(n.score)} for n in retrieved])
+        t0 = time.perf_counter()
+        docs = pipe.score(q["question"], texts)
+        row["docs"] = [result_row(r, q["answers"]) for r in docs]
+        row["docs_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        row["docs_own"] = ([result_row(r, q["answers"]) for r in own.score(q["question"], texts[:5])]
+                           if needs_own_prompt(settings) else None)
+        row["docs_own_s"] = time.perf_counter() - t0
+        row["none"] = result_row(pipe.score_context(q["question"], []), q["answers"])
+        orders = []
+        for k in sorted({min(5, len(texts)), len(texts)}):
+            orders += [o for o in needed_contexts(row, k, settings) if o not in orders]
+        t0 = time.perf_counter()
+        scored = pipe.score_contexts(q["question"], [[texts[i] for i in o] for o in orders])
+        row["contexts_s"] = time.perf_counter() - t0
+        row["contexts"] = {key(o): result_row(r, q["answers"]) for o, r in zip(orders, scored)}
+        t0 = time.perf_counter()
+        base = str(synthesizer.synthesize(q["question"], retrieved[:3]))
+        row["pipeline_answer_s"] = time.perf_counter() - t0
+        row["pipeline_answer"] = base
+        row["pipeline_correct"] = answered(base, q["answers"])
+        row["agree"] = base.strip() == row["contexts"]["0,1,2"]["answer"].strip()
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{n_q}/{len(questions)} {q['qid']} docs {row['docs_s']:.1f}s ctx {row['contexts_s']:.1f}s "
+              f"agree={row['agree']}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--data", choices=["squad", "musique"], default="squad")
+    c.add_argument("--split", choices=["tune", "held"], default="tune")
+    c.add_argument("--questions", type=int, default=100)
+    c.add_argument("--top-k", type=int, default=5, help="retrieved (with 10, the report also replays the top-5 of them)")
+    c.add_argument("--max-new-tokens", type=int, default=48)
+    c.add_argument("--model", default="smollm2-135m-instruct")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--settings", default=None, help="JSON of tuned settings: score only the contexts they choose")
+    c.add_argument("--shard", default="0/1", help="i/n: every n-th question starting at i")
+    c.add_argument("--out", required=True)
+    c.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
+    r = sub.add_parser("report")
+    r.add_argument("--tune", nargs="*", default=[])
+    r.add_argument("--eval", nargs="*", default=[])
+    r.add_argument("--ks", type=int, nargs="*", default=[5, 10], help="retrieved documents the modes choose from")
+    r.add_argument("--settings", default=None)
+    r.add_argument("--save-settings", default=None)
+    args = parser.parse_args()
+    if args.cmd == "collect":
+        collect(args)
+    else:
+        from pipeline_modes import report
+        report(args)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()

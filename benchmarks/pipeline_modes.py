@@ -1,0 +1,198 @@
+"""Replays grogu's rerank modes on records of ``pipeline_accuracy.py collect`` (see that file).
+
+A mode is a function of a record and a setting that returns the context the pipeline's LLM reads
+(indices into the retrieval order, in the order given). Its answer is the recorded answer of that
+context, generated with the pipeline's own prompt. The mode logic is ``grogu.selection``'s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+import sys
+from typing import Any, Iterable
+
+from grogu.selection import choose_context, context_candidates, fuse, kept_relative_to_none, order_by
+
+TOP_N = 3
+DOC_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl")
+CTX_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl", "key_entropy_adaptive", "entropy_change",
+               "adaptive_entropy_change", "copy_aware_key_entropy", "copy_aware_entropy_change")
+WEIGHTS = (0.2, 0.4, 0.6, 0.8)
+MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+FAMILIES = ("swap", "drop", "orders")
+
+
+def key(order: Iterable[int]) -> str:
+    return ",".join(map(str, order))
+
+
+def k_of(rec: dict, top_k: int) -> int:
+    return min(top_k, len(rec["retrieved"]))
+
+
+def util(rec: dict, prompt: str, metric: str, k: int) -> list[float]:
+    docs = rec["docs"] if prompt == "pipe" else rec["docs_own"]
+    return [d["variants"][metric] for d in docs[:k]]
+
+
+def relevance(rec: dict, k: int) -> list[float]:
+    return [r["score"] for r in rec["retrieved"][:k]]
+
+
+# ------------------------------------------------------------------------------------------ the modes
+def mode_retriever(rec: dict, s: dict) -> list[int]:
+    return list(range(min(TOP_N, k_of(rec, s["k"]))))
+
+
+def mode_document(rec: dict, s: dict) -> list[int]:
+    return order_by(util(rec, s["prompt"], s["metric"], k_of(rec, s["k"])))[:TOP_N]
+
+
+def mode_fusion(rec: dict, s: dict) -> list[int]:
+    k = k_of(rec, s["k"])
+    return order_by(fuse(util(rec, s["prompt"], s["metric"], k), relevance(rec, k), s["weight"]))[:TOP_N]
+
+
+def mode_prune(rec: dict, s: dict) -> list[int]:
+    k = k_of(rec, s["k"])
+    kept = kept_relative_to_none(util(rec, "pipe", s["metric"], k), rec["none"]["variants"][s["metric"]])
+    out = [i for i in range(k) if kept[i]][:TOP_N]
+    return out or list(range(min(TOP_N, k)))  # nothing passes: the retriever's top-n, nothing dropped
+
+
+def mode_context(rec: dict, s: dict) -> list[int]:
+    cands = context_candidates(k_of(rec, s["k"]), TOP_N, s["family"])
+    scores = [rec["contexts"][key(c)]["variants"][s["metric"]] for c in cands]
+    return cands[choose_context(scores, s["margin"])]
+
+
+MODES = {"retriever": mode_retriever, "document": mode_document, "fusion": mode_fusion, "prune": mode_prune,
+         "context": mode_context}
+
+
+def grid(mode: str, k: int) -> list[dict]:
+    """Every setting of a mode the tuning split chooses among."""
+    prompts = ("pipe", "own") if k <= 5 else ("pipe",)
+    if mode == "retriever":
+        return [{"k": k}]
+    if mode == "document":
+        return [{"k": k, "prompt": p, "metric": m} for p in prompts for m in DOC_METRICS]
+    if mode == "fusion":
+        return [{"k": k, "prompt": p, "metric": m, "weight": w} for p in prompts for m in DOC_METRICS for w in WEIGHTS]
+    if mode == "prune":
+        return [{"k": k, "metric": m} for m in DOC_METRICS]
+    families = FAMILIES
+    return [{"k": k, "family": f, "metric": m, "margin": g} for f in families for m in CTX_METRICS for g in MARGINS]
+
+
+def needed_contexts(rec: dict, k: int, settings: dict[str, dict] | None = None) -> list[list[int]]:
+    """Every context the modes can choose for this record (the collector scores them all): over the
+    whole tuning grid, or only for the given settings ({"mode@k": setting})."""
+    if settings is None:
+        runs = [(mode, s) for mode in MODES for s in grid(mode, k)]
+    else:
+        runs = [(name.split("@")[0], s) for name, s in settings.items() if s["k"] == k]
+    out: list[list[int]] = [mode_retriever(rec, {"k": k})]
+    for mode, s in runs:
+        if s.get("prompt") == "own" and not rec.get("docs_own"):
+            continue
+        cands = context_candidates(k_of(rec, k), TOP_N, s["family"]) if mode == "context" else [MODES[mode](rec, s)]
+        out += [c for c in cands if c not in out]
+    return out
+
+
+def needs_own_prompt(settings: dict[str, dict] | None) -> bool:
+    return settings is None or any(s.get("prompt") == "own" for s in settings.values())
+
+
+# ------------------------------------------------------------------------------------------ statistics
+def sign_test(wins: int, losses: int) -> float:
+    """Exact two-sided sign test (binomial, p = 1/2) on the discordant pairs."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(0, min(wins, losses) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def evaluate(records: list[dict], mode: str, s: dict) -> dict:
+    correct, base, given, first, wins, losses = [], [], [], [], 0, 0
+    for rec in records:
+        ctx = MODES[mode](rec, s)
+        c = rec["contexts"][key(ctx)]["correct"]
+        b = rec["contexts"][key(mode_retriever(rec, s))]["correct"]
+        ids = [rec["retrieved"][i]["id"] for i in ctx]
+        correct.append(c)
+        base.append(b)
+        given.append(any(g in ids for g in rec["gold"]))
+        first.append(bool(ids) and ids[0] in rec["gold"])
+        wins += c and not b
+        losses += b and not c
+    n = len(records)
+    return {"mode": mode, "setting": s, "n": n, "accuracy": sum(correct) / n, "retriever_accuracy": sum(base) / n,
+            "wins": wins, "losses": losses, "p": sign_test(wins, losses), "gold_given": sum(given) / n,
+            "gold_first": sum(first) / n}
+
+
+def tune(records: list[dict], mode: str, k: int) -> dict:
+    """The setting with the best tuning accuracy (ties: fewer changes from the retriever, then grid order)."""
+    best = None
+    for s in grid(mode, k):
+        if s.get("prompt") == "own" and not all(r.get("docs_own") for r in records):
+            continue
+        r = evaluate(records, mode, s)
+        score = (r["accuracy"], -(r["wins"] + r["losses"]))
+        if best is None or score > best[0]:
+            best = (score, s)
+    return best[1]
+
+
+def load(paths: list[str]) -> list[dict]:
+    rows: dict[str, dict] = {}
+    for p in paths:
+        for line in open(p):
+            r = json.loads(line)
+            rows[r["qid"]] = r
+    return list(rows.values())
+
+
+def fmt_row(r: dict) -> str:
+    s = ", ".join(f"{k}={v}" for k, v in r["setting"].items() if k != "k")
+    return (f"| {r['mode']} ({s}) | {r['n']} | {100 * r['accuracy']:.1f} % | {100 * r['retriever_accuracy']:.1f} % | "
+            f"{r['wins']} / {r['losses']} | {r['p']:.3g} | {100 * r['gold_given']:.1f} % | {100 * r['gold_first']:.1f} % |")
+
+
+def report(args: Any) -> None:
+    tune_recs, eval_recs = load(args.tune), load(args.eval)
+    settings: dict[str, dict] = json.load(open(args.settings)) if args.settings else {}
+    out: dict[str, Any] = {"tuning": {}, "held_out": {}}
+    for k in args.ks:
+        t = [r for r in tune_recs if r["top_k"] >= k]
+        e = [r for r in eval_recs if r["top_k"] >= k]
+        for mode in MODES:
+            name = f"{mode}@{k}"
+            if name not in settings and t:
+                settings[name] = tune(t, mode, k)
+            if name not in settings:
+                continue
+            if t:
+                out["tuning"][name] = evaluate(t, mode, settings[name])
+            if e:
+                out["held_out"][name] = evaluate(e, mode, settings[name])
+    header = ("| mode (setting) | n | accuracy | retriever | wins / losses | sign p | gold given | gold first |\n"
+              "|---|---|---|---|---|---|---|---|")
+    for part in ("tuning", "held_out"):
+        if out[part]:
+            print(f"\n{part}\n{header}")
+            for r in out[part].values():
+                print(fmt_row(r))
+    agree = [r["agree"] for r in eval_recs + tune_recs if "agree" in r]
+    if agree:
+        print(f"\nengine answer == LlamaIndex synthesizer answer on the retriever's context: "
+              f"{sum(agree)}/{len(agree)}")
+    if args.save_settings:
+        json.dump(settings, open(args.save_settings, "w"), indent=1)
+    json.dump(out, sys.stderr, indent=1)

@@ -1,0 +1,129 @@
+"""Rerank modes on a scorer: which contexts a mode scores, and what it keeps (logic in grogu.selection).
+
+Every mode is one batched engine call: :func:`plan` lists the contexts (index lists into the input
+documents) it needs scored, the scorer scores them all at once (sync or async), and :func:`decide`
+turns the scores into a :class:`Selection`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Sequence
+
+from . import selection as S
+
+#: the mode used when none is given (see README, "Which rerank mode")
+DEFAULT_MODE = "document"
+DEFAULT_FAMILY = "swap"
+DEFAULT_WEIGHT = 0.3
+DEFAULT_MARGIN = 0.0
+
+
+@dataclass(kw_only=True)
+class ModeSettings:
+    """Settings of the rerank modes (each used by the mode named in its comment)."""
+
+    mode: str = DEFAULT_MODE
+    weight: float = DEFAULT_WEIGHT        # fusion: weight of the utility rank (1 - weight: retrieval rank)
+    family: str = DEFAULT_FAMILY          # context: candidate family (grogu.selection.context_candidates)
+    swaps: int = 2                        # context/swap: how many next documents try the last slot
+    margin: float = DEFAULT_MARGIN        # context: how much a candidate must beat the retriever's own context
+
+    def __post_init__(self) -> None:
+        S.check_mode(self.mode)
+        self.weight = S.check_unit("weight", self.weight)
+        if self.family not in S.CANDIDATE_FAMILIES:
+            raise ValueError(f"family must be one of {S.CANDIDATE_FAMILIES}, got {self.family!r}")
+        if isinstance(self.swaps, bool) or not isinstance(self.swaps, int) or self.swaps < 0:
+            raise ValueError(f"swaps must be a non-negative int, got {self.swaps!r}")
+        self.margin = S.check_finite("margin", self.margin)
+        if self.margin < 0:
+            raise ValueError(f"margin must be >= 0, got {self.margin!r}")
+
+
+@dataclass(kw_only=True)
+class Selection:
+    """What a rerank mode chose.
+
+    order: input indices of the documents to give the LLM, in that order. scores: per-document utility
+    (input order) where the mode scored documents alone, else None. fused: the fused score (fusion).
+    none: utility of no document at all (prune). candidates / candidate_scores: the contexts scored
+    (context mode), ``chosen`` the index of the one used. context: the chosen context's score, with the
+    answer the LLM gave while it was scored (the pipeline's answer when the scoring prompt is its own).
+    """
+
+    mode: str
+    order: list[int]
+    scores: list[Any] | None = None
+    fused: list[float] | None = None
+    none: Any | None = None
+    candidates: list[list[int]] = field(default_factory=list)
+    candidate_scores: list[Any] = field(default_factory=list)
+    chosen: int | None = None
+
+    @property
+    def context(self) -> Any | None:
+        return self.candidate_scores[self.chosen] if self.chosen is not None else None
+
+
+def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[list[int]]:
+    """The contexts (lists of input indices) the mode needs scored, in one batch. ``base``: the input
+    indices in retrieval order (best first)."""
+    if settings.mode == "context":
+        n = len(base) if top_n is None else top_n
+        return [[base[i] for i in c] for c in S.context_candidates(len(base), n, settings.family, settings.swaps)]
+    singles = [[i] for i in range(len(base))]
+    return singles + [[]] if settings.mode == "prune" else singles
+
+
+def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], scored: Sequence[Any],
+           top_n: int | None, threshold: float | None, relevance: Sequence[float] | None) -> Selection:
+    """The selection from the scored contexts of :func:`plan`."""
+    mode = settings.mode
+    if mode == "context":
+        if not contexts:
+            return Selection(mode=mode, order=[])
+        chosen = S.choose_context([s.score for s in scored], settings.margin)
+        return Selection(mode=mode, order=list(contexts[chosen]), candidates=contexts,
+                         candidate_scores=list(scored), chosen=chosen)
+    n_docs = len(base)
+    per_doc = list(scored[:n_docs])
+    utility = [s.score for s in per_doc]
+    fused = none = None
+    if mode == "document":
+        order = S.order_by(utility)
+    elif mode == "fusion":
+        if relevance is None:
+            raise ValueError("fusion needs the retriever's relevance scores of the documents")
+        fused = S.fuse(utility, relevance, settings.weight)
+        order = S.order_by(fused)
+    else:  # prune: documents at least as useful as none, in retrieval order
+        none = scored[n_docs]
+        kept = S.kept_relative_to_none(utility, none.score)
+        order = [i for i in base if kept[i]]
+    if threshold is not None:
+        order = [i for i in order if utility[i] >= threshold]
+    if top_n is not None:
+        order = order[:top_n]
+    return Selection(mode=mode, order=order, scores=per_doc, fused=fused, none=none)
+
+
+@lru_cache(maxsize=2)
+def _embedder(name: str) -> Any:
+    from .influence import load_embedder
+
+    return load_embedder(name, device="cpu")
+
+
+def relevance_scores(query: str, texts: Sequence[str], embedder: str = "all-minilm-l6-v2") -> list[float]:
+    """Cosine similarity of the query and each text under a sentence-transformers model (the packaged
+    all-MiniLM-L6-v2 by default): the relevance the retriever-free API (bare Python, CLI) fuses with."""
+    if not texts:
+        return []
+    model = _embedder(embedder)
+    vectors = model.encode([query, *texts], normalize_embeddings=True, convert_to_numpy=True)
+    return [float(v @ vectors[0]) for v in vectors[1:]]
+
+
+__all__ = ["ModeSettings", "Selection", "plan", "decide", "relevance_scores", "DEFAULT_MODE"]

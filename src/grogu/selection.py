@@ -1,0 +1,136 @@
+"""How GROGU utility becomes the documents a pipeline hands its LLM: the rerank modes' plain logic.
+
+Every function here works on plain lists (documents are indices in retrieval order, best first), so a
+mode can be tested without a model and replayed on recorded scores (``benchmarks/pipeline_accuracy.py``).
+
+Modes (``UtilityScorer.rerank(mode=...)`` and the integrations):
+
+- ``"document"``: each document scored alone, sorted by utility (the paper's per-document GROGU).
+- ``"fusion"``: each document scored alone; its utility rank fused with its retrieval rank, so that a
+  weak utility signal cannot push a strongly relevant document out (weight on utility: ``weight``).
+- ``"context"``: a few candidate contexts of ``top_n`` documents built from the retrieval order (the
+  retriever's own top-n first), each scored as one whole context; the most useful one is returned if it
+  beats the retriever's own by ``margin``, else the retriever's.
+- ``"prune"``: each document scored alone, and also no document at all (the prompt with an empty
+  context); documents that leave the LLM less sure than the question alone are dropped (paper App. C),
+  the rest keep the retrieval order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+RERANK_MODES = ("document", "fusion", "context", "prune")
+#: candidate families of the context mode (see :func:`context_candidates`)
+CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders")
+
+
+def check_mode(mode: object) -> str:
+    if mode not in RERANK_MODES:
+        raise ValueError(f"mode must be one of {RERANK_MODES}, got {mode!r}")
+    return str(mode)
+
+
+def check_unit(name: str, value: object) -> float:
+    """A finite number in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def check_finite(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def rank_scores(values: Sequence[float]) -> list[float]:
+    """Each value's rank as a score in [0, 1]: 1 for the largest, 0 for the smallest, ties share the
+    mean of their ranks; a single value (or all equal) scores 1."""
+    n = len(values)
+    if n == 0:
+        return []
+    if n == 1:
+        return [1.0]
+    order = sorted(range(n), key=lambda i: values[i])
+    ranks = [0.0] * n
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for t in range(i, j + 1):
+            ranks[order[t]] = (i + j) / 2
+        i = j + 1
+    return [r / (n - 1) for r in ranks]
+
+
+def fuse(utility: Sequence[float], relevance: Sequence[float], weight: float) -> list[float]:
+    """Rank fusion: ``weight`` × utility rank score + (1 − weight) × relevance rank score, each in
+    [0, 1] per query (:func:`rank_scores`). Rank-based, so no scale of either score matters."""
+    if len(utility) != len(relevance):
+        raise ValueError(f"{len(utility)} utilities but {len(relevance)} relevance scores")
+    weight = check_unit("weight", weight)
+    u, r = rank_scores(utility), rank_scores(relevance)
+    return [weight * a + (1 - weight) * b for a, b in zip(u, r)]
+
+
+def order_by(scores: Sequence[float]) -> list[int]:
+    """Indices sorted by score, best first; ties keep the earlier (retrieval) position first."""
+    return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+
+
+def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int = 2) -> list[list[int]]:
+    """Candidate contexts (lists of indices into the retrieval order), the retriever's own top-n first.
+
+    - ``swap``: the top-n, then the top-n with its last member replaced by each of the next ``swaps``
+      documents (prompts share all but the last document, so the engine encodes them once).
+    - ``drop``: every n-subset of the top n+1 in retrieval order (each top-n member dropped in turn).
+    - ``all``: every n-subset of all documents in retrieval order.
+    - ``orders``: the top-n as given, reversed, and in LongContextReorder's order.
+    Duplicates are dropped; fewer than ``top_n`` documents give the one context of all of them.
+    """
+    if family not in CANDIDATE_FAMILIES:
+        raise ValueError(f"family must be one of {CANDIDATE_FAMILIES}, got {family!r}")
+    if n_docs <= 0:
+        return []
+    n = min(top_n, n_docs)
+    base = list(range(n))
+    if family == "swap":
+        out = [base] + [base[:-1] + [j] for j in range(n, min(n_docs, n + swaps))]
+    elif family == "drop":
+        out = [list(c) for c in itertools.combinations(range(min(n_docs, n + 1)), n)]
+    elif family == "all":
+        out = [list(c) for c in itertools.combinations(range(n_docs), n)]
+    else:
+        from .scorer import long_context_order
+
+        out = [base, base[::-1], long_context_order(base)]
+    unique: list[list[int]] = []
+    for c in out:
+        if c not in unique:
+            unique.append(c)
+    return unique
+
+
+def choose_context(scores: Sequence[float], margin: float = 0.0) -> int:
+    """The candidate to use: the best-scoring one if it beats candidate 0 (the retriever's own context)
+    by more than ``margin``, else 0. Ties go to the earlier candidate."""
+    if not scores:
+        raise ValueError("no candidate contexts")
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    return best if scores[best] > scores[0] + margin else 0
+
+
+def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margin: float = 0.0) -> list[bool]:
+    """For each document, whether it leaves the LLM at least as sure as no document at all (utility
+    >= the no-document utility − ``margin``)."""
+    return [u >= none_utility - margin for u in utilities]
+
+
+__all__ = [
+    "RERANK_MODES", "CANDIDATE_FAMILIES", "check_mode", "rank_scores", "fuse", "order_by",
+    "context_candidates", "choose_context", "kept_relative_to_none",
+]

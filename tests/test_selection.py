@@ -1,0 +1,101 @@
+"""The rerank modes' plain logic (grogu.selection, grogu.rerank.plan/decide), without a model."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from grogu import selection as S
+from grogu.rerank import ModeSettings, decide, plan
+
+
+def test_rank_scores_by_hand():
+    assert S.rank_scores([0.3, -1.0, 2.0]) == [0.5, 0.0, 1.0]
+    # ties share the mean of their ranks (0-based ranks 1 and 2 -> 1.5 of 3)
+    assert S.rank_scores([1.0, 5.0, 5.0, 0.0]) == [1 / 3, 2.5 / 3, 2.5 / 3, 0.0]
+    assert S.rank_scores([7.0]) == [1.0]
+    assert S.rank_scores([]) == []
+
+
+def test_fuse_by_hand_and_extremes():
+    utility, relevance = [-2.0, -0.5, -1.0], [0.9, 0.1, 0.5]  # utility ranks .0 1 .5; relevance 1 0 .5
+    assert S.fuse(utility, relevance, 0.25) == pytest.approx([0.75, 0.25, 0.5])
+    assert S.order_by(S.fuse(utility, relevance, 0.0)) == [0, 2, 1]      # retrieval order
+    assert S.order_by(S.fuse(utility, relevance, 1.0)) == [1, 2, 0]      # utility order
+    with pytest.raises(ValueError, match="weight"):
+        S.fuse(utility, relevance, float("nan"))
+    with pytest.raises(ValueError, match="weight"):
+        S.fuse(utility, relevance, 1.5)
+    with pytest.raises(ValueError, match="2 relevance"):
+        S.fuse(utility, relevance[:2], 0.5)
+
+
+def test_order_by_ties_keep_retrieval_order():
+    assert S.order_by([1.0, 2.0, 2.0, 0.0]) == [1, 2, 0, 3]
+
+
+def test_context_candidates_families():
+    assert S.context_candidates(5, 3, "swap") == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
+    assert S.context_candidates(5, 3, "swap", swaps=1) == [[0, 1, 2], [0, 1, 3]]
+    assert S.context_candidates(5, 3, "drop") == [[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]
+    assert len(S.context_candidates(5, 3, "all")) == 10
+    assert S.context_candidates(5, 3, "orders") == [[0, 1, 2], [2, 1, 0], [0, 2, 1]]
+    assert S.context_candidates(2, 3, "swap") == [[0, 1]]          # fewer documents than top_n
+    assert S.context_candidates(0, 3, "swap") == []
+    with pytest.raises(ValueError, match="family"):
+        S.context_candidates(5, 3, "best")
+
+
+def test_choose_context_needs_to_beat_the_retrievers_context_by_the_margin():
+    assert S.choose_context([-1.0, -0.5, -0.8]) == 1
+    assert S.choose_context([-1.0, -0.5, -0.8], margin=0.5) == 0     # -0.5 is not > -1.0 + 0.5
+    assert S.choose_context([-1.0, -0.5, -0.8], margin=0.4) == 1
+    assert S.choose_context([-1.0, -1.0]) == 0                        # a tie keeps the retriever's
+    with pytest.raises(ValueError):
+        S.choose_context([])
+
+
+def test_kept_relative_to_none():
+    assert S.kept_relative_to_none([-0.5, -2.0, -1.0], -1.0) == [True, False, True]
+    assert S.kept_relative_to_none([-0.5, -2.0, -1.0], -1.0, margin=1.0) == [True, True, True]
+
+
+def _scores(*values):
+    return [SimpleNamespace(score=v) for v in values]
+
+
+def test_plan_and_decide_each_mode():
+    base = [0, 1, 2, 3, 4]
+    ctx = ModeSettings(mode="context", family="swap", swaps=2)
+    contexts = plan(ctx, base, 3)
+    assert contexts == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
+    sel = decide(ctx, base, contexts, _scores(-1.0, -0.2, -0.4), 3, None, None)
+    assert sel.order == [0, 1, 3] and sel.chosen == 1 and sel.context.score == -0.2
+    # the retrieval order comes from the relevance order, not the input order
+    assert plan(ctx, [4, 2, 0, 1, 3], 2) == [[4, 2], [4, 0], [4, 1]]
+
+    doc = ModeSettings(mode="document")
+    assert plan(doc, [0, 1, 2], 2) == [[0], [1], [2]]
+    assert decide(doc, [0, 1, 2], plan(doc, [0, 1, 2], 2), _scores(-2.0, -0.5, -1.0), 2, None, None).order == [1, 2]
+    assert decide(doc, [0, 1, 2], [[0], [1], [2]], _scores(-2.0, -0.5, -1.0), None, -1.5, None).order == [1, 2]
+
+    fusion = ModeSettings(mode="fusion", weight=0.25)
+    sel = decide(fusion, [0, 1, 2], [[0], [1], [2]], _scores(-2.0, -0.5, -1.0), 3, None, [0.9, 0.1, 0.5])
+    assert sel.order == [0, 2, 1] and sel.fused == pytest.approx([0.75, 0.25, 0.5])
+    with pytest.raises(ValueError, match="relevance"):
+        decide(fusion, [0, 1, 2], [[0], [1], [2]], _scores(-2.0, -0.5, -1.0), 3, None, None)
+
+    prune = ModeSettings(mode="prune")
+    assert plan(prune, [2, 0, 1], 3) == [[0], [1], [2], []]
+    sel = decide(prune, [2, 0, 1], plan(prune, [2, 0, 1], 3), _scores(-0.5, -2.0, -1.0, -1.0), 3, None, None)
+    assert sel.order == [2, 0] and sel.none.score == -1.0      # kept ones in retrieval order
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "best"}, "mode"), ({"weight": math.nan}, "weight"), ({"weight": -0.1}, "weight"),
+    ({"weight": True}, "weight"), ({"family": "x"}, "family"), ({"swaps": -1}, "swaps"),
+    ({"margin": math.inf}, "margin"), ({"margin": -0.1}, "margin"), ({"margin": "0.1"}, "margin"),
+])
+def test_mode_settings_reject_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ModeSettings(**kwargs)
