@@ -60,6 +60,7 @@ class PromptTemplate:
     separator: str = "\n\n"
     system: str | None = None
     plain_suffix: str = "\nAnswer:"  # appended when the tokenizer has no chat template
+    chat: bool = True  # False: the text as it is, without the chat template (a completion LLM's prompt)
 
     def render_context(self, docs: Sequence[Document]) -> str:
         return self.separator.join(
@@ -68,7 +69,7 @@ class PromptTemplate:
 
 
 def template_from_messages(messages: Sequence[tuple[str, str]], *, context: str, query: str,
-                           document: str = "{text}", separator: str = "\n\n") -> PromptTemplate:
+                           document: str = "{text}", separator: str = "\n\n", chat: bool = True) -> PromptTemplate:
     """A :class:`PromptTemplate` that renders exactly a pipeline's own chat QA prompt.
 
     ``messages`` are the pipeline's (role, content) messages with the two placeholder strings
@@ -77,6 +78,7 @@ def template_from_messages(messages: Sequence[tuple[str, str]], *, context: str,
     ``ChatPromptTemplate``). Documents are rendered with ``document`` and joined with ``separator``
     (LlamaIndex's compact synthesizer: each node's LLM text, blank-line separated). The ungrounded
     prompt is the same user message with no documents: what the LLM reads when nothing is retrieved.
+    ``chat=False``: one message whose text the LLM reads as it is (a completion model's prompt).
     """
     if not messages:
         raise ValueError("the pipeline prompt has no messages")
@@ -95,7 +97,8 @@ def template_from_messages(messages: Sequence[tuple[str, str]], *, context: str,
     escaped = user.replace("{", "{{").replace("}", "}}")
     grounded = escaped.replace(context, "{context}").replace(query, "{query}")
     return PromptTemplate(grounded=grounded, ungrounded=grounded.replace("{context}", ""), document=document,
-                          titled_document=document, separator=separator, system=system, plain_suffix="")
+                          titled_document=document, separator=separator, system=system, plain_suffix="",
+                          chat=chat)
 
 
 #: Short-answer prompting (``UtilityScorer(answer_style="short")``): small models otherwise answer with a
@@ -120,7 +123,7 @@ class PromptBuilder:
         self.template = template or PromptTemplate()
         self.max_context_tokens = max_context_tokens
         self.max_new_tokens = max_new_tokens
-        self.use_chat = bool(getattr(tokenizer, "chat_template", None))
+        self.use_chat = self.template.chat and bool(getattr(tokenizer, "chat_template", None))
 
     # -- text -> ids
     def _wrap(self, user_text: str) -> list[int]:

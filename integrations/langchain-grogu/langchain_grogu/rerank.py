@@ -18,17 +18,20 @@ from typing import Any, Literal
 
 from grogu import DEFAULT_METRIC, DocumentScore, PromptTemplate, UtilityScorer
 from grogu.metrics import ALPHA, TOP_K_FRAC
+from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from typing_extensions import override
 
 from ._target import model_label, resolve_engine
+from .prompts import template_from_langchain
 
 logger = logging.getLogger(__name__)
 
 #: The key of ``Document.metadata`` that receives the GROGU score and its details.
 METADATA_KEY = "grogu"
+_DEFAULT = object()
 
 
 class GroguScoring(BaseModel):
@@ -65,6 +68,33 @@ class GroguScoring(BaseModel):
     """Device for a model given by name (default: CUDA when available, else CPU)."""
     dtype: str | None = None
     """dtype for a model given by name (default: bf16 on CUDA, float32 on CPU)."""
+    mode: Literal["context", "document", "fusion", "prune"] = DEFAULT_MODE
+    """How utility becomes the documents the LLM reads. 'context' (default): candidate contexts of
+    ``top_n`` documents from the retrieval order (the retriever's own top-n, and the top-n with its
+    last document swapped for the next ones), each scored as one context; the most useful is kept if
+    it beats the retriever's own by ``margin``, in retrieval order. 'document': each document scored
+    alone and sorted by utility (the paper's per-document GROGU). 'fusion': utility rank fused with
+    retrieval rank (``weight`` on utility). 'prune': documents that leave the LLM less sure than no
+    document are dropped. Which to pick: the package README."""
+    weight: float = Field(default=DEFAULT_WEIGHT, ge=0, le=1)
+    """fusion: weight of the utility rank (1 - weight goes to the retrieval rank)."""
+    family: Literal["swap", "drop", "orders"] = DEFAULT_FAMILY
+    """context: the candidate contexts (``grogu.selection.context_candidates``)."""
+    swaps: int = Field(default=2, ge=0)
+    """context/swap: how many next documents try the last slot of the top-n."""
+    margin: float = Field(default=DEFAULT_MARGIN, ge=0, allow_inf_nan=False)
+    """context: utility a candidate must gain over the retriever's own context to replace it."""
+    qa_prompt: Any = None
+    """The chain's own QA prompt (a LangChain prompt template with ``context_key`` and ``question_key``
+    variables): documents are scored with what the LLM will actually read (``template_from_langchain``).
+    In the context mode the answer generated while scoring (``metadata['grogu']['context']['answer']``)
+    is then the answer the chain's LLM gives for the kept documents."""
+    context_key: str = "context"
+    """Variable of ``qa_prompt`` that receives the documents (joined by blank lines)."""
+    question_key: str = "question"
+    """Variable of ``qa_prompt`` that receives the question."""
+    relevance_key: str | None = None
+    """Metadata key holding the retriever's relevance score (fusion); None: the retrieval order."""
     on_error: Literal["raise", "passthrough"] = "raise"
     """What to do when scoring fails: 'raise' the error, or 'passthrough' every input document
     unchanged in its input order with ``metadata['grogu']['error']`` set (logged as a warning).
@@ -76,10 +106,18 @@ class GroguScoring(BaseModel):
     _model_label: str = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
+        if self.threshold is not None and self.mode == "context":
+            raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+        template = self.template
+        if self.qa_prompt is not None:
+            if template is not None:
+                raise ValueError("give template (grogu's prompt text) or qa_prompt (the chain's prompt), not both")
+            template = template_from_langchain(self.qa_prompt, self.model, context_key=self.context_key,
+                                               question_key=self.question_key)
         engine = resolve_engine(self.model, self.device, self.dtype)
         self._scorer = UtilityScorer(
             engine, metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
-            max_new_tokens=self.max_new_tokens, template=self.template, answer_style=self.answer_style,
+            max_new_tokens=self.max_new_tokens, template=template, answer_style=self.answer_style,
         )
         self._model_label = model_label(self.model, engine)
 
@@ -112,17 +150,46 @@ class GroguScoring(BaseModel):
             out.append({"text": doc.page_content, "title": title if isinstance(title, str) and title else None})
         return out
 
+    def _rerank_kwargs(self, docs: list[Document], top_n: int | None) -> dict[str, Any]:
+        return {"top_n": top_n, "threshold": self.threshold, "mode": self.mode, "weight": self.weight,
+                "family": self.family, "swaps": self.swaps, "margin": self.margin,
+                "relevance": self._relevance(docs)}
+
+    def _relevance(self, docs: list[Document]) -> list[float]:
+        """The retriever's scores from ``relevance_key``, else the retrieval order as ranks."""
+        if self.relevance_key is None:
+            return [float(len(docs) - i) for i in range(len(docs))]
+        values = [d.metadata.get(self.relevance_key) for d in docs]
+        for i, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"document {i} has no numeric metadata[{self.relevance_key!r}] (relevance_key; got {v!r})")
+        return [float(v) for v in values]
+
     def _annotate(self, docs: list[Document], ranked: list[DocumentScore]) -> list[Document]:
         out = []
         for rank, r in enumerate(ranked, start=1):
-            info = {
-                "score": r.score, "metric": r.metric, "confidence": r.confidence, "rank": rank, "index": r.index,
-                "answer": r.answer, "answer_finished": r.answer_finished, "n_tokens": r.n_tokens,
-                "n_key_tokens": r.n_key_tokens, "variants": dict(r.variants), "model": self._model_label,
-            }
+            info: dict[str, Any] = {"mode": self.mode, "rank": rank, "index": r.index, "model": self._model_label,
+                                    "metric": r.metric}
+            if r.context is not None:  # context mode: the chosen context's GROGU, shared by its documents
+                info["context"] = {"score": r.score, "confidence": r.confidence, "answer": r.answer,
+                                   "indices": [x.index for x in ranked]}
+            else:
+                info.update(score=r.score, confidence=r.confidence, answer=r.answer,
+                            answer_finished=r.answer_finished, n_tokens=r.n_tokens, n_key_tokens=r.n_key_tokens,
+                            variants=dict(r.variants))
+                if r.rank_score is not None:
+                    info["fused_score"] = r.rank_score
             doc = docs[r.index]
             out.append(doc.model_copy(update={"metadata": {**doc.metadata, METADATA_KEY: info}}))
         return out
+
+    def _top_n(self, top_n: Any) -> int | None:
+        """A per-call ``top_n`` (``invoke(query, top_n=1)``), else the configured one."""
+        if top_n is _DEFAULT:
+            return self.top_n
+        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
+            raise ValueError(f"top_n must be a positive int or None, got {top_n!r}")
+        return top_n
 
     def _passthrough(self, docs: list[Document], query: str, exc: Exception) -> list[Document]:
         message = f"{type(exc).__name__}: {exc}"
@@ -132,30 +199,32 @@ class GroguScoring(BaseModel):
         return [d.model_copy(update={"metadata": {**d.metadata, METADATA_KEY: {**info, "index": i}}})
                 for i, d in enumerate(docs)]
 
-    def rerank_documents(self, documents: Sequence[Document], query: str) -> list[Document]:
+    def rerank_documents(self, documents: Sequence[Document], query: str, top_n: Any = _DEFAULT) -> list[Document]:
         """The documents sorted by utility (ties keep the input order), cut by ``threshold`` and
         ``top_n``, as copies with ``metadata['grogu']`` added (score, metric, confidence, rank from 1,
         input index, grounded answer, token counts, all metric variants, model)."""
         docs = self._check(documents, query)
+        top_n = self._top_n(top_n)
         if not docs:
             return []
         try:
-            ranked = self._scorer.rerank(query, self._grogu_docs(docs), top_n=self.top_n, threshold=self.threshold)
+            ranked = self._scorer.rerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
         except Exception as exc:  # noqa: BLE001 - on_error decides
             if self.on_error == "raise":
                 raise
             return self._passthrough(docs, query, exc)
         return self._annotate(docs, ranked)
 
-    async def arerank_documents(self, documents: Sequence[Document], query: str) -> list[Document]:
+    async def arerank_documents(self, documents: Sequence[Document], query: str,
+                                top_n: Any = _DEFAULT) -> list[Document]:
         """Async :meth:`rerank_documents`: scoring runs off the event loop, and concurrent calls share
         one engine batch. Same result as the sync call."""
         docs = self._check(documents, query)
+        top_n = self._top_n(top_n)
         if not docs:
             return []
         try:
-            ranked = await self._scorer.arerank(query, self._grogu_docs(docs), top_n=self.top_n,
-                                                threshold=self.threshold)
+            ranked = await self._scorer.arerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
         except Exception as exc:  # noqa: BLE001 - on_error decides
             if self.on_error == "raise":
                 raise

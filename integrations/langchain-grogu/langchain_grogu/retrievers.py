@@ -14,7 +14,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from typing_extensions import override
 
-from .rerank import GroguScoring
+from .rerank import _DEFAULT, GroguScoring
 
 
 class GroguRetriever(GroguScoring, BaseRetriever):
@@ -43,12 +43,14 @@ class GroguRetriever(GroguScoring, BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        top_n = kwargs.pop("top_n", _DEFAULT)
         docs = self.base_retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
-        return self.rerank_documents(docs, query)
+        return self.rerank_documents(docs, query, top_n)
 
     @override
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        top_n = kwargs.pop("top_n", _DEFAULT)
         docs = await self.base_retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
-        return await self.arerank_documents(docs, query)
+        return await self.arerank_documents(docs, query, top_n)

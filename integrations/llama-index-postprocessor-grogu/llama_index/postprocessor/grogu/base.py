@@ -247,11 +247,11 @@ class GroguRerank(BaseNodePostprocessor):
                 "margin": self.margin}
 
     @staticmethod
-    def _relevance(nodes: List[NodeWithScore]) -> Optional[List[float]]:
-        """The retriever's scores; None (grogu computes MiniLM similarity) when a node has none."""
+    def _relevance(nodes: List[NodeWithScore]) -> List[float]:
+        """The retriever's scores; when a node has none, the order the nodes came in, as ranks."""
         scores = [n.score for n in nodes]
         if any(s is None or not math.isfinite(s) for s in scores):
-            return None
+            return [float(len(nodes) - i) for i in range(len(nodes))]
         return [float(s) for s in scores]
 
     def _first_n(self, n: int) -> List[int]:

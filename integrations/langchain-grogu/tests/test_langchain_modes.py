@@ -1,0 +1,108 @@
+"""GroguRetriever / GroguCompressor modes in real LCEL chains, checked against grogu's plain logic on
+scores computed directly with grogu.UtilityScorer; scoring with the chain's own prompt."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate, PromptTemplate
+from langchain_core.runnables import RunnablePassthrough
+
+import grogu
+from grogu import selection as S
+from langchain_grogu import GroguCompressor, GroguRetriever, template_from_langchain
+
+N = 8
+K = 5
+PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")
+
+
+def format_docs(docs) -> str:
+    return "\n\n".join(d.page_content for d in docs)
+
+
+@pytest.fixture(scope="module")
+def base(vectorstore):
+    return vectorstore.as_retriever(search_kwargs={"k": K})
+
+
+def test_chain_prompt_renders_exactly_what_the_llm_reads(llm, tokenizer, documents):
+    template = template_from_langchain(PROMPT, llm)
+    builder = grogu.prompts.PromptBuilder(tokenizer, 8192, N, template)
+    docs = documents[:3]
+    got = builder.grounded_ids("Who?", [grogu.Document(d.page_content) for d in docs])
+    text = PROMPT.format(context=format_docs(docs), question="Who?")
+    assert got == tokenizer(text)["input_ids"]
+    chat = ChatPromptTemplate.from_messages([("system", "Answer briefly."), ("human", "{context}\n\nQ: {question}")])
+    builder = grogu.prompts.PromptBuilder(tokenizer, 8192, N, template_from_langchain(chat))
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Answer briefly."},
+         {"role": "user", "content": format_docs(docs) + "\n\nQ: Who?"}], add_generation_prompt=True, tokenize=False)
+    assert builder.grounded_ids("Who?", [grogu.Document(d.page_content) for d in docs]) == \
+        tokenizer.encode(rendered, add_special_tokens=False)
+
+
+def test_context_mode_in_an_lcel_chain_answers_what_scoring_answered(base, llm, engine, paragraphs):
+    scorer = grogu.UtilityScorer(engine, max_new_tokens=N, template=template_from_langchain(PROMPT, llm))
+    retriever = GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="context",
+                               qa_prompt=PROMPT)
+    chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser()
+    for p in paragraphs[:3]:
+        query = p["question"]
+        base_docs = base.invoke(query)
+        candidates = [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
+        scored = scorer.score_contexts(query, [[base_docs[i].page_content for i in c] for c in candidates])
+        best = S.choose_context([s.score for s in scored])
+        got = retriever.invoke(query)
+        assert [d.id for d in got] == [base_docs[i].id for i in candidates[best]]
+        info = got[0].metadata["grogu"]
+        assert info["mode"] == "context" and info["context"]["score"] == pytest.approx(scored[best].score, abs=1e-5)
+        assert chain.invoke(query).strip() == info["context"]["answer"].strip()
+
+
+def test_fusion_and_prune_by_hand(base, llm, engine, paragraphs):
+    query = paragraphs[2]["question"]
+    docs = base.invoke(query)
+    scorer = grogu.UtilityScorer(engine, max_new_tokens=N)
+    utility = [r.score for r in scorer.score(query, [d.page_content for d in docs])]
+    fused = S.fuse(utility, [float(K - i) for i in range(K)], 0.6)
+    got = GroguCompressor(model=llm, top_n=3, max_new_tokens=N, mode="fusion", weight=0.6).compress_documents(docs, query)
+    assert [d.id for d in got] == [docs[i].id for i in S.order_by(fused)[:3]]
+    assert [d.metadata["grogu"]["fused_score"] for d in got] == pytest.approx([fused[i] for i in S.order_by(fused)[:3]])
+    none = scorer.score_context(query, []).score
+    got = GroguCompressor(model=llm, top_n=None, max_new_tokens=N, mode="prune").compress_documents(docs, query)
+    assert [d.id for d in got] == [docs[i].id for i in range(K) if utility[i] >= none]
+
+
+def test_fusion_with_relevance_scores_from_metadata(llm, documents, engine):
+    docs = [d.model_copy(update={"metadata": {**d.metadata, "relevance": r}})
+            for d, r in zip(documents[:4], [0.2, 0.9, 0.5, 0.1])]
+    query = "When was it built?"
+    utility = [r.score for r in grogu.UtilityScorer(engine, max_new_tokens=N).score(query, [d.page_content for d in docs])]
+    expected = S.order_by(S.fuse(utility, [0.2, 0.9, 0.5, 0.1], 0.3))[:2]
+    got = GroguCompressor(model=llm, top_n=2, max_new_tokens=N, mode="fusion", weight=0.3,
+                          relevance_key="relevance").compress_documents(docs, query)
+    assert [d.id for d in got] == [docs[i].id for i in expected]
+    with pytest.raises(ValueError, match="relevance"):
+        GroguCompressor(model=llm, top_n=2, max_new_tokens=N, mode="fusion",
+                        relevance_key="missing").compress_documents(docs, query)
+
+
+def test_invoke_with_a_per_call_top_n(base, llm, paragraphs):
+    retriever = GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="document")
+    assert len(retriever.invoke(paragraphs[0]["question"], top_n=1)) == 1
+    assert len(retriever.invoke(paragraphs[0]["question"])) == 3
+    with pytest.raises(ValueError, match="top_n"):
+        retriever.invoke(paragraphs[0]["question"], top_n=0)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"mode": "best"}, {"mode": "fusion", "weight": math.nan}, {"mode": "fusion", "weight": 1.5},
+    {"mode": "context", "margin": -0.1}, {"mode": "context", "margin": math.inf}, {"mode": "context", "threshold": -1.0},
+    {"qa_prompt": PromptTemplate.from_template("{question}")},
+])
+def test_bad_settings_are_clear_errors(llm, kwargs):
+    with pytest.raises(ValueError):
+        GroguCompressor(model=llm, max_new_tokens=N, **kwargs)

@@ -1,0 +1,128 @@
+"""GroguRerank's modes in real LlamaIndex query engines, each checked against grogu's plain logic
+(grogu.selection) on scores computed directly with grogu.UtilityScorer; and scoring with the pipeline's
+own QA prompt, whose answer is the answer the synthesizer gives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import grogu
+from grogu import selection as S
+from llama_index.core import get_response_synthesizer
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+from llama_index.postprocessor.grogu import GroguRerank, template_from_llama_index
+
+K = 5
+TOKENS = 8
+
+
+def texts(nodes):
+    return [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in nodes]
+
+
+@pytest.fixture(scope="module")
+def synthesizer(llm):
+    return get_response_synthesizer(llm=llm, response_mode="compact")
+
+
+@pytest.fixture(scope="module")
+def pipe_scorer(llm, synthesizer):
+    """grogu's scorer with the synthesizer's own QA prompt, as a user would call it directly."""
+    return grogu.UtilityScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS,
+                               template=template_from_llama_index(synthesizer, llm))
+
+
+def query_engine(index, llm, rerank):
+    return RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
+                                          node_postprocessors=[rerank], response_mode="compact")
+
+
+def test_qa_template_renders_exactly_the_prompt_the_llm_reads(llm, synthesizer, index, questions):
+    query = questions[0]
+    nodes = index.as_retriever(similarity_top_k=3).retrieve(query)
+    template = template_from_llama_index(synthesizer, llm)
+    builder = grogu.prompts.PromptBuilder(llm._tokenizer, 8192, TOKENS, template)
+    got = builder.grounded_ids(query, [grogu.Document(t) for t in texts(nodes)])
+    prompt = synthesizer.get_prompts()["text_qa_template"].select(llm)
+    messages = prompt.format_messages(context_str="\n\n".join(t.strip() for t in texts(nodes)), query_str=query)
+    expected = llm._tokenizer(llm.messages_to_prompt(messages))["input_ids"]
+    assert got == expected
+
+
+def test_context_mode_answer_is_the_synthesizers_answer(index, llm, synthesizer, pipe_scorer, questions):
+    for query in questions[:3]:
+        retrieved = index.as_retriever(similarity_top_k=K).retrieve(query)
+        docs = texts(retrieved)
+        # by hand: the retriever's top-3, and its last node swapped for the 4th and the 5th
+        candidates = [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
+        scored = pipe_scorer.score_contexts(query, [[docs[i] for i in c] for c in candidates])
+        best = max(range(3), key=lambda i: (scored[i].score, -i))
+        best = best if scored[best].score > scored[0].score else 0
+
+        rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="context", qa_template=synthesizer)
+        response = query_engine(index, llm, rerank).query(query)
+        got = response.source_nodes
+        assert [n.node.node_id for n in got] == [retrieved[i].node.node_id for i in candidates[best]]
+        assert [n.score for n in got] == pytest.approx([retrieved[i].score for i in candidates[best]])
+        meta = got[0].node.metadata["grogu"]
+        assert meta["mode"] == "context" and meta["context"]["score"] == pytest.approx(scored[best].score, abs=1e-5)
+        # the answer generated while scoring is the answer the pipeline gave
+        assert meta["context"]["answer"].strip() == str(response).strip()
+        assert "grogu" not in got[0].node.get_content(metadata_mode=MetadataMode.LLM)
+
+
+def test_fusion_mode_by_hand(index, llm, questions):
+    query = questions[1]
+    retrieved = index.as_retriever(similarity_top_k=K).retrieve(query)
+    utility = [r.score for r in grogu.UtilityScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS)
+               .score(query, texts(retrieved))]
+    fused = S.fuse(utility, [n.score for n in retrieved], 0.4)
+    expected = S.order_by(fused)[:3]
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="fusion", weight=0.4)
+    got = query_engine(index, llm, rerank).query(query).source_nodes
+    assert [n.node.node_id for n in got] == [retrieved[i].node.node_id for i in expected]
+    assert [n.score for n in got] == pytest.approx([fused[i] for i in expected])
+    assert [n.node.metadata["grogu"]["score"] for n in got] == pytest.approx([utility[i] for i in expected], abs=1e-5)
+
+
+def test_prune_mode_by_hand(index, llm, questions):
+    query = questions[2]
+    retrieved = index.as_retriever(similarity_top_k=K).retrieve(query)
+    scorer = grogu.UtilityScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS)
+    utility = [r.score for r in scorer.score(query, texts(retrieved))]
+    none = scorer.score_context(query, []).score
+    expected = [i for i in range(K) if utility[i] >= none]
+    rerank = GroguRerank(model=llm, max_new_tokens=TOKENS, mode="prune")
+    got = rerank.postprocess_nodes([NodeWithScore(node=n.node, score=n.score) for n in retrieved], query_str=query)
+    assert [n.node.node_id for n in got] == [retrieved[i].node.node_id for i in expected]
+
+
+def test_nodes_without_scores_keep_their_order_as_the_retrieval_order(llm):
+    nodes = [NodeWithScore(node=TextNode(text=t, id_=str(i)), score=None) for i, t in enumerate(
+        ["Paris is the capital of France.", "Berlin is in Germany.", "The Seine flows through Paris.",
+         "Rome is in Italy."])]
+    rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, mode="context", swaps=0)
+    got = rerank.postprocess_nodes(nodes, query_str="What is the capital of France?")
+    assert [n.node.node_id for n in got] == ["0", "1"]  # one candidate: the first two as given
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "best"}, "mode"), ({"mode": "fusion", "weight": math.nan}, "weight"),
+    ({"mode": "context", "margin": -1.0}, "margin"), ({"mode": "context", "threshold": -1.0}, "threshold"),
+    ({"mode": "fusion", "layout": "after"}, "layout"), ({"mode": "context", "family": "best"}, "family"),
+])
+def test_bad_mode_settings_are_clear_errors(llm, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GroguRerank(model=llm, max_new_tokens=TOKENS, **kwargs)
+
+
+def test_qa_template_errors(llm):
+    with pytest.raises(TypeError, match="text_qa_template"):
+        template_from_llama_index(object(), llm)
+    from llama_index.core.prompts import PromptTemplate
+
+    with pytest.raises(ValueError, match="context_str"):
+        template_from_llama_index(PromptTemplate("Answer {query_str}"), llm)
