@@ -126,3 +126,30 @@ def test_qa_template_errors(llm):
 
     with pytest.raises(ValueError, match="context_str"):
         template_from_llama_index(PromptTemplate("Answer {query_str}"), llm)
+
+
+def test_grogu_synthesizer_reuses_the_scored_answer(index, llm, synthesizer, questions):
+    from llama_index.postprocessor.grogu import GroguSynthesizer
+
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=llm.max_new_tokens, mode="context",
+                         qa_template=synthesizer)
+    reusing = GroguSynthesizer(synthesizer)
+    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank],
+                                            response_synthesizer=reusing)
+    plain = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank],
+                                           response_synthesizer=synthesizer)
+    for query in questions[3:6]:
+        assert str(engine.query(query)).strip() == str(plain.query(query)).strip()
+    assert reusing.reused == 3
+    # nodes it did not choose (no context metadata): generated as usual
+    nodes = index.as_retriever(similarity_top_k=2).retrieve(questions[6])
+    for n in nodes:
+        n.node.metadata.pop("grogu", None)
+    assert str(reusing.synthesize(questions[6], nodes)).strip() == str(synthesizer.synthesize(questions[6], nodes)).strip()
+    assert reusing.reused == 3
+    # a rerank scored with grogu's own prompt: its answer is not the synthesizer's, so it is not reused
+    own = GroguRerank(top_n=3, model=llm, max_new_tokens=llm.max_new_tokens, mode="context")
+    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[own],
+                                            response_synthesizer=reusing)
+    engine.query(questions[7])
+    assert reusing.reused == 3

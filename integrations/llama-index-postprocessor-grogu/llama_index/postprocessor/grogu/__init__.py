@@ -3,6 +3,7 @@ how much each source node influenced the answer that was given (Influence Score)
 
 from llama_index.postprocessor.grogu.base import GroguRerank
 from llama_index.postprocessor.grogu.prompts import template_from_llama_index
+from llama_index.postprocessor.grogu.synthesizer import GroguSynthesizer
 from llama_index.postprocessor.grogu.influence import (
     GroguInfluenceCallbackHandler,
     GroguInfluenceHandler,
@@ -14,6 +15,7 @@ from llama_index.postprocessor.grogu.influence import (
 __all__ = [
     "GroguRerank",
     "template_from_llama_index",
+    "GroguSynthesizer",
     "GroguInfluenceHandler",
     "GroguInfluenceCallbackHandler",
     "JsonlSink",

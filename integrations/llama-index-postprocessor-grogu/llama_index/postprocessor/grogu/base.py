@@ -19,6 +19,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from .prompts import template_from_llama_index
+from .synthesizer import prompt_fingerprint
 from .utils import check_nodes, hide_from_llm, model_label, node_text, resolve_engine
 
 dispatcher = get_dispatcher(__name__)
@@ -97,6 +98,7 @@ class GroguRerank(BaseNodePostprocessor):
     margin: float = Field(default=DEFAULT_MARGIN, description="context: utility a candidate must gain.")
 
     _scorer: grogu.UtilityScorer = PrivateAttr()
+    _fingerprint: str = PrivateAttr()
 
     def __init__(
         self,
@@ -169,6 +171,7 @@ class GroguRerank(BaseNodePostprocessor):
             callback_manager=callback_manager or CallbackManager([]),
         )
         self._scorer = scorer
+        self._fingerprint = prompt_fingerprint(scorer.prompts.template, max_new_tokens)
 
     @classmethod
     def class_name(cls) -> str:
@@ -299,7 +302,9 @@ class GroguRerank(BaseNodePostprocessor):
             score = original.score
             if r is not None and r.context is not None:  # context mode: the chosen context's GROGU
                 details["context"] = {"score": float(r.score), "confidence": float(r.confidence), "answer": r.answer,
-                                      "nodes": [int(j) for j in order]}
+                                      "nodes": [int(j) for j in order],
+                                      "node_ids": [nodes[j].node.node_id for j in order],
+                                      "prompt": self._fingerprint}
             elif r is not None:
                 details.update(
                     score=float(r.score), confidence=float(r.confidence), answer=r.answer,
