@@ -11,10 +11,12 @@ from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
+from langchain_core.output_parsers import StrOutputParser
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from typing_extensions import override
 
-from .rerank import _DEFAULT, GroguScoring
+from .rerank import _DEFAULT, METADATA_KEY, GroguScoring
 
 
 class GroguRetriever(GroguScoring, BaseRetriever):
@@ -54,3 +56,36 @@ class GroguRetriever(GroguScoring, BaseRetriever):
         top_n = kwargs.pop("top_n", _DEFAULT)
         docs = await self.base_retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
         return await self.arerank_documents(docs, query, top_n)
+
+    def as_qa_chain(self, llm: Any = None) -> Runnable:
+        """A runnable ``question -> {"answer", "documents"}``.
+
+        In the context mode with the chain's prompt (``qa_prompt``), the answer is the one the target
+        LLM generated for the chosen documents while they were scored (greedy, ``max_new_tokens``: set
+        it to the LLM's answer budget): the LLM is not called a second time. Otherwise ``llm`` answers
+        from ``qa_prompt`` with the documents joined by blank lines.
+        """
+        reuse = self.mode == "context" and self.qa_prompt is not None
+        if not reuse and (llm is None or self.qa_prompt is None):
+            raise ValueError("as_qa_chain needs qa_prompt and, outside the context mode, the llm that answers")
+        generate = None if reuse else self.qa_prompt | llm | StrOutputParser()
+
+        def inputs(query: str, docs: list[Document]) -> dict[str, str]:
+            return {self.context_key: "\n\n".join(d.page_content for d in docs), self.question_key: query}
+
+        def scored_answer(docs: list[Document]) -> str | None:
+            return docs[0].metadata[METADATA_KEY]["context"]["answer"] if docs else None
+
+        def run(query: str, config: RunnableConfig) -> dict[str, Any]:
+            docs = self.invoke(query, config=config)
+            if reuse:
+                return {"answer": scored_answer(docs) or "", "documents": docs}
+            return {"answer": generate.invoke(inputs(query, docs), config=config), "documents": docs}
+
+        async def arun(query: str, config: RunnableConfig) -> dict[str, Any]:
+            docs = await self.ainvoke(query, config=config)
+            if reuse:
+                return {"answer": scored_answer(docs) or "", "documents": docs}
+            return {"answer": await generate.ainvoke(inputs(query, docs), config=config), "documents": docs}
+
+        return RunnableLambda(run, afunc=arun, name="GroguQA")

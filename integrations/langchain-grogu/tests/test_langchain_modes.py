@@ -106,3 +106,25 @@ def test_invoke_with_a_per_call_top_n(base, llm, paragraphs):
 def test_bad_settings_are_clear_errors(llm, kwargs):
     with pytest.raises(ValueError):
         GroguCompressor(model=llm, max_new_tokens=N, **kwargs)
+
+
+def test_qa_chain_returns_the_scored_answer_without_a_second_generation(base, llm, paragraphs):
+    import asyncio
+
+    retriever = GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="context",
+                               qa_prompt=PROMPT)
+    chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser()
+    qa = retriever.as_qa_chain()
+    for p in paragraphs[3:5]:
+        out = qa.invoke(p["question"])
+        assert out["answer"].strip() == chain.invoke(p["question"]).strip()
+        assert [d.id for d in out["documents"]] == [d.id for d in retriever.invoke(p["question"])]
+    assert asyncio.run(qa.ainvoke(paragraphs[3]["question"]))["answer"] == qa.invoke(paragraphs[3]["question"])["answer"]
+    # outside the context mode the LLM answers from the chain's prompt
+    doc_mode = GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="document",
+                              qa_prompt=PROMPT)
+    out = doc_mode.as_qa_chain(llm).invoke(paragraphs[3]["question"])
+    assert out["answer"] == (PROMPT | llm | StrOutputParser()).invoke(
+        {"context": format_docs(out["documents"]), "question": paragraphs[3]["question"]})
+    with pytest.raises(ValueError, match="qa_prompt"):
+        GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="document").as_qa_chain(llm)
