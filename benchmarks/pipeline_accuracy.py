@@ -136,7 +136,7 @@ def collect(args) -> None:
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import template_from_llama_index
-    from pipeline_modes import key, needed_contexts, needs_own_prompt
+    from pipeline_modes import key, needed_contexts, needs_own_prompt, needs_pipe_prompt
 
     if args.data == "squad":
         pool, questions = squad_questions(args.split, args.questions, args.seed)
@@ -171,14 +171,15 @@ def collect(args) -> None:
         row = dict(q, data=args.data, split=args.split, top_k=args.top_k,
                    retrieved=[{"id": n.node.node_id, "score": float(n.score)} for n in retrieved])
         t0 = time.perf_counter()
-        docs = pipe.score(q["question"], texts)
-        row["docs"] = [result_row(r, q["answers"]) for r in docs]
+        row["docs"] = ([result_row(r, q["answers"]) for r in pipe.score(q["question"], texts)]
+                       if needs_pipe_prompt(settings) else None)
         row["docs_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         row["docs_own"] = ([result_row(r, q["answers"]) for r in own.score(q["question"], texts[:5])]
                            if needs_own_prompt(settings) else None)
         row["docs_own_s"] = time.perf_counter() - t0
-        row["none"] = result_row(pipe.score_context(q["question"], []), q["answers"])
+        row["none"] = (result_row(pipe.score_context(q["question"], []), q["answers"])
+                       if needs_pipe_prompt(settings) else None)
         orders = []
         for k in sorted({min(5, len(texts)), len(texts)}):
             orders += [o for o in needed_contexts(row, k, settings) if o not in orders]
@@ -186,16 +187,87 @@ def collect(args) -> None:
         scored = pipe.score_contexts(q["question"], [[texts[i] for i in o] for o in orders])
         row["contexts_s"] = time.perf_counter() - t0
         row["contexts"] = {key(o): result_row(r, q["answers"]) for o, r in zip(orders, scored)}
-        t0 = time.perf_counter()
-        base = str(synthesizer.synthesize(q["question"], retrieved[:3]))
-        row["pipeline_answer_s"] = time.perf_counter() - t0
-        row["pipeline_answer"] = base
-        row["pipeline_correct"] = answered(base, q["answers"])
-        row["agree"] = base.strip() == row["contexts"]["0,1,2"]["answer"].strip()
+        if args.verify is None or n_q <= args.verify:
+            t0 = time.perf_counter()
+            base = str(synthesizer.synthesize(q["question"], retrieved[:3]))
+            row["pipeline_answer_s"] = time.perf_counter() - t0
+            row["pipeline_answer"] = base
+            row["pipeline_correct"] = answered(base, q["answers"])
+            row["agree"] = base.strip() == row["contexts"]["0,1,2"]["answer"].strip()
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"{n_q}/{len(questions)} {q['qid']} docs {row['docs_s']:.1f}s ctx {row['contexts_s']:.1f}s "
-              f"agree={row['agree']}", file=sys.stderr, flush=True)
+              f"agree={row.get('agree')}", file=sys.stderr, flush=True)
+
+
+def latency(args) -> None:
+    """Each mode's GroguRerank in a real LlamaIndex query engine, timed per query (postprocess only), and
+    the whole query with GroguSynthesizer (context mode) against the plain synthesizer."""
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    import statistics
+
+    import grogu
+    from grogu.models import embedded_embedder_path
+    from llama_index.core import get_response_synthesizer
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.core.schema import NodeWithScore
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.llms.huggingface import HuggingFaceLLM
+    from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
+
+    pool, questions = squad_questions("held", args.questions + args.skip, args.seed)
+    questions = questions[args.skip:]
+    embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
+    retriever = build_index(pool, embed_model, args.cache_dir, "squad").as_retriever(similarity_top_k=args.top_k)
+    model, tokenizer = grogu.load_model(args.model, device="cpu")
+    llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
+                         max_new_tokens=args.max_new_tokens, is_chat_model=True, generate_kwargs={"do_sample": False},
+                         stopping_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")])
+    synth = get_response_synthesizer(llm=llm, response_mode="compact")
+    settings = json.load(open(args.settings))
+    reranks = {}
+    for name, s in settings.items():
+        mode, k = name.split("@")
+        if int(k) != args.top_k or mode == "retriever":
+            continue
+        kw = {key: v for key, v in s.items() if key in ("weight", "family", "margin")}
+        if s.get("metric"):
+            kw["metric"] = s["metric"]
+        qa = synth if s.get("prompt", "pipe") == "pipe" else None
+        reranks[name] = GroguRerank(top_n=3, model=llm, mode=mode, qa_template=qa,
+                                    max_new_tokens=args.max_new_tokens if qa is not None else 64, **kw)
+    times: dict[str, list[float]] = {name: [] for name in reranks}
+    plain_q, reuse_q, plain_a = [], [], []
+    ctx = next((r for n, r in reranks.items() if n.startswith("context")), None)
+    for q in questions:
+        retrieved = retriever.retrieve(q["question"])
+        for name, rr in reranks.items():
+            t0 = time.perf_counter()
+            rr.postprocess_nodes([NodeWithScore(node=n.node, score=n.score) for n in retrieved], query_str=q["question"])
+            times[name].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        synth.synthesize(q["question"], retrieved[:3])
+        plain_a.append(time.perf_counter() - t0)
+        if ctx is not None:
+            for synthesizer, out in ((synth, plain_q), (GroguSynthesizer(synth), reuse_q)):
+                engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[ctx],
+                                                        response_synthesizer=synthesizer)
+                t0 = time.perf_counter()
+                engine.query(q["question"])
+                out.append(time.perf_counter() - t0)
+        print(q["qid"], {n: round(t[-1], 2) for n, t in times.items()}, file=sys.stderr, flush=True)
+
+    def stats(xs):
+        xs = sorted(xs)
+        return {"mean": round(statistics.mean(xs), 3), "p90": round(xs[int(0.9 * (len(xs) - 1))], 3)}
+
+    out = {"questions": len(questions), "top_k": args.top_k, "postprocess_s": {n: stats(t) for n, t in times.items()},
+           "answer_s (synthesizer, retriever top-3)": stats(plain_a)}
+    if ctx is not None:
+        out["query_s context mode, plain synthesizer"] = stats(plain_q)
+        out["query_s context mode, GroguSynthesizer"] = stats(reuse_q)
+    print(json.dumps(out, indent=1))
 
 
 def main() -> None:
@@ -210,9 +282,20 @@ def main() -> None:
     c.add_argument("--model", default="smollm2-135m-instruct")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--settings", default=None, help="JSON of tuned settings: score only the contexts they choose")
+    c.add_argument("--verify", type=int, default=None,
+                   help="check the engine's answer against the real synthesizer on the first N questions (default all)")
     c.add_argument("--shard", default="0/1", help="i/n: every n-th question starting at i")
     c.add_argument("--out", required=True)
     c.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
+    lat = sub.add_parser("latency")
+    lat.add_argument("--settings", required=True)
+    lat.add_argument("--questions", type=int, default=20)
+    lat.add_argument("--skip", type=int, default=0, help="start after this many held-out questions")
+    lat.add_argument("--top-k", type=int, default=5)
+    lat.add_argument("--max-new-tokens", type=int, default=48)
+    lat.add_argument("--model", default="smollm2-135m-instruct")
+    lat.add_argument("--seed", type=int, default=0)
+    lat.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
     r = sub.add_parser("report")
     r.add_argument("--tune", nargs="*", default=[])
     r.add_argument("--eval", nargs="*", default=[])
@@ -222,6 +305,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.cmd == "collect":
         collect(args)
+    elif args.cmd == "latency":
+        latency(args)
     else:
         from pipeline_modes import report
         report(args)

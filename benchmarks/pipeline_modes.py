@@ -35,6 +35,8 @@ def k_of(rec: dict, top_k: int) -> int:
 
 def util(rec: dict, prompt: str, metric: str, k: int) -> list[float]:
     docs = rec["docs"] if prompt == "pipe" else rec["docs_own"]
+    if docs is None:
+        raise KeyError(f"{prompt} prompt not recorded")
     return [d["variants"][metric] for d in docs[:k]]
 
 
@@ -70,12 +72,16 @@ def mode_context(rec: dict, s: dict) -> list[int]:
 
 
 MODES = {"retriever": mode_retriever, "document": mode_document, "fusion": mode_fusion, "prune": mode_prune,
-         "context": mode_context}
+         "context": mode_context, "paper": mode_document}
+#: the paper's per-document GROGU as GroguRerank did it before the modes: grogu's prompt, KeyEntropy
+PAPER = {"prompt": "own", "metric": "key_entropy"}
 
 
 def grid(mode: str, k: int) -> list[dict]:
     """Every setting of a mode the tuning split chooses among."""
-    prompts = ("pipe", "own") if k <= 5 else ("pipe",)
+    prompts = ("pipe", "own") if k <= 5 else ("pipe",)  # grogu's own prompt is recorded for the top-5
+    if mode == "paper":
+        return [{"k": k, **PAPER}]
     if mode == "retriever":
         return [{"k": k}]
     if mode == "document":
@@ -106,6 +112,11 @@ def needed_contexts(rec: dict, k: int, settings: dict[str, dict] | None = None) 
 
 def needs_own_prompt(settings: dict[str, dict] | None) -> bool:
     return settings is None or any(s.get("prompt") == "own" for s in settings.values())
+
+
+def needs_pipe_prompt(settings: dict[str, dict] | None) -> bool:
+    return settings is None or any(s.get("prompt") == "pipe" or name.startswith("prune")
+                                   for name, s in settings.items())
 
 
 # ------------------------------------------------------------------------------------------ statistics

@@ -48,15 +48,15 @@ def test_scores_match_metric_on_naive_statistics(scorer):
 
 def test_rerank_order_top_n_threshold(scorer):
     scored = scorer.score(QUERY, DOCS)
-    ranked = scorer.rerank(QUERY, DOCS)
+    ranked = scorer.rerank(QUERY, DOCS, mode="document")
     assert [r.index for r in ranked] == sorted(range(4), key=lambda i: (-scored[i].score, i))
-    assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2)] == [r.index for r in ranked[:2]]
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2, mode="document")] == [r.index for r in ranked[:2]]
     cut = ranked[1].score
-    assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut)] == [r.index for r in ranked[:2]]
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut, mode="document")] == [r.index for r in ranked[:2]]
     with pytest.raises(ValueError, match="top_n"):
-        scorer.rerank(QUERY, DOCS, top_n=0)
+        scorer.rerank(QUERY, DOCS, top_n=0, mode="document")
     with pytest.raises(ValueError):
-        scorer.rerank(QUERY, DOCS, top_n=-1)
+        scorer.rerank(QUERY, DOCS, top_n=-1, mode="document")
 
 
 def test_metric_choice(tiny_engine):
@@ -69,7 +69,7 @@ def test_metric_choice(tiny_engine):
 
 
 def test_bad_input(scorer):
-    assert scorer.score(QUERY, []) == [] and scorer.rerank(QUERY, []) == []
+    assert scorer.score(QUERY, []) == [] and scorer.rerank(QUERY, [], mode="document") == []
     with pytest.raises(ValueError, match="query is empty"):
         scorer.score("   ", DOCS)
     with pytest.raises(TypeError, match="query must be a str"):
@@ -127,10 +127,10 @@ def test_contexts_of_many_queries_in_one_pass(scorer):
 
 def test_async_equals_sync_and_is_batched(scorer):
     queries = [QUERY, "Who wrote the Odyssey?", "What is potassium?", "When did Prague become a capital?"]
-    sync = [scorer.rerank(q, DOCS, top_n=3) for q in queries]
+    sync = [scorer.rerank(q, DOCS, top_n=3, mode="document") for q in queries]
 
     async def main():
-        return await asyncio.gather(*(scorer.arerank(q, DOCS, top_n=3) for q in queries))
+        return await asyncio.gather(*(scorer.arerank(q, DOCS, top_n=3, mode="document") for q in queries))
 
     before = scorer.async_batches_run
     got = asyncio.run(main())
@@ -158,3 +158,27 @@ def test_ungrounded_appendix_c(scorer):
     gen = scorer.engine.generate([scorer.prompts.ungrounded_ids(QUERY)], 10)[0]
     assert u.answer == gen.text
     assert u.confidence == pytest.approx(M.ungrounded_key_entropy(gen.entropy), abs=1e-6)
+
+
+def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
+    from grogu import rerank as R
+    from grogu import selection as S
+
+    assert R.DEFAULT_MODE == "context"
+    relevance = R.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
+    base = S.order_by(relevance)
+    candidates = [[base[i] for i in c] for c in S.context_candidates(len(DOCS), 2, "swap")]
+    scored = scorer.score_contexts(QUERY, [[DOCS[i] for i in c] for c in candidates])
+    chosen = candidates[S.choose_context([s.score for s in scored])]
+    got = scorer.rerank(QUERY, DOCS, top_n=2)
+    assert [r.index for r in got] == chosen
+    assert all(r.context is not None and r.answer == got[0].answer for r in got)
+    # given relevance sets the retrieval order: candidates [1, 2], [1, 3], [1, 0]
+    assert scorer.rerank(QUERY, DOCS, top_n=2, relevance=[0.1, 0.9, 0.5, 0.2])[0].index == 1
+    assert scorer.rerank(QUERY, []) == []
+    with pytest.raises(ValueError, match="relevance"):
+        scorer.rerank(QUERY, DOCS, relevance=[1.0])
+    with pytest.raises(ValueError, match="threshold"):
+        scorer.rerank(QUERY, DOCS, threshold=-1.0)
+    with pytest.raises(ValueError, match="mode"):
+        scorer.rerank(QUERY, DOCS, mode="best")

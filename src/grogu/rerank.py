@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from . import selection as S
 
 #: the mode used when none is given (see README, "Which rerank mode")
-DEFAULT_MODE = "document"
+DEFAULT_MODE = "context"
 DEFAULT_FAMILY = "swap"
 DEFAULT_WEIGHT = 0.3
 DEFAULT_MARGIN = 0.0

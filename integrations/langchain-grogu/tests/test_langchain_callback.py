@@ -29,7 +29,7 @@ def format_docs(docs) -> str:
 @pytest.fixture(scope="module")
 def retriever(vectorstore, llm):
     return GroguRetriever(base_retriever=vectorstore.as_retriever(search_kwargs={"k": 4}), model=llm, top_n=3,
-                          max_new_tokens=N)
+                          max_new_tokens=N, mode="document")
 
 
 @pytest.fixture(scope="module")

@@ -19,17 +19,17 @@ N = 8  # max_new_tokens everywhere (as in conftest)
 def reference(engine, documents, paragraphs):
     """UtilityScorer's own ranking of the documents, computed without LangChain."""
     query = paragraphs[0]["question"]
-    ranked = UtilityScorer(engine, max_new_tokens=N).rerank(query, [d.page_content for d in documents])
+    ranked = UtilityScorer(engine, max_new_tokens=N).rerank(query, [d.page_content for d in documents], mode="document")
     return query, ranked
 
 
 def test_is_a_document_compressor(llm):
-    assert isinstance(GroguCompressor(model=llm, max_new_tokens=N), BaseDocumentCompressor)
+    assert isinstance(GroguCompressor(model=llm, max_new_tokens=N, mode="document"), BaseDocumentCompressor)
 
 
 def test_order_and_scores_equal_utility_scorer(llm, documents, reference):
     query, ranked = reference
-    out = GroguCompressor(model=llm, top_n=None, max_new_tokens=N).compress_documents(documents, query)
+    out = GroguCompressor(model=llm, top_n=None, max_new_tokens=N, mode="document").compress_documents(documents, query)
     assert [d.id for d in out] == [documents[r.index].id for r in ranked]
     assert [d.metadata[METADATA_KEY]["score"] for d in out] == [r.score for r in ranked]
     assert [d.metadata[METADATA_KEY]["answer"] for d in out] == [r.answer for r in ranked]
@@ -43,25 +43,25 @@ def test_top_n_and_threshold(llm, documents, reference):
     threshold = scores[len(scores) // 2]  # keeps the better half (ties included)
     expect_ids = [documents[r.index].id for r in ranked]
 
-    top3 = GroguCompressor(model=llm, top_n=3, max_new_tokens=N).compress_documents(documents, query)
+    top3 = GroguCompressor(model=llm, top_n=3, max_new_tokens=N, mode="document").compress_documents(documents, query)
     assert [d.id for d in top3] == expect_ids[:3]
 
-    above = GroguCompressor(model=llm, top_n=None, threshold=threshold, max_new_tokens=N)
+    above = GroguCompressor(model=llm, top_n=None, threshold=threshold, max_new_tokens=N, mode="document")
     kept = above.compress_documents(documents, query)
     assert [d.id for d in kept] == [documents[r.index].id for r in ranked if r.score >= threshold]
     assert 0 < len(kept) < len(documents)
 
-    both = GroguCompressor(model=llm, top_n=2, threshold=threshold, max_new_tokens=N)
+    both = GroguCompressor(model=llm, top_n=2, threshold=threshold, max_new_tokens=N, mode="document")
     assert [d.id for d in both.compress_documents(documents, query)] == [d.id for d in kept][:2]
 
-    nothing = GroguCompressor(model=llm, top_n=None, threshold=scores[0] + 1.0, max_new_tokens=N)
+    nothing = GroguCompressor(model=llm, top_n=None, threshold=scores[0] + 1.0, max_new_tokens=N, mode="document")
     assert nothing.compress_documents(documents, query) == []
 
 
 def test_metadata_kept_and_added_inputs_untouched(llm, documents, reference):
     query, ranked = reference
     before = copy.deepcopy(documents)
-    out = GroguCompressor(model=llm, top_n=4, max_new_tokens=N).compress_documents(documents, query)
+    out = GroguCompressor(model=llm, top_n=4, max_new_tokens=N, mode="document").compress_documents(documents, query)
     assert documents == before  # inputs are not mutated
     for rank, (doc, r) in enumerate(zip(out, ranked), start=1):
         original = documents[r.index]
@@ -77,7 +77,7 @@ def test_metadata_kept_and_added_inputs_untouched(llm, documents, reference):
 
 def test_title_key_changes_the_prompt(llm, documents, paragraphs, engine):
     query = paragraphs[0]["question"]
-    titled = GroguCompressor(model=llm, top_n=None, title_key="title", max_new_tokens=N)
+    titled = GroguCompressor(model=llm, top_n=None, title_key="title", max_new_tokens=N, mode="document")
     expected = UtilityScorer(engine, max_new_tokens=N).score(
         query, [{"text": d.page_content, "title": d.metadata["title"]} for d in documents])
     got = {d.id: d.metadata[METADATA_KEY]["score"] for d in titled.compress_documents(documents, query)}
@@ -85,7 +85,7 @@ def test_title_key_changes_the_prompt(llm, documents, paragraphs, engine):
 
 
 def test_async_equals_sync_and_does_not_block_the_loop(llm, documents, paragraphs):
-    compressor = GroguCompressor(model=llm, top_n=5, max_new_tokens=N)
+    compressor = GroguCompressor(model=llm, top_n=5, max_new_tokens=N, mode="document")
     queries = [p["question"] for p in paragraphs[:3]]
     sync = [compressor.compress_documents(documents, q) for q in queries]
 
@@ -116,7 +116,7 @@ def test_async_equals_sync_and_does_not_block_the_loop(llm, documents, paragraph
 
 
 def test_empty_documents(llm):
-    compressor = GroguCompressor(model=llm, max_new_tokens=N)
+    compressor = GroguCompressor(model=llm, max_new_tokens=N, mode="document")
     assert compressor.compress_documents([], "anything?") == []
     assert asyncio.run(compressor.acompress_documents([], "anything?")) == []
 
@@ -124,9 +124,9 @@ def test_empty_documents(llm):
 def test_on_error_raise_and_passthrough(llm, documents):
     docs = documents[:4]
     with pytest.raises(ValueError, match="query is empty"):
-        GroguCompressor(model=llm, max_new_tokens=N).compress_documents(docs, "   ")
+        GroguCompressor(model=llm, max_new_tokens=N, mode="document").compress_documents(docs, "   ")
 
-    passthrough = GroguCompressor(model=llm, top_n=2, on_error="passthrough", max_new_tokens=N)
+    passthrough = GroguCompressor(model=llm, top_n=2, on_error="passthrough", max_new_tokens=N, mode="document")
     for out in (passthrough.compress_documents(docs, "   "),
                 asyncio.run(passthrough.acompress_documents(docs, "   "))):
         assert [d.id for d in out] == [d.id for d in docs]  # every document, input order, despite top_n
@@ -137,7 +137,7 @@ def test_on_error_raise_and_passthrough(llm, documents):
 
 
 def test_bad_input_is_a_clear_error(llm, documents):
-    compressor = GroguCompressor(model=llm, max_new_tokens=N)
+    compressor = GroguCompressor(model=llm, max_new_tokens=N, mode="document")
     with pytest.raises(TypeError, match="query must be a str"):
         compressor.compress_documents(documents, None)
     with pytest.raises(TypeError, match="sequence of langchain Documents"):
@@ -146,30 +146,30 @@ def test_bad_input_is_a_clear_error(llm, documents):
         compressor.compress_documents([documents[0], "raw text"], "q?")
     # bad input is not a scoring failure: passthrough does not hide it
     with pytest.raises(TypeError):
-        GroguCompressor(model=llm, on_error="passthrough", max_new_tokens=N).compress_documents([{"text": "x"}], "q?")
+        GroguCompressor(model=llm, on_error="passthrough", max_new_tokens=N, mode="document").compress_documents([{"text": "x"}], "q?")
 
 
 def test_bad_options_are_clear_errors(llm, engine):
     with pytest.raises(ValidationError):
-        GroguCompressor(model=llm, top_n=0)
+        GroguCompressor(model=llm, top_n=0, mode="document")
     with pytest.raises(ValidationError):
-        GroguCompressor(model=llm, on_error="ignore")
+        GroguCompressor(model=llm, on_error="ignore", mode="document")
     with pytest.raises(ValidationError):
-        GroguCompressor(model=llm, unknown_option=1)
+        GroguCompressor(model=llm, unknown_option=1, mode="document")
     with pytest.raises(ValueError, match="metric"):
-        GroguCompressor(model=llm, metric="bleu")
+        GroguCompressor(model=llm, metric="bleu", mode="document")
     with pytest.raises(TypeError, match="API-hosted"):
-        GroguCompressor(model=object())
+        GroguCompressor(model=object(), mode="document")
     with pytest.raises(ValueError, match="device/dtype only apply"):
-        GroguCompressor(model=llm, device="cpu")
+        GroguCompressor(model=llm, device="cpu", mode="document")
 
 
 def test_target_llm_reuses_the_shared_engine(llm, engine, tiny, tokenizer):
     from langchain_huggingface import ChatHuggingFace
 
-    assert GroguCompressor(model=llm, max_new_tokens=N).scorer.engine is engine
-    assert GroguCompressor(model=llm.pipeline, max_new_tokens=N).scorer.engine is engine
-    assert GroguCompressor(model=(tiny, tokenizer), max_new_tokens=N).scorer.engine is engine
-    assert GroguCompressor(model=engine, max_new_tokens=N).scorer.engine is engine
+    assert GroguCompressor(model=llm, max_new_tokens=N, mode="document").scorer.engine is engine
+    assert GroguCompressor(model=llm.pipeline, max_new_tokens=N, mode="document").scorer.engine is engine
+    assert GroguCompressor(model=(tiny, tokenizer), max_new_tokens=N, mode="document").scorer.engine is engine
+    assert GroguCompressor(model=engine, max_new_tokens=N, mode="document").scorer.engine is engine
     chat = ChatHuggingFace(llm=llm, tokenizer=tokenizer, model_id="tiny-llama")
-    assert GroguCompressor(model=chat, max_new_tokens=N).scorer.engine is engine
+    assert GroguCompressor(model=chat, max_new_tokens=N, mode="document").scorer.engine is engine

@@ -34,13 +34,13 @@ def base(vectorstore):
 
 @pytest.fixture(scope="module")
 def retriever(base, llm):
-    return GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N)
+    return GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="document")
 
 
 def test_equals_compressor_on_base_results(base, retriever, llm, paragraphs):
     query = paragraphs[1]["question"]
     base_docs = base.invoke(query)
-    expected = GroguCompressor(model=llm, top_n=3, max_new_tokens=N).compress_documents(base_docs, query)
+    expected = GroguCompressor(model=llm, top_n=3, max_new_tokens=N, mode="document").compress_documents(base_docs, query)
     got = retriever.invoke(query)
     assert isinstance(retriever, BaseRetriever)
     assert [d.id for d in got] == [d.id for d in expected] and len(got) == 3
@@ -104,7 +104,7 @@ def test_base_retriever_run_is_a_child_run(retriever, paragraphs):
 def test_contextual_compression_retriever(base, llm, paragraphs):
     from langchain_classic.retrievers import ContextualCompressionRetriever
 
-    compressor = GroguCompressor(model=llm, top_n=2, max_new_tokens=N)
+    compressor = GroguCompressor(model=llm, top_n=2, max_new_tokens=N, mode="document")
     ccr = ContextualCompressionRetriever(base_compressor=compressor, base_retriever=base)
     query = paragraphs[3]["question"]
     expected = compressor.compress_documents(base.invoke(query), query)
@@ -120,10 +120,10 @@ def test_contextual_compression_retriever(base, llm, paragraphs):
 
 
 def test_passthrough_in_a_chain_keeps_every_document(base, llm):
-    lenient = GroguRetriever(base_retriever=base, model=llm, top_n=1, on_error="passthrough", max_new_tokens=N)
+    lenient = GroguRetriever(base_retriever=base, model=llm, top_n=1, on_error="passthrough", max_new_tokens=N, mode="document")
     docs = lenient.invoke(" ")  # an empty query cannot be scored
     assert len(docs) == K and all(d.metadata[METADATA_KEY]["score"] is None for d in docs)
     assert [d.id for d in docs] == [d.id for d in base.invoke(" ")]
-    strict = GroguRetriever(base_retriever=base, model=llm, top_n=1, max_new_tokens=N)
+    strict = GroguRetriever(base_retriever=base, model=llm, top_n=1, max_new_tokens=N, mode="document")
     with pytest.raises(ValueError, match="query is empty"):
         strict.invoke(" ")

@@ -27,7 +27,7 @@ def reference(llm, embed_model):
 
 
 def query_engine(index, llm, **kwargs):
-    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS)
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
     return RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
                                           node_postprocessors=[rerank], **kwargs)
 
@@ -158,7 +158,7 @@ def test_failure_is_recorded_not_raised(index, llm, embed_model, tokenizer, ques
 
 def test_streaming_response_is_scored_once_read(index, llm, embed_model, questions, reference, attach, caplog):
     handler = attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=[], max_new_tokens=TOKENS))
-    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS)
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
     engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
                                             node_postprocessors=[rerank], streaming=True)
     with caplog.at_level(logging.WARNING, logger="llama_index.postprocessor.grogu.influence"):

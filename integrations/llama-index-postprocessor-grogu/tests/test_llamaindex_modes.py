@@ -100,6 +100,27 @@ def test_prune_mode_by_hand(index, llm, questions):
     assert [n.node.node_id for n in got] == [retrieved[i].node.node_id for i in expected]
 
 
+def test_default_is_the_context_mode_on_the_default_synthesizers_prompt(index, llm, synthesizer, questions):
+    from llama_index.postprocessor.grogu import GroguSynthesizer
+
+    query = questions[4]
+    default = GroguRerank(top_n=3, model=llm)
+    explicit = GroguRerank(top_n=3, model=llm, mode="context", qa_template=synthesizer,
+                           max_new_tokens=llm.max_new_tokens)
+    assert default.mode == "context" and default.max_new_tokens == llm.max_new_tokens
+    retrieved = index.as_retriever(similarity_top_k=K).retrieve(query)
+    a = default.postprocess_nodes([NodeWithScore(node=n.node, score=n.score) for n in retrieved], query_str=query)
+    b = explicit.postprocess_nodes([NodeWithScore(node=n.node, score=n.score) for n in retrieved], query_str=query)
+    assert [n.node.node_id for n in a] == [n.node.node_id for n in b]
+    assert a[0].node.metadata["grogu"]["context"] == b[0].node.metadata["grogu"]["context"]
+    # so a default pipeline reuses the answer
+    reusing = GroguSynthesizer(get_response_synthesizer(llm=llm))
+    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
+                                            node_postprocessors=[default], response_synthesizer=reusing)
+    engine.query(query)
+    assert reusing.reused == 1
+
+
 def test_nodes_without_scores_keep_their_order_as_the_retrieval_order(llm):
     nodes = [NodeWithScore(node=TextNode(text=t, id_=str(i)), score=None) for i, t in enumerate(
         ["Paris is the capital of France.", "Berlin is in Germany.", "The Seine flows through Paris.",
@@ -148,7 +169,7 @@ def test_grogu_synthesizer_reuses_the_scored_answer(index, llm, synthesizer, que
     assert str(reusing.synthesize(questions[6], nodes)).strip() == str(synthesizer.synthesize(questions[6], nodes)).strip()
     assert reusing.reused == 3
     # a rerank scored with grogu's own prompt: its answer is not the synthesizer's, so it is not reused
-    own = GroguRerank(top_n=3, model=llm, max_new_tokens=llm.max_new_tokens, mode="context")
+    own = GroguRerank(top_n=3, model=llm, max_new_tokens=llm.max_new_tokens, mode="context", qa_template=None)
     engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[own],
                                             response_synthesizer=reusing)
     engine.query(questions[7])

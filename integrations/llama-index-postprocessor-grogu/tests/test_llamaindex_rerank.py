@@ -40,9 +40,9 @@ def scorer(llm):
 def test_pipeline_order_metadata_and_shared_model(index, llm, scorer, questions):
     query = questions[0]
     retrieved = retrieve(index, query)
-    expected = scorer.rerank(query, texts(retrieved), top_n=3)
+    expected = scorer.rerank(query, texts(retrieved), top_n=3, mode="document")
 
-    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS)
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
     assert rerank.scorer.engine is scorer.engine and rerank.scorer.engine.model is llm._model  # no second copy
     assert rerank.model == "tiny-llama"
     engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
@@ -74,19 +74,19 @@ def test_top_n_and_threshold(index, llm, scorer, questions):
     retrieved = retrieve(index, query)
     scores = sorted((r.score for r in scorer.score(query, texts(retrieved))), reverse=True)
     threshold = (scores[2] + scores[3]) / 2  # three nodes above it
-    all_nodes = GroguRerank(model=llm, max_new_tokens=TOKENS).postprocess_nodes(retrieve(index, query), query_str=query)
+    all_nodes = GroguRerank(model=llm, max_new_tokens=TOKENS, mode="document").postprocess_nodes(retrieve(index, query), query_str=query)
     assert len(all_nodes) == K and [n.score for n in all_nodes] == pytest.approx(scores, abs=1e-6)
 
-    kept = GroguRerank(model=llm, threshold=threshold, max_new_tokens=TOKENS).postprocess_nodes(
+    kept = GroguRerank(model=llm, threshold=threshold, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query)
     assert [n.score for n in kept] == pytest.approx(scores[:3], abs=1e-6)
     assert all(n.score >= threshold for n in kept)
 
-    both = GroguRerank(top_n=2, model=llm, threshold=threshold, max_new_tokens=TOKENS).postprocess_nodes(
+    both = GroguRerank(top_n=2, model=llm, threshold=threshold, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query)
     assert [n.node.node_id for n in both] == [n.node.node_id for n in kept[:2]]
 
-    none = GroguRerank(model=llm, threshold=scores[0] + 1.0, max_new_tokens=TOKENS).postprocess_nodes(
+    none = GroguRerank(model=llm, threshold=scores[0] + 1.0, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query)
     assert none == []
 
@@ -95,8 +95,8 @@ def test_metric_is_selectable(index, llm, questions):
     query = questions[6]
     retrieved = retrieve(index, query)
     expected = grogu.UtilityScorer((llm._model, llm._tokenizer), metric="key_ppl", max_new_tokens=TOKENS).rerank(
-        query, texts(retrieved))
-    out = GroguRerank(model=llm, metric="key_ppl", max_new_tokens=TOKENS).postprocess_nodes(
+        query, texts(retrieved), mode="document")
+    out = GroguRerank(model=llm, metric="key_ppl", max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query)
     assert [n.node.node_id for n in out] == [retrieved[r.index].node.node_id for r in expected]
     assert [n.score for n in out] == pytest.approx([r.score for r in expected], abs=1e-6)
@@ -107,7 +107,7 @@ def test_layout_after_picks_best_context_order(index, llm, scorer, questions):
     query = questions[2]
     retrieved = retrieve(index, query)
     docs = texts(retrieved)
-    utility = [r.index for r in scorer.rerank(query, docs, top_n=3)]
+    utility = [r.index for r in scorer.rerank(query, docs, top_n=3, mode="document")]
     candidates = {"utility": utility, "retrieval": sorted(utility), "reversed": utility[::-1],
                   "long_context": long_context_order(utility)}
     unique = {}
@@ -118,13 +118,13 @@ def test_layout_after_picks_best_context_order(index, llm, scorer, questions):
     best = max(range(len(context)), key=lambda i: (context[i].score, -i))
     best_order = list(unique.values())[best]
 
-    out = GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS).postprocess_nodes(
+    out = GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query)
     assert [n.node.node_id for n in out] == [retrieved[i].node.node_id for i in best_order]
     layout = out[0].node.metadata["grogu"]["layout"]
     assert layout["name"] == list(unique)[best]
     assert layout["candidates"] == pytest.approx({n: c.score for n, c in zip(unique, context)}, abs=1e-6)
-    async_out = asyncio.run(GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS)
+    async_out = asyncio.run(GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS, mode="document")
                             .apostprocess_nodes(retrieve(index, query), query_str=query))
     assert [n.node.node_id for n in async_out] == [n.node.node_id for n in out]
     # per-node utilities are still the scores
@@ -138,7 +138,7 @@ def test_layout_only_orders_the_retrieved_top_n(index, llm, scorer, questions):
     docs = texts(retrieved)
     layouts = list(grogu.standard_layouts(list(range(3))).items())
     choice = scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts])
-    out = GroguRerank(top_n=3, model=llm, layout="only", max_new_tokens=TOKENS).postprocess_nodes(
+    out = GroguRerank(top_n=3, model=llm, layout="only", max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query)
     order = layouts[choice.best][1]
     assert [n.node.node_id for n in out] == [retrieved[i].node.node_id for i in order]
@@ -147,7 +147,7 @@ def test_layout_only_orders_the_retrieved_top_n(index, llm, scorer, questions):
 
 
 def test_async_equals_sync_and_concurrent_queries_share_batches(index, llm, questions):
-    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS)
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
     engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
                                             node_postprocessors=[rerank])
     qs = questions[4:8]
@@ -197,10 +197,10 @@ def test_passthrough_keeps_every_node_in_order(index, llm, tokenizer, questions,
     before = [(n.node.node_id, n.score) for n in retrieved]
 
     with pytest.raises(ValueError, match="context window"):
-        GroguRerank(top_n=2, model=small, max_new_tokens=TOKENS).postprocess_nodes(retrieve(index, query),
+        GroguRerank(top_n=2, model=small, max_new_tokens=TOKENS, mode="document").postprocess_nodes(retrieve(index, query),
                                                                                   query_str=query)
 
-    rerank = GroguRerank(top_n=2, model=small, on_error="passthrough", max_new_tokens=TOKENS)
+    rerank = GroguRerank(top_n=2, model=small, on_error="passthrough", max_new_tokens=TOKENS, mode="document")
     with caplog.at_level(logging.WARNING, logger="llama_index.postprocessor.grogu.base"):
         out = rerank.postprocess_nodes(retrieved, query_str=query)
     assert [(n.node.node_id, n.score) for n in out] == before
@@ -228,7 +228,7 @@ class _Collect(BaseEventHandler):
 def test_instrumentation_and_callback_events(index, llm, questions, attach):
     collect = attach(_Collect(events=[]))
     debug = LlamaDebugHandler()
-    rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS)
+    rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, mode="document")
     engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
                                             node_postprocessors=[rerank],
                                             callback_manager=CallbackManager([debug]))
@@ -243,7 +243,7 @@ def test_instrumentation_and_callback_events(index, llm, questions, attach):
 
 
 def test_bad_input_gives_clear_errors(index, llm, questions):
-    rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS)
+    rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, mode="document")
     nodes = retrieve(index, questions[0])
     with pytest.raises(ValueError, match="needs the query"):
         rerank.postprocess_nodes(nodes)
@@ -258,16 +258,16 @@ def test_bad_input_gives_clear_errors(index, llm, questions):
         with pytest.raises(ValueError, match=match):
             GroguRerank(model=llm, **kwargs)
     with pytest.raises(TypeError, match="white-box"):
-        GroguRerank(model=MockLLM())
+        GroguRerank(model=MockLLM(), mode="document")
     with pytest.raises(TypeError, match="model must be"):
-        GroguRerank(model=3.5)
+        GroguRerank(model=3.5, mode="document")
     with pytest.raises(ValueError, match="device/dtype"):
-        GroguRerank(model=llm, device="cpu")
+        GroguRerank(model=llm, device="cpu", mode="document")
 
 
 def test_model_forms_share_one_engine(llm):
     engine = resolve_engine(llm)
     assert resolve_engine((llm._model, llm._tokenizer)) is engine
-    assert GroguRerank(model=engine).scorer.engine is engine
-    assert GroguRerank(model=grogu.UtilityScorer(engine)).scorer.engine is engine
-    assert GroguRerank(model=engine, metric="ppl").to_dict()["metric"] == "ppl"
+    assert GroguRerank(model=engine, mode="document").scorer.engine is engine
+    assert GroguRerank(model=grogu.UtilityScorer(engine), mode="document").scorer.engine is engine
+    assert GroguRerank(model=engine, metric="ppl", mode="document").to_dict()["metric"] == "ppl"

@@ -11,6 +11,7 @@ from grogu.metrics import metric_name
 from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT, ModeSettings
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
 from llama_index.core.llms import LLM
+from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
@@ -65,10 +66,13 @@ class GroguRerank(BaseNodePostprocessor):
             original order with the error logged and recorded in ``metadata["grogu"]["error"]``.
         keep_retrieval_score: write the retriever's score into ``metadata["retrieval_score"]``.
         metadata_mode: which node text the LLM reads (default ``MetadataMode.LLM``, as synthesizers do).
-        max_new_tokens: longest grounded answer generated per node.
+        max_new_tokens: longest grounded answer generated per context (default: the LLM's own
+            ``max_new_tokens`` when scoring with the pipeline's prompt, else 64).
         template: a ``grogu.PromptTemplate`` overriding the scoring prompt.
         qa_template: score with the prompt the LLM will read: a query engine, a response synthesizer or
-            its ``text_qa_template`` (see ``template_from_llama_index``). With the pipeline's own prompt
+            its ``text_qa_template`` (see ``template_from_llama_index``); 'auto' (default): in the context
+            mode with a LlamaIndex LLM, the default synthesizer's QA prompt for that LLM, else grogu's
+            own scoring prompt; None: grogu's own prompt. With the pipeline's own prompt
             the context mode's answer (``metadata["grogu"]["context"]["answer"]``) is the answer the
             synthesizer gives for the chosen nodes.
         mode: 'context' (default), 'document', 'fusion' or 'prune' (see above).
@@ -89,7 +93,7 @@ class GroguRerank(BaseNodePostprocessor):
     on_error: str = Field(default="raise", description="'raise' or 'passthrough' on a scoring failure.")
     keep_retrieval_score: bool = Field(default=True, description="Keep the retrieval score in metadata.")
     metadata_mode: MetadataMode = Field(default=MetadataMode.LLM, description="Node text the LLM reads.")
-    max_new_tokens: int = Field(default=64, description="Longest grounded answer generated per node.")
+    max_new_tokens: int = Field(default=64, description="Longest grounded answer generated per context.")
     answer_style: str = Field(default="long", description="'long' or 'short' (short-answer scoring pass).")
     mode: str = Field(default=DEFAULT_MODE, description="'context', 'document', 'fusion' or 'prune'.")
     weight: float = Field(default=DEFAULT_WEIGHT, description="fusion: weight of the utility rank.")
@@ -111,12 +115,12 @@ class GroguRerank(BaseNodePostprocessor):
         on_error: str = "raise",
         keep_retrieval_score: bool = True,
         metadata_mode: MetadataMode = MetadataMode.LLM,
-        max_new_tokens: int = 64,
+        max_new_tokens: Optional[int] = None,
         template: Optional[grogu.PromptTemplate] = None,
         device: Optional[str] = None,
         dtype: Optional[str] = None,
         answer_style: str = "long",
-        qa_template: Any = None,
+        qa_template: Any = "auto",
         mode: Optional[str] = None,
         weight: float = DEFAULT_WEIGHT,
         family: str = DEFAULT_FAMILY,
@@ -146,10 +150,23 @@ class GroguRerank(BaseNodePostprocessor):
             raise ValueError("threshold applies to per-node utilities, which mode='context' does not compute")
         metric = metric_name(metric)
         engine = resolve_engine(model, device=device, dtype=dtype)
+        llm = model if isinstance(model, LLM) else None
+        if isinstance(qa_template, str):
+            if qa_template != "auto":
+                raise ValueError(f"qa_template must be 'auto', None, a query engine, a synthesizer or a prompt, "
+                                 f"got {qa_template!r}")
+            # the context mode scores what the LLM reads in LlamaIndex's default synthesizer; the
+            # per-node modes measured best with grogu's own prompt (README, "Which rerank mode")
+            auto = settings.mode == "context" and llm is not None and template is None
+            qa_template = DEFAULT_TEXT_QA_PROMPT_SEL if auto else None
         if qa_template is not None:
             if template is not None:
                 raise ValueError("give template (grogu's prompt text) or qa_template (the pipeline's prompt), not both")
-            template = template_from_llama_index(qa_template, model if isinstance(model, LLM) else None)
+            template = template_from_llama_index(qa_template, llm)
+            if max_new_tokens is None and isinstance(getattr(llm, "max_new_tokens", None), int):
+                max_new_tokens = llm.max_new_tokens  # the answer the LLM gives, so GroguSynthesizer can reuse it
+        if max_new_tokens is None:
+            max_new_tokens = 64
         scorer = grogu.UtilityScorer(engine, metric=metric, max_new_tokens=max_new_tokens, template=template,
                                       answer_style=answer_style)
         super().__init__(
