@@ -132,8 +132,11 @@ def sign_test(wins: int, losses: int) -> float:
 def evaluate(records: list[dict], mode: str, s: dict) -> dict:
     correct, base, given, first, wins, losses = [], [], [], [], 0, 0
     for rec in records:
-        ctx = MODES[mode](rec, s)
-        c = rec["contexts"][key(ctx)]["correct"]
+        try:  # a record collected without what this mode needs (e.g. a lean held-out pass) is skipped
+            ctx = MODES[mode](rec, s)
+            c = rec["contexts"][key(ctx)]["correct"]
+        except (KeyError, TypeError):
+            continue
         b = rec["contexts"][key(mode_retriever(rec, s))]["correct"]
         ids = [rec["retrieved"][i]["id"] for i in ctx]
         correct.append(c)
@@ -142,7 +145,9 @@ def evaluate(records: list[dict], mode: str, s: dict) -> dict:
         first.append(bool(ids) and ids[0] in rec["gold"])
         wins += c and not b
         losses += b and not c
-    n = len(records)
+    n = len(correct)
+    if n == 0:
+        return {"mode": mode, "setting": s, "n": 0}
     return {"mode": mode, "setting": s, "n": n, "accuracy": sum(correct) / n, "retriever_accuracy": sum(base) / n,
             "wins": wins, "losses": losses, "p": sign_test(wins, losses), "gold_given": sum(given) / n,
             "gold_first": sum(first) / n}
@@ -181,9 +186,11 @@ def report(args: Any) -> None:
     settings: dict[str, dict] = json.load(open(args.settings)) if args.settings else {}
     out: dict[str, Any] = {"tuning": {}, "held_out": {}}
     for k in args.ks:
+        if not any(r["top_k"] >= k for r in tune_recs + eval_recs):
+            continue
         t = [r for r in tune_recs if r["top_k"] >= k]
         e = [r for r in eval_recs if r["top_k"] >= k]
-        for mode in MODES:
+        for mode in [*MODES, *(n.split("@")[0] for n in settings if n.split("@")[0] not in MODES)]:
             name = f"{mode}@{k}"
             if name not in settings and t:
                 settings[name] = tune(t, mode, k)
@@ -191,7 +198,7 @@ def report(args: Any) -> None:
                 continue
             if t:
                 out["tuning"][name] = evaluate(t, mode, settings[name])
-            if e:
+            if e and evaluate(e, mode, settings[name])["n"]:
                 out["held_out"][name] = evaluate(e, mode, settings[name])
     header = ("| mode (setting) | n | accuracy | retriever | wins / losses | sign p | gold given | gold first |\n"
               "|---|---|---|---|---|---|---|---|")

@@ -16,7 +16,7 @@ from . import selection as S
 #: the mode used when none is given (see README, "Which rerank mode")
 DEFAULT_MODE = "context"
 DEFAULT_FAMILY = "swap"
-DEFAULT_WEIGHT = 0.3
+DEFAULT_WEIGHT = 0.6
 DEFAULT_MARGIN = 0.0
 
 
