@@ -270,6 +270,75 @@ def latency(args) -> None:
     print(json.dumps(out, indent=1))
 
 
+def langchain_arm(args) -> None:
+    """A real LangChain chain (InMemoryVectorStore over the pool, ChatHuggingFace on SmolLM2, the chain's own
+    prompt) with the base retriever against GroguRetriever(mode="context", qa_prompt=...), held-out SQuAD."""
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    import grogu
+    from grogu.models import embedded_embedder_path
+    from langchain_core.documents import Document
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.runnables import RunnablePassthrough
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
+    from langchain_grogu import GroguRetriever
+    from pipeline_modes import sign_test
+    from transformers import pipeline
+
+    pool, questions = squad_questions("held", args.questions + args.skip, args.seed)
+    questions = questions[args.skip:]
+    embeddings = HuggingFaceEmbeddings(model_name=embedded_embedder_path())
+    path = os.path.join(args.cache_dir, f"squad_{len(pool)}_minilm.pt")
+    vectors = torch.load(path).tolist() if os.path.exists(path) else embeddings.embed_documents(
+        [p["text"] for p in pool])
+    store = InMemoryVectorStore(embeddings)
+    store.store = {p["id"]: {"id": p["id"], "vector": v, "text": p["text"], "metadata": {"title": p["title"]}}
+                   for p, v in zip(pool, vectors)}  # the same MiniLM vectors the LlamaIndex arm indexes
+    base = store.as_retriever(search_kwargs={"k": args.top_k})
+    model, tokenizer = grogu.load_model(args.model, device="cpu")
+    pipe = pipeline("text-generation", model=model, tokenizer=tokenizer, max_new_tokens=args.max_new_tokens,
+                    do_sample=False, return_full_text=False)
+    chat = ChatHuggingFace(llm=HuggingFacePipeline(pipeline=pipe), tokenizer=tokenizer, model_id=str(args.model))
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "Answer the question using the context. Reply briefly."),
+        ("human", "Context:\n{context}\n\nQuestion: {question}")])
+
+    def fmt(docs):
+        return "\n\n".join(d.page_content for d in docs)
+
+    grogu_retriever = GroguRetriever(base_retriever=base, model=chat, top_n=3, mode="context", qa_prompt=prompt,
+                                     max_new_tokens=args.max_new_tokens)
+    top3 = base | (lambda docs: docs[:3])
+    chains = {"retriever": {"context": top3 | fmt, "question": RunnablePassthrough()} | prompt | chat | StrOutputParser(),
+              "grogu": {"context": grogu_retriever | fmt, "question": RunnablePassthrough()} | prompt | chat
+              | StrOutputParser()}
+    qa = grogu_retriever.as_qa_chain()
+    rows = []
+    for q in questions:
+        row = {"qid": q["qid"]}
+        for name, chain in chains.items():
+            t0 = time.perf_counter()
+            row[name] = answered(chain.invoke(q["question"]), q["answers"])
+            row[name + "_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        reused = qa.invoke(q["question"])
+        row["qa_chain_s"] = time.perf_counter() - t0
+        row["qa_chain"] = answered(reused["answer"], q["answers"])
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    wins = sum(r["grogu"] and not r["retriever"] for r in rows)
+    losses = sum(r["retriever"] and not r["grogu"] for r in rows)
+    n = len(rows)
+    print(json.dumps({
+        "questions": n, "retriever_accuracy": sum(r["retriever"] for r in rows) / n,
+        "grogu_accuracy": sum(r["grogu"] for r in rows) / n, "wins": wins, "losses": losses,
+        "sign_p": sign_test(wins, losses), "qa_chain_equals_chain": sum(r["qa_chain"] == r["grogu"] for r in rows),
+        "chain_s": {k: sum(r[k + "_s"] for r in rows) / n for k in ("retriever", "grogu", "qa_chain")},
+    }, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -296,6 +365,14 @@ def main() -> None:
     lat.add_argument("--model", default="smollm2-135m-instruct")
     lat.add_argument("--seed", type=int, default=0)
     lat.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
+    lc = sub.add_parser("langchain")
+    lc.add_argument("--questions", type=int, default=50)
+    lc.add_argument("--skip", type=int, default=0)
+    lc.add_argument("--top-k", type=int, default=5)
+    lc.add_argument("--max-new-tokens", type=int, default=48)
+    lc.add_argument("--model", default="smollm2-135m-instruct")
+    lc.add_argument("--seed", type=int, default=0)
+    lc.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
     r = sub.add_parser("report")
     r.add_argument("--tune", nargs="*", default=[])
     r.add_argument("--eval", nargs="*", default=[])
@@ -307,6 +384,8 @@ def main() -> None:
         collect(args)
     elif args.cmd == "latency":
         latency(args)
+    elif args.cmd == "langchain":
+        langchain_arm(args)
     else:
         from pipeline_modes import report
         report(args)
