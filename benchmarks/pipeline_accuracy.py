@@ -142,6 +142,7 @@ def collect(args) -> None:
         pool, questions = squad_questions(args.split, args.questions, args.seed)
     else:
         pool, questions = musique_questions(args.questions)
+    questions = questions[:args.limit] if args.limit else questions
     shard, shards = map(int, args.shard.split("/"))
     questions = questions[shard::shards]
     embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
@@ -346,6 +347,7 @@ def main() -> None:
     c.add_argument("--data", choices=["squad", "musique"], default="squad")
     c.add_argument("--split", choices=["tune", "held"], default="tune")
     c.add_argument("--questions", type=int, default=100)
+    c.add_argument("--limit", type=int, default=None, help="only the first N of the sampled questions")
     c.add_argument("--top-k", type=int, default=5, help="retrieved (with 10, the report also replays the top-5 of them)")
     c.add_argument("--max-new-tokens", type=int, default=48)
     c.add_argument("--model", default="smollm2-135m-instruct")
