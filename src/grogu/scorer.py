@@ -321,14 +321,14 @@ class UtilityScorer:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
 
         - ``"context"`` (default): candidate contexts of ``top_n`` documents from the retrieval order (the
-          input order), each scored as one context; the best if it beats the retriever's own top-n by
-          ``margin``; results keep the input order;
+          top-n, and the top-n with its last document swapped for each of the next ``swaps``), each
+          scored as one context; the best if it beats the top-n by more than ``margin``, in retrieval order;
         - ``"document"``: each document alone, sorted by utility (ties keep input order), those with
           score >= threshold, at most top_n (the paper's per-document GROGU);
         - ``"fusion"``: utility rank fused with the relevance rank (``weight`` on utility), sorted;
-        - ``"prune"``: documents at least as useful as no document, input order.
-        ``relevance``: the retriever's scores of the documents (fusion); without them the packaged
-        MiniLM computes query-document similarity. ``mode_settings``: ``weight``, ``family``, ``swaps``,
+        - ``"prune"``: documents at least as useful as no document, in retrieval order.
+        ``relevance``: the retriever's scores of the documents, which set the retrieval order (and the
+        fusion's relevance rank); without them the packaged MiniLM's query-document similarity does. ``mode_settings``: ``weight``, ``family``, ``swaps``,
         ``margin`` (:class:`grogu.rerank.ModeSettings`). Each result carries ``index`` (input position)
         and the original ``document``.
         """
