@@ -232,6 +232,7 @@ def latency(args) -> None:
         mode, k = name.split("@")
         if int(k) != args.top_k or mode == "retriever":
             continue
+        mode = "document" if mode == "paper" else mode
         kw = {key: v for key, v in s.items() if key in ("weight", "family", "margin")}
         if s.get("metric"):
             kw["metric"] = s["metric"]
