@@ -53,9 +53,9 @@ def test_rerank_order_top_n_threshold(scorer):
     assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2)] == [r.index for r in ranked[:2]]
     cut = ranked[1].score
     assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut)] == [r.index for r in ranked[:2]]
-    assert scorer.rerank(QUERY, DOCS, top_n=0) == []
-    with pytest.raises(ValueError):
-        scorer.rerank(QUERY, DOCS, top_n=-1)
+    for bad in (0, -1, True, 2.0, "2"):  # asking for no documents is a mistake, not an empty result
+        with pytest.raises(ValueError, match="top_n"):
+            scorer.rerank(QUERY, DOCS, top_n=bad)
 
 
 def test_metric_choice(tiny_engine):
