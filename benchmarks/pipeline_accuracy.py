@@ -258,7 +258,9 @@ def latency(args) -> None:
                 t0 = time.perf_counter()
                 engine.query(q["question"])
                 out.append(time.perf_counter() - t0)
-        print(q["qid"], {n: round(t[-1], 2) for n, t in times.items()}, file=sys.stderr, flush=True)
+        print(q["qid"], {n: round(t[-1], 2) for n, t in times.items()}, "answer", round(plain_a[-1], 2),
+              "query plain/reuse", round(plain_q[-1], 2) if plain_q else None, round(reuse_q[-1], 2) if reuse_q else None,
+              file=sys.stderr, flush=True)
 
     def stats(xs):
         xs = sorted(xs)

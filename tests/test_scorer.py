@@ -53,10 +53,9 @@ def test_rerank_order_top_n_threshold(scorer):
     assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2, mode="document")] == [r.index for r in ranked[:2]]
     cut = ranked[1].score
     assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut, mode="document")] == [r.index for r in ranked[:2]]
-    with pytest.raises(ValueError, match="top_n"):
-        scorer.rerank(QUERY, DOCS, top_n=0, mode="document")
-    with pytest.raises(ValueError):
-        scorer.rerank(QUERY, DOCS, top_n=-1, mode="document")
+    for bad in (0, -1, True, 2.0, "2"):  # asking for no documents is a mistake, not an empty result
+        with pytest.raises(ValueError, match="top_n"):
+            scorer.rerank(QUERY, DOCS, top_n=bad, mode="document")
 
 
 def test_metric_choice(tiny_engine):

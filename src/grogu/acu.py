@@ -52,6 +52,16 @@ DEFAULT_PROMPT_WITHOUT = ("Claim: {claim}\n\nIs the claim True, False, or is the
                           "Answer with one word: True, False or None.")
 
 
+def _check_prompt(name: str, prompt: Any, fields: tuple[str, ...]) -> None:
+    """A prompt template must be a str with each of ``fields`` (else the claim or the evidence would
+    silently be left out of what the model reads)."""
+    if not isinstance(prompt, str):
+        raise TypeError(f"{name} must be a str template, got {type(prompt).__name__}")
+    missing = [f for f in fields if f not in prompt]
+    if missing:
+        raise ValueError(f"{name} must contain {' and '.join(fields)}; {', '.join(missing)} missing in {prompt!r:.120}")
+
+
 class ACUScorer:
     """ACU of evidence for claims, for one target LLM.
 
@@ -65,10 +75,17 @@ class ACUScorer:
     def __init__(self, model: Any = "smollm2-135m-instruct", *, labels: Sequence[str] = ("True", "None", "False"),
                  prompt_with: str = DEFAULT_PROMPT_WITH, prompt_without: str = DEFAULT_PROMPT_WITHOUT,
                  device: str | None = None, dtype: str | None = None) -> None:
+        if isinstance(labels, str) or not isinstance(labels, Sequence):
+            raise TypeError(f"labels must be a list of label words, got {type(labels).__name__}")
+        for i, lab in enumerate(labels):
+            if not isinstance(lab, str) or not lab.strip():
+                raise ValueError(f"label {i} must be a non-empty str, got {lab!r}")
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ValueError(f"ACU needs at least two distinct label words, got {list(labels)!r}")
+        _check_prompt("prompt_with", prompt_with, ("{claim}", "{evidence}"))
+        _check_prompt("prompt_without", prompt_without, ("{claim}",))
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.labels = list(labels)
-        if len(self.labels) < 2:
-            raise ValueError("ACU needs at least two label words")
         self.prompt_with, self.prompt_without = prompt_with, prompt_without
         self.label_tokens = {lab: self._variants(lab) for lab in self.labels}
 
@@ -106,8 +123,13 @@ class ACUScorer:
 
     def score_batch(self, items: Sequence[tuple[str, str, str]]) -> list[ACUResult]:
         """ACU of many (claim, evidence, stance) triples; two batched next-token passes in all."""
+        if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+            raise TypeError(f"items must be a list of (claim, evidence, stance) triples, got {type(items).__name__}")
         checked = []
-        for claim, evidence, stance in items:
+        for i, item in enumerate(items):
+            if not isinstance(item, (tuple, list)) or len(item) != 3:
+                raise TypeError(f"items[{i}] must be a (claim, evidence, stance) triple, got {item!r:.80}")
+            claim, evidence, stance = item
             if not isinstance(claim, str) or not isinstance(evidence, str):
                 raise TypeError("claim and evidence must be strings")
             if not claim.strip():

@@ -18,6 +18,7 @@ import sys
 from importlib import resources
 from typing import Any, Iterator
 
+from . import checks as C
 from . import metrics as M
 from .models import DEFAULT_MODEL
 from .rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
@@ -30,6 +31,30 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "rewrite-pairs": (".rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
     "train-rewriter": (".train_rewriter", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
 }
+
+
+def _setting(convert, check, *args):
+    """An argparse ``type`` that converts the text (int or float) and checks it with :mod:`grogu.checks`,
+    so a bad option is a usage error naming the option and the value, as in the Python API."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a{'n int' if convert is int else ' number'}: {text!r}") from None
+        try:
+            return check(*args, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = getattr(check, "__name__", "setting")
+    return parse
+
+
+POSITIVE_INT = _setting(int, C.check_positive_int, "value")
+TOP_N = _setting(int, C.check_top_n)
+THRESHOLD = _setting(float, C.check_threshold)
+ALPHA = _setting(float, C.check_alpha)
+FRACTION = _setting(float, C.check_fraction, "value")
+PROBABILITY = _setting(float, C.check_probability, "value")
 
 
 def read_documents(path: str) -> list[Any]:
@@ -110,18 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
         src.add_argument("--example", action="store_true", help="use the small bundled example")
         p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM: alias, path, .gguf or hub id (default {DEFAULT_MODEL})")
         p.add_argument("--metric", default=M.DEFAULT_METRIC, choices=sorted(M.METRICS))
-        p.add_argument("--alpha", type=float, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
-        p.add_argument("--top-k-frac", type=float, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
-        p.add_argument("--max-new-tokens", type=int, default=None, help="longest scored answer (default 64; 16 with --answer-style short)")
+        p.add_argument("--alpha", type=ALPHA, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
+        p.add_argument("--top-k-frac", type=FRACTION, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
+        p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=None, help="longest scored answer (default 64; 16 with --answer-style short)")
         p.add_argument("--answer-style", default="long", choices=("long", "short"),
                        help="'short': ask for the answer only and cut it at its first line/sentence (small models)")
         p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
         p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU)")
-        p.add_argument("--batch-queries", type=int, default=8, help="queries scored together in one engine pass")
+        p.add_argument("--batch-queries", type=POSITIVE_INT, default=8, help="queries scored together in one engine pass")
         p.add_argument("--json", action="store_true", help="one JSON object per query on stdout")
         if name == "rerank":
-            p.add_argument("--top-n", type=int, default=None)
-            p.add_argument("--threshold", type=float, default=None, help="keep utility >= this (per-document modes)")
+            p.add_argument("--top-n", type=TOP_N, default=None, help="keep the best n (a positive int)")
+            p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
             p.add_argument("--mode", default=None, choices=RERANK_MODES,
                            help=f"rerank mode (default {DEFAULT_MODE}; see the README, 'Which rerank mode')")
             p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT, help="fusion: weight of the utility rank")
@@ -136,14 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="exact", choices=("exact", "ablation", "auto"),
                    help="exact: 2k+1 generations; ablation: ContextCite-style estimate from --ablations random "
                         "ablations; auto: ablation above 12 documents when cheaper")
-    p.add_argument("--ablations", type=int, default=32, help="random ablations for --method ablation/auto")
+    p.add_argument("--ablations", type=POSITIVE_INT, default=32, help="random ablations for --method ablation/auto")
     p.add_argument("--seed", type=int, default=0, help="seed of the ablation masks")
     p = sub.add_parser("seper", help="ΔSePer of each document (reference-based)")
     _common(p)
     p.add_argument("--reference", action="append", required=True, help="a reference answer (repeatable)")
     p.add_argument("--nli", required=True, help="NLI sequence-classification model (hub id or path)")
-    p.add_argument("--samples", type=int, default=10)
-    p.add_argument("--tau", type=float, default=0.5)
+    p.add_argument("--samples", type=POSITIVE_INT, default=10)
+    p.add_argument("--tau", type=PROBABILITY, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("acu", help="ACU of evidence for claims (claim verification)")
     p.add_argument("--claim")
@@ -164,7 +189,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", required=True)
     p.add_argument("--docs", required=True, help="documents: .jsonl, .json or text file (paragraphs)")
     p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=32)
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--json", action="store_true")
@@ -239,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                            answer_style=args.answer_style)
     items = list(iter_queries(args))
     progress = tqdm(total=len(items), desc="queries", unit="q", disable=len(items) < 2, file=sys.stderr)
-    for start in range(0, len(items), max(1, args.batch_queries)):
+    for start in range(0, len(items), args.batch_queries):
         chunk = items[start:start + args.batch_queries]
         if args.command == "rerank":  # each query's mode runs its own batch
             scored = [scorer.rerank(it["query"], it["documents"], args.top_n, args.threshold, mode=args.mode,

@@ -34,7 +34,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .kernels import CpuLinears
+from .checks import check_choice, check_int, check_positive_int, check_seed, check_temperature
+from .kernels import LINEAR_BACKENDS, CpuLinears
 from .kvcache import ReservedLayer, reserve
 from .models import load_model
 
@@ -164,6 +165,15 @@ class Engine:
         prompt_lookup_ngram: int = 3,
         cpu_linear: str = "auto",
     ) -> None:
+        for name, value in (("max_batch_size", max_batch_size), ("max_batch_tokens", max_batch_tokens)):
+            if value is not None:
+                check_positive_int(name, value)
+        check_positive_int("logits_budget_mb", logits_budget_mb)
+        check_int("min_shared_prefix", min_shared_prefix, minimum=0)
+        if prompt_lookup is not None:
+            check_int("prompt_lookup", prompt_lookup, minimum=0)
+        check_int("prompt_lookup_ngram", prompt_lookup_ngram, minimum=2)
+        check_choice("cpu_linear", cpu_linear, LINEAR_BACKENDS)
         if tokenizer is not None:
             model = (model, tokenizer)
         if not isinstance(model, (str, tuple)):
@@ -197,8 +207,6 @@ class Engine:
         self._stop_set = set(self.stop_token_ids)
         if prompt_lookup is None:
             prompt_lookup = 4 if on_gpu else 0
-        if prompt_lookup < 0 or prompt_lookup_ngram < 2:
-            raise ValueError("prompt_lookup must be >= 0 and prompt_lookup_ngram >= 2")
         self.prompt_lookup, self.prompt_lookup_ngram = int(prompt_lookup), int(prompt_lookup_ngram)
         self.prompt_lookup_min_ngram = 2  # 1-gram matches draft mostly noise
         self._linears = CpuLinears(self.model, cpu_linear if not on_gpu else "default")
@@ -664,10 +672,9 @@ class Engine:
         prompts precede it in the call, not on the other prompts or on batching.
         """
         prompts = self._check_prompts(prompts)
-        if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
-        if temperature is not None and temperature <= 0:
-            raise ValueError("temperature must be > 0 (use None for greedy decoding)")
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        temperature = check_temperature(temperature, "temperature (None: greedy decoding)", allow_none=True)
+        seed = check_seed(seed)
         if not prompts:
             return []
         with self._lock, self.kernels():

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from .batching import Coalescer
+from .checks import check_choice, check_documents, check_positive_float, check_positive_int, check_query, check_seed
 from .engine import get_engine
 from .models import EMBEDDED_EMBEDDERS, embedded_embedder_path
 from .prompts import Document, PromptBuilder, PromptTemplate
-from .scorer import check_documents, check_query
 
 
 #: ``method="auto"`` uses the ablation estimate above this many documents, when it also needs fewer
@@ -88,8 +88,7 @@ def fit_ablation_surrogate(masks: Any, targets: Any, alpha: float = 0.01) -> tup
     y = np.asarray(targets, dtype=np.float64)
     if x.ndim != 2 or y.ndim != 1 or x.shape[0] != y.shape[0] or x.shape[0] < 1:
         raise ValueError(f"masks must be [m, k] and targets [m] with m >= 1, got {x.shape} and {y.shape}")
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha!r}")
+    alpha = check_positive_float("alpha", alpha)
     if x.shape[1] == 0:
         return [], float(y.mean())
     mean, std = x.mean(axis=0), x.std(axis=0)
@@ -146,16 +145,11 @@ class InfluenceScorer:
                  max_new_tokens: int = 64, template: PromptTemplate | None = None,
                  device: str | None = None, dtype: str | None = None, method: str = "exact",
                  n_ablations: int = 32, seed: int | None = 0, lasso_alpha: float = 0.01) -> None:
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if isinstance(n_ablations, bool) or not isinstance(n_ablations, int) or n_ablations < 1:
-            raise ValueError(f"n_ablations must be a positive int, got {n_ablations!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-        if not isinstance(lasso_alpha, (int, float)) or not lasso_alpha > 0:
-            raise ValueError(f"lasso_alpha must be > 0, got {lasso_alpha!r}")
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        method = check_choice("method", method, METHODS)
+        n_ablations = check_positive_int("n_ablations", n_ablations)
+        seed = check_seed(seed)
+        lasso_alpha = check_positive_float("lasso_alpha", lasso_alpha)
         self.method, self.n_ablations, self.seed, self.lasso_alpha = method, n_ablations, seed, float(lasso_alpha)
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.embedder = load_embedder(embedder, device=device)
@@ -238,10 +232,26 @@ class InfluenceScorer:
 
     def score_batch(self, items: Sequence[tuple[str, Sequence[Any], str | None]], *,
                     return_ablations: bool = False) -> list[InfluenceResult]:
-        """Influence Scores of many (query, documents, answer-or-None) triples in one engine call."""
-        return self._run_jobs([self._job(*item, return_ablations=return_ablations) for item in items])
+        """Influence Scores of many (query, documents, answer-or-None) triples in one engine call (a
+        (query, documents) pair means answer=None)."""
+        return self._run_jobs([self._job(*item, return_ablations=return_ablations) for item in _triples(items)])
 
     async def ascore(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
                      return_ablations: bool = False) -> InfluenceResult:
         """Async :meth:`score`: runs off the event loop, batched with concurrent requests."""
         return (await self._coalescer.run([self._job(query, documents, answer, return_ablations)]))[0]
+
+
+def _triples(items: Any) -> list[tuple[Any, Any, Any]]:
+    """score_batch's items as (query, documents, answer-or-None) triples; a pair means no answer."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"items must be a list of (query, documents, answer-or-None) triples, got "
+                        f"{type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            item = (*item, None)
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise TypeError(f"items[{i}] must be a (query, documents, answer-or-None) triple, got {item!r:.80}")
+        out.append(tuple(item))
+    return out

@@ -43,6 +43,8 @@ from typing import Callable
 
 import torch
 
+from .checks import check_alpha, check_float, check_fraction, check_positive_int, check_probability
+
 ALPHA = 0.05
 TOP_K_FRAC = 0.1
 DEFAULT_METRIC = "key_entropy"
@@ -59,8 +61,7 @@ def _vec(x) -> torch.Tensor:
 
 def top_k_count(n: int, top_k_frac: float) -> int:
     """ceil(K * n), at least 1 for n > 0 (rounded first so 0.1 * 30 gives 3, not 4)."""
-    if not 0 < top_k_frac <= 1:
-        raise ValueError(f"top_k_frac must be in (0, 1], got {top_k_frac}")
+    top_k_frac = check_fraction("top_k_frac", top_k_frac)
     return max(1, math.ceil(round(top_k_frac * n, 9))) if n else 0
 
 
@@ -79,7 +80,7 @@ def key_token_mask(h_g, h_u, alpha: float = ALPHA, top_k_frac: float = TOP_K_FRA
     g, u = _vec(h_g), _vec(h_u)
     if g.shape != u.shape:
         raise ValueError(f"h_g has {len(g)} tokens but h_u has {len(u)}")
-    mask = (g - u).abs() > alpha
+    mask = (g - u).abs() > check_alpha(alpha)
     if len(g) and not bool(mask.any()):
         mask = top_k_mask(g, top_k_frac)
     return mask
@@ -88,7 +89,7 @@ def key_token_mask(h_g, h_u, alpha: float = ALPHA, top_k_frac: float = TOP_K_FRA
 def ungrounded_key_mask(h_u, alpha: float = ALPHA, top_k_frac: float = TOP_K_FRAC) -> torch.Tensor:
     """Key tokens of an ungrounded answer y_u (paper App. C): h_u > alpha, else the top-K% by h_u."""
     u = _vec(h_u)
-    mask = u > alpha
+    mask = u > check_alpha(alpha)
     if len(u) and not bool(mask.any()):
         mask = top_k_mask(u, top_k_frac)
     return mask
@@ -101,8 +102,7 @@ def copied_mask(answer_ids, source_ids, exclude_ids=(), n: int = 3) -> torch.Ten
     as n consecutive tokens of ``source_ids`` (the grounded prompt) but not of ``exclude_ids`` (the
     ungrounded prompt: n-grams that the question and the instruction already hold are not copied from
     the document). Answers shorter than n have no copied token. Returns a bool mask, one per answer token."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    n = check_positive_int("n", n)
     a = [int(t) for t in answer_ids]
     mask = torch.zeros(len(a), dtype=torch.bool)
     if len(a) < n:
@@ -126,8 +126,7 @@ def quantile_key_mask(h_g, h_u, quantile: float) -> torch.Tensor:
     g, u = _vec(h_g), _vec(h_u)
     if g.shape != u.shape:
         raise ValueError(f"h_g has {len(g)} tokens but h_u has {len(u)}")
-    if not 0 <= quantile <= 1:
-        raise ValueError(f"quantile must be in [0, 1], got {quantile}")
+    quantile = check_probability("quantile", quantile)
     if len(g) == 0:
         return torch.zeros(0, dtype=torch.bool)
     d = (g - u).abs()
@@ -139,7 +138,7 @@ def relative_key_mask(h_g, h_u, rho: float, top_k_frac: float = TOP_K_FRAC) -> t
     g, u = _vec(h_g), _vec(h_u)
     if g.shape != u.shape:
         raise ValueError(f"h_g has {len(g)} tokens but h_u has {len(u)}")
-    mask = (g - u).abs() > rho * u
+    mask = (g - u).abs() > check_float("rho", rho, minimum=0.0) * u
     if len(g) and not bool(mask.any()):
         mask = top_k_mask(g, top_k_frac)
     return mask
@@ -343,8 +342,7 @@ def compute(metric: str, h_g, logp_g, h_u, alpha: float = ALPHA, top_k_frac: flo
     """Confidence of ``metric`` for one answer from its token statistics (see :class:`AnswerStats`).
     ``logp_u`` (ungrounded log-probabilities) and ``copied`` (copy mask) are needed only by the
     small-model variants; they raise a ValueError naming what is missing."""
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    alpha, top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
     stats = AnswerStats(_vec(h_g), _vec(logp_g), _vec(h_u),
                         None if logp_u is None else _vec(logp_u),
                         None if copied is None else torch.as_tensor(copied, dtype=torch.bool).flatten())

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from . import selection as S
+from .checks import check_choice, check_float, check_int
 
 #: the mode used when none is given (see README, "Which rerank mode")
 DEFAULT_MODE = "context"
@@ -33,13 +34,9 @@ class ModeSettings:
     def __post_init__(self) -> None:
         S.check_mode(self.mode)
         self.weight = S.check_unit("weight", self.weight)
-        if self.family not in S.CANDIDATE_FAMILIES:
-            raise ValueError(f"family must be one of {S.CANDIDATE_FAMILIES}, got {self.family!r}")
-        if isinstance(self.swaps, bool) or not isinstance(self.swaps, int) or self.swaps < 0:
-            raise ValueError(f"swaps must be a non-negative int, got {self.swaps!r}")
-        self.margin = S.check_finite("margin", self.margin)
-        if self.margin < 0:
-            raise ValueError(f"margin must be >= 0, got {self.margin!r}")
+        check_choice("family", self.family, S.CANDIDATE_FAMILIES)
+        self.swaps = check_int("swaps", self.swaps, minimum=0)
+        self.margin = check_float("margin", self.margin, minimum=0.0)
 
 
 @dataclass(kw_only=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -24,8 +24,10 @@ from . import metrics as M
 from . import rerank as R
 from . import selection as S
 from .batching import Coalescer
+from .checks import (check_alpha, check_choice, check_document_list, check_documents, check_fraction,
+                     check_pairs, check_positive_int, check_query, check_threshold, check_top_n)
 from .engine import Engine, Generation, get_engine
-from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate, as_document
+from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate
 
 #: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
 #: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
@@ -113,20 +115,6 @@ class UngroundedScore:
     n_key_tokens: int
 
 
-def check_query(query: Any) -> str:
-    if not isinstance(query, str):
-        raise TypeError(f"query must be a str, got {type(query).__name__}")
-    if not query.strip():
-        raise ValueError("query is empty or whitespace: there is nothing to ground")
-    return query.strip()
-
-
-def check_documents(documents: Any) -> list[Document]:
-    if isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):
-        raise TypeError(f"documents must be a list of documents, got {type(documents).__name__}")
-    return [as_document(d, i) for i, d in enumerate(documents)]
-
-
 def long_context_order(docs: Sequence[Any]) -> list[Any]:
     """LlamaIndex's LongContextReorder order for docs given best-first: the best at both ends, the
     weakest in the middle (its algorithm: walk worst to best, alternately prepend and append)."""
@@ -173,20 +161,16 @@ class UtilityScorer:
         copy_ngram: int = M.COPY_NGRAM,
     ) -> None:
         self.metric = M.metric_name(metric)
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
-        M.top_k_count(1, top_k_frac)  # validates the fraction
-        if answer_style not in ANSWER_STYLES:
-            raise ValueError(f"answer_style must be one of {ANSWER_STYLES}, got {answer_style!r}")
-        if not isinstance(copy_ngram, int) or copy_ngram < 1:
-            raise ValueError(f"copy_ngram must be a positive int, got {copy_ngram!r}")
-        self.answer_style, self.copy_ngram = answer_style, copy_ngram
+        alpha, top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
+        self.answer_style = check_choice("answer_style", answer_style, ANSWER_STYLES)
+        self.copy_ngram = check_positive_int("copy_ngram", copy_ngram)
         if max_new_tokens is None:
             max_new_tokens = DEFAULT_MAX_NEW_TOKENS[answer_style]
         if template is None and answer_style == "short":
             template = SHORT_ANSWER_TEMPLATE
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        if template is not None and not isinstance(template, PromptTemplate):
+            raise TypeError(f"template must be a grogu.PromptTemplate or None, got {type(template).__name__}")
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         self.alpha, self.top_k_frac, self.max_new_tokens = alpha, top_k_frac, max_new_tokens
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.prompts = PromptBuilder(self.engine.tokenizer, self.engine.max_context_tokens, max_new_tokens, template)
@@ -274,7 +258,10 @@ class UtilityScorer:
     def score_batch(self, items: Sequence[tuple[str, Sequence[Any]]], *,
                     return_details: bool = False) -> list[list[DocumentScore]]:
         """Per-document scores for many (query, documents) pairs in one batched engine pass."""
-        checked = [(check_query(q), check_documents(docs), list(docs)) for q, docs in items]
+        checked = []
+        for query, documents in check_pairs("items", items, "(query, documents)"):
+            originals, docs = check_document_list(documents)
+            checked.append((check_query(query), docs, originals))
         jobs = [(q, [d]) for q, docs, _ in checked for d in docs]
         flat = iter(self._score_contexts(jobs, return_details))
         return [
@@ -299,13 +286,14 @@ class UtilityScorer:
         """Several contexts (ordered document lists) for each of many queries, all in one batched
         engine pass: ``items`` = [(query, [context, ...]), ...]; results per item, in context order."""
         checked = []
-        for query, contexts in items:
+        for query, contexts in check_pairs("items", items, "(query, contexts)"):
             query = check_query(query)
             if isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
                 raise TypeError("contexts must be a list of document lists")
-            checked.append((query, contexts, [check_documents(c) for c in contexts]))
+            pairs = [check_document_list(c) for c in contexts]
+            checked.append((query, [orig for orig, _ in pairs], [docs for _, docs in pairs]))
         flat = iter(self._score_contexts([(q, c) for q, _, docs in checked for c in docs], return_details))
-        return [[ContextScore(documents=list(orig), **vars(next(flat))) for orig in contexts]
+        return [[ContextScore(documents=orig, **vars(next(flat))) for orig in contexts]
                 for _, contexts, _ in checked]
 
     def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> LayoutChoice:
@@ -339,10 +327,7 @@ class UtilityScorer:
         return self._finish_rerank(settings, base, contexts, scored, originals, top_n, threshold, relevance)
 
     def _prepare_rerank(self, query, documents, top_n, threshold, mode, relevance, mode_settings):
-        _check_top_n(top_n)
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not math.isfinite(threshold)):
-            raise ValueError(f"threshold must be a finite number or None, got {threshold!r}")
+        top_n, threshold = check_top_n(top_n), check_threshold(threshold)
         settings = R.ModeSettings(mode=R.DEFAULT_MODE if mode is None else mode, **mode_settings)
         if threshold is not None and settings.mode == "context":
             raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
@@ -380,9 +365,11 @@ class UtilityScorer:
 
     async def ascore(self, query: str, documents: Sequence[Any], *, return_details: bool = False) -> list[DocumentScore]:
         """Async :meth:`score`."""
-        query, docs, originals = check_query(query), check_documents(documents), list(documents)
+        query = check_query(query)
+        originals, docs = check_document_list(documents)
         results = await self._ajobs([(query, [d]) for d in docs], return_details)
-        return [DocumentScore(index=i, document=o, **vars(r)) for i, (o, r) in enumerate(zip(originals, results))]
+        return [DocumentScore(index=i, document=o, **vars(r))
+                for i, (o, r) in enumerate(zip(originals, results, strict=True))]
 
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                       threshold: float | None = None, *, mode: str | None = None,
@@ -402,8 +389,9 @@ class UtilityScorer:
         query = check_query(query)
         if isinstance(contexts, (str, bytes)):
             raise TypeError("contexts must be a list of document lists")
-        results = await self._ajobs([(query, check_documents(c)) for c in contexts], return_details)
-        return [ContextScore(documents=list(orig), **vars(r)) for orig, r in zip(contexts, results)]
+        pairs = [check_document_list(c) for c in contexts]
+        results = await self._ajobs([(query, docs) for _, docs in pairs], return_details)
+        return [ContextScore(documents=orig, **vars(r)) for (orig, _), r in zip(pairs, results, strict=True)]
 
     async def ascore_context(self, query: str, documents: Sequence[Any], *,
                              return_details: bool = False) -> ContextScore:
@@ -440,9 +428,6 @@ def _sentence_end(text: str) -> bool:
     return not (text.endswith(".") and _INITIALS.search(text))
 
 
-def _check_top_n(top_n: Any) -> None:
-    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
-        raise ValueError(f"top_n must be a positive int or None (keep all), got {top_n!r}")
 
 
 def _choose(scores: list[ContextScore]) -> LayoutChoice:

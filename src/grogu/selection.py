@@ -19,8 +19,9 @@ Modes (``UtilityScorer.rerank(mode=...)`` and the integrations):
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Sequence
+
+from .checks import check_choice, check_float
 
 RERANK_MODES = ("document", "fusion", "context", "prune")
 #: candidate families of the context mode (see :func:`context_candidates`)
@@ -28,22 +29,12 @@ CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders")
 
 
 def check_mode(mode: object) -> str:
-    if mode not in RERANK_MODES:
-        raise ValueError(f"mode must be one of {RERANK_MODES}, got {mode!r}")
-    return str(mode)
+    return check_choice("mode", mode, RERANK_MODES)
 
 
 def check_unit(name: str, value: object) -> float:
     """A finite number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def check_finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
+    return check_float(name, value, minimum=0.0, maximum=1.0)
 
 
 def rank_scores(values: Sequence[float]) -> list[float]:

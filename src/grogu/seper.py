@@ -16,14 +16,15 @@ stub), or :class:`NLIEntailment` around any NLI sequence-classification model.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
+from .checks import check_documents, check_positive_int, check_probability, check_query, check_seed, check_temperature
 from .engine import Generation, get_engine
 from .prompts import Document, PromptBuilder, PromptTemplate
-from .scorer import check_documents, check_query
 
 Kernel = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 
@@ -151,16 +152,21 @@ class SePerScorer:
         entailment: an :class:`NLIEntailment`, any ``(premises, hypotheses) -> [0, 1]`` callable, or an
             NLI model id/path (the paper uses deberta-v2-xlarge-mnli).
         n_samples: N (default 10); temperature: sampling temperature (default 1.0);
-        tau: entailment threshold of the hard variant (default 0.5); seed: sampling seed (default 0).
+        tau: entailment threshold of the hard variant (default 0.5); seed: sampling seed (default 0;
+            None: fresh samples every call).
     """
 
     def __init__(self, model: Any = "smollm2-135m-instruct", *, entailment: Any, n_samples: int = 10,
-                 temperature: float = 1.0, tau: float = 0.5, max_new_tokens: int = 32, seed: int = 0,
+                 temperature: float = 1.0, tau: float = 0.5, max_new_tokens: int = 32, seed: int | None = 0,
                  template: PromptTemplate | None = None, device: str | None = None, dtype: str | None = None) -> None:
-        if n_samples < 1:
-            raise ValueError("n_samples must be at least 1")
-        if not 0.0 <= tau <= 1.0:
-            raise ValueError(f"tau is an entailment probability threshold in [0, 1], got {tau}")
+        n_samples = check_positive_int("n_samples", n_samples)
+        temperature = check_temperature(temperature)
+        tau = check_probability("tau (an entailment probability threshold)", tau)
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        seed = check_seed(seed)
+        if not callable(entailment) and not isinstance(entailment, (str, os.PathLike, tuple)):
+            raise TypeError(f"entailment must be a (premises, hypotheses) -> probabilities callable, an NLI model "
+                            f"id/path or a (model, tokenizer) pair, got {type(entailment).__name__}")
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.kernel: Kernel = entailment if callable(entailment) else NLIEntailment(entailment, device=device)
         self.n_samples, self.temperature, self.tau, self.seed = n_samples, temperature, tau, seed
@@ -185,6 +191,11 @@ class SePerScorer:
                     prem.append(qa[i])
                     hyp.append(qa[j])
         scores = torch.tensor(list(self.kernel(prem, hyp)), dtype=torch.float64)
+        if scores.shape != (len(prem),) or not bool(((scores >= 0) & (scores <= 1)).all()):
+            raise ValueError(f"the entailment kernel must return one probability in [0, 1] per (premise, "
+                             f"hypothesis) pair: got {tuple(scores.shape)} values for {len(prem)} pairs, "
+                             f"min {scores.min().item() if scores.numel() else None}, "
+                             f"max {scores.max().item() if scores.numel() else None}")
         ar = scores[: 2 * n * len(refs)].view(n, len(refs), 2)  # [..., 0] = E(answer, ref), [..., 1] = E(ref, answer)
         pair = torch.ones(n, n, dtype=torch.float64)
         pair[~torch.eye(n, dtype=torch.bool)] = scores[2 * n * len(refs):]

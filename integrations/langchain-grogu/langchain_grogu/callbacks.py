@@ -26,13 +26,14 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 from uuid import UUID
 
-from grogu import PromptTemplate
+from grogu import PromptTemplate, batching
+from grogu.checks import check_choice
 from grogu.influence import InfluenceResult, InfluenceScorer
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, CallbackManager
 from langchain_core.documents import Document
@@ -152,8 +153,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         method: str = "exact",
         n_ablations: int = 32,
     ) -> None:
-        if on_error not in ("raise", "passthrough"):
-            raise ValueError(f"on_error must be 'raise' or 'passthrough', got {on_error!r}")
+        on_error = check_choice("on_error", on_error, ("raise", "passthrough"))
         if event_name is not None and (not isinstance(event_name, str) or not event_name):
             raise ValueError("event_name must be a non-empty str or None")
         engine = resolve_engine(model, device, dtype)
@@ -170,7 +170,6 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         self._trees: dict[UUID, _RunTree] = {}  # root run id -> tree
         self._root_of: dict[UUID, UUID] = {}  # any run id -> its root run id
         self._parent: dict[UUID, UUID | None] = {}
-        self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
 
     def __repr__(self) -> str:
@@ -236,11 +235,9 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         if answer is None:
             source = "grogu"
         if self.background:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grogu-influence")
-            with self._lock:
+            with self._lock:  # on grogu's worker thread (grogu.batching), which is shut down cleanly at exit
                 self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
-                self._pending.append(self._executor.submit(self._process, tree, answer, source))
+                self._pending.append(batching.submit(self._process, tree, answer, source))
             return
         self._process(tree, answer, source)
 

@@ -17,11 +17,13 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from grogu import DEFAULT_METRIC, DocumentScore, PromptTemplate, UtilityScorer
-from grogu.metrics import ALPHA, TOP_K_FRAC
+from grogu.checks import (check_alpha, check_float, check_fraction, check_int, check_positive_int, check_threshold,
+                          check_top_n)
+from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
 from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 from typing_extensions import override
 
 from ._target import model_label, resolve_engine
@@ -43,7 +45,7 @@ class GroguScoring(BaseModel):
     """The target LLM that will read the documents: a model name/path/hub id, a ``grogu.Engine``, a
     ``(model, tokenizer)`` pair, a ``HuggingFacePipeline`` (its model and tokenizer are reused), a
     ``ChatHuggingFace`` over one, or a transformers text-generation pipeline."""
-    top_n: int | None = Field(default=3, ge=1)
+    top_n: int | None = 3
     """Most documents returned, best first; None keeps every document that passes ``threshold``."""
     threshold: float | None = None
     """Keep only documents whose utility is >= threshold (minus key-token entropy in nats for the
@@ -51,11 +53,11 @@ class GroguScoring(BaseModel):
     metric: str = DEFAULT_METRIC
     """A name from ``grogu.METRICS``: 'key_entropy' (default), 'entropy', 'ppl', 'key_ppl' (DESIGN.md
     §2.1), or a small-model variant (see ``grogu.metrics``)."""
-    alpha: float = Field(default=ALPHA, ge=0)
+    alpha: float = ALPHA
     """Key-token threshold on |H_grounded - H_ungrounded| in nats."""
-    top_k_frac: float = Field(default=TOP_K_FRAC, gt=0, le=1)
+    top_k_frac: float = TOP_K_FRAC
     """Fraction of answer tokens kept (by grounded entropy) when no token passes ``alpha``."""
-    max_new_tokens: int = Field(default=64, ge=1)
+    max_new_tokens: int = 64
     """Longest grounded answer generated per document."""
     template: PromptTemplate | None = None
     """Override of grogu's grounded/ungrounded prompt text."""
@@ -76,13 +78,13 @@ class GroguScoring(BaseModel):
     alone and sorted by utility (the paper's per-document GROGU). 'fusion': utility rank fused with
     retrieval rank (``weight`` on utility). 'prune': documents that leave the LLM less sure than no
     document are dropped. Which to pick: the package README."""
-    weight: float = Field(default=DEFAULT_WEIGHT, ge=0, le=1)
+    weight: float = DEFAULT_WEIGHT
     """fusion: weight of the utility rank (1 - weight goes to the retrieval rank)."""
     family: Literal["swap", "drop", "orders"] = DEFAULT_FAMILY
     """context: the candidate contexts (``grogu.selection.context_candidates``)."""
-    swaps: int = Field(default=2, ge=0)
+    swaps: int = 2
     """context/swap: how many next documents try the last slot of the top-n."""
-    margin: float = Field(default=DEFAULT_MARGIN, ge=0, allow_inf_nan=False)
+    margin: float = DEFAULT_MARGIN
     """context: utility a candidate must gain over the retriever's own context to replace it."""
     qa_prompt: Any = None
     """The chain's own QA prompt (a LangChain prompt template with ``context_key`` and ``question_key``
@@ -101,6 +103,53 @@ class GroguScoring(BaseModel):
     Documents are never dropped silently."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    # The settings are checked by grogu's own checks (grogu.checks), before pydantic's coercion, so a
+    # bad value is the same error here as in grogu (bool is not a count, NaN or inf is not a threshold).
+    @field_validator("weight", mode="before")
+    @classmethod
+    def _check_weight(cls, value: Any) -> float:
+        return check_float("weight", value, minimum=0.0, maximum=1.0)
+
+    @field_validator("swaps", mode="before")
+    @classmethod
+    def _check_swaps(cls, value: Any) -> int:
+        return check_int("swaps", value, minimum=0)
+
+    @field_validator("margin", mode="before")
+    @classmethod
+    def _check_margin(cls, value: Any) -> float:
+        return check_float("margin", value, minimum=0.0)
+
+    @field_validator("top_n", mode="before")
+    @classmethod
+    def _check_top_n(cls, value: Any) -> int | None:
+        return check_top_n(value)
+
+    @field_validator("threshold", mode="before")
+    @classmethod
+    def _check_threshold(cls, value: Any) -> float | None:
+        return check_threshold(value)
+
+    @field_validator("alpha", mode="before")
+    @classmethod
+    def _check_alpha(cls, value: Any) -> float:
+        return check_alpha(value)
+
+    @field_validator("top_k_frac", mode="before")
+    @classmethod
+    def _check_top_k_frac(cls, value: Any) -> float:
+        return check_fraction("top_k_frac", value)
+
+    @field_validator("max_new_tokens", mode="before")
+    @classmethod
+    def _check_max_new_tokens(cls, value: Any) -> int:
+        return check_positive_int("max_new_tokens", value)
+
+    @field_validator("metric", mode="before")
+    @classmethod
+    def _check_metric(cls, value: Any) -> str:
+        return metric_name(value)
 
     _scorer: UtilityScorer = PrivateAttr()
     _model_label: str = PrivateAttr()

@@ -247,7 +247,7 @@ def test_bad_input_gives_clear_errors(index, llm, questions):
     nodes = retrieve(index, questions[0])
     with pytest.raises(ValueError, match="needs the query"):
         rerank.postprocess_nodes(nodes)
-    with pytest.raises(ValueError, match="empty query"):
+    with pytest.raises(ValueError, match="query is empty"):
         rerank.postprocess_nodes(nodes, query_str="   ")
     with pytest.raises(TypeError, match="node 1 is a TextNode"):
         rerank.postprocess_nodes([nodes[0], TextNode(text="x")], query_str="q")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grogu
+from grogu.checks import check_choice, check_positive_int, check_query, check_threshold, check_top_n
 from grogu.metrics import metric_name
 from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT, ModeSettings
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
@@ -128,19 +128,13 @@ class GroguRerank(BaseNodePostprocessor):
         margin: float = DEFAULT_MARGIN,
         callback_manager: Optional[CallbackManager] = None,
     ) -> None:
-        if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
-            raise ValueError(f"top_n must be a positive int or None (keep all), got {top_n!r}")
-        if threshold is not None:
-            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or math.isnan(threshold):
-                raise ValueError(f"threshold must be a number (a utility, e.g. -1.5 nats) or None, got {threshold!r}")
-            threshold = float(threshold)
-        if layout not in (None, *LAYOUT_MODES):
-            raise ValueError(f"layout must be None, 'after' or 'only', got {layout!r}")
+        top_n, threshold = check_top_n(top_n), check_threshold(threshold)
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        layout = check_choice("layout", layout, (None, *LAYOUT_MODES))
         if layout == "only" and threshold is not None:
             raise ValueError("threshold needs per-node utilities, which layout='only' does not compute; "
                              "use layout='after' or drop the threshold")
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be 'raise' or 'passthrough', got {on_error!r}")
+        on_error = check_choice("on_error", on_error, ON_ERROR)
         if mode is None:
             mode = "document" if layout is not None else DEFAULT_MODE
         elif layout is not None and mode != "document":
@@ -354,10 +348,7 @@ class GroguRerank(BaseNodePostprocessor):
             raise ValueError("GroguRerank needs the query: pass query_bundle= or query_str= to postprocess_nodes")
         if not isinstance(query_bundle, QueryBundle):
             raise TypeError(f"query_bundle must be a QueryBundle, got {type(query_bundle).__name__}")
-        query = query_bundle.query_str
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError("GroguRerank got an empty query: there is nothing to ground the nodes on")
-        return query, check_nodes(nodes)
+        return check_query(query_bundle.query_str), check_nodes(nodes)
 
     def _start(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]) -> None:
         dispatcher.event(ReRankStartEvent(

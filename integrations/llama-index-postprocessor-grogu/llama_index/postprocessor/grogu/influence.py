@@ -14,7 +14,7 @@ record per query to a sink (the Python logger, a JSONL file, an in-memory list o
 
 - :class:`GroguInfluenceCallbackHandler`, for the legacy ``CallbackManager`` (``CBEventType.QUERY``).
 
-In a synchronous query the scores are computed before ``query()`` returns (or in a background thread
+In a synchronous query the scores are computed before ``query()`` returns (or on grogu's worker thread
 with ``background=True``; ``flush()`` waits). Inside a running event loop (``aquery``) they are
 computed in a task that does not block the loop; ``await handler.aflush()`` waits for them.
 """
@@ -31,6 +31,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional
 
+from grogu import batching
 from grogu.influence import InfluenceResult, InfluenceScorer
 from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 from grogu.sinks import as_sink as _as_sink
@@ -86,7 +87,7 @@ class InfluenceRecorder:
         self.sink = as_sink(sink)
         self.metadata_mode = metadata_mode
         self.raise_errors = raise_errors
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, "grogu-influence") if background else None
+        self.background = background  # sync queries: score on grogu's worker thread (grogu.batching)
         self._pending: set = set()
         self._lock = threading.Lock()
         # nested query engines (routers) end with the same response object: score it once
@@ -110,8 +111,8 @@ class InfluenceRecorder:
             loop = None
         if loop is not None:
             self._track(loop.create_task(self._arun(job)))
-        elif self._executor is not None:
-            self._track(self._executor.submit(self._run, job))
+        elif self.background:
+            self._track(batching.submit(self._run, job))
         else:
             self._run(job)
 
