@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grogu
@@ -129,7 +130,8 @@ class GroguRerank(BaseNodePostprocessor):
         callback_manager: Optional[CallbackManager] = None,
     ) -> None:
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
-        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        if max_new_tokens is not None:
+            max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         layout = check_choice("layout", layout, (None, *LAYOUT_MODES))
         if layout == "only" and threshold is not None:
             raise ValueError("threshold needs per-node utilities, which layout='only' does not compute; "
