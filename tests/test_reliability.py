@@ -87,16 +87,16 @@ def test_scorer_rejects_bad_settings(tiny_engine, kwargs, name):
 def test_rerank_rejects_top_n_and_threshold_that_would_return_nothing(scorer):
     for top_n in (0, -1, True, 1.0, "2"):
         with pytest.raises(ValueError, match=f"top_n must be a positive int or None.*got {top_n!r}"):
-            scorer.rerank(QUERY, DOCS, top_n=top_n)
+            scorer.rerank(QUERY, DOCS, top_n=top_n, mode="document")
         with pytest.raises(ValueError, match="top_n"):
-            asyncio.run(scorer.arerank(QUERY, DOCS, top_n=top_n))
+            asyncio.run(scorer.arerank(QUERY, DOCS, top_n=top_n, mode="document"))
     for threshold in (NAN, INF, -INF, True, "high"):
         with pytest.raises(ValueError, match="threshold must be a finite number"):
-            scorer.rerank(QUERY, DOCS, threshold=threshold)
+            scorer.rerank(QUERY, DOCS, threshold=threshold, mode="document")
         with pytest.raises(ValueError, match="threshold"):
-            asyncio.run(scorer.arerank(QUERY, DOCS, threshold=threshold))
+            asyncio.run(scorer.arerank(QUERY, DOCS, threshold=threshold, mode="document"))
     # the valid extremes still work and keep every document
-    ranked = scorer.rerank(QUERY, DOCS, top_n=len(DOCS) + 5, threshold=-1e9)
+    ranked = scorer.rerank(QUERY, DOCS, top_n=len(DOCS) + 5, threshold=-1e9, mode="document")
     assert sorted(r.index for r in ranked) == list(range(len(DOCS)))
 
 
@@ -285,7 +285,7 @@ def test_llamaindex_rerank_bad_inputs(pair, scorer):
         with pytest.raises(ValueError, match=name):
             GroguRerank(model=pair, **kwargs)
     nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0 - i / 10) for i, t in enumerate(TEXTS)]
-    rerank = GroguRerank(model=pair, max_new_tokens=TOKENS)
+    rerank = GroguRerank(model=pair, max_new_tokens=TOKENS, mode="document")
     for query in ("", "   "):
         with pytest.raises(ValueError, match="query is empty"):
             rerank.postprocess_nodes(nodes, query_bundle=QueryBundle(query))
@@ -319,7 +319,7 @@ def test_langchain_bad_inputs(pair, scorer):
             with pytest.raises(ValidationError, match=name) as err:  # a ValidationError is a ValueError
                 make(**kwargs)
             assert isinstance(err.value, ValueError)
-    compressor = GroguCompressor(model=pair, top_n=None, max_new_tokens=TOKENS)
+    compressor = GroguCompressor(model=pair, top_n=None, max_new_tokens=TOKENS, mode="document")
     with pytest.raises(TypeError, match="query must be a str"):
         compressor.compress_documents(docs, None)
     with pytest.raises(TypeError, match="document 1"):
@@ -331,7 +331,7 @@ def test_langchain_bad_inputs(pair, scorer):
     assert sorted(d.id for d in kept) == [d.id for d in docs]
     core = {f"d{r.index}": r.score for r in scorer.score(QUERY, TEXTS)}
     assert [d.metadata["grogu"]["score"] for d in kept] == pytest.approx([core[d.id] for d in kept], abs=1e-5)
-    retriever = GroguRetriever(base_retriever=base, model=pair, top_n=None, max_new_tokens=TOKENS)
+    retriever = GroguRetriever(base_retriever=base, model=pair, top_n=None, max_new_tokens=TOKENS, mode="document")
     assert [d.id for d in retriever.invoke(QUERY)] == [d.id for d in kept]
     with pytest.raises(ValueError, match="query is empty"):
         retriever.invoke("  ")
@@ -372,7 +372,7 @@ def test_async_integrations_equal_sequential(pair):
     from langchain_grogu import GroguCompressor
 
     docs = [LCDocument(page_content=t, id=f"d{i}") for i, t in enumerate(TEXTS)]
-    compressor = GroguCompressor(model=pair, top_n=2, max_new_tokens=TOKENS)
+    compressor = GroguCompressor(model=pair, top_n=2, max_new_tokens=TOKENS, mode="document")
     sequential = [compressor.compress_documents(docs, q) for q in QUERIES]
 
     async def main():
