@@ -151,9 +151,10 @@ def collect(args) -> None:
 
     model, tokenizer = grogu.load_model(args.model, device="cpu")
     stop = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    chat = bool(getattr(tokenizer, "chat_template", None))  # a base model (no chat template) reads the completion prompt
     llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
-                         max_new_tokens=args.max_new_tokens, is_chat_model=True,
-                         generate_kwargs={"do_sample": False}, stopping_ids=[stop] if stop is not None else None)
+                         max_new_tokens=args.max_new_tokens, is_chat_model=chat,
+                         generate_kwargs={"do_sample": False}, stopping_ids=[stop] if stop is not None else [])
     synthesizer = get_response_synthesizer(llm=llm, response_mode="compact")
     engine = grogu.get_engine((model, tokenizer))
     template = template_from_llama_index(synthesizer, llm)

@@ -43,24 +43,28 @@ class GroguSynthesizer(BaseSynthesizer):
         super().__init__(llm=synthesizer._llm, callback_manager=synthesizer.callback_manager,
                          streaming=synthesizer._streaming)
         self._inner = synthesizer
-        budget = getattr(synthesizer._llm, "max_new_tokens", None)
-        try:
-            template = template_from_llama_index(synthesizer, synthesizer._llm)
-        except (TypeError, ValueError):
-            template = None
-        self._fingerprint = prompt_fingerprint(template, budget) if template is not None and budget else None
+        self._fingerprint = self._own_fingerprint()
         self.reused = 0
 
     def _get_prompts(self) -> dict:
         return self._inner.get_prompts()
 
+    def _own_fingerprint(self) -> Optional[str]:
+        """The fingerprint of this synthesizer's prompt and its LLM's budget; None where grogu's rendering
+        is not known to equal the LLM's (a completion LLM renders its prompt its own way), so nothing is
+        reused."""
+        llm = self._inner._llm
+        budget = getattr(llm, "max_new_tokens", None)
+        if not getattr(getattr(llm, "metadata", None), "is_chat_model", False) or not isinstance(budget, int):
+            return None
+        try:
+            return prompt_fingerprint(template_from_llama_index(self._inner, llm), budget)
+        except (TypeError, ValueError):
+            return None
+
     def _update_prompts(self, prompts: dict) -> None:
         self._inner.update_prompts(prompts)
-        try:
-            self._fingerprint = prompt_fingerprint(template_from_llama_index(self._inner, self._llm),
-                                                   self._llm.max_new_tokens)
-        except (TypeError, ValueError, AttributeError):
-            self._fingerprint = None
+        self._fingerprint = self._own_fingerprint()
 
     def _scored_answer(self, nodes: List[NodeWithScore]) -> Optional[str]:
         """The context mode's answer if these nodes are exactly its chosen context, scored with this
