@@ -13,16 +13,16 @@ was not tuned on:
 QA prompt (so the answer generated while scoring a context *is* the answer the pipeline gives for it;
 ``agree`` checks that against the real synthesizer on the retriever's context):
   - the retriever's top-k with its similarity scores;
-  - each of the top-k documents alone (GROGU variants, answer), under the pipeline's prompt and
-    (top-5) under grogu's own scoring prompt;
-  - no document at all (the pipeline prompt with an empty context);
-  - every 3-document subset of the top-5 in retrieval order, and the top-3 reversed and in
-    LongContextReorder's order, each as one context (GROGU variants, the answer, correct or not);
-  - with ``--top-k 10``: the contexts the modes choose among the top-10 (``--settings``).
+  - each document alone (GROGU variants, answer), under the pipeline's prompt and (top-5) under grogu's
+    own scoring prompt; no document at all (the pipeline prompt with an empty context);
+  - every context some mode can choose (``pipeline_modes.needed_contexts``): over the whole tuning grid,
+    or with ``--settings`` only for those settings (a lean held-out pass), each scored as one context.
 ``report``: replays the modes on the collected records (``--tune`` picks each mode's settings on the
 tuning split; ``--settings`` applies fixed ones) and prints, per mode, accuracy against the retriever's
-order with discordant counts and an exact two-sided sign test, how often the answering paragraph is
-given / given first, and the scoring latency per query.
+order with discordant counts and an exact two-sided sign test, and how often the answering paragraph is
+given / given first.
+``latency``: each mode's GroguRerank in a real query engine, timed; a whole query with and without
+GroguSynthesizer. ``langchain``: a real LCEL chain with and without GroguRetriever.
 
 Data: SQuAD v1.1 dev split by article (every fourth article is the tuning split, the rest held out;
 the first question of each sampled paragraph) and the MuSiQue sample (pool = its 1,890 paragraphs).
@@ -344,6 +344,17 @@ def langchain_arm(args) -> None:
     }, indent=1))
 
 
+def pipeline_args(p: argparse.ArgumentParser, questions: int) -> None:
+    """Options of the steps that run a pipeline on held-out SQuAD questions (latency, langchain)."""
+    p.add_argument("--questions", type=int, default=questions)
+    p.add_argument("--skip", type=int, default=0, help="start after this many held-out questions")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -364,21 +375,9 @@ def main() -> None:
     c.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
     lat = sub.add_parser("latency")
     lat.add_argument("--settings", required=True)
-    lat.add_argument("--questions", type=int, default=20)
-    lat.add_argument("--skip", type=int, default=0, help="start after this many held-out questions")
-    lat.add_argument("--top-k", type=int, default=5)
-    lat.add_argument("--max-new-tokens", type=int, default=48)
-    lat.add_argument("--model", default="smollm2-135m-instruct")
-    lat.add_argument("--seed", type=int, default=0)
-    lat.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
+    pipeline_args(lat, questions=20)
     lc = sub.add_parser("langchain")
-    lc.add_argument("--questions", type=int, default=50)
-    lc.add_argument("--skip", type=int, default=0)
-    lc.add_argument("--top-k", type=int, default=5)
-    lc.add_argument("--max-new-tokens", type=int, default=48)
-    lc.add_argument("--model", default="smollm2-135m-instruct")
-    lc.add_argument("--seed", type=int, default=0)
-    lc.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
+    pipeline_args(lc, questions=50)
     r = sub.add_parser("report")
     r.add_argument("--tune", nargs="*", default=[])
     r.add_argument("--eval", nargs="*", default=[])
