@@ -63,29 +63,37 @@ class GroguRetriever(GroguScoring, BaseRetriever):
         In the context mode with the chain's prompt (``qa_prompt``), the answer is the one the target
         LLM generated for the chosen documents while they were scored (greedy, ``max_new_tokens``: set
         it to the LLM's answer budget): the LLM is not called a second time. Otherwise ``llm`` answers
-        from ``qa_prompt`` with the documents joined by blank lines.
+        from ``qa_prompt`` with the documents joined by blank lines; so it does, when given, where no
+        scored answer exists (no documents retrieved, or scoring failed with ``on_error="passthrough"``),
+        and without it that is a ValueError rather than an empty answer.
         """
         reuse = self.mode == "context" and self.qa_prompt is not None
         if not reuse and (llm is None or self.qa_prompt is None):
             raise ValueError("as_qa_chain needs qa_prompt and, outside the context mode, the llm that answers")
-        generate = None if reuse else self.qa_prompt | llm | StrOutputParser()
+        generate = None if llm is None else self.qa_prompt | llm | StrOutputParser()
 
         def inputs(query: str, docs: list[Document]) -> dict[str, str]:
             return {self.context_key: "\n\n".join(d.page_content for d in docs), self.question_key: query}
 
         def scored_answer(docs: list[Document]) -> str | None:
-            return docs[0].metadata[METADATA_KEY]["context"]["answer"] if docs else None
+            context = docs[0].metadata.get(METADATA_KEY, {}).get("context") if reuse and docs else None
+            if context is None and generate is None:
+                raise ValueError("no scored answer for this question (no documents, or scoring failed): "
+                                 "pass llm= to as_qa_chain to answer in that case")
+            return None if context is None else context["answer"]
 
         def run(query: str, config: RunnableConfig) -> dict[str, Any]:
             docs = self.invoke(query, config=config)
-            if reuse:
-                return {"answer": scored_answer(docs) or "", "documents": docs}
-            return {"answer": generate.invoke(inputs(query, docs), config=config), "documents": docs}
+            answer = scored_answer(docs)
+            if answer is None:
+                answer = generate.invoke(inputs(query, docs), config=config)
+            return {"answer": answer, "documents": docs}
 
         async def arun(query: str, config: RunnableConfig) -> dict[str, Any]:
             docs = await self.ainvoke(query, config=config)
-            if reuse:
-                return {"answer": scored_answer(docs) or "", "documents": docs}
-            return {"answer": await generate.ainvoke(inputs(query, docs), config=config), "documents": docs}
+            answer = scored_answer(docs)
+            if answer is None:
+                answer = await generate.ainvoke(inputs(query, docs), config=config)
+            return {"answer": answer, "documents": docs}
 
         return RunnableLambda(run, afunc=arun, name="GroguQA")

@@ -128,3 +128,11 @@ def test_qa_chain_returns_the_scored_answer_without_a_second_generation(base, ll
         {"context": format_docs(out["documents"]), "question": paragraphs[3]["question"]})
     with pytest.raises(ValueError, match="qa_prompt"):
         GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="document").as_qa_chain(llm)
+    # nothing retrieved: no scored answer, so the llm answers, or it is a clear error without one
+    empty = GroguRetriever(base_retriever=base | (lambda docs: []), model=llm, top_n=3, max_new_tokens=N,
+                           mode="context", qa_prompt=PROMPT)
+    out = empty.as_qa_chain(llm).invoke(paragraphs[3]["question"])
+    assert out["documents"] == [] and out["answer"] == (PROMPT | llm | StrOutputParser()).invoke(
+        {"context": "", "question": paragraphs[3]["question"]})
+    with pytest.raises(ValueError, match="no scored answer"):
+        empty.as_qa_chain().invoke(paragraphs[3]["question"])
