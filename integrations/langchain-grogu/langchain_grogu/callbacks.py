@@ -125,12 +125,19 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         method: "exact" (2k + 1 generations; default), "ablation" (ContextCite-style estimate from
             ``n_ablations`` random ablations; the documents' ``single_answer`` and
             ``leave_one_out_answer`` are then None) or "auto" (ablation above 12 documents when it
-            is cheaper). See ``grogu.influence.InfluenceScorer``.
+            is cheaper); forward-only, generating nothing when the run gave its answer:
+            "leave_one_out_logprob" (drop of the answer's log-probability without each document, nats;
+            k + 1 forward passes) or "contextcite" (ContextCite's LASSO weights from ``n_ablations``
+            masks, default 64). See ``grogu.influence.InfluenceScorer`` and the README's "which method when".
+        n_ablations, seed: the number of random ablations (default: 32 for "ablation"/"auto", 64 for
+            "contextcite") and the seed of their masks.
 
     A record is a JSON-ready dict: ``run_id``, ``run_name``, ``tags``, ``metadata`` (of the root run),
     ``query``, ``answer``, ``answer_source`` ('output': the run's final output, 'llm': the last LLM
     output, 'grogu': none was given, so the target LLM's full-context answer was used), ``model``,
-    ``embedder``, ``method`` ("exact" or "ablation"), ``influence`` (IS per document, retrieval order),
+    ``embedder`` (None for a forward-only method), ``method`` (the method that made the scores),
+    ``influence`` (IS per document, retrieval order), ``logprobs`` (forward-only methods: log P(answer |
+    each scored context) in nats, else None),
     ``documents`` (each with ``index``, ``id``, ``page_content``, ``metadata``, ``influence``, ``single_answer``,
     ``leave_one_out_answer``), ``created_at`` (UTC ISO time), ``elapsed_s`` and ``error``.
     Runs that retrieved nothing through a retriever are not recorded.
@@ -151,14 +158,15 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         device: str | None = None,
         dtype: str | None = None,
         method: str = "exact",
-        n_ablations: int = 32,
+        n_ablations: int | None = None,
+        seed: int | None = 0,
     ) -> None:
         on_error = check_choice("on_error", on_error, ("raise", "passthrough"))
         if event_name is not None and (not isinstance(event_name, str) or not event_name):
             raise ValueError("event_name must be a non-empty str or None")
         engine = resolve_engine(model, device, dtype)
         self.scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens, template=template,
-                                      device=device, method=method, n_ablations=n_ablations)
+                                      device=device, method=method, n_ablations=n_ablations, seed=seed)
         self.model_name = model_label(model, engine)
         self.sinks = as_sinks(sinks)
         self.event_name = event_name
@@ -286,6 +294,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
             "model": self.model_name, "embedder": result.embedder if result else None,
             "method": result.method if result else self.scorer.method,
             "influence": list(result.scores) if result else None, "documents": docs,
+            "logprobs": result.forward.logprobs if result and result.forward else None,
             "created_at": datetime.now(timezone.utc).isoformat(), "elapsed_s": round(elapsed, 4), "error": error,
         }
 
