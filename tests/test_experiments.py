@@ -74,11 +74,12 @@ def test_lexical_kernel_drops_the_question():
 def test_minilm_retriever_and_hard_negatives():
     import numpy as np
 
-    from grogu.experiments.retrieval import BM25Retriever, MiniLMRetriever, hard_negatives
+    from grogu.experiments.retrieval import hard_negatives
+    from grogu.retrieval import BM25Retriever, DenseRetriever
 
     texts = ["Paris is the capital of France.", "Bananas are yellow fruit.", "The capital of Italy is Rome.",
              "France borders Spain and Italy."]
-    dense = MiniLMRetriever(texts, cache=False)
+    dense = DenseRetriever(texts, cache=False)
     scores = dense.scores("What is the capital of France?")
     assert int(np.argmax(scores)) == 0
     emb = dense.encode(["What is the capital of France?", texts[2]])

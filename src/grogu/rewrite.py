@@ -35,7 +35,13 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from .checks import check_positive_int
+from .retrieval import (
+    BM25Retriever, DenseRetriever, LangChainRetriever, LlamaIndexRetriever, Retriever, as_retriever, bm25_tokenize,
+    retrieve_all,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -203,179 +209,6 @@ def generate_candidates(
     return [texts[i * n:(i + 1) * n] for i in range(len(turns))]
 
 
-# ---------------------------------------------------------------------------------------- retrievers
-@runtime_checkable
-class Retriever(Protocol):
-    """Anything that maps a query to its top-k passages (best first) as strings."""
-
-    def retrieve(self, query: str, k: int) -> list[str]: ...
-
-
-def _passages(passages: Iterable[Any]) -> list[str]:
-    if isinstance(passages, (str, bytes)) or not isinstance(passages, Iterable):
-        raise TypeError("the corpus must be a list of passages (strings or {'text'} mappings)")
-    out = []
-    for i, p in enumerate(passages):
-        if isinstance(p, Mapping):
-            p = p.get("text", p.get("page_content"))
-        if not isinstance(p, str):
-            raise TypeError(f"passage {i} must be a str or a mapping with a string 'text'")
-        out.append(p)
-    if not out:
-        raise ValueError("the corpus is empty: give at least one passage to retrieve from")
-    return out
-
-
-def _check_k(k: Any) -> int:
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
-    return k
-
-
-_WORD = re.compile(r"\w+")
-
-
-def bm25_tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens (the BM25 analyzer)."""
-    return _WORD.findall(text.lower())
-
-
-class BM25Retriever:
-    """Okapi BM25 over the given passages (``rank_bm25``), lower-cased word tokens.
-    Ties keep corpus order. ``passages``: strings or mappings with ``text``."""
-
-    name = "bm25"
-
-    def __init__(self, passages: Iterable[Any], *, k1: float = 1.5, b: float = 0.75) -> None:
-        from rank_bm25 import BM25Okapi
-
-        self.passages = _passages(passages)
-        tokens = [bm25_tokenize(p) for p in self.passages]
-        if not any(tokens):
-            raise ValueError("every passage of the corpus is empty (no word tokens): nothing to retrieve")
-        self._bm25 = BM25Okapi(tokens, k1=k1, b=b)
-
-    def scores(self, query: str) -> list[float]:
-        """BM25 score of every passage for the query (corpus order)."""
-        return [float(s) for s in self._bm25.get_scores(bm25_tokenize(query))]
-
-    def retrieve(self, query: str, k: int) -> list[str]:
-        k = _check_k(k)
-        scores = self.scores(query)
-        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-        return [self.passages[i] for i in order[:k]]
-
-    def __repr__(self) -> str:
-        return f"BM25Retriever({len(self.passages)} passages)"
-
-
-class DenseRetriever:
-    """Cosine similarity of sentence-transformers embeddings over the given passages (embedded once).
-
-    embedder: a SentenceTransformer, an embedded alias ('all-minilm-l6-v2', the packaged model), a
-    local path or a hub id (see :func:`grogu.influence.load_embedder`)."""
-
-    name = "dense"
-
-    def __init__(self, passages: Iterable[Any], embedder: Any = "all-minilm-l6-v2", *, device: str | None = None,
-                 batch_size: int = 64) -> None:
-        from .influence import load_embedder
-
-        self.passages = _passages(passages)
-        self.embedder = load_embedder(embedder, device)
-        self.batch_size = batch_size
-        self._matrix = self._encode(self.passages)
-
-    def _encode(self, texts: list[str]):
-        return self.embedder.encode(texts, batch_size=self.batch_size, convert_to_tensor=True,
-                                    normalize_embeddings=True, show_progress_bar=False).float()
-
-    def retrieve_batch(self, queries: Sequence[str], k: int) -> list[list[str]]:
-        import torch
-
-        k = min(_check_k(k), len(self.passages))
-        if not queries:
-            return []
-        sims = self._encode(list(queries)) @ self._matrix.T
-        idx = torch.topk(sims, k, dim=-1).indices.tolist()
-        return [[self.passages[i] for i in row] for row in idx]
-
-    def retrieve(self, query: str, k: int) -> list[str]:
-        return self.retrieve_batch([query], k)[0]
-
-    def __repr__(self) -> str:
-        return f"DenseRetriever({len(self.passages)} passages)"
-
-
-class LlamaIndexRetriever:
-    """Adapter for any LlamaIndex ``BaseRetriever`` (e.g. ``index.as_retriever(similarity_top_k=10)``):
-    the text of its nodes, best first, at most k. Configure the wrapped retriever to return >= k."""
-
-    name = "llama_index"
-
-    def __init__(self, retriever: Any) -> None:
-        if not callable(getattr(retriever, "retrieve", None)):
-            raise TypeError("expected a LlamaIndex retriever (an object with .retrieve(query))")
-        self.retriever = retriever
-
-    def retrieve(self, query: str, k: int) -> list[str]:
-        k = _check_k(k)
-        nodes = self.retriever.retrieve(query)
-        return [getattr(n, "node", n).get_content() for n in nodes][:k]
-
-
-class LangChainRetriever:
-    """Adapter for any LangChain retriever (``BaseRetriever`` or any runnable ``str -> list[Document]``,
-    e.g. ``vectorstore.as_retriever(search_kwargs={"k": 10})``): ``page_content`` of its documents,
-    best first, at most k. Configure the wrapped retriever to return >= k."""
-
-    name = "langchain"
-
-    def __init__(self, retriever: Any) -> None:
-        if not callable(getattr(retriever, "invoke", None)):
-            raise TypeError("expected a LangChain retriever (an object with .invoke(query))")
-        self.retriever = retriever
-
-    def retrieve(self, query: str, k: int) -> list[str]:
-        k = _check_k(k)
-        return [d.page_content for d in self.retriever.invoke(query)][:k]
-
-
-def _from_framework(obj: Any, prefix: str) -> bool:
-    return any((getattr(c, "__module__", "") or "").startswith(prefix) for c in type(obj).__mro__)
-
-
-def as_retriever(obj: Any) -> Retriever:
-    """A :class:`Retriever` from our retrievers, any object with ``retrieve(query, k)``, a LlamaIndex
-    retriever or a LangChain retriever (recognised by duck typing; neither framework is imported)."""
-    if isinstance(obj, (BM25Retriever, DenseRetriever, LlamaIndexRetriever, LangChainRetriever)):
-        return obj
-    if _from_framework(obj, "llama_index") and callable(getattr(obj, "retrieve", None)):
-        return LlamaIndexRetriever(obj)
-    if _from_framework(obj, "langchain") and callable(getattr(obj, "invoke", None)):
-        return LangChainRetriever(obj)
-    if callable(getattr(obj, "retrieve", None)):
-        return obj
-    if callable(getattr(obj, "invoke", None)):
-        return LangChainRetriever(obj)
-    raise TypeError(f"cannot use {type(obj).__name__} as a retriever: give a grogu BM25Retriever/DenseRetriever, "
-                    "a LlamaIndex or LangChain retriever, or an object with retrieve(query, k) -> list[str]")
-
-
-def retrieve_all(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[str]]:
-    """Top-k passages of each query (batched when the retriever has ``retrieve_batch``)."""
-    batch = getattr(retriever, "retrieve_batch", None)
-    if callable(batch):
-        return [list(r) for r in batch(list(queries), k)]
-    out = []
-    for q in queries:
-        docs = retriever.retrieve(q, k)
-        if not isinstance(docs, list) or not all(isinstance(d, str) for d in docs):
-            raise TypeError(f"{type(retriever).__name__}.retrieve must return a list of str passages")
-        out.append(docs[:k])
-    return out
-
-
 # ---------------------------------------------------------------------------------------- pairs (pure)
 @dataclass(frozen=True)
 class PreferencePair:
@@ -489,7 +322,7 @@ def score_turns(
     """Retrieve top-k for each candidate rewrite and score the passages as one context for the turn's
     original question. Rewrites of a turn that retrieve the same passages in the same order share one
     engine context (equal contexts get equal scores)."""
-    k = _check_k(k)
+    k = check_positive_int("k", k)
     retriever = as_retriever(retriever)
     results: list[TurnResult] = []
     bar = None
@@ -656,7 +489,7 @@ def build_rewrite_pairs(
         instruction: the rewriting prompt template ({history}, {question}).
         turns_per_batch: turns whose contexts share engine batches.
     """
-    k = _check_k(k)
+    k = check_positive_int("k", k)
     if not 0 <= drop_ratio < 1:
         raise ValueError(f"drop_ratio must be in [0, 1), got {drop_ratio}")
     turns = [t if isinstance(t, Turn) else turn_from_dict(t, i) for i, t in enumerate(turns)]

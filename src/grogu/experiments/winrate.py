@@ -17,7 +17,7 @@ import random
 from typing import Any
 
 from . import common as C
-from .retrieval import BM25Retriever, MiniLMRetriever, hard_negatives, make_retriever
+from .retrieval import BM25Retriever, DenseRetriever, hard_negatives, make_retriever
 
 OTHERS = ("distractor", "random")
 DOCS = ("gold",) + OTHERS
@@ -50,7 +50,7 @@ def relevance(items: list[dict], ret: Any, device: str | None) -> None:
     else:
         paragraphs, _ = C.squad_data()
         bm25 = BM25Retriever([p["text"] for p in paragraphs])
-    minilm = ret if isinstance(ret, MiniLMRetriever) else MiniLMRetriever(None, device=device)
+    minilm = ret if isinstance(ret, DenseRetriever) else DenseRetriever(device=device)
     queries = [it["question"] for it in items for _ in DOCS]
     texts = [it["texts"][d] for it in items for d in DOCS]
     cos = iter(minilm.pair_scores(queries, texts))
