@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from grogu import testing
-from grogu.retrieval import BM25Retriever, bm25_tokenize, ranked
+from grogu.retrieval import BM25Retriever, bm25_tokenize
+from grogu.selection import order_by as ranked
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ import numpy as np
 
 from .checks import check_positive_int
 from .extras import require
+from .selection import order_by
 
 DEFAULT_EMBEDDER = "all-minilm-l6-v2"
 _WORD = re.compile(r"\w+")
@@ -50,11 +51,6 @@ def as_passages(passages: Iterable[Any]) -> list[str]:
     if not out:
         raise ValueError("the corpus is empty: give at least one passage to retrieve from")
     return out
-
-
-def ranked(scores: Sequence[float] | np.ndarray) -> list[int]:
-    """Indices by score, highest first; equal scores keep corpus order."""
-    return [int(i) for i in np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")]
 
 
 @runtime_checkable
@@ -137,7 +133,7 @@ class BM25Retriever:
 
     def retrieve(self, query: str, k: int) -> list[str]:
         k = check_positive_int("k", k)
-        return [self.passages[i] for i in ranked(self.scores(query))[:k]]
+        return [self.passages[i] for i in order_by(self.scores(query).tolist())[:k]]
 
     def __repr__(self) -> str:
         return f"BM25Retriever({len(self.passages)} passages)"
@@ -210,7 +206,7 @@ class DenseRetriever:
         if not queries:
             return []
         sims = self.encode(list(queries)) @ matrix.T
-        return [[self.passages[i] for i in ranked(row)[:k]] for row in sims]
+        return [[self.passages[i] for i in order_by(row.tolist())[:k]] for row in sims]
 
     def retrieve(self, query: str, k: int) -> list[str]:
         return self.retrieve_batch([query], k)[0]
@@ -289,6 +285,6 @@ def retrieve_all(retriever: Retriever, queries: Sequence[str], k: int) -> list[l
 
 
 __all__ = [
-    "bm25_tokenize", "as_passages", "ranked", "Retriever", "BM25Retriever", "DenseRetriever",
+    "bm25_tokenize", "as_passages", "Retriever", "BM25Retriever", "DenseRetriever",
     "LlamaIndexRetriever", "LangChainRetriever", "as_retriever", "retrieve_all", "DEFAULT_EMBEDDER",
 ]

@@ -10,7 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..retrieval import BM25Retriever, DenseRetriever, ranked
+from ..retrieval import BM25Retriever, DenseRetriever
+from ..selection import order_by
 from .common import holds_answer
 
 RETRIEVERS = ("bm25", "minilm")
@@ -30,7 +31,7 @@ def hard_negatives(scores: np.ndarray, texts: Sequence[str], answers: Sequence[s
     """The ``k`` highest-scoring paragraph ids outside ``exclude`` that hold no answer string
     (ties: lower id first)."""
     out: list[int] = []
-    for pid in ranked(scores):
+    for pid in order_by(np.asarray(scores).tolist()):
         if pid in exclude or holds_answer(texts[pid], answers):
             continue
         out.append(pid)
