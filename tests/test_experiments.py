@@ -52,6 +52,18 @@ def test_sign_test_by_hand():
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 60))
 
 
+def test_statistics_and_plots_without_the_eval_extra_are_a_clear_error(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # what an install without the eval extra sees
+    with pytest.raises(ImportError, match=r'statistics needs .*scipy.*pip install "grogu\[eval\]"'):
+        C.sign_test([True], [False])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = {"experiment": "x"}
+    with pytest.raises(ImportError, match=r'plots needs .*matplotlib.*pip install "grogu\[eval\]"'):
+        C.finish(result, str(tmp_path), True, "### x", lambda r, path: None)
+
+
 def test_win_counts_and_binary_scores_by_hand():
     assert C.win_counts([3, 1, 2, 5], [1, 1, 4, 0]) == {"wins": 2, "ties": 1, "losses": 1, "n": 4, "rate": 2.5 / 4}
     res = C.binary_scores([True, True, False, False, True], [True, False, True, False, True])
