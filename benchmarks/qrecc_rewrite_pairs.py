@@ -36,6 +36,8 @@ import time
 import warnings
 from collections import OrderedDict
 
+from grogu.models import DEFAULT_MODEL
+
 STOPWORDS = frozenset(
     "a an the of to in on for and or is are was were be been by with as at from that this it its which who what "
     "when where how why do does did can could will would should may might not no their there they them his her "
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=24, help="longest grounded answer for GROGU")
     ap.add_argument("--min-recall", type=float, default=0.8)
     ap.add_argument("--random-seeds", type=int, default=20)
-    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default="runs/qrecc_rewrite")
     ap.add_argument("--recheck", metavar="REPORT", help="recompute and print the check of a saved qrecc_report.json")

@@ -23,7 +23,7 @@ OTHERS = ("distractor", "random")
 DOCS = ("gold",) + OTHERS
 METRICS = C.GROGU_METRICS + ("bm25", "minilm")
 SIGN_TESTS = (("key_entropy", "entropy"), ("key_ppl", "ppl"))
-#: Table 1 of the GROGU paper (KeyEntropy win-rates, %), as given in DESIGN.md §2.1
+#: Table 1 of the GROGU paper (KeyEntropy win-rates, %), as given in the paper (Hua et al.)
 PAPER = {"Phi-4": {"distractor": 90.7, "random": 95.8}, "Qwen2.5-7B": {"distractor": 84.3, "random": 91.0}}
 
 

@@ -94,4 +94,7 @@ def best_over(fn: Callable[[str, str], float], answer: str, golds: Sequence[str]
     return max((fn(answer, g) for g in golds), default=0.0)
 
 
-__all__ = ["normalize_answer", "normalize_spaced", "is_correct", "holds_answer", "answer_tokens", "exact_match", "token_f1", "rouge_l", "best_over"]
+__all__ = [
+    "normalize_answer", "normalize_spaced", "is_correct", "holds_answer", "answer_tokens", "exact_match", "token_f1",
+    "rouge_l", "best_over",
+]
