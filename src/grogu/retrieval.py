@@ -3,7 +3,7 @@
 
 - :func:`bm25_tokenize`: the one BM25 analyzer, lower-cased word tokens (``\\w+``).
 - :class:`BM25Retriever`: Okapi BM25 indexed and scored with ``bm25s``, with the scores of
-  ``rank_bm25.BM25Okapi`` (see the class for the one place the two libraries differ).
+  ``rank_bm25.BM25Okapi`` (see the class for why the weights are set here and not by a bm25s variant).
 - :class:`DenseRetriever`: cosine similarity of sentence-transformers embeddings (default: the
   packaged all-MiniLM-L6-v2; nothing is downloaded), optionally cached on disk.
 - :class:`LlamaIndexRetriever`, :class:`LangChainRetriever` and :func:`as_retriever`: any LlamaIndex
