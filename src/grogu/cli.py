@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 from . import checks as C
 from . import metrics as M
+from .files import read_documents
 from .models import DEFAULT_MODEL
 from .rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
 from .selection import CANDIDATE_FAMILIES, RERANK_MODES
@@ -55,19 +56,6 @@ THRESHOLD = _setting(float, C.check_threshold)
 ALPHA = _setting(float, C.check_alpha)
 FRACTION = _setting(float, C.check_fraction, "value")
 PROBABILITY = _setting(float, C.check_probability, "value")
-
-
-def read_documents(path: str) -> list[Any]:
-    """Documents from a .jsonl / .json / text file ("-" reads standard input as text)."""
-    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-    if path.endswith(".jsonl"):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    if path.endswith(".json"):
-        data = json.loads(text)
-        if not isinstance(data, list):
-            raise SystemExit(f"{path}: expected a JSON list of documents")
-        return data
-    return [p.strip() for p in text.split("\n\n") if p.strip()]
 
 
 def iter_queries(args: argparse.Namespace) -> Iterator[dict]:

@@ -9,7 +9,7 @@ For every run tree it sees (a top-level ``invoke``/``ainvoke``/``batch`` item), 
 documents returned by the outermost retriever(s) (``on_retriever_end``; a retriever inside a
 retriever, e.g. the base retriever of :class:`~langchain_grogu.GroguRetriever`, is not counted twice)
 and the answer (the run's final output when it is text, else the last LLM output). When the run
-ends it computes each document's Influence Score (DESIGN.md §2.5) with the target LLM:
+ends it computes each document's Influence Score (DocImpact; see ``grogu.influence``) with the target LLM:
 
     IS_i = cos(F(G(i)), F(answer)) - cos(F(G(all but i)), F(answer))
 
@@ -35,6 +35,7 @@ from uuid import UUID
 from grogu import PromptTemplate, batching
 from grogu.checks import check_choice
 from grogu.influence import InfluenceResult, InfluenceScorer
+from grogu.models import DEFAULT_MODEL
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, CallbackManager
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
@@ -145,7 +146,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
 
     def __init__(
         self,
-        model: Any = "smollm2-135m-instruct",
+        model: Any = DEFAULT_MODEL,
         *,
         embedder: Any = "all-minilm-l6-v2",
         sinks: Any = None,

@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional
 
 from grogu import batching
 from grogu.influence import InfluenceResult, InfluenceScorer
+from grogu.models import DEFAULT_MODEL
 from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 from grogu.sinks import as_sink as _as_sink
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
@@ -296,7 +297,7 @@ class GroguInfluenceHandler(BaseEventHandler):
     model: str = Field(description="Target LLM whose answers are compared.")
     _recorder: InfluenceRecorder = PrivateAttr()
 
-    def __init__(self, model: Any = "smollm2-135m-instruct", *, embedder: Any = "all-minilm-l6-v2",
+    def __init__(self, model: Any = DEFAULT_MODEL, *, embedder: Any = "all-minilm-l6-v2",
                  sink: Any = None, metadata_mode: MetadataMode = MetadataMode.LLM, background: bool = False,
                  max_new_tokens: int = 64, template: Any = None, device: Optional[str] = None,
                  dtype: Optional[str] = None, method: str = "exact", n_ablations: Optional[int] = None,
@@ -344,7 +345,7 @@ class GroguInfluenceCallbackHandler(BaseCallbackHandler):
     ``raise_errors=True`` to re-raise a scoring or sink failure into the query (default: log and
     record it)."""
 
-    def __init__(self, model: Any = "smollm2-135m-instruct", **kwargs: Any) -> None:
+    def __init__(self, model: Any = DEFAULT_MODEL, **kwargs: Any) -> None:
         super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])
         args = dict(embedder="all-minilm-l6-v2", sink=None, metadata_mode=MetadataMode.LLM, background=False,
                     raise_errors=False, max_new_tokens=64, template=None, device=None, dtype=None,
