@@ -162,6 +162,8 @@ def collect(args) -> None:
     pipe = grogu.UtilityScorer(engine, max_new_tokens=args.max_new_tokens, template=template)
     own = grogu.UtilityScorer(engine)
 
+    # grogu's own prompt scores the first 5 documents, or as many as a given setting ranks
+    own_k = max([5] + [s["k"] for s in (settings or {}).values() if s.get("prompt") == "own"])
     done = set()
     if os.path.exists(args.out):
         done = {json.loads(line)["qid"] for line in open(args.out)}
@@ -177,7 +179,7 @@ def collect(args) -> None:
                        if needs_pipe_prompt(settings) else None)
         row["docs_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        row["docs_own"] = ([result_row(r, q["answers"]) for r in own.score(q["question"], texts[:5])]
+        row["docs_own"] = ([result_row(r, q["answers"]) for r in own.score(q["question"], texts[:own_k])]
                            if needs_own_prompt(settings) else None)
         row["docs_own_s"] = time.perf_counter() - t0
         row["none"] = (result_row(pipe.score_context(q["question"], []), q["answers"])
