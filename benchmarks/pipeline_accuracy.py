@@ -31,6 +31,17 @@ the first question of each sampled paragraph) and the MuSiQue sample (pool = its
         --out runs/pipeline/squad_tune.jsonl --shard 0/2
     python benchmarks/pipeline_accuracy.py report --tune runs/pipeline/squad_tune.jsonl \
         --eval runs/pipeline/squad_held.jsonl
+
+Another target LLM (``--model``: a path, a ``.gguf`` or a hub id; a model without a chat template reads
+LlamaIndex's completion QA prompt), scoring only the contexts the default mode can choose:
+
+    echo '{"retriever@5": {"k": 5}, "context@5": {"k": 5, "family": "swap", "metric": "key_entropy",
+          "margin": 0.0}}' > runs/pipeline/settings_context.json
+    OMP_NUM_THREADS=1 python benchmarks/pipeline_accuracy.py collect --data squad --split held --questions 300 \
+        --shard 0/2 --model gemma-3-270m-q4_k_m.gguf --settings runs/pipeline/settings_context.json --verify 10 \
+        --out runs/pipeline/gemma_held_0.jsonl
+    python benchmarks/pipeline_accuracy.py report --eval runs/pipeline/gemma_held_*.jsonl \
+        --settings runs/pipeline/settings_context.json --ks 5
 """
 
 from __future__ import annotations
