@@ -30,6 +30,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "eval": (".experiments.cli", "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)"),
     "rewrite-pairs": (".rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
     "train-rewriter": (".train_rewriter", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
+    "serve": (".serve.cli", "the shared scoring service on Ray Serve (HTTP API; pip install 'grogu[serve]')"),
 }
 
 

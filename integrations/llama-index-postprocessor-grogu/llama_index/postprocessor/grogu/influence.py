@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional
 
 from grogu import batching
 from grogu.influence import InfluenceResult, InfluenceScorer
+from grogu.serve import RemoteInfluenceScorer
 from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 from grogu.sinks import as_sink as _as_sink
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
@@ -44,7 +45,7 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.schema import MetadataMode, QueryBundle
 
-from .utils import hide_from_llm, model_label, node_text, resolve_engine
+from .utils import hide_from_llm, model_label, node_text, remote_target, resolve_engine
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +243,14 @@ class InfluenceRecorder:
 def _build_recorder(model: Any, embedder: Any, sink: Any, metadata_mode: MetadataMode, background: bool,
                     raise_errors: bool, max_new_tokens: int, template: Any, device: Optional[str],
                     dtype: Optional[str], method: str = "exact", n_ablations: int = 32) -> InfluenceRecorder:
+    remote = remote_target(model)
+    if isinstance(remote, RemoteInfluenceScorer):
+        return InfluenceRecorder(remote, remote.model_name, sink, metadata_mode, background, raise_errors)
+    if remote is not None:  # a service URL or a RemoteScorer: the service's influence route
+        scorer = RemoteInfluenceScorer(remote if isinstance(remote, str) else remote.transport,
+                                       max_new_tokens=max_new_tokens, template=template, method=method,
+                                       n_ablations=n_ablations)
+        return InfluenceRecorder(scorer, scorer.model_name, sink, metadata_mode, background, raise_errors)
     if isinstance(model, InfluenceScorer):
         scorer, engine = model, model.engine
     else:
@@ -267,7 +276,8 @@ class GroguInfluenceHandler(BaseEventHandler):
 
     Args:
         model: the target LLM (as for :class:`GroguRerank`: name/path, grogu Engine, (model, tokenizer)
-            pair or HuggingFaceLLM) or a ready ``grogu.influence.InfluenceScorer``.
+            pair or HuggingFaceLLM), a ready ``grogu.influence.InfluenceScorer``, or the shared scoring
+            service: its URL (``grogu serve``; its ``--embedder`` is used) or a ``grogu.RemoteInfluenceScorer``.
         embedder: sentence-embedding model F: 'all-minilm-l6-v2' (packaged, default), a path/hub id, a
             SentenceTransformer or a LlamaIndex HuggingFaceEmbedding (its model is reused).
         sink: None (Python logger), a logging.Logger, a JSONL file path, a list, an object with
