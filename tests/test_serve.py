@@ -316,3 +316,53 @@ def test_langchain_chain_with_the_service(service, local, monkeypatch):
     expected = InfluenceScorer(local.engine, max_new_tokens=N).score(QUERY, [d.page_content for d in kept],
                                                                      answer=answer)
     assert record["answer"] == answer and record["influence"] == pytest.approx(expected.scores, abs=TOL)
+
+
+# ---------------------------------------------------------------------------------------------- Ray Data
+def _records(path):
+    with open(path, encoding="utf-8") as f:
+        return [__import__("json").loads(line) for line in f]
+
+
+def _same_records(got, want):
+    """Same queries, order, documents, answers and counts; floats within float32 rounding (the actor's
+    engine may pick other CPU kernels than this process's)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g["query"] == w["query"] and len(g["results"]) == len(w["results"])
+        for a, b in zip(g["results"], w["results"]):
+            assert {k: v for k, v in a.items() if k not in ("score", "confidence", "variants")} == \
+                   {k: v for k, v in b.items() if k not in ("score", "confidence", "variants")}
+            assert a["score"] == pytest.approx(b["score"], rel=1e-5, abs=1e-5)
+            assert a["variants"] == pytest.approx(b["variants"], rel=1e-5, abs=1e-5)  # PPLs: relative
+
+
+def test_ray_data_scoring_equals_sequential_and_resumes(service, model_dir, tmp_path):
+    import json
+
+    from grogu.cli import main
+
+    words = ["river", "castle", "engine", "harbour", "violin", "desert", "comet", "garden"]
+    queries = tmp_path / "queries.jsonl"
+    with open(queries, "w") as f:
+        for i in range(240):
+            a, b = words[i % 8], words[(i * 3 + 1) % 8]
+            f.write(json.dumps({"query": f"Where is the {a} number {i}?",
+                                "documents": [f"The {a} is near the {b}.", {"text": f"{i} {b}s", "title": a}]}) + "\n")
+    common = ["score", "--queries", str(queries), "--model", model_dir, "--device", "cpu", "--max-new-tokens", "4"]
+    assert main([*common, "--out", str(tmp_path / "seq.jsonl")]) == 0
+    assert main([*common, "--out", str(tmp_path / "ray.jsonl"), "--ray", "--workers", "1"]) == 0
+    want = _records(tmp_path / "seq.jsonl")
+    assert len(want) == 240 and want[7]["query"] == "Where is the garden number 7?"
+    _same_records(_records(tmp_path / "ray.jsonl"), want)
+
+    # a crash after 100 records and half of the next: the rerun keeps them and writes the rest
+    lines = (tmp_path / "seq.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "resumed.jsonl").write_text("".join(lines[:100]) + lines[100][:40])
+    assert main([*common, "--out", str(tmp_path / "resumed.jsonl"), "--ray", "--workers", "1"]) == 0
+    resumed = (tmp_path / "resumed.jsonl").read_text().splitlines(keepends=True)
+    assert resumed[:100] == lines[:100]
+    _same_records(_records(tmp_path / "resumed.jsonl"), want)
+    (tmp_path / "other.jsonl").write_text(lines[0].replace("number 0", "number X"))
+    with pytest.raises(SystemExit, match="another input"):  # the output of other queries is not continued
+        main([*common, "--out", str(tmp_path / "other.jsonl"), "--ray"])
