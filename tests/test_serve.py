@@ -366,3 +366,12 @@ def test_ray_data_scoring_equals_sequential_and_resumes(service, model_dir, tmp_
     (tmp_path / "other.jsonl").write_text(lines[0].replace("number 0", "number X"))
     with pytest.raises(SystemExit, match="another input"):  # the output of other queries is not continued
         main([*common, "--out", str(tmp_path / "other.jsonl"), "--ray"])
+
+
+def test_which_answers_are_retried():
+    from grogu.serve.transport import _retriable
+
+    assert _retriable(httpx.Response(503)) and _retriable(httpx.Response(502))
+    assert _retriable(httpx.Response(500, text="Internal Server Error"))  # the proxy: replica lost mid-request
+    assert not _retriable(httpx.Response(500, json={"detail": "engine failed", "error": "RuntimeError"}))
+    assert not _retriable(httpx.Response(422, json={"detail": "query is empty", "error": "ValueError"}))

@@ -7,8 +7,8 @@ classes: :class:`RemoteScorer` (:class:`grogu.UtilityScorer`), :class:`RemoteInf
 
 Inputs are checked here with the checks the in-process classes use (a bad query is the same
 TypeError / ValueError without a round trip). Only each document's text and title are sent; results
-come back on the caller's own document objects. Connection errors and 502/503/504 answers are retried
-with exponential backoff (``retries`` times: ``backoff``, 2x, 4x ... seconds, at most 8 s apart); a
+come back on the caller's own document objects. Connection errors, 502/503/504 answers and a 500 that
+grogu did not write (the replica died under the request) are retried with exponential backoff (``retries`` times: ``backoff``, 2x, 4x ... seconds, at most 8 s apart); a
 4xx answer raises at once with the server's message: :class:`ServiceValueError` (a ``ValueError``) for
 a bad value or a request over the limits, :class:`ServiceTypeError`, :class:`ServiceAuthError` (401).
 """

@@ -20,6 +20,7 @@ import dataclasses
 import hmac
 import json
 import logging
+import os
 from typing import Any, Callable, Optional
 
 from fastapi import FastAPI, Request
@@ -274,7 +275,7 @@ class GroguService:
     @app.get("/stats")
     async def stats(self) -> dict:
         """Batches this replica ran, by number of requests gathered (GROGU routes)."""
-        return {"replica": serve.get_replica_context().replica_id.unique_id,
+        return {"replica": serve.get_replica_context().replica_id.unique_id, "pid": os.getpid(),
                 "batches": sum(self.batch_sizes.values()),
                 "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())}}
 

@@ -1,5 +1,6 @@
 """HTTP transport of the service clients: JSON over httpx, retries with exponential backoff on
-connection errors and 502/503/504 answers, and the errors that carry the server's message."""
+connection errors, 502/503/504 answers and 5xx answers not written by grogu (a replica lost under the
+request), and the errors that carry the server's message."""
 
 from __future__ import annotations
 
@@ -52,6 +53,20 @@ def _raise_for(status: int, data: Any) -> None:
     raise ServiceError(status, message, kind)
 
 
+def _retriable(response: Any) -> bool:
+    """502/503/504, or a 5xx that grogu's handlers did not write (no JSON ``error``): the request never
+    reached a working replica or its replica died under it (Ray Serve's proxy answers a plain 500).
+    Scoring is a pure function of the request, so sending it again is safe."""
+    if response.status_code in RETRY_STATUSES:
+        return True
+    if response.status_code < 500:
+        return False
+    try:
+        return "error" not in response.json()
+    except ValueError:
+        return True
+
+
 class Transport:
     """JSON over HTTP to one service URL, with retries; sync (one shared ``httpx.Client``) and async."""
 
@@ -97,7 +112,7 @@ class Transport:
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
-            if response.status_code in RETRY_STATUSES:
+            if _retriable(response):
                 last = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
             return self._result(response)
@@ -117,7 +132,7 @@ class Transport:
                 except httpx.TransportError as exc:
                     last = f"{type(exc).__name__}: {exc}"
                     continue
-                if response.status_code in RETRY_STATUSES:
+                if _retriable(response):
                     last = f"HTTP {response.status_code}: {response.text[:200]}"
                     continue
                 return self._result(response)
