@@ -163,7 +163,8 @@ class GroguScoring(BaseModel):
         if self.qa_prompt is not None:
             if template is not None:
                 raise ValueError("give template (grogu's prompt text) or qa_prompt (the chain's prompt), not both")
-            template = template_from_langchain(self.qa_prompt, self.model, context_key=self.context_key,
+            llm = None if remote_target(self.model) is not None else self.model  # a service: chat messages
+            template = template_from_langchain(self.qa_prompt, llm, context_key=self.context_key,
                                                question_key=self.question_key)
         settings = dict(metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
                         max_new_tokens=self.max_new_tokens, template=template, answer_style=self.answer_style)
