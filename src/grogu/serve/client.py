@@ -52,6 +52,16 @@ class _Remote:
             self._info = self.transport.request("GET", "/info")
         return self._info
 
+    def close(self) -> None:
+        """Close this client's connections (a transport shared with other clients is closed for them too)."""
+        self.transport.close()
+
+    def __enter__(self) -> "_Remote":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def health(self) -> bool:
         return self.transport.request("GET", "/health").get("status") == "ok"
 

@@ -139,6 +139,13 @@ class Transport:
         raise ServiceUnavailable(None, f"{self.url}{path} unreachable after {self.retries + 1} attempts ({last})")
 
     def close(self) -> None:
+        """Close the pooled sync connections (also done when the transport is garbage-collected)."""
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
