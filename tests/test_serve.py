@@ -20,8 +20,8 @@ import grogu  # noqa: E402
 from grogu import testing  # noqa: E402
 from grogu.acu import ACUScorer  # noqa: E402
 from grogu.influence import InfluenceScorer  # noqa: E402
-from grogu.serve import (RemoteACUScorer, RemoteInfluenceScorer, RemoteScorer, ServiceAuthError,  # noqa: E402
-                         ServiceTypeError, ServiceUnavailable, ServiceValueError)
+from grogu.serve import (RemoteACUScorer, RemoteInfluenceScorer, RemoteScorer, RemoteSePerScorer,  # noqa: E402
+                         ServiceAuthError, ServiceUnavailable, ServiceValueError)
 
 TOKEN = "test-token"
 N = 8  # answer tokens: keeps the tiny model fast
@@ -49,7 +49,26 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def service(model_dir):
+def nli_dir(tmp_path_factory):
+    """A tiny NLI classifier (2-layer BERT, random weights) on the packaged MiniLM's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from grogu.models import embedded_embedder_path
+
+    path = str(tmp_path_factory.mktemp("tiny-nli"))
+    tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+                     label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    BertForSequenceClassification(cfg).eval().save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def service(model_dir, nli_dir):
     """One local Ray (2 CPUs) and one application of the tiny model, with a token and small limits."""
     import ray
     from ray import serve
@@ -61,7 +80,7 @@ def service(model_dir):
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         config = ServeConfig(model=model_dir, device="cpu", token=TOKEN, max_docs=12, max_doc_chars=400,
-                             max_batch_size=8, batch_wait_s=0.05)
+                             max_batch_size=8, batch_wait_s=0.05, nli=nli_dir)
         serve.run(build_app(config), name="tiny", route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -170,6 +189,19 @@ def test_influence_and_acu_equal_in_process(service, model_dir, local):
         assert a.p_with == pytest.approx(b.p_with, abs=TOL)
 
 
+def test_seper_equals_in_process(service, nli_dir, local):
+    from grogu.seper import NLIEntailment, SePerScorer
+
+    remote = RemoteSePerScorer(service, token=TOKEN, n_samples=4, max_new_tokens=N)
+    reference = SePerScorer(local.engine, entailment=NLIEntailment(nli_dir), n_samples=4, max_new_tokens=N)
+    for a, b in zip(remote.score(QUERY, DOCS[:2], ["Canberra"]), reference.score(QUERY, DOCS[:2], ["Canberra"])):
+        assert a.samples_with == b.samples_with and a.samples_without == b.samples_without
+        assert a.delta_soft == pytest.approx(b.delta_soft, abs=TOL) and a.delta_hard == pytest.approx(b.delta_hard, abs=TOL)
+    a = remote.score_context(QUERY, DOCS[:2], "Canberra")
+    b = reference.score_context(QUERY, DOCS[:2], ["Canberra"])
+    assert a.samples_with == b.samples_with and a.p_soft_with == pytest.approx(b.p_soft_with, abs=TOL)
+
+
 # ---------------------------------------------------------------------------------------------- bad requests
 def test_bad_requests_get_status_and_message(service, remote):
     auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -207,8 +239,8 @@ def test_bad_requests_get_status_and_message(service, remote):
     assert r.status_code == 400 and "malformed JSON" in r.json()["detail"]
     r = post("/rerank", {**body, "mode": "context", "threshold": 1.0})
     assert r.status_code == 422 and "threshold" in r.json()["detail"]
-    r = post("/seper", {"query": QUERY, "documents": ["d"], "references": ["x"]})
-    assert r.status_code == 422 and "--nli" in r.json()["detail"]
+    r = post("/seper", {"query": QUERY, "documents": ["d"], "references": [""]})
+    assert r.status_code == 422 and "reference answer 0 is empty" in r.json()["detail"]
     with pytest.raises(ValueError, match="mode must be one of"):  # checked here, before any request
         remote.rerank(QUERY, ["d"], mode="bogus")
     with pytest.raises(TypeError):
