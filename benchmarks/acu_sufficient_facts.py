@@ -20,6 +20,7 @@ import warnings
 from tqdm import tqdm
 
 from grogu.acu import ACUScorer
+from grogu.models import DEFAULT_MODEL
 from grogu.testing import shared_data_path
 
 
@@ -38,7 +39,7 @@ def main() -> None:
     ap.add_argument("--file", default="fever_sufficient_facts.jsonl")
     ap.add_argument("--limit", type=int, default=300)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     with open(shared_data_path("sufficient-facts", args.file)) as f:

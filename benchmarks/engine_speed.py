@@ -28,6 +28,7 @@ import warnings
 import torch
 
 from grogu import Document, Engine, UtilityScorer, get_engine
+from grogu.models import DEFAULT_MODEL
 from grogu.naive import naive_grogu_stats
 from grogu.testing import embedded_tokenizer, squad_paragraphs
 
@@ -107,7 +108,7 @@ def main() -> None:
         engine = Engine(model, tokenizer)
         name = f"{args.random_arch} (random weights)"
     else:
-        engine = get_engine("smollm2-135m-instruct", device=args.device, dtype=args.dtype)
+        engine = get_engine(DEFAULT_MODEL, device=args.device, dtype=args.dtype)
         name = "SmolLM2-135M-Instruct (packaged GGUF, dequantised)"
     scorer = UtilityScorer(engine, max_new_tokens=args.max_new_tokens)
     stock = None  # the same model with the default kernels, when the engine chose others

@@ -41,6 +41,7 @@ from scipy.stats import spearmanr
 
 from grogu import Document
 from grogu.influence import InfluenceScorer, fit_ablation_surrogate
+from grogu.models import DEFAULT_MODEL
 from grogu.testing import squad_paragraphs
 
 
@@ -127,7 +128,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     ms = sorted(int(m) for m in args.ms.split(","))
     alphas = [float(a) for a in args.alphas.split(",")]
-    exact = InfluenceScorer("smollm2-135m-instruct", max_new_tokens=args.max_new_tokens, device=args.device,
+    exact = InfluenceScorer(DEFAULT_MODEL, max_new_tokens=args.max_new_tokens, device=args.device,
                             method="exact")
     abl = {m: InfluenceScorer(exact.engine, embedder=exact.embedder, max_new_tokens=args.max_new_tokens,
                               method="ablation", n_ablations=m, seed=args.seed, lasso_alpha=alphas[0])

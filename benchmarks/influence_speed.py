@@ -23,11 +23,15 @@ import torch
 
 from grogu import Document
 from grogu.influence import InfluenceScorer
+from grogu.models import DEFAULT_MODEL
 from grogu.testing import squad_paragraphs
 
 
 def naive(scorer: InfluenceScorer, query: str, docs: list[Document]) -> list[float]:
-    gen = lambda ctx: scorer.engine.generate([scorer._prompt(query, ctx)], scorer.max_new_tokens)[0].text  # noqa: E731
+    def gen(ctx: list[Document]) -> str:
+        prompt = scorer.prompts.grounded_ids(query, ctx) if ctx else scorer.prompts.ungrounded_ids(query)
+        return scorer.engine.generate([prompt], scorer.max_new_tokens)[0].text
+
     emb = lambda t: scorer.embedder.encode(t, convert_to_tensor=True)  # noqa: E731
     f = emb(gen(docs))
     cos = lambda t: float(torch.nn.functional.cosine_similarity(emb(t), f, dim=0))  # noqa: E731
@@ -48,7 +52,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    scorer = InfluenceScorer("smollm2-135m-instruct", max_new_tokens=args.max_new_tokens, device="cpu")
+    scorer = InfluenceScorer(DEFAULT_MODEL, max_new_tokens=args.max_new_tokens, device="cpu")
     ks = [int(k) for k in args.ks.split(",")]
     paras = squad_paragraphs(max(ks) + args.queries, seed=7)
     query0, docs0 = paras[0]["question"], [Document(p["text"], p["title"]) for p in paras[:2]]

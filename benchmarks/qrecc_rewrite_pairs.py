@@ -36,6 +36,8 @@ import time
 import warnings
 from collections import OrderedDict
 
+from grogu.models import DEFAULT_MODEL
+
 STOPWORDS = frozenset(
     "a an the of to in on for and or is are was were be been by with as at from that this it its which who what "
     "when where how why do does did can could will would should may might not no their there they them his her "
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=24, help="longest grounded answer for GROGU")
     ap.add_argument("--min-recall", type=float, default=0.8)
     ap.add_argument("--random-seeds", type=int, default=20)
-    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default="runs/qrecc_rewrite")
     ap.add_argument("--recheck", metavar="REPORT", help="recompute and print the check of a saved qrecc_report.json")
@@ -235,10 +237,6 @@ def _rate(xs) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def _argmax(scores: list[float]) -> int:
-    return max(range(len(scores)), key=lambda i: (scores[i], -i))  # ties: the earlier (as grogu.rewrite)
-
-
 def _argmin(scores: list[float]) -> int:
     return min(range(len(scores)), key=lambda i: (scores[i], i))
 
@@ -260,13 +258,15 @@ def check(hits: list[list[bool]], scores: list[list[float]], ids: list, kept: li
     """Hit rates of the GROGU-chosen, random, original, GROGU-lowest and oracle candidate per turn
     (candidate 0 is the original question); the same among the sampled rewrites only; and for the kept
     DPO pairs [(turn, chosen, rejected)]."""
-    best = [h[_argmax(s)] for h, s in zip(hits, scores)]
+    from grogu.selection import argmax  # ties: the earlier (as grogu.rewrite)
+
+    best = [h[argmax(s)] for h, s in zip(hits, scores)]
     worst = [h[_argmin(s)] for h, s in zip(hits, scores)]
     random_rates = [_rate(random.Random(seed * 1000 + i).choice(h) for i, h in enumerate(hits))
                     for seed in range(random_seeds)]
     informative = [i for i, h in enumerate(hits) if 0 < sum(h) < len(h)]
     sampled = [(h[1:], s[1:]) for h, s in zip(hits, scores) if len(s) > 1]
-    sampled_best = [h[_argmax(s)] for h, s in sampled]
+    sampled_best = [h[argmax(s)] for h, s in sampled]
     out = {
         "turns": len(hits), "random_seeds": random_seeds,
         "hit_rate": {

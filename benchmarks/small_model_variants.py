@@ -138,7 +138,7 @@ def collect(args: argparse.Namespace) -> None:
                     docs = [Document(texts[p]) for p in (ids if isinstance(ids, list) else [ids])]
                     jobs.append((it["question"], docs))
             started = time.perf_counter()
-            results = iter(scorer._score_contexts(jobs, True))
+            results = iter(C.score_contexts(scorer, jobs, return_details=True))
             spent = time.perf_counter() - started
             for it in chunk:
                 rec = {"id": it["id"], "question": it["question"], "answers": it["answers"],

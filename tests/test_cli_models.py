@@ -92,6 +92,17 @@ def test_cli_other_metrics(model_dir, tmp_path, capsys):
                           seed=3).score("Which river?", read_documents(str(docs)))
     assert rec["method"] == "ablation" and rec["single_answers"] == [] and len(rec["scores"]) == 2
     assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5)
+    for method, extra in (("leave_one_out_logprob", []), ("contextcite", ["--ablations", "8", "--seed", "2"])):
+        assert main(["influence", "--model", model_dir, "--device", "cpu", "--query", "Which river?", "--docs",
+                     str(docs), "--max-new-tokens", "5", "--method", method, "--answer", "The Vltava.", *extra,
+                     "--json"]) == 0
+        rec = json.loads(capsys.readouterr().out)
+        ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5, method=method,
+                              n_ablations=8 if extra else None, seed=2 if extra else 0).score(
+            "Which river?", read_documents(str(docs)), answer="The Vltava.")
+        assert rec["method"] == method and rec["answer"] == "The Vltava." and len(rec["scores"]) == 2
+        assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5) and rec["logprobs"] == pytest.approx(ref.forward.logprobs, abs=1e-5)
+        assert len(rec["masks"]) == (8 if extra else 3) and max(map(abs, rec["scores"])) > 0
     assert main(["acu", "--model", model_dir, "--device", "cpu", "--claim", "The sky is blue.",
                  "--evidence", "The sky is blue on clear days.", "--stance", "SUPPORTS", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grogu import Engine, UtilityScorer
-from grogu.naive import forward_stats, naive_grogu_stats
+from grogu.naive import forward_stats, greedy_generate, naive_grogu_stats
 from grogu.prompts import Document, PromptBuilder
 
 from grogu.testing import squad_paragraphs, tiny_model
@@ -56,7 +56,7 @@ def test_batched_equals_one_at_a_time_tiny(tiny_engine, k):
     assert all(len(g.token_ids) > 0 for g in gens)
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2", "gemma3"])
 def test_batched_equals_one_at_a_time_other_architectures(tokenizer, arch):
     engine = Engine(tiny_model(arch), tokenizer, device="cpu")
     _compare(engine, 4, max_new_tokens=8, seed=1)
@@ -156,6 +156,36 @@ class _ToyTokenizer:
 
     def decode(self, ids, skip_special_tokens=True):
         return " ".join(map(str, ids))
+
+
+def test_sliding_window_model_batched_equals_one_at_a_time():
+    """Gemma 3 interleaves sliding-window layers, whose window counts cache slots: padding or rejected
+    drafts inside it would hide real tokens. Prompts longer than the window (16), of several lengths
+    (two rows share a length and a prefix), drafting asked for: answers and statistics must equal
+    transformers' own greedy generate and plain forward passes on each prompt alone."""
+    model = tiny_model("gemma3", vocab_size=64, seed=3)
+    engine = Engine(model, _ToyTokenizer(), device="cpu", prompt_lookup=5, stop_token_ids=[1])
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(2, 64, (n,), generator=gen).tolist() for n in (30, 45, 60, 38)]
+    prompts.append(prompts[1][:40] + [5, 6, 7, 8, 9])  # the same length as prompts[1], sharing 40 tokens
+    got = engine.generate(prompts, 24)
+    assert engine.lookup_drafted == 0
+    for g, p in zip(got, prompts):
+        ref = greedy_generate(model, p, 24, [1], 0)
+        assert g.token_ids + ([g.stop_token_id] if g.stop_token_id is not None else []) == ref
+        h, lp = forward_stats(model, p, ref)
+        n = len(g.token_ids)
+        torch.testing.assert_close(g.entropy, h[:n], atol=TOL, rtol=0)
+        torch.testing.assert_close(g.logprob, lp[:n], atol=TOL, rtol=0)
+    conts = [p[:7] for p in reversed(prompts)]  # teacher forcing, rows of different total lengths
+    for s, p, c in zip(engine.token_stats(prompts, conts), prompts, conts):
+        h, lp = forward_stats(model, p, c)
+        torch.testing.assert_close(s.entropy, h, atol=TOL, rtol=0)
+        torch.testing.assert_close(s.logprob, lp, atol=TOL, rtol=0)
+    nxt = engine.next_token_logprobs(prompts)
+    for row, p in zip(nxt, prompts):
+        ref = torch.log_softmax(model(input_ids=torch.tensor([p])).logits[0, -1].float(), -1)
+        torch.testing.assert_close(row, ref, atol=TOL, rtol=0)
 
 
 def test_token_stats_different_prompts(tiny_engine):

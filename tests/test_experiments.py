@@ -52,6 +52,18 @@ def test_sign_test_by_hand():
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 60))
 
 
+def test_statistics_and_plots_without_the_eval_extra_are_a_clear_error(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # what an install without the eval extra sees
+    with pytest.raises(ImportError, match=r'statistics needs .*scipy.*pip install "grogu\[eval\]"'):
+        C.sign_test([True], [False])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = {"experiment": "x"}
+    with pytest.raises(ImportError, match=r'plots needs .*matplotlib.*pip install "grogu\[eval\]"'):
+        C.finish(result, str(tmp_path), True, "### x", lambda r, path: None)
+
+
 def test_win_counts_and_binary_scores_by_hand():
     assert C.win_counts([3, 1, 2, 5], [1, 1, 4, 0]) == {"wins": 2, "ties": 1, "losses": 1, "n": 4, "rate": 2.5 / 4}
     res = C.binary_scores([True, True, False, False, True], [True, False, True, False, True])
@@ -74,11 +86,12 @@ def test_lexical_kernel_drops_the_question():
 def test_minilm_retriever_and_hard_negatives():
     import numpy as np
 
-    from grogu.experiments.retrieval import BM25Retriever, MiniLMRetriever, hard_negatives
+    from grogu.experiments.retrieval import hard_negatives
+    from grogu.retrieval import BM25Retriever, DenseRetriever
 
     texts = ["Paris is the capital of France.", "Bananas are yellow fruit.", "The capital of Italy is Rome.",
              "France borders Spain and Italy."]
-    dense = MiniLMRetriever(texts, cache=False)
+    dense = DenseRetriever(texts, cache=False)
     scores = dense.scores("What is the capital of France?")
     assert int(np.argmax(scores)) == 0
     emb = dense.encode(["What is the capital of France?", texts[2]])

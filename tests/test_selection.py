@@ -34,6 +34,13 @@ def test_order_by_ties_keep_retrieval_order():
     assert S.order_by([1.0, 2.0, 2.0, 0.0]) == [1, 2, 0, 3]
 
 
+def test_argmax_ties_go_to_the_earlier():
+    assert S.argmax([1.0, 2.0, 2.0, 0.0]) == 1
+    assert S.argmax([-3.0]) == 0 and S.argmax([0.5, 0.5, 0.5]) == 0
+    with pytest.raises(ValueError, match="no scores"):
+        S.argmax([])
+
+
 def test_context_candidates_families():
     assert S.context_candidates(5, 3, "swap") == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
     assert S.context_candidates(5, 3, "swap", swaps=1) == [[0, 1, 2], [0, 1, 3]]

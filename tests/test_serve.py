@@ -182,6 +182,13 @@ def test_influence_and_acu_equal_in_process(service, model_dir, local):
     given = remote.score(QUERY, DOCS[:2], answer="Canberra")
     assert given.answer == "Canberra"
     assert given.scores == pytest.approx(reference.score(QUERY, DOCS[:2], answer="Canberra").scores, abs=TOL)
+    forward = RemoteInfluenceScorer(service, token=TOKEN, max_new_tokens=N, method="leave_one_out_logprob")
+    got = forward.score(QUERY, DOCS[:3], answer="Canberra")
+    want = InfluenceScorer(local.engine, max_new_tokens=N, method="leave_one_out_logprob").score(
+        QUERY, DOCS[:3], answer="Canberra")
+    assert forward.forward_only and got.method == want.method and got.embedder is None
+    assert got.scores == pytest.approx(want.scores, abs=TOL)
+    assert got.forward.logprobs == pytest.approx(want.forward.logprobs, abs=TOL)
     items = [("Canberra is the capital of Australia.", "Canberra was chosen in 1908.", "SUPPORTS"),
              ("Sydney is the capital of Australia.", "Canberra is the capital.", "REFUTES")]
     for a, b in zip(RemoteACUScorer(service, token=TOKEN).score_batch(items), ACUScorer(local.engine).score_batch(items)):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .engine import get_engine
+from .models import DEFAULT_MODEL
 
 #: stance of the evidence -> the label it should raise
 STANCES = {"supports": "True", "support": "True", "true": "True", "refutes": "False", "refute": "False",
@@ -72,7 +73,7 @@ class ACUScorer:
         prompt_with / prompt_without: templates with ``{claim}`` (and ``{evidence}``).
     """
 
-    def __init__(self, model: Any = "smollm2-135m-instruct", *, labels: Sequence[str] = ("True", "None", "False"),
+    def __init__(self, model: Any = DEFAULT_MODEL, *, labels: Sequence[str] = ("True", "None", "False"),
                  prompt_with: str = DEFAULT_PROMPT_WITH, prompt_without: str = DEFAULT_PROMPT_WITHOUT,
                  device: str | None = None, dtype: str | None = None) -> None:
         if isinstance(labels, str) or not isinstance(labels, Sequence):

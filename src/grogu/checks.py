@@ -159,6 +159,27 @@ def check_seed(value: Any, name: str = "seed", *, allow_none: bool = True) -> in
     return int(value)
 
 
+def check_masks(masks: Any, k: int, name: str = "masks") -> Any:
+    """Ablation masks for k documents as a [m, k] numpy bool array (m >= 1; row j, column i: document i
+    kept in ablation j). Accepts bools or the numbers 0 and 1; anything else (other numbers, NaN, a
+    ragged or wrongly shaped array) is a ValueError naming the problem."""
+    import numpy as np
+
+    try:
+        arr = np.asarray(masks)
+    except (ValueError, TypeError) as exc:  # ragged rows
+        raise ValueError(f"{name} must be an [m, {k}] array of 0/1 or bools: {exc}") from exc
+    if arr.dtype == object or arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != k:
+        raise ValueError(f"{name} must be an [m, {k}] array of 0/1 or bools with m >= 1 "
+                         f"(one column per document), got shape {arr.shape}")
+    if arr.dtype != bool:
+        if not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"{name} must hold 0/1 or bools, got dtype {arr.dtype}")
+        if np.isnan(arr.astype(np.float64)).any() or not np.isin(arr, (0, 1)).all():
+            raise ValueError(f"{name} must hold only 0/1 or bools (no NaN or other numbers)")
+    return arr.astype(bool)
+
+
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
     """One of ``choices``."""
     choices = tuple(choices)
@@ -171,5 +192,5 @@ __all__ = [
     "check_query", "check_documents", "check_document_list", "check_pairs", "check_int", "check_positive_int",
     "check_top_n", "check_float",
     "check_threshold", "check_alpha", "check_fraction", "check_probability", "check_positive_float",
-    "check_temperature", "check_seed", "check_choice",
+    "check_temperature", "check_seed", "check_choice", "check_masks",
 ]

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from . import checks as C
 from . import metrics as M
+from .files import read_documents
 from .models import DEFAULT_MODEL
 from .rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
 from .selection import CANDIDATE_FAMILIES, RERANK_MODES
@@ -57,19 +58,6 @@ THRESHOLD = _setting(float, C.check_threshold)
 ALPHA = _setting(float, C.check_alpha)
 FRACTION = _setting(float, C.check_fraction, "value")
 PROBABILITY = _setting(float, C.check_probability, "value")
-
-
-def read_documents(path: str) -> list[Any]:
-    """Documents from a .jsonl / .json / text file ("-" reads standard input as text)."""
-    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-    if path.endswith(".jsonl"):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    if path.endswith(".json"):
-        data = json.loads(text)
-        if not isinstance(data, list):
-            raise SystemExit(f"{path}: expected a JSON list of documents")
-        return data
-    return [p.strip() for p in text.split("\n\n") if p.strip()]
 
 
 def iter_queries(args: argparse.Namespace) -> Iterator[dict]:
@@ -163,14 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
                            help="context: candidate contexts")
             p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                            help="context: how much a candidate must beat the retriever's own context")
-    p = sub.add_parser("influence", help="Influence Score of each document on the answer (2k+1 generations)")
+    p = sub.add_parser("influence", help="Influence Score of each document on the answer (2k+1 generations; "
+                                          "forward-only methods: no generation)")
     _common(p)
     p.add_argument("--answer", default=None, help="the answer actually given (default: generate it from all documents)")
     p.add_argument("--embedder", default="all-minilm-l6-v2", help="sentence-transformers model (default: packaged MiniLM)")
-    p.add_argument("--method", default="exact", choices=("exact", "ablation", "auto"),
+    p.add_argument("--method", default="exact",
+                   choices=("exact", "ablation", "auto", "leave_one_out_logprob", "contextcite"),
                    help="exact: 2k+1 generations; ablation: ContextCite-style estimate from --ablations random "
-                        "ablations; auto: ablation above 12 documents when cheaper")
-    p.add_argument("--ablations", type=POSITIVE_INT, default=32, help="random ablations for --method ablation/auto")
+                        "ablations; auto: ablation above 12 documents when cheaper; forward-only, no generation but "
+                        "the answer when --answer is not given: leave_one_out_logprob (drop of the answer's "
+                        "log-probability without each document, k+1 forward passes) or contextcite (ContextCite's "
+                        "LASSO on --ablations masks)")
+    p.add_argument("--ablations", type=POSITIVE_INT, default=None,
+                   help="random ablations for --method ablation/auto (default 32) or contextcite (default 64)")
     p.add_argument("--seed", type=int, default=0, help="seed of the ablation masks")
     p = sub.add_parser("seper", help="ΔSePer of each document (reference-based)")
     _common(p)
@@ -244,7 +238,8 @@ def other_metric(args: argparse.Namespace) -> int:
         _print_rows(f"query: {args.query}\nanswer: {r.answer}\nmethod: {r.method}", ["doc", "influence", "document"],
                     [[i, s, d] for i, (s, d) in enumerate(zip(r.scores, docs))], args.json,
                     {"query": args.query, "answer": r.answer, "method": r.method, "scores": r.scores,
-                     "leave_one_out_answers": r.leave_one_out_answers, "single_answers": r.single_answers})
+                     "leave_one_out_answers": r.leave_one_out_answers, "single_answers": r.single_answers,
+                     **({"logprobs": r.forward.logprobs, "masks": r.forward.masks} if r.forward else {})})
         return 0
     from .seper import SePerScorer
 

@@ -295,6 +295,23 @@ class Engine:
             batches.append(current)
         return batches
 
+    def _unpadded(self, batches: list[list[int]], lengths: Sequence[int]) -> list[list[int]]:
+        """Batches whose rows need no padding, for models whose caches cannot be stacked.
+
+        Sliding-window layers (Gemma 2/3, Mistral) count their window in cache slots, not in token
+        positions, so a padding slot or a rejected draft inside the window hides a real token, and a
+        recurrent layer reads padding as input: for those models a batch holds rows of one length only
+        (their prefix is still shared) and decoding uses no drafts (:meth:`_generate_batch`)."""
+        if self._stackable():
+            return batches
+        out: list[list[int]] = []
+        for batch in batches:
+            by_length: dict[int, list[int]] = {}
+            for i in batch:
+                by_length.setdefault(lengths[i], []).append(i)
+            out.extend(by_length.values())
+        return out
+
     def _run(self, batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]]) -> dict[int, Any]:
         """Run fn on each batch; on out-of-memory split the batch in two and retry."""
         results: dict[int, Any] = {}
@@ -535,7 +552,7 @@ class Engine:
         and masks the cache slots of rejected drafts out. Entropies and log-probabilities are read at
         the positions that produced each kept token."""
         n = len(seqs)
-        lookup = temperature is None and self.prompt_lookup > 0
+        lookup = temperature is None and self.prompt_lookup > 0 and self._stackable()  # see _unpadded
         room = max_new_tokens + (self.prompt_lookup if lookup else 0)  # decode writes the cache in place
         logits, cache, attention, last_pos = self._prefill(seqs, logits_to_keep=1, room=room)
         reserve(cache, room)  # a cache not stacked from groups (those are reserved already)
@@ -682,7 +699,7 @@ class Engine:
             if temperature is not None:
                 generators = _row_generators(prompts, seed if seed is not None else torch.seed())
             lengths = [len(p) + max_new_tokens for p in prompts]
-            batches = self._plan(lengths, prompts=prompts)
+            batches = self._unpadded(self._plan(lengths, prompts=prompts), lengths)
             res = self._run(batches, lambda b: dict(zip(b, self._generate_batch(
                 [prompts[i] for i in b], max_new_tokens, temperature,
                 None if generators is None else [generators[i] for i in b]))))
@@ -704,8 +721,8 @@ class Engine:
         if todo:
             lengths = [len(prompts[i]) + len(conts[i]) for i in todo]
             with self._lock, self.kernels():
-                batches = self._plan(lengths, logit_rows=[len(conts[i]) for i in todo],
-                                     prompts=[prompts[i] for i in todo])
+                batches = self._unpadded(self._plan(lengths, logit_rows=[len(conts[i]) for i in todo],
+                                                    prompts=[prompts[i] for i in todo]), lengths)
                 batches = [[todo[j] for j in b] for b in batches]
                 res.update(self._run(batches, lambda b: dict(zip(b, self._token_stats_batch(
                     [prompts[i] for i in b], [conts[i] for i in b])))))
@@ -729,7 +746,8 @@ class Engine:
             return dict(zip(batch, logp))
 
         with self._lock, self.kernels():
-            res = self._run(self._plan([len(p) for p in prompts]), run)
+            lengths = [len(p) for p in prompts]
+            res = self._run(self._unpadded(self._plan(lengths), lengths), run)
         return torch.stack([res[i] for i in range(len(prompts))])
 
 

@@ -14,6 +14,10 @@ change of that similarity when document i is present. Cost: m generations (+1 fo
 when not given) instead of 2k + 1, and about m/(2k) of the exact score's prompt tokens. Were y exactly
 linear in the mask, IS_i = y({i}) - y(all but i) = 2 w_i - sum_j w_j: the same ranking. The estimate
 is on its own scale (w_i, sparse: many are 0) and only as good as y is linear in the documents kept.
+
+Forward-only attribution (``method="leave_one_out_logprob"`` or ``"contextcite"``, see
+:mod:`grogu.attribution`) generates nothing but the full-context answer when none is given: the answer
+is teacher-forced under each ablated context and its log-probability compared; no embedder is loaded.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ import numpy as np
 import torch
 
 from .batching import Coalescer
-from .checks import check_choice, check_documents, check_positive_float, check_positive_int, check_query, check_seed
+from . import attribution
+from .attribution import FORWARD_METHODS, ForwardData, ForwardJob
+from .checks import (check_choice, check_documents, check_masks, check_positive_float, check_positive_int,
+                     check_query, check_seed)
 from .engine import get_engine
 from .models import EMBEDDED_EMBEDDERS, embedded_embedder_path
 from .prompts import Document, PromptBuilder, PromptTemplate
@@ -35,7 +42,10 @@ from .prompts import Document, PromptBuilder, PromptTemplate
 #: generations than the exact score (n_ablations < 2k + 1).
 AUTO_ABLATION_ABOVE_K = 12
 
-METHODS = ("exact", "ablation", "auto")
+EMBEDDING_METHODS = ("exact", "ablation", "auto")
+METHODS = EMBEDDING_METHODS + FORWARD_METHODS
+#: m when n_ablations is not given: 32 for the embedding estimate, ContextCite's 64 for contextcite.
+DEFAULT_ABLATIONS = {"ablation": 32, "auto": 32, "contextcite": attribution.CONTEXTCITE_ABLATIONS}
 
 
 @dataclass(kw_only=True)
@@ -53,17 +63,21 @@ class Ablations:
 class InfluenceResult:
     """Per-document Influence Scores (input order) and the answers they come from.
 
-    ``method`` is "exact" (the 2k + 1 formula; leave-one-out and single-document answers filled) or
-    "ablation" (LASSO estimate; those two lists empty, ``ablations`` filled when asked for)."""
+    ``method`` is "exact" (the 2k + 1 formula; leave-one-out and single-document answers filled),
+    "ablation" (LASSO estimate; those two lists empty, ``ablations`` filled when asked for), or a
+    forward-only method, "leave_one_out_logprob" (scores in nats) or "contextcite" (LASSO weights on
+    the logit-probability), with ``forward`` holding the masks and log-probabilities read and
+    ``embedder`` None."""
 
     scores: list[float]
     answer: str
     leave_one_out_answers: list[str]
     single_answers: list[str]
     model: str
-    embedder: str
+    embedder: str | None
     method: str = "exact"
     ablations: Ablations | None = None
+    forward: ForwardData | None = None
 
 
 def influence_scores(full: torch.Tensor, leave_one_out: torch.Tensor, single: torch.Tensor) -> list[float]:
@@ -133,36 +147,59 @@ class InfluenceScorer:
         template: prompt text override (:class:`~grogu.prompts.PromptTemplate`).
         method: "exact" (2k + 1 generations), "ablation" (the ContextCite-style estimate from
             ``n_ablations`` random ablations) or "auto" (ablation when k > 12 and n_ablations < 2k + 1,
-            so k >= 16 with the default m). Default "exact".
-        n_ablations: m, the number of random ablations (default 32, ContextCite's figure; at k = 16
-            that is about the exact cost, below it for larger k).
+            so k >= 16 with the default m). Default "exact". Forward-only (no generation but the
+            full-context answer when none is given, see :mod:`grogu.attribution`):
+            "leave_one_out_logprob" (k + 1 forward passes) or "contextcite" (m forward passes + LASSO).
+        n_ablations: m, the number of random ablations (default 32 for "ablation"/"auto": at k = 16
+            that is about the exact cost, below it for larger k; 64 for "contextcite", ContextCite's).
         seed: seed of the ablation masks; each query draws them afresh from it, so a result does not
-            depend on what else is in the batch. None: different masks every call.
+            depend on what else is in the batch. None: different masks every call. With "contextcite"
+            the masks are ContextCite's own draw (seed 0: the masks ``ContextCiter`` uses).
         lasso_alpha: L1 penalty of the surrogate fit, on standardised masks (default 0.01, ContextCite's).
     """
 
     def __init__(self, model: Any = "smollm2-135m-instruct", *, embedder: Any = "all-minilm-l6-v2",
                  max_new_tokens: int = 64, template: PromptTemplate | None = None,
                  device: str | None = None, dtype: str | None = None, method: str = "exact",
-                 n_ablations: int = 32, seed: int | None = 0, lasso_alpha: float = 0.01) -> None:
+                 n_ablations: int | None = None, seed: int | None = 0, lasso_alpha: float = 0.01) -> None:
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         method = check_choice("method", method, METHODS)
+        if n_ablations is None:
+            n_ablations = DEFAULT_ABLATIONS.get(method, 32)
         n_ablations = check_positive_int("n_ablations", n_ablations)
         seed = check_seed(seed)
+        if method == "contextcite" and seed is not None:
+            attribution.contextcite_masks(0, n_ablations, seed)  # the seed range check
         lasso_alpha = check_positive_float("lasso_alpha", lasso_alpha)
         self.method, self.n_ablations, self.seed, self.lasso_alpha = method, n_ablations, seed, float(lasso_alpha)
         self.engine = get_engine(model, device=device, dtype=dtype)
-        self.embedder = load_embedder(embedder, device=device)
-        self.embedder_name = embedder if isinstance(embedder, str) else _model_path(self.embedder)
+        self._embedder_spec, self._device, self._embedder = embedder, device, None
+        if method in EMBEDDING_METHODS:  # forward-only methods load it only when asked for
+            self._embedder = load_embedder(embedder, device=device)
+        self.embedder_name = embedder if isinstance(embedder, str) else _model_path(embedder)
         self.max_new_tokens = max_new_tokens
         self.prompts = PromptBuilder(self.engine.tokenizer, self.engine.max_context_tokens, max_new_tokens, template)
         self._coalescer = Coalescer(self._run_jobs)
+
+    @property
+    def embedder(self):
+        """The sentence-transformers model F (loaded on first use with a forward-only method)."""
+        if self._embedder is None:
+            self._embedder = load_embedder(self._embedder_spec, device=self._device)
+        return self._embedder
+
+    @property
+    def forward_only(self) -> bool:
+        return self.method in FORWARD_METHODS
 
     def _prompt(self, query: str, docs: list[Document]) -> list[int]:
         return self.prompts.grounded_ids(query, docs) if docs else self.prompts.ungrounded_ids(query)
 
     def method_for(self, k: int) -> str:
-        """The method used for k documents: "exact" or "ablation" (exact for k = 0: nothing to estimate)."""
+        """The method used for k documents: "exact" or "ablation" (exact for k = 0: nothing to estimate),
+        or the forward-only method the scorer was made with."""
+        if self.forward_only:
+            return self.method
         if k == 0:
             return "exact"
         if self.method == "auto":
@@ -173,7 +210,46 @@ class InfluenceScorer:
         """[n_ablations, k] bool: each document kept with probability 1/2, drawn from ``seed``."""
         return np.random.default_rng(self.seed).random((self.n_ablations, k)) < 0.5
 
-    def _run_jobs(self, jobs: list[tuple[str, list[Document], str | None, bool]]) -> list[InfluenceResult]:
+    def _run_jobs(self, jobs: list[tuple]) -> list[InfluenceResult]:
+        if self.forward_only:
+            return self._run_forward(jobs)
+        return self._run_generative([job[:4] for job in jobs])
+
+    def _target(self, answer: str) -> list[int]:
+        """A given answer's tokens plus the end-of-turn token (the tokenizer's EOS when it is a stop
+        token, else the first stop token)."""
+        eos = self.engine.tokenizer.eos_token_id
+        eot = eos if eos in self.engine.stop_token_ids else self.engine.stop_token_ids[0]
+        return self.engine.encode(answer) + [int(eot)]
+
+    def _run_forward(self, jobs: list[tuple]) -> list[InfluenceResult]:
+        """Forward-only attribution of many (query, documents, answer-or-None, _, masks-or-None) jobs:
+        one generation call for the answers not given, one teacher-forced call for every context."""
+        todo = [i for i, (_, docs, answer, _, _) in enumerate(jobs) if answer is None]
+        gens = dict(zip(todo, self.engine.generate([self._prompt(jobs[i][0], jobs[i][1]) for i in todo],
+                                                   self.max_new_tokens))) if todo else {}
+        answers, fjobs = [], []
+        for i, (query, docs, answer, _, masks) in enumerate(jobs):
+            if i in gens:
+                g = gens[i]
+                answer, target = g.text, g.token_ids + ([g.stop_token_id] if g.finished else [])
+            else:
+                target = self._target(answer)
+            answers.append(answer)
+            if docs:
+                fjobs.append(ForwardJob(query, docs, target, masks))
+        seed = self.seed if self.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+        done = iter(attribution.attribute(self.engine, self._prompt, fjobs, self.method, n_ablations=self.n_ablations,
+                                          seed=seed, alpha=self.lasso_alpha))
+        out = []
+        for (query, docs, *_), answer in zip(jobs, answers):
+            scores, data = next(done) if docs else ([], None)
+            out.append(InfluenceResult(scores=scores, answer=answer, leave_one_out_answers=[], single_answers=[],
+                                       model=str(self.engine.model_name), embedder=None, method=self.method,
+                                       forward=data))
+        return out
+
+    def _run_generative(self, jobs: list[tuple[str, list[Document], str | None, bool]]) -> list[InfluenceResult]:
         """All generations of many (query, documents, answer-or-None, return_ablations) jobs in one
         engine call, and one embedding call."""
         plans = []  # per job: (method, masks or None)
@@ -217,18 +293,25 @@ class InfluenceScorer:
                                        method="ablation", ablations=ablations, **common))
         return out
 
-    def _job(self, query: str, documents: Sequence[Any], answer: str | None, return_ablations: bool = False):
+    def _job(self, query: str, documents: Sequence[Any], answer: str | None, return_ablations: bool = False,
+             masks: Any = None):
         query, docs = check_query(query), check_documents(documents)
         if answer is not None and not isinstance(answer, str):
             raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
-        return (query, docs, answer, bool(return_ablations))
+        if masks is not None:
+            if self.method != "contextcite":
+                raise ValueError(f"masks are taken by method='contextcite' only, this scorer's method is {self.method!r}")
+            masks = check_masks(masks, len(docs))
+        return (query, docs, answer, bool(return_ablations), masks)
 
     def score(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
-              return_ablations: bool = False) -> InfluenceResult:
+              return_ablations: bool = False, masks: Any = None) -> InfluenceResult:
         """Influence Score of each document for the answer to ``query`` (generated from all documents
         when ``answer`` is None). No documents give an empty result. With the ablation method,
-        ``return_ablations=True`` keeps the masks, similarities and answers in ``result.ablations``."""
-        return self._run_jobs([self._job(query, documents, answer, return_ablations)])[0]
+        ``return_ablations=True`` keeps the masks, similarities and answers in ``result.ablations``.
+        With method "contextcite", ``masks`` ([m, k] bools, True = document kept) replaces the drawn
+        masks (e.g. to compare with another implementation on the same ablations)."""
+        return self._run_jobs([self._job(query, documents, answer, return_ablations, masks)])[0]
 
     def score_batch(self, items: Sequence[tuple[str, Sequence[Any], str | None]], *,
                     return_ablations: bool = False) -> list[InfluenceResult]:

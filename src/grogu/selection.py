@@ -73,6 +73,13 @@ def order_by(scores: Sequence[float]) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: (-scores[i], i))
 
 
+def argmax(scores: Sequence[float]) -> int:
+    """Index of the highest score; ties go to the earlier position."""
+    if len(scores) == 0:
+        raise ValueError("argmax of no scores")
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
 def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int = 2) -> list[list[int]]:
     """Candidate contexts (lists of indices into the retrieval order), the retriever's own top-n first.
 
@@ -111,7 +118,7 @@ def choose_context(scores: Sequence[float], margin: float = 0.0) -> int:
     by more than ``margin``, else 0. Ties go to the earlier candidate."""
     if not scores:
         raise ValueError("no candidate contexts")
-    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    best = argmax(scores)
     return best if scores[best] > scores[0] + margin else 0
 
 
@@ -122,6 +129,7 @@ def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margi
 
 
 __all__ = [
+    "argmax",
     "RERANK_MODES", "CANDIDATE_FAMILIES", "check_mode", "rank_scores", "fuse", "order_by",
     "context_candidates", "choose_context", "kept_relative_to_none",
 ]

@@ -24,6 +24,7 @@ import torch
 
 from .checks import check_documents, check_positive_int, check_probability, check_query, check_seed, check_temperature
 from .engine import Generation, get_engine
+from .models import DEFAULT_MODEL
 from .prompts import Document, PromptBuilder, PromptTemplate
 
 Kernel = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
@@ -156,7 +157,7 @@ class SePerScorer:
             None: fresh samples every call).
     """
 
-    def __init__(self, model: Any = "smollm2-135m-instruct", *, entailment: Any, n_samples: int = 10,
+    def __init__(self, model: Any = DEFAULT_MODEL, *, entailment: Any, n_samples: int = 10,
                  temperature: float = 1.0, tau: float = 0.5, max_new_tokens: int = 32, seed: int | None = 0,
                  template: PromptTemplate | None = None, device: str | None = None, dtype: str | None = None) -> None:
         n_samples = check_positive_int("n_samples", n_samples)

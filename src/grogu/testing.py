@@ -38,8 +38,9 @@ def embedded_tokenizer():
 
 
 def tiny_model(arch: str = "llama", vocab_size: int = 49152, seed: int = 0, **overrides: Any):
-    """A 2-layer model of a real architecture ('llama', 'qwen2', 'gpt2') with random weights, peaked
-    enough (initializer_range 0.4) that greedy decoding has no near-ties."""
+    """A 2-layer model of a real architecture ('llama', 'qwen2', 'gpt2', 'gemma3') with random weights,
+    peaked enough (initializer_range 0.4) that greedy decoding has no near-ties. 'gemma3' has a
+    sliding-window layer (window 16) and a full-attention layer, as Gemma 3 interleaves them."""
     import transformers as tf
 
     torch.manual_seed(seed)
@@ -55,8 +56,13 @@ def tiny_model(arch: str = "llama", vocab_size: int = 49152, seed: int = 0, **ov
     elif arch == "gpt2":
         cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=1024, **common)
         cls = tf.GPT2LMHeadModel
+    elif arch == "gemma3":
+        cfg = tf.Gemma3TextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+                                  sliding_window=16, layer_types=["sliding_attention", "full_attention"], **common)
+        cls = tf.Gemma3ForCausalLM
     else:
-        raise ValueError(f"unknown tiny architecture {arch!r}; use 'llama', 'qwen2' or 'gpt2'")
+        raise ValueError(f"unknown tiny architecture {arch!r}; use 'llama', 'qwen2', 'gpt2' or 'gemma3'")
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return cls(cfg).eval()

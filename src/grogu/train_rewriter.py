@@ -23,6 +23,8 @@ import json
 import os
 from typing import Any, Sequence
 
+from .models import DEFAULT_MODEL
+
 TRAIN_EXTRA_HINT = ('grogu train-rewriter needs TRL and datasets, the "train" extra: pip install -e ".[train]" '
                     '(or pip install "grogu[train]")')
 
@@ -191,7 +193,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", help="folder written by grogu rewrite-pairs (sft.jsonl, dpo.jsonl)")
     p.add_argument("--sft", help="SFT JSONL ({'prompt','completion'}); overrides --pairs")
     p.add_argument("--dpo", help="DPO JSONL ({'prompt','chosen','rejected'}); overrides --pairs")
-    p.add_argument("--model", default="smollm2-135m-instruct", help="rewriter to train (alias, path, .gguf, hub id)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="rewriter to train (alias, path, .gguf, hub id)")
     p.add_argument("--output", required=True, help="output folder (final model in <output>/final)")
     p.add_argument("--sft-steps", type=int, default=-1, help="optimiser steps (-1: --sft-epochs epochs; 0: skip)")
     p.add_argument("--dpo-steps", type=int, default=-1, help="optimiser steps (-1: --dpo-epochs epochs; 0: skip)")

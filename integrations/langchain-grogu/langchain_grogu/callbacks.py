@@ -9,7 +9,7 @@ For every run tree it sees (a top-level ``invoke``/``ainvoke``/``batch`` item), 
 documents returned by the outermost retriever(s) (``on_retriever_end``; a retriever inside a
 retriever, e.g. the base retriever of :class:`~langchain_grogu.GroguRetriever`, is not counted twice)
 and the answer (the run's final output when it is text, else the last LLM output). When the run
-ends it computes each document's Influence Score (DESIGN.md §2.5) with the target LLM:
+ends it computes each document's Influence Score (DocImpact; see ``grogu.influence``) with the target LLM:
 
     IS_i = cos(F(G(i)), F(answer)) - cos(F(G(all but i)), F(answer))
 
@@ -36,6 +36,7 @@ from grogu import PromptTemplate, batching
 from grogu.checks import check_choice
 from grogu.influence import InfluenceResult, InfluenceScorer
 from grogu.serve import RemoteInfluenceScorer
+from grogu.models import DEFAULT_MODEL
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, CallbackManager
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
@@ -128,12 +129,19 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         method: "exact" (2k + 1 generations; default), "ablation" (ContextCite-style estimate from
             ``n_ablations`` random ablations; the documents' ``single_answer`` and
             ``leave_one_out_answer`` are then None) or "auto" (ablation above 12 documents when it
-            is cheaper). See ``grogu.influence.InfluenceScorer``.
+            is cheaper); forward-only, generating nothing when the run gave its answer:
+            "leave_one_out_logprob" (drop of the answer's log-probability without each document, nats;
+            k + 1 forward passes) or "contextcite" (ContextCite's LASSO weights from ``n_ablations``
+            masks, default 64). See ``grogu.influence.InfluenceScorer`` and the README's "which method when".
+        n_ablations, seed: the number of random ablations (default: 32 for "ablation"/"auto", 64 for
+            "contextcite") and the seed of their masks.
 
     A record is a JSON-ready dict: ``run_id``, ``run_name``, ``tags``, ``metadata`` (of the root run),
     ``query``, ``answer``, ``answer_source`` ('output': the run's final output, 'llm': the last LLM
     output, 'grogu': none was given, so the target LLM's full-context answer was used), ``model``,
-    ``embedder``, ``method`` ("exact" or "ablation"), ``influence`` (IS per document, retrieval order),
+    ``embedder`` (None for a forward-only method), ``method`` (the method that made the scores),
+    ``influence`` (IS per document, retrieval order), ``logprobs`` (forward-only methods: log P(answer |
+    each scored context) in nats, else None),
     ``documents`` (each with ``index``, ``id``, ``page_content``, ``metadata``, ``influence``, ``single_answer``,
     ``leave_one_out_answer``), ``created_at`` (UTC ISO time), ``elapsed_s`` and ``error``.
     Runs that retrieved nothing through a retriever are not recorded.
@@ -141,7 +149,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
 
     def __init__(
         self,
-        model: Any = "smollm2-135m-instruct",
+        model: Any = DEFAULT_MODEL,
         *,
         embedder: Any = "all-minilm-l6-v2",
         sinks: Any = None,
@@ -154,7 +162,8 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         device: str | None = None,
         dtype: str | None = None,
         method: str = "exact",
-        n_ablations: int = 32,
+        n_ablations: int | None = None,
+        seed: int | None = 0,
     ) -> None:
         on_error = check_choice("on_error", on_error, ("raise", "passthrough"))
         if event_name is not None and (not isinstance(event_name, str) or not event_name):
@@ -166,12 +175,13 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
             else:
                 self.scorer = RemoteInfluenceScorer(remote if isinstance(remote, str) else remote.transport,
                                                     max_new_tokens=max_new_tokens, template=template, method=method,
-                                                    n_ablations=n_ablations)
+                                                    n_ablations=n_ablations, seed=seed)
             self.model_name = self.scorer.model_name
         else:
             engine = resolve_engine(model, device, dtype)
             self.scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens,
-                                          template=template, device=device, method=method, n_ablations=n_ablations)
+                                          template=template, device=device, method=method, n_ablations=n_ablations,
+                                          seed=seed)
             self.model_name = model_label(model, engine)
         self.sinks = as_sinks(sinks)
         self.event_name = event_name
@@ -299,6 +309,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
             "model": self.model_name, "embedder": result.embedder if result else None,
             "method": result.method if result else self.scorer.method,
             "influence": list(result.scores) if result else None, "documents": docs,
+            "logprobs": result.forward.logprobs if result and result.forward else None,
             "created_at": datetime.now(timezone.utc).isoformat(), "elapsed_s": round(elapsed, 4), "error": error,
         }
 

@@ -5,9 +5,10 @@
 >>> docs = compressor.compress_documents(retrieved_docs, "Who wrote Hamlet?")
 >>> docs[0].metadata["grogu"]["score"]
 
-Each document is scored alone as the grounding context of the query (DESIGN.md §2.1): the target LLM
-answers greedily with the document, and the score is minus the mean entropy (nats) of the answer's key
-tokens, so higher means the document makes the LLM surer of its grounded answer.
+Each document is scored alone as the grounding context of the query (GROGU, Hua et al.; see
+``grogu.metrics``): the target LLM answers greedily with the document, and the score is minus the mean
+entropy (nats) of the answer's key tokens, so higher means the document makes the LLM surer of its
+grounded answer.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from grogu.serve import RemoteScorer
 from grogu.checks import (check_alpha, check_float, check_fraction, check_int, check_positive_int, check_threshold,
                           check_top_n)
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
+from grogu.models import DEFAULT_MODEL
 from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
@@ -42,7 +44,7 @@ class GroguScoring(BaseModel):
     reranking they both do. The scorer is built (and a model given by name loaded, once per process)
     when the object is created."""
 
-    model: Any = "smollm2-135m-instruct"
+    model: Any = DEFAULT_MODEL
     """The target LLM that will read the documents: a model name/path/hub id, a ``grogu.Engine``, a
     ``(model, tokenizer)`` pair, a ``HuggingFacePipeline`` (its model and tokenizer are reused), a
     ``ChatHuggingFace`` over one, a transformers text-generation pipeline, or the shared scoring
@@ -53,8 +55,8 @@ class GroguScoring(BaseModel):
     """Keep only documents whose utility is >= threshold (minus key-token entropy in nats for the
     default metric: e.g. -1.5 keeps documents whose answer key tokens have at most 1.5 nats)."""
     metric: str = DEFAULT_METRIC
-    """A name from ``grogu.METRICS``: 'key_entropy' (default), 'entropy', 'ppl', 'key_ppl' (DESIGN.md
-    §2.1), or a small-model variant (see ``grogu.metrics``)."""
+    """A name from ``grogu.METRICS``: 'key_entropy' (default), 'entropy', 'ppl', 'key_ppl' (the GROGU
+    paper's four variants), or a small-model variant (see ``grogu.metrics``)."""
     alpha: float = ALPHA
     """Key-token threshold on |H_grounded - H_ungrounded| in nats."""
     top_k_frac: float = TOP_K_FRAC

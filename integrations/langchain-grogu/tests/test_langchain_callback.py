@@ -113,6 +113,30 @@ def test_ablation_method(chain, retriever, llm, engine, questions):
                  InfluenceScorer(engine, max_new_tokens=N, method="ablation", n_ablations=6))
 
 
+@pytest.mark.parametrize("method", ["leave_one_out_logprob", "contextcite"])
+def test_forward_only_methods(chain, retriever, llm, engine, questions, method):
+    """Forward-only attribution of the chain's answer: the record says which method made it and holds
+    InfluenceScorer's scores and log-probabilities, computed directly on the documents the LLM read."""
+    records: list[dict] = []
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N, method=method,
+                                       n_ablations=12 if method == "contextcite" else None, seed=4)
+    query = questions[2]
+    answer = chain.invoke(query, config={"callbacks": [handler]})
+    docs = retriever.invoke(query)
+    assert len(records) == 1
+    record = records[0]
+    expected = InfluenceScorer(engine, max_new_tokens=N, method=method, n_ablations=12 if method == "contextcite"
+                               else None, seed=4).score(query, [d.page_content for d in docs], answer=answer)
+    assert record["method"] == expected.method == method and record["embedder"] is None
+    assert record["answer"] == answer and record["answer_source"] == "output" and record["error"] is None
+    assert record["influence"] == pytest.approx(expected.scores, abs=1e-4)
+    assert record["logprobs"] == pytest.approx(expected.forward.logprobs, abs=1e-4)
+    assert len(record["logprobs"]) == (len(docs) + 1 if method == "leave_one_out_logprob" else 12)
+    assert max(abs(s) for s in record["influence"]) > 0  # real values, not a placeholder
+    assert [d["influence"] for d in record["documents"]] == record["influence"]
+    assert all(d["single_answer"] is None and d["leave_one_out_answer"] is None for d in record["documents"])
+
+
 def test_batch_runs_are_kept_apart(chain, retriever, llm, influence, questions):
     records: list[dict] = []
     handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)

@@ -80,6 +80,31 @@ def test_ablation_method(index, llm, embed_model, questions, attach):
     assert records[0]["single_answers"] == [] and records[0]["leave_one_out_answers"] == []
 
 
+@pytest.mark.parametrize("method", ["leave_one_out_logprob", "contextcite"])
+def test_forward_only_methods(index, llm, embed_model, questions, attach, method):
+    """Forward-only attribution of the answer given: the record says which method made it; the scores
+    and log-probabilities equal InfluenceScorer's on the response's source nodes."""
+    records = []
+    n = 10 if method == "contextcite" else None
+    attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=records, max_new_tokens=TOKENS,
+                                 method=method, n_ablations=n, seed=2))
+    response = query_engine(index, llm).query(questions[3])
+    reference = InfluenceScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS, method=method,
+                                n_ablations=n, seed=2)
+    assert len(records) == 1
+    record = records[0]
+    docs = [node.node.get_content(metadata_mode=MetadataMode.LLM) for node in response.source_nodes]
+    expected = reference.score(record["query"], docs, answer=str(response))
+    assert record["method"] == method == expected.method and record["embedder"] is None and "error" not in record
+    assert record["answer"] == str(response) == expected.answer
+    assert [r["influence"] for r in record["nodes"]] == pytest.approx(expected.scores, abs=1e-4)
+    assert [node.node.metadata["influence"] for node in response.source_nodes] == pytest.approx(expected.scores, abs=1e-4)
+    assert record["logprobs"] == pytest.approx(expected.forward.logprobs, abs=1e-4)
+    assert len(record["logprobs"]) == (len(docs) + 1 if method == "leave_one_out_logprob" else 10)
+    assert max(abs(r["influence"]) for r in record["nodes"]) > 0
+    assert record["single_answers"] == [] and record["leave_one_out_answers"] == []
+
+
 def test_jsonl_and_logger_sinks(index, llm, embed_model, questions, reference, attach, tmp_path, caplog):
     path = tmp_path / "influence.jsonl"
     attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sink=str(path), max_new_tokens=TOKENS))

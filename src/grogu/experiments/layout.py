@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ..selection import argmax
 from . import common as C
 from .retrieval import hard_negatives, make_retriever
 
@@ -42,7 +43,7 @@ def build_items(limit: int | None, seed: int, retriever: str,
 def choose(utility: dict[str, dict[str, float]], metric: str) -> str:
     """The layout with the highest utility under ``metric``; ties go to the earlier layout."""
     names = list(LAYOUTS)
-    return max(names, key=lambda n: (utility[n][metric], -names.index(n)))
+    return names[argmax([utility[n][metric] for n in names])]
 
 
 def summarize(items: list[dict], models: list[str]) -> dict:

@@ -25,7 +25,7 @@ import random
 from typing import Any
 
 from . import common as C
-from .retrieval import BM25Retriever, MiniLMRetriever, hard_negatives, make_retriever
+from .retrieval import BM25Retriever, DenseRetriever, hard_negatives, make_retriever
 
 CONTEXTS = ("random", "retrieved")
 METRICS = C.GROGU_METRICS + ("bm25", "minilm")
@@ -55,7 +55,7 @@ def build_items(limit: int | None, seed: int, retriever: str,
 def relevance(items: list[dict], ret: Any, texts: list[str], device: str | None) -> None:
     """Mean BM25 and MiniLM score of each context's paragraphs for the question (in place)."""
     bm25 = ret if isinstance(ret, BM25Retriever) else BM25Retriever(texts)
-    minilm = ret if isinstance(ret, MiniLMRetriever) else MiniLMRetriever(None, device=device)
+    minilm = ret if isinstance(ret, DenseRetriever) else DenseRetriever(device=device)
     pairs = [(it["question"], pid) for it in items for c in CONTEXTS for pid in it["paragraph_ids"][c]]
     cos = iter(minilm.pair_scores([q for q, _ in pairs], [texts[p] for _, p in pairs]))
     for it in items:

@@ -17,13 +17,13 @@ import random
 from typing import Any
 
 from . import common as C
-from .retrieval import BM25Retriever, MiniLMRetriever, hard_negatives, make_retriever
+from .retrieval import BM25Retriever, DenseRetriever, hard_negatives, make_retriever
 
 OTHERS = ("distractor", "random")
 DOCS = ("gold",) + OTHERS
 METRICS = C.GROGU_METRICS + ("bm25", "minilm")
 SIGN_TESTS = (("key_entropy", "entropy"), ("key_ppl", "ppl"))
-#: Table 1 of the GROGU paper (KeyEntropy win-rates, %), as given in DESIGN.md §2.1
+#: Table 1 of the GROGU paper (KeyEntropy win-rates, %), as given in the paper (Hua et al.)
 PAPER = {"Phi-4": {"distractor": 90.7, "random": 95.8}, "Qwen2.5-7B": {"distractor": 84.3, "random": 91.0}}
 
 
@@ -50,7 +50,7 @@ def relevance(items: list[dict], ret: Any, device: str | None) -> None:
     else:
         paragraphs, _ = C.squad_data()
         bm25 = BM25Retriever([p["text"] for p in paragraphs])
-    minilm = ret if isinstance(ret, MiniLMRetriever) else MiniLMRetriever(None, device=device)
+    minilm = ret if isinstance(ret, DenseRetriever) else DenseRetriever(device=device)
     queries = [it["question"] for it in items for _ in DOCS]
     texts = [it["texts"][d] for it in items for d in DOCS]
     cos = iter(minilm.pair_scores(queries, texts))

@@ -116,8 +116,8 @@ class InfluenceSettings(_Strict):
 
     max_new_tokens: int = 64
     template: Optional[TemplateIn] = None
-    method: Literal["exact", "ablation", "auto"] = "exact"
-    n_ablations: int = 32
+    method: str = "exact"            # grogu.influence.METHODS, checked by InfluenceScorer
+    n_ablations: Optional[int] = None  # None: the method's default
     seed: Optional[int] = 0
     lasso_alpha: float = 0.01
 

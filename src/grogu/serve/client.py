@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from .. import metrics as M
 from ..checks import (check_alpha, check_choice, check_document_list, check_fraction, check_pairs,
                       check_positive_int, check_query, check_threshold, check_top_n)
+from ..attribution import FORWARD_METHODS
 from ..influence import METHODS, _triples
 from ..prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
 from ..rerank import DEFAULT_MODE, ModeSettings
@@ -242,15 +243,20 @@ class RemoteInfluenceScorer(_Remote):
 
     def __init__(self, url: Any, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
                  backoff: float = 0.25, max_new_tokens: int = 64, template: PromptTemplate | None = None,
-                 method: str = "exact", n_ablations: int = 32, seed: int | None = 0,
+                 method: str = "exact", n_ablations: int | None = None, seed: int | None = 0,
                  lasso_alpha: float = 0.01) -> None:
         super().__init__(url, token, timeout, retries, backoff)
         self.max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         self.method = check_choice("method", method, METHODS)
-        self.n_ablations = check_positive_int("n_ablations", n_ablations)
+        self.n_ablations = None if n_ablations is None else check_positive_int("n_ablations", n_ablations)
         if template is not None and not isinstance(template, PromptTemplate):
             raise TypeError(f"template must be a grogu.PromptTemplate or None, got {type(template).__name__}")
         self.template, self.seed, self.lasso_alpha = template, seed, float(lasso_alpha)
+
+    @property
+    def forward_only(self) -> bool:
+        """True for the methods that read log-probabilities only (no answers embedded)."""
+        return self.method in FORWARD_METHODS
 
     @property
     def embedder_name(self) -> str:

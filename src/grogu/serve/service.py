@@ -27,7 +27,7 @@ from .. import metrics as M
 from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
 from ..checks import check_query
 from ..engine import get_engine
-from ..influence import InfluenceScorer, load_embedder
+from ..influence import EMBEDDING_METHODS, InfluenceScorer, load_embedder
 from ..models import DEFAULT_MODEL
 from ..rerank import plan
 from ..scorer import UtilityScorer, _choose
@@ -274,8 +274,10 @@ class GroguService:
         self._admit(body)
         key = "influence:" + body.scorer_key()
         template = W.decode_template(body.template.model_dump() if body.template else None)
+        # the embedder is loaded once per replica, and only for the methods that embed answers
+        embedder = self._embedder_model() if body.method in EMBEDDING_METHODS else self.config.embedder
         scorer = self._cached(key, lambda: InfluenceScorer(
-            self.engine, embedder=self._embedder_model(), max_new_tokens=body.max_new_tokens, template=template,
+            self.engine, embedder=embedder, max_new_tokens=body.max_new_tokens, template=template,
             method=body.method, n_ablations=body.n_ablations, seed=body.seed, lasso_alpha=body.lasso_alpha))
         scorer.embedder_name = self.config.embedder
         items = [(check_query(it.query), A.plain_docs(it.documents), it.answer) for it in body.items]

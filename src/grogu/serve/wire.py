@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from ..acu import ACUResult
+from ..attribution import ForwardData
 from ..influence import Ablations, InfluenceResult
 from ..prompts import Document, PromptTemplate, as_document
 from ..scorer import ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail, UngroundedScore
@@ -132,6 +133,8 @@ def decode_influence(data: dict[str, Any]) -> InfluenceResult:
     data = dict(data)
     if data.get("ablations") is not None:
         data["ablations"] = Ablations(**data["ablations"])
+    if data.get("forward") is not None:
+        data["forward"] = ForwardData(**data["forward"])
     return InfluenceResult(**data)
 
 

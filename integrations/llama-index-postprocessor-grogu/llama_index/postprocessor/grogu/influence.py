@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional
 from grogu import batching
 from grogu.influence import InfluenceResult, InfluenceScorer
 from grogu.serve import RemoteInfluenceScorer
+from grogu.models import DEFAULT_MODEL
 from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 from grogu.sinks import as_sink as _as_sink
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
@@ -173,7 +174,7 @@ class InfluenceRecorder:
             "query": job["query"],
             "answer": job["answer"],
             "model": self.model,
-            "embedder": str(self.scorer.embedder_name),
+            "embedder": None if self.scorer.forward_only else str(self.scorer.embedder_name),
             "latency_s": round(seconds, 4),
         }
 
@@ -194,6 +195,8 @@ class InfluenceRecorder:
         record["method"] = result.method if result is not None else self.scorer.method
         record["leave_one_out_answers"] = result.leave_one_out_answers if result is not None else []
         record["single_answers"] = result.single_answers if result is not None else []
+        if result is not None and result.forward is not None:
+            record["logprobs"] = result.forward.logprobs
         self._emit(record)
 
     def _fail(self, job: Dict[str, Any], exc: Exception, seconds: float) -> None:
@@ -242,14 +245,15 @@ class InfluenceRecorder:
 
 def _build_recorder(model: Any, embedder: Any, sink: Any, metadata_mode: MetadataMode, background: bool,
                     raise_errors: bool, max_new_tokens: int, template: Any, device: Optional[str],
-                    dtype: Optional[str], method: str = "exact", n_ablations: int = 32) -> InfluenceRecorder:
+                    dtype: Optional[str], method: str = "exact", n_ablations: Optional[int] = None,
+                    seed: Optional[int] = 0) -> InfluenceRecorder:
     remote = remote_target(model)
     if isinstance(remote, RemoteInfluenceScorer):
         return InfluenceRecorder(remote, remote.model_name, sink, metadata_mode, background, raise_errors)
     if remote is not None:  # a service URL or a RemoteScorer: the service's influence route
         scorer = RemoteInfluenceScorer(remote if isinstance(remote, str) else remote.transport,
                                        max_new_tokens=max_new_tokens, template=template, method=method,
-                                       n_ablations=n_ablations)
+                                       n_ablations=n_ablations, seed=seed)
         return InfluenceRecorder(scorer, scorer.model_name, sink, metadata_mode, background, raise_errors)
     if isinstance(model, InfluenceScorer):
         scorer, engine = model, model.engine
@@ -257,7 +261,7 @@ def _build_recorder(model: Any, embedder: Any, sink: Any, metadata_mode: Metadat
         engine = resolve_engine(model, device=device, dtype=dtype)
         embedder = _embedder(embedder)
         scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens, template=template,
-                                 method=method, n_ablations=n_ablations)
+                                 method=method, n_ablations=n_ablations, seed=seed)
     return InfluenceRecorder(scorer, model_label(model, engine), sink, metadata_mode, background, raise_errors)
 
 
@@ -286,7 +290,14 @@ class GroguInfluenceHandler(BaseEventHandler):
             returns (``flush()`` waits).
         method: "exact" (2k + 1 generations; default), "ablation" (ContextCite-style estimate from
             ``n_ablations`` random ablations; no per-document answers in the record) or "auto"
-            (ablation above 12 nodes when it is cheaper). See ``grogu.influence.InfluenceScorer``.
+            (ablation above 12 nodes when it is cheaper); forward-only, generating nothing since the
+            answer is given: "leave_one_out_logprob" (drop of the answer's log-probability without each
+            node, nats; k + 1 forward passes) or "contextcite" (ContextCite's LASSO weights from
+            ``n_ablations`` masks, default 64). The record's ``method`` says which made it; forward-only
+            records add ``logprobs`` (log P(answer | each scored context)) and have ``embedder`` None.
+            See ``grogu.influence.InfluenceScorer`` and the README's "which method when".
+        n_ablations, seed: the number of random ablations (default: 32 for "ablation"/"auto", 64 for
+            "contextcite") and the seed of their masks.
 
     A failure is logged (warning) and recorded with an ``"error"`` field; it never breaks the query
     (LlamaIndex's dispatcher discards exceptions raised by event handlers anyway). To have failures
@@ -296,12 +307,13 @@ class GroguInfluenceHandler(BaseEventHandler):
     model: str = Field(description="Target LLM whose answers are compared.")
     _recorder: InfluenceRecorder = PrivateAttr()
 
-    def __init__(self, model: Any = "smollm2-135m-instruct", *, embedder: Any = "all-minilm-l6-v2",
+    def __init__(self, model: Any = DEFAULT_MODEL, *, embedder: Any = "all-minilm-l6-v2",
                  sink: Any = None, metadata_mode: MetadataMode = MetadataMode.LLM, background: bool = False,
                  max_new_tokens: int = 64, template: Any = None, device: Optional[str] = None,
-                 dtype: Optional[str] = None, method: str = "exact", n_ablations: int = 32) -> None:
+                 dtype: Optional[str] = None, method: str = "exact", n_ablations: Optional[int] = None,
+                 seed: Optional[int] = 0) -> None:
         recorder = _build_recorder(model, embedder, sink, metadata_mode, background, False,
-                                   max_new_tokens, template, device, dtype, method, n_ablations)
+                                   max_new_tokens, template, device, dtype, method, n_ablations, seed)
         super().__init__(model=recorder.model)
         self._recorder = recorder
 
@@ -343,11 +355,11 @@ class GroguInfluenceCallbackHandler(BaseCallbackHandler):
     ``raise_errors=True`` to re-raise a scoring or sink failure into the query (default: log and
     record it)."""
 
-    def __init__(self, model: Any = "smollm2-135m-instruct", **kwargs: Any) -> None:
+    def __init__(self, model: Any = DEFAULT_MODEL, **kwargs: Any) -> None:
         super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])
         args = dict(embedder="all-minilm-l6-v2", sink=None, metadata_mode=MetadataMode.LLM, background=False,
                     raise_errors=False, max_new_tokens=64, template=None, device=None, dtype=None,
-                    method="exact", n_ablations=32)
+                    method="exact", n_ablations=None, seed=0)
         unknown = set(kwargs) - set(args)
         if unknown:
             raise TypeError(f"unexpected arguments: {sorted(unknown)}")
