@@ -16,4 +16,14 @@ __all__ = [
     "Engine", "Generation", "TokenStats", "get_engine", "ALPHA", "DEFAULT_METRIC", "METRICS", "TOP_K_FRAC",
     "DEFAULT_MODEL", "load_model", "Document", "PromptTemplate", "TruncationWarning", "UtilityScorer",
     "DocumentScore", "ContextScore", "LayoutChoice", "standard_layouts", "__version__",
+    "RemoteScorer", "RemoteInfluenceScorer",
 ]
+
+
+def __getattr__(name: str):
+    # the service clients (grogu.serve) are imported on first use: the core does not need httpx
+    if name in ("RemoteScorer", "RemoteInfluenceScorer"):
+        from . import serve
+
+        return getattr(serve, name)
+    raise AttributeError(f"module 'grogu' has no attribute {name!r}")

@@ -3,6 +3,7 @@
   grogu rerank --example                          # the bundled example, embedded SmolLM2
   grogu rerank --query "..." --docs docs.jsonl --top-n 3
   grogu score --queries many.jsonl --json > scores.jsonl
+  grogu score --queries many.jsonl --out scores.jsonl --ray --workers 4   # Ray Data, resumable
 
 Documents: a .jsonl file (one string or {"text", "title"} object a line), a .json list, or a text
 file with one document per paragraph (blank-line separated). Queries: a .jsonl file of
@@ -31,6 +32,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "eval": (".experiments.cli", "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)"),
     "rewrite-pairs": (".rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
     "train-rewriter": (".train_rewriter", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
+    "serve": (".serve.cli", "the shared scoring service on Ray Serve (HTTP API; pip install 'grogu[serve]')"),
 }
 
 
@@ -132,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU)")
         p.add_argument("--batch-queries", type=POSITIVE_INT, default=8, help="queries scored together in one engine pass")
         p.add_argument("--json", action="store_true", help="one JSON object per query on stdout")
+        p.add_argument("--out", default=None, help="write the JSON records to this .jsonl file instead; a rerun "
+                                                   "skips the queries already in it (resumes after a crash)")
+        p.add_argument("--ray", action="store_true", help="score on Ray Data: an actor pool of engines "
+                                                          "(needs --out and --queries; pip install 'grogu[serve]')")
+        p.add_argument("--address", default=None, help="--ray: the Ray cluster to join (default: a local Ray)")
+        p.add_argument("--workers", type=POSITIVE_INT, default=1, help="--ray: engine actors (default 1)")
+        p.add_argument("--gpus-per-worker", type=float, default=0.0, help="--ray: GPUs per engine actor")
         if name == "rerank":
             p.add_argument("--top-n", type=TOP_N, default=None, help="keep the best n (a positive int)")
             p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
@@ -250,29 +259,51 @@ def main(argv: list[str] | None = None) -> int:
         return other_metric(args)
     if args.command in EXTRA_COMMANDS:
         return importlib.import_module(EXTRA_COMMANDS[args.command][0], __package__).run(args)
+    from .scorer import UtilityScorer
     from tqdm import tqdm
 
-    from .scorer import UtilityScorer
+    from .serve.offline import completed_prefix, scorer_options
 
-    scorer = UtilityScorer(args.model, metric=args.metric, alpha=args.alpha, top_k_frac=args.top_k_frac,
-                           max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype,
-                           answer_style=args.answer_style)
     items = list(iter_queries(args))
-    progress = tqdm(total=len(items), desc="queries", unit="q", disable=len(items) < 2, file=sys.stderr)
-    for start in range(0, len(items), args.batch_queries):
+    done = completed_prefix(args.out, items) if args.out else 0
+    if args.ray:
+        if not args.out or not args.queries:
+            raise SystemExit("--ray needs --queries FILE and --out FILE (records are written in input order)")
+        from .serve.offline import score_on_ray
+
+        return score_on_ray(args, items, done)
+    scorer = UtilityScorer(**scorer_options(args))
+    out = open(args.out, "a", encoding="utf-8") if args.out else None
+    progress = tqdm(total=len(items), initial=done, desc="queries", unit="q", disable=len(items) < 2,
+                    file=sys.stderr)
+    for start in range(done, len(items), args.batch_queries):
         chunk = items[start:start + args.batch_queries]
-        if args.command == "rerank":  # each query's mode runs its own batch
-            scored = [scorer.rerank(it["query"], it["documents"], args.top_n, args.threshold, mode=args.mode,
-                                    weight=args.weight, family=args.family, margin=args.margin) for it in chunk]
-        else:
-            scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
-        for item, results in zip(chunk, scored):
-            mode = (args.mode or DEFAULT_MODE) if args.command == "rerank" else "document"
-            record = _record(item, results, scorer, mode)
-            print(json.dumps(record, ensure_ascii=False) if args.json else _table(record) + "\n", flush=True)
+        for record in score_chunk(scorer, vars(args), chunk):
+            if out is not None:
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            else:
+                print(json.dumps(record, ensure_ascii=False) if args.json else _table(record) + "\n", flush=True)
+        if out is not None:
+            out.flush()
         progress.update(len(chunk))
     progress.close()
+    if out is not None:
+        out.close()
     return 0
+
+
+def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list[dict]:
+    """The records of a chunk of queries scored together (``grogu score``: one engine batch;
+    ``grogu rerank``: each query's mode runs its own batch). ``options``: the parsed arguments."""
+    if options["command"] == "rerank":
+        scored = [scorer.rerank(it["query"], it["documents"], options["top_n"], options["threshold"],
+                                mode=options["mode"], weight=options["weight"], family=options["family"],
+                                margin=options["margin"]) for it in chunk]
+        mode = options["mode"] or DEFAULT_MODE
+    else:
+        scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
+        mode = "document"
+    return [_record(item, results, scorer, mode) for item, results in zip(chunk, scored)]
 
 
 if __name__ == "__main__":

@@ -181,6 +181,11 @@ class UtilityScorer:
         return str(self.engine.model_name)
 
     @property
+    def template(self) -> PromptTemplate:
+        """The prompt text this scorer renders (grogu's own, the short-answer one, or the one given)."""
+        return self.prompts.template
+
+    @property
     def async_batches_run(self) -> int:
         """How many coalesced engine batches the async API has run (concurrent calls share one)."""
         return self._coalescer.batches_run

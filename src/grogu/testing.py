@@ -68,6 +68,15 @@ def tiny_model(arch: str = "llama", vocab_size: int = 49152, seed: int = 0, **ov
     return cls(cfg).eval()
 
 
+def save_tiny_model(path: str, arch: str = "llama", seed: int = 0) -> str:
+    """:func:`tiny_model` and the packaged tokenizer saved to the folder ``path`` (created), so that a
+    separate process (a grogu service replica, a Ray worker) loads exactly this model by its path."""
+    os.makedirs(path, exist_ok=True)
+    tiny_model(arch, seed=seed).save_pretrained(path)
+    embedded_tokenizer().save_pretrained(path)
+    return path
+
+
 @lru_cache(maxsize=2)
 def _squad(path: str) -> list[dict]:
     with open(path) as f:

@@ -15,7 +15,8 @@ from typing import Any
 from grogu import Engine, get_engine
 
 _TARGET_HELP = (
-    "pass the target LLM as a model name or path (e.g. 'smollm2-135m-instruct' or a hub id), a "
+    "pass the target LLM as a model name or path (e.g. 'smollm2-135m-instruct' or a hub id), the URL of a "
+    "grogu service (http://host:port, see grogu serve) or a grogu.RemoteScorer, a "
     "grogu.Engine, a (model, tokenizer) pair, a langchain_huggingface HuggingFacePipeline (or a "
     "ChatHuggingFace over one), or a transformers text-generation pipeline"
 )
@@ -58,6 +59,16 @@ def engine_spec(target: Any) -> Engine | str | tuple[Any, Any]:
         f"cannot use a {type(target).__name__} as the target LLM: grogu needs the model's token "
         f"probabilities, so an API-hosted chat model cannot be scored; {_TARGET_HELP}"
     )
+
+
+def remote_target(target: Any) -> Any:
+    """The service client when ``target`` is a grogu service URL (``http(s)://...``) or a remote scorer
+    (``grogu.RemoteScorer``, ``grogu.RemoteInfluenceScorer``), else None."""
+    from grogu.serve import RemoteInfluenceScorer, RemoteScorer, is_url
+
+    if is_url(target) or isinstance(target, (RemoteScorer, RemoteInfluenceScorer)):
+        return target
+    return None
 
 
 def resolve_engine(target: Any, device: str | None = None, dtype: str | None = None) -> Engine:

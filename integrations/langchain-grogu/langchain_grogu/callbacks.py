@@ -35,6 +35,7 @@ from uuid import UUID
 from grogu import PromptTemplate, batching
 from grogu.checks import check_choice
 from grogu.influence import InfluenceResult, InfluenceScorer
+from grogu.serve import RemoteInfluenceScorer
 from grogu.models import DEFAULT_MODEL
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, CallbackManager
 from langchain_core.documents import Document
@@ -42,7 +43,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 
-from ._target import model_label, resolve_engine
+from ._target import model_label, remote_target, resolve_engine
 from .sinks import Record, as_sinks
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,9 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
     Args:
         model: the target LLM (the one that answered): a model name/path/hub id, a ``grogu.Engine``,
             a ``(model, tokenizer)`` pair, a ``HuggingFacePipeline`` (its model and tokenizer are
-            reused), a ``ChatHuggingFace`` over one, or a transformers text-generation pipeline.
+            reused), a ``ChatHuggingFace`` over one, a transformers text-generation pipeline, or the
+            shared scoring service: its URL (``grogu serve``; its ``--embedder`` is used) or a
+            ``grogu.RemoteInfluenceScorer``.
         embedder: sentence-transformers model F (default: the packaged all-MiniLM-L6-v2; a
             ``SentenceTransformer``, a local path or a hub id also work).
         sinks: where records go: a list of sink specs, each a ``logging.Logger``, a JSONL file path,
@@ -165,10 +168,21 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         on_error = check_choice("on_error", on_error, ("raise", "passthrough"))
         if event_name is not None and (not isinstance(event_name, str) or not event_name):
             raise ValueError("event_name must be a non-empty str or None")
-        engine = resolve_engine(model, device, dtype)
-        self.scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens, template=template,
-                                      device=device, method=method, n_ablations=n_ablations, seed=seed)
-        self.model_name = model_label(model, engine)
+        remote = remote_target(model)
+        if remote is not None:  # the shared scoring service (its own embedder)
+            if isinstance(remote, RemoteInfluenceScorer):
+                self.scorer = remote
+            else:
+                self.scorer = RemoteInfluenceScorer(remote if isinstance(remote, str) else remote.transport,
+                                                    max_new_tokens=max_new_tokens, template=template, method=method,
+                                                    n_ablations=n_ablations, seed=seed)
+            self.model_name = self.scorer.model_name
+        else:
+            engine = resolve_engine(model, device, dtype)
+            self.scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens,
+                                          template=template, device=device, method=method, n_ablations=n_ablations,
+                                          seed=seed)
+            self.model_name = model_label(model, engine)
         self.sinks = as_sinks(sinks)
         self.event_name = event_name
         self.on_error = on_error

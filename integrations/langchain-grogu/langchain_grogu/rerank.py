@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from grogu import DEFAULT_METRIC, DocumentScore, PromptTemplate, UtilityScorer
+from grogu.serve import RemoteScorer
 from grogu.checks import (check_alpha, check_float, check_fraction, check_int, check_positive_int, check_threshold,
                           check_top_n)
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
@@ -28,7 +29,7 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 from typing_extensions import override
 
-from ._target import model_label, resolve_engine
+from ._target import model_label, remote_target, resolve_engine
 from .prompts import template_from_langchain
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,8 @@ class GroguScoring(BaseModel):
     model: Any = DEFAULT_MODEL
     """The target LLM that will read the documents: a model name/path/hub id, a ``grogu.Engine``, a
     ``(model, tokenizer)`` pair, a ``HuggingFacePipeline`` (its model and tokenizer are reused), a
-    ``ChatHuggingFace`` over one, or a transformers text-generation pipeline."""
+    ``ChatHuggingFace`` over one, a transformers text-generation pipeline, or the shared scoring
+    service: its URL (``"http://host:8000"``, see ``grogu serve``) or a ``grogu.RemoteScorer``."""
     top_n: int | None = 3
     """Most documents returned, best first; None keeps every document that passes ``threshold``."""
     threshold: float | None = None
@@ -163,13 +165,20 @@ class GroguScoring(BaseModel):
         if self.qa_prompt is not None:
             if template is not None:
                 raise ValueError("give template (grogu's prompt text) or qa_prompt (the chain's prompt), not both")
-            template = template_from_langchain(self.qa_prompt, self.model, context_key=self.context_key,
+            llm = None if remote_target(self.model) is not None else self.model  # a service: chat messages
+            template = template_from_langchain(self.qa_prompt, llm, context_key=self.context_key,
                                                question_key=self.question_key)
+        settings = dict(metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
+                        max_new_tokens=self.max_new_tokens, template=template, answer_style=self.answer_style)
+        remote = remote_target(self.model)
+        if remote is not None:  # the shared scoring service: documents' metadata stay here
+            if self.device is not None or self.dtype is not None:
+                raise ValueError("device/dtype apply to a model loaded here; the service chooses its own")
+            self._scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**settings)
+            self._model_label = self._scorer.model_name
+            return
         engine = resolve_engine(self.model, self.device, self.dtype)
-        self._scorer = UtilityScorer(
-            engine, metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
-            max_new_tokens=self.max_new_tokens, template=template, answer_style=self.answer_style,
-        )
+        self._scorer = UtilityScorer(engine, **settings)
         self._model_label = model_label(self.model, engine)
 
     @property

@@ -11,6 +11,7 @@ from grogu.checks import check_choice, check_positive_int, check_query, check_th
 from grogu.metrics import metric_name
 from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT, ModeSettings
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
+from grogu.serve import RemoteScorer
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -22,7 +23,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from .prompts import template_from_llama_index
 from .synthesizer import prompt_fingerprint
-from .utils import check_nodes, hide_from_llm, model_label, node_text, resolve_engine
+from .utils import check_nodes, hide_from_llm, model_label, node_text, remote_target, resolve_engine
 
 dispatcher = get_dispatcher(__name__)
 logger = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ class GroguRerank(BaseNodePostprocessor):
     Args:
         top_n: nodes to keep (None: all).
         model: the target LLM: a model name/path/hub id, a shared ``grogu.Engine``, a loaded
-            ``(model, tokenizer)`` pair, or a LlamaIndex ``HuggingFaceLLM`` (its model is reused).
+            ``(model, tokenizer)`` pair, a LlamaIndex ``HuggingFaceLLM`` (its model is reused), or the
+            shared scoring service: its URL (``"http://host:8000"``, see ``grogu serve``) or a
+            ``grogu.RemoteScorer`` (only text and title of each node are sent).
         threshold: keep only nodes with utility >= threshold (applied before ``top_n``).
         metric: a name from ``grogu.METRICS``: 'key_entropy' (default, the paper's), 'entropy', 'ppl',
             'key_ppl', or a small-model variant (see ``grogu.metrics``).
@@ -145,7 +148,10 @@ class GroguRerank(BaseNodePostprocessor):
         if threshold is not None and settings.mode == "context":
             raise ValueError("threshold applies to per-node utilities, which mode='context' does not compute")
         metric = metric_name(metric)
-        engine = resolve_engine(model, device=device, dtype=dtype)
+        remote = remote_target(model)
+        if remote is not None and (device is not None or dtype is not None):
+            raise ValueError("device/dtype apply to a model loaded here; the grogu service chooses its own")
+        engine = resolve_engine(model, device=device, dtype=dtype) if remote is None else None
         llm = model if isinstance(model, LLM) else None
         if isinstance(qa_template, str):
             if qa_template != "auto":
@@ -163,10 +169,13 @@ class GroguRerank(BaseNodePostprocessor):
                 max_new_tokens = llm.max_new_tokens  # the answer the LLM gives, so GroguSynthesizer can reuse it
         if max_new_tokens is None:
             max_new_tokens = 64
-        scorer = grogu.UtilityScorer(engine, metric=metric, max_new_tokens=max_new_tokens, template=template,
-                                      answer_style=answer_style)
+        options = dict(metric=metric, max_new_tokens=max_new_tokens, template=template, answer_style=answer_style)
+        if remote is not None:  # the shared scoring service: node metadata stay here
+            scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**options)
+        else:
+            scorer = grogu.UtilityScorer(engine, **options)
         super().__init__(
-            model=model_label(model, engine),
+            model=scorer.model_name if remote is not None else model_label(model, engine),
             top_n=top_n,
             threshold=threshold,
             metric=metric,
@@ -184,7 +193,7 @@ class GroguRerank(BaseNodePostprocessor):
             callback_manager=callback_manager or CallbackManager([]),
         )
         self._scorer = scorer
-        self._fingerprint = prompt_fingerprint(scorer.prompts.template, max_new_tokens)
+        self._fingerprint = prompt_fingerprint(scorer.template, max_new_tokens)
 
     @classmethod
     def class_name(cls) -> str:
@@ -192,7 +201,8 @@ class GroguRerank(BaseNodePostprocessor):
 
     @property
     def scorer(self) -> grogu.UtilityScorer:
-        """The grogu scorer (and through ``.engine`` the shared engine) this reranker uses."""
+        """The grogu scorer (and through ``.engine`` the shared engine) this reranker uses; a
+        ``grogu.RemoteScorer`` when it scores with a grogu service."""
         return self._scorer
 
     # ------------------------------------------------------------------ LlamaIndex entry points

@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional
 
 from grogu import batching
 from grogu.influence import InfluenceResult, InfluenceScorer
+from grogu.serve import RemoteInfluenceScorer
 from grogu.models import DEFAULT_MODEL
 from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 from grogu.sinks import as_sink as _as_sink
@@ -45,7 +46,7 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.schema import MetadataMode, QueryBundle
 
-from .utils import hide_from_llm, model_label, node_text, resolve_engine
+from .utils import hide_from_llm, model_label, node_text, remote_target, resolve_engine
 
 logger = logging.getLogger(__name__)
 
@@ -246,6 +247,14 @@ def _build_recorder(model: Any, embedder: Any, sink: Any, metadata_mode: Metadat
                     raise_errors: bool, max_new_tokens: int, template: Any, device: Optional[str],
                     dtype: Optional[str], method: str = "exact", n_ablations: Optional[int] = None,
                     seed: Optional[int] = 0) -> InfluenceRecorder:
+    remote = remote_target(model)
+    if isinstance(remote, RemoteInfluenceScorer):
+        return InfluenceRecorder(remote, remote.model_name, sink, metadata_mode, background, raise_errors)
+    if remote is not None:  # a service URL or a RemoteScorer: the service's influence route
+        scorer = RemoteInfluenceScorer(remote if isinstance(remote, str) else remote.transport,
+                                       max_new_tokens=max_new_tokens, template=template, method=method,
+                                       n_ablations=n_ablations, seed=seed)
+        return InfluenceRecorder(scorer, scorer.model_name, sink, metadata_mode, background, raise_errors)
     if isinstance(model, InfluenceScorer):
         scorer, engine = model, model.engine
     else:
@@ -271,7 +280,8 @@ class GroguInfluenceHandler(BaseEventHandler):
 
     Args:
         model: the target LLM (as for :class:`GroguRerank`: name/path, grogu Engine, (model, tokenizer)
-            pair or HuggingFaceLLM) or a ready ``grogu.influence.InfluenceScorer``.
+            pair or HuggingFaceLLM), a ready ``grogu.influence.InfluenceScorer``, or the shared scoring
+            service: its URL (``grogu serve``; its ``--embedder`` is used) or a ``grogu.RemoteInfluenceScorer``.
         embedder: sentence-embedding model F: 'all-minilm-l6-v2' (packaged, default), a path/hub id, a
             SentenceTransformer or a LlamaIndex HuggingFaceEmbedding (its model is reused).
         sink: None (Python logger), a logging.Logger, a JSONL file path, a list, an object with

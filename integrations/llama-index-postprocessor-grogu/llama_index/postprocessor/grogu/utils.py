@@ -28,6 +28,16 @@ def hf_llm_pair(llm: Any) -> Optional[Tuple[Any, Any]]:
     return model, tokenizer
 
 
+def remote_target(model: Any) -> Any:
+    """The service client when ``model`` is a grogu service URL (``http(s)://...``) or a remote scorer
+    (``grogu.RemoteScorer``, ``grogu.RemoteInfluenceScorer``), else None."""
+    from grogu.serve import RemoteInfluenceScorer, RemoteScorer, is_url
+
+    if is_url(model) or isinstance(model, (RemoteScorer, RemoteInfluenceScorer)):
+        return model
+    return None
+
+
 def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str] = None) -> grogu.Engine:
     """The shared grogu engine of the target LLM.
 
@@ -57,7 +67,8 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
             "model name/path."
         )
     raise TypeError(
-        "model must be a model name/path, a grogu Engine, a (model, tokenizer) pair or a HuggingFaceLLM, "
+        "model must be a model name/path, a grogu Engine, a (model, tokenizer) pair, a HuggingFaceLLM or a "
+        "grogu service URL (http://host:port, see grogu serve) / grogu.RemoteScorer, "
         f"got {type(model).__name__}"
     )
 
