@@ -9,7 +9,15 @@ Both run on the same inputs, alternating which goes first; the table gives media
 of wall and CPU (process) seconds; on a shared machine the CPU time is the steadier figure. The last
 column checks that both give the same scores.
 
-  OMP_NUM_THREADS=1 python benchmarks/influence_speed.py [--ks 3,5,10] [--queries 2]
+A second table sets each influence method's cost against GROGU-scoring the same k documents
+(``UtilityScorer.score`` at its defaults, what GroguRerank computes per document), same queries, same
+run: exact with the answer generated, exact given that answer (the integrations' logging case: 2k
+generations), and the forward-only methods given the answer (no generation at all):
+leave_one_out_logprob (k + 1 passes) and contextcite (``--ablations`` passes). Each cell: median wall
+seconds per query, its ratio to GROGU, and the prompt tokens the engine encoded (``prefill_tokens``,
+after prefix sharing), which is what the cost follows on a CPU.
+
+  OMP_NUM_THREADS=1 python benchmarks/influence_speed.py [--ks 3,5,10] [--queries 2] [--ablations 64]
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import warnings
 
 import torch
 
-from grogu import Document
+from grogu import Document, UtilityScorer
 from grogu.influence import InfluenceScorer
 from grogu.models import DEFAULT_MODEL
 from grogu.testing import squad_paragraphs
@@ -50,6 +58,7 @@ def main() -> None:
     ap.add_argument("--ks", default="3,5,10")
     ap.add_argument("--queries", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--ablations", type=int, default=64, help="m of contextcite (ContextCite's default: 64)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     scorer = InfluenceScorer(DEFAULT_MODEL, max_new_tokens=args.max_new_tokens, device="cpu")
@@ -81,6 +90,45 @@ def main() -> None:
         ew, ec = statistics.median(t[0] for t in t_e), statistics.median(t[1] for t in t_e)
         print(f"| {k} | {2 * k + 1} | {nw:.1f} / {nc:.1f} | {ew:.1f} / {ec:.1f} | {nw / ew:.1f}×, {nc / ec:.1f}× "
               f"| {diff:.1e} |", flush=True)
+    against_grogu(scorer, paras, ks, args)
+
+
+def against_grogu(scorer: InfluenceScorer, paras: list[dict], ks: list[int], args) -> None:
+    """Each method's wall seconds and encoded prompt tokens per query against GROGU-scoring the same
+    documents, all on one engine, alternating the order of the methods between queries."""
+    engine = scorer.engine
+    grogu = UtilityScorer(engine)
+    forward = {m: InfluenceScorer(engine, method=m, max_new_tokens=args.max_new_tokens, seed=0,
+                                  n_ablations=args.ablations if m == "contextcite" else None)
+               for m in ("leave_one_out_logprob", "contextcite")}
+    names = ["GROGU score", "exact", "exact, answer given", "leave_one_out_logprob, answer given",
+             f"contextcite m={args.ablations}, answer given"]
+    print(f"\nAgainst GROGU-scoring the same documents (UtilityScorer defaults: {grogu.metric}, "
+          f"max_new_tokens={grogu.max_new_tokens}); median s/query (x GROGU), prompt tokens encoded")
+    print("| k | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for k in ks:
+        cells: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
+        for q in range(args.queries):
+            query = paras[q]["question"]
+            others = [p for i, p in enumerate(paras) if i != q][q:q + k - 1]
+            docs = [Document(p["text"], p["title"]) for p in [paras[q]] + others]
+            answer = engine.generate([scorer.prompts.grounded_ids(query, docs)], args.max_new_tokens)[0].text
+            runs = [(names[0], lambda: grogu.score(query, docs)), (names[1], lambda: scorer.score(query, docs)),
+                    (names[2], lambda: scorer.score(query, docs, answer=answer)),
+                    (names[3], lambda: forward["leave_one_out_logprob"].score(query, docs, answer=answer)),
+                    (names[4], lambda: forward["contextcite"].score(query, docs, answer=answer))]
+            for name, fn in (runs if q % 2 == 0 else runs[::-1]):
+                engine.prefill_tokens = 0
+                _, (wall, _) = timed(fn)
+                cells[name].append((wall, engine.prefill_tokens))
+            print(f"  k={k} q{q}: " + ", ".join(f"{n} {c[-1][0]:.1f} s" for n, c in cells.items()), flush=True)
+        base = statistics.median(w for w, _ in cells[names[0]])
+        row = []
+        for n in names:
+            wall = statistics.median(w for w, _ in cells[n])
+            row.append(f"{wall:.1f} ({wall / base:.1f}x), {statistics.median(t for _, t in cells[n]):.0f}")
+        print(f"| {k} | " + " | ".join(row) + " |", flush=True)
 
 if __name__ == "__main__":
     main()
