@@ -127,3 +127,21 @@ def test_passthrough_in_a_chain_keeps_every_document(base, llm):
     strict = GroguRetriever(base_retriever=base, model=llm, top_n=1, max_new_tokens=N, mode="document")
     with pytest.raises(ValueError, match="query is empty"):
         strict.invoke(" ")
+
+
+def test_per_call_top_n(retriever, base, paragraphs):
+    """``invoke(query, top_n=...)`` overrides the constructor's top_n for that call only: the same
+    ranking, cut at the call's count (None keeps every base document, best first); bad counts raise."""
+    query = paragraphs[2]["question"]
+    three = retriever.invoke(query)
+    one = retriever.invoke(query, top_n=1)
+    every = retriever.invoke(query, top_n=None)
+    assert len(three) == 3 and len(every) == K
+    assert [d.id for d in one] == [three[0].id]
+    assert [d.id for d in every][:3] == [d.id for d in three]
+    assert {d.id for d in every} == {d.id for d in base.invoke(query)}
+    assert len(retriever.invoke(query)) == 3  # the constructor's top_n again
+    assert [d.id for d in asyncio.run(retriever.ainvoke(query, top_n=2))] == [d.id for d in three[:2]]
+    for bad in (0, -1, float("nan"), True, "2"):
+        with pytest.raises(ValueError, match="top_n"):
+            retriever.invoke(query, top_n=bad)
