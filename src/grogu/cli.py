@@ -117,40 +117,53 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("score", "score each document (input order)"),
                             ("rerank", "sort documents by utility, optionally keep the best")):
+        _add_scoring_arguments(sub.add_parser(name, help=help_text), rerank=name == "rerank")
+    _add_metric_commands(sub)
+    for name, (module, help_text) in EXTRA_COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
-        src = p.add_argument_group("input")
-        src.add_argument("--query", help="the question")
-        src.add_argument("--docs", help="documents: .jsonl, .json or text file (paragraphs)")
-        src.add_argument("--queries", help="JSONL file of {'query', 'documents'} objects")
-        src.add_argument("--example", action="store_true", help="use the small bundled example")
-        p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM: alias, path, .gguf or hub id (default {DEFAULT_MODEL})")
-        p.add_argument("--metric", default=M.DEFAULT_METRIC, choices=sorted(M.METRICS))
-        p.add_argument("--alpha", type=ALPHA, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
-        p.add_argument("--top-k-frac", type=FRACTION, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
-        p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=None, help="longest scored answer (default 64; 16 with --answer-style short)")
-        p.add_argument("--answer-style", default="long", choices=("long", "short"),
-                       help="'short': ask for the answer only and cut it at its first line/sentence (small models)")
-        p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
-        p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU)")
-        p.add_argument("--batch-queries", type=POSITIVE_INT, default=8, help="queries scored together in one engine pass")
-        p.add_argument("--json", action="store_true", help="one JSON object per query on stdout")
-        p.add_argument("--out", default=None, help="write the JSON records to this .jsonl file instead; a rerun "
-                                                   "skips the queries already in it (resumes after a crash)")
-        p.add_argument("--ray", action="store_true", help="score on Ray Data: an actor pool of engines "
-                                                          "(needs --out and --queries; pip install 'grogu[serve]')")
-        p.add_argument("--address", default=None, help="--ray: the Ray cluster to join (default: a local Ray)")
-        p.add_argument("--workers", type=POSITIVE_INT, default=1, help="--ray: engine actors (default 1)")
-        p.add_argument("--gpus-per-worker", type=float, default=0.0, help="--ray: GPUs per engine actor")
-        if name == "rerank":
-            p.add_argument("--top-n", type=TOP_N, default=None, help="keep the best n (a positive int)")
-            p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
-            p.add_argument("--mode", default=None, choices=RERANK_MODES,
-                           help=f"rerank mode (default {DEFAULT_MODE}; see the README, 'Which rerank mode')")
-            p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT, help="fusion: weight of the utility rank")
-            p.add_argument("--family", default=DEFAULT_FAMILY, choices=CANDIDATE_FAMILIES,
-                           help="context: candidate contexts")
-            p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                           help="context: how much a candidate must beat the retriever's own context")
+        importlib.import_module(module, __package__).add_arguments(p)
+    return parser
+
+
+def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
+    """Arguments of ``grogu score`` and ``grogu rerank``."""
+    src = p.add_argument_group("input")
+    src.add_argument("--query", help="the question")
+    src.add_argument("--docs", help="documents: .jsonl, .json or text file (paragraphs)")
+    src.add_argument("--queries", help="JSONL file of {'query', 'documents'} objects")
+    src.add_argument("--example", action="store_true", help="use the small bundled example")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM: alias, path, .gguf or hub id (default {DEFAULT_MODEL})")
+    p.add_argument("--metric", default=M.DEFAULT_METRIC, choices=sorted(M.METRICS))
+    p.add_argument("--alpha", type=ALPHA, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
+    p.add_argument("--top-k-frac", type=FRACTION, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
+    p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=None, help="longest scored answer (default 64; 16 with --answer-style short)")
+    p.add_argument("--answer-style", default="long", choices=("long", "short"),
+                   help="'short': ask for the answer only and cut it at its first line/sentence (small models)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU)")
+    p.add_argument("--batch-queries", type=POSITIVE_INT, default=8, help="queries scored together in one engine pass")
+    p.add_argument("--json", action="store_true", help="one JSON object per query on stdout")
+    p.add_argument("--out", default=None, help="write the JSON records to this .jsonl file instead; a rerun "
+                                               "skips the queries already in it (resumes after a crash)")
+    p.add_argument("--ray", action="store_true", help="score on Ray Data: an actor pool of engines "
+                                                      "(needs --out and --queries; pip install 'grogu[serve]')")
+    p.add_argument("--address", default=None, help="--ray: the Ray cluster to join (default: a local Ray)")
+    p.add_argument("--workers", type=POSITIVE_INT, default=1, help="--ray: engine actors (default 1)")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0, help="--ray: GPUs per engine actor")
+    if rerank:
+        p.add_argument("--top-n", type=TOP_N, default=None, help="keep the best n (a positive int)")
+        p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
+        p.add_argument("--mode", default=None, choices=RERANK_MODES,
+                       help=f"rerank mode (default {DEFAULT_MODE}; see the README, 'Which rerank mode')")
+        p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT, help="fusion: weight of the utility rank")
+        p.add_argument("--family", default=DEFAULT_FAMILY, choices=CANDIDATE_FAMILIES,
+                       help="context: candidate contexts")
+        p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                       help="context: how much a candidate must beat the retriever's own context")
+
+
+def _add_metric_commands(sub: Any) -> None:
+    """``grogu influence``, ``grogu seper`` and ``grogu acu``."""
     p = sub.add_parser("influence", help="Influence Score of each document on the answer (2k+1 generations; "
                                           "forward-only methods: no generation)")
     _common(p)
@@ -182,10 +195,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--json", action="store_true")
-    for name, (module, help_text) in EXTRA_COMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
-        importlib.import_module(module, __package__).add_arguments(p)
-    return parser
 
 
 def _common(p: argparse.ArgumentParser) -> None:

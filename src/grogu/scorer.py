@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -28,103 +27,13 @@ from .checks import (check_alpha, check_choice, check_document_list, check_docum
                      check_pairs, check_positive_int, check_query, check_threshold, check_top_n)
 from .engine import Engine, Generation, get_engine
 from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate
+from .results import (ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail, UngroundedScore,
+                      choose_layout, long_context_order, standard_layouts)
 
 #: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
 #: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
 ANSWER_STYLES = ("long", "short")
 DEFAULT_MAX_NEW_TOKENS = {"long": 64, "short": 16}
-
-
-@dataclass(kw_only=True)
-class TokenDetail:
-    """Per-token arrays of a grounded answer (float32; entropies in nats)."""
-
-    tokens: list[str]
-    token_ids: list[int]
-    grounded_entropy: torch.Tensor
-    grounded_logprob: torch.Tensor
-    ungrounded_entropy: torch.Tensor
-    key_mask: torch.Tensor
-    ungrounded_logprob: torch.Tensor | None = None
-    copied: torch.Tensor | None = None
-
-
-@dataclass(kw_only=True)
-class ScoreResult:
-    """GROGU of one context.
-
-    score: utility of ``metric`` (= -confidence; higher is more useful). confidence: gamma (nats for
-    the entropy variants, a perplexity for the PPL ones). answer: the grounded greedy answer.
-    n_tokens / n_key_tokens: answer tokens and key tokens used (an empty answer is scored on its
-    end-of-turn token: n_tokens is 0 and n_key_tokens 1). variants: the utility under every metric.
-    answer_finished: False when the answer was cut at max_new_tokens.
-    """
-
-    score: float
-    metric: str
-    confidence: float
-    answer: str
-    n_tokens: int
-    n_key_tokens: int
-    variants: dict[str, float]
-    answer_finished: bool
-    details: TokenDetail | None = None
-
-
-@dataclass(kw_only=True)
-class DocumentScore(ScoreResult):
-    """GROGU of one document used alone as the context; ``index`` is its position in the input.
-
-    From :meth:`UtilityScorer.rerank` in the ``context`` mode, the GROGU fields are those of the chosen
-    context (every member shares them; ``context`` holds it, with the answer the LLM gave it). In the
-    ``fusion`` mode ``rank_score`` is the fused score the order follows.
-    """
-
-    index: int
-    document: Any
-    rank_score: float | None = None
-    context: "ContextScore | None" = None
-
-
-@dataclass(kw_only=True)
-class ContextScore(ScoreResult):
-    """GROGU of an ordered list of documents used together as one context."""
-
-    documents: list[Any]
-
-
-@dataclass(kw_only=True)
-class LayoutChoice:
-    """The best of several orders of the same documents: ``best`` is its index in ``scores``."""
-
-    best: int
-    scores: list[ContextScore]
-
-    @property
-    def documents(self) -> list[Any]:
-        return self.scores[self.best].documents
-
-
-@dataclass(kw_only=True)
-class UngroundedScore:
-    """The ungrounded answer y_u and its KeyEntropy under the ungrounded prompt (paper App. C)."""
-
-    answer: str
-    confidence: float
-    n_tokens: int
-    n_key_tokens: int
-
-
-def long_context_order(docs: Sequence[Any]) -> list[Any]:
-    """LlamaIndex's LongContextReorder order for docs given best-first: the best at both ends, the
-    weakest in the middle (its algorithm: walk worst to best, alternately prepend and append)."""
-    out: list[Any] = []
-    for i, d in enumerate(reversed(list(docs))):
-        if i % 2 == 0:
-            out.insert(0, d)
-        else:
-            out.append(d)
-    return out
 
 
 class UtilityScorer:
@@ -306,7 +215,7 @@ class UtilityScorer:
         Ties go to the earlier layout."""
         if len(layouts) == 0:
             raise ValueError("best_layout needs at least one layout")
-        return _choose(self.score_contexts(query, layouts))
+        return choose_layout(self.score_contexts(query, layouts))
 
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                threshold: float | None = None, *, mode: str | None = None, relevance: Sequence[float] | None = None,
@@ -407,7 +316,7 @@ class UtilityScorer:
         """Async :meth:`best_layout`."""
         if len(layouts) == 0:
             raise ValueError("best_layout needs at least one layout")
-        return _choose(await self.ascore_contexts(query, layouts))
+        return choose_layout(await self.ascore_contexts(query, layouts))
 
     def ungrounded(self, query: str) -> UngroundedScore:
         """The ungrounded answer y_u and its KeyEntropy (paper App. C), for the absolute GROGU
@@ -431,24 +340,6 @@ def _sentence_end(text: str) -> bool:
     if not text.endswith((".", "!", "?")):
         return False
     return not (text.endswith(".") and _INITIALS.search(text))
-
-
-
-
-def _choose(scores: list[ContextScore]) -> LayoutChoice:
-    """The most useful layout; ties go to the earlier one."""
-    return LayoutChoice(best=max(range(len(scores)), key=lambda i: (scores[i].score, -i)), scores=scores)
-
-
-def standard_layouts(documents: Sequence[Any]) -> dict[str, list[Any]]:
-    """Candidate orders of documents given in retrieval order (best first): as given, reversed, and
-    LongContextReorder's (best at both ends). Duplicated orders are dropped."""
-    docs = list(documents)
-    out: dict[str, list[Any]] = {}
-    for name, order in (("given", docs), ("reversed", docs[::-1]), ("long_context", long_context_order(docs))):
-        if not any(len(order) == len(o) and all(a is b for a, b in zip(order, o)) for o in out.values()):
-            out[name] = order
-    return out
 
 
 __all__ = [

@@ -103,7 +103,7 @@ def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int
     elif family == "all":
         out = [list(c) for c in itertools.combinations(range(n_docs), n)]
     else:
-        from .scorer import long_context_order
+        from .results import long_context_order
 
         out = [base, base[::-1], long_context_order(base)]
     unique: list[list[int]] = []

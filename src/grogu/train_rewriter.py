@@ -130,8 +130,7 @@ def train_rewriter(
     """
     require_trl()
     import torch
-    from datasets import Dataset
-    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+    from trl import DPOConfig, SFTConfig
 
     from .models import load_model
 
@@ -157,25 +156,44 @@ def train_rewriter(
     if sft:
         args = SFTConfig(**_config_kwargs(os.path.join(output_dir, "sft"), sft_steps, sft_epochs, batch_size,
                                           sft_learning_rate, seed, on_gpu), max_length=max_length)
-        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(sft), processing_class=tokenizer)
-        trainer.train()
-        model = trainer.model
-        log["sft_loss"] = _losses(trainer)
-        log["sft_steps"] = trainer.state.global_step
+        model = _train_sft(model, tokenizer, sft, args, log)
     if dpo:
         args = DPOConfig(**_config_kwargs(os.path.join(output_dir, "dpo"), dpo_steps, dpo_epochs, batch_size,
                                           dpo_learning_rate, seed, on_gpu), beta=beta, max_length=max_length)
-        # The reference is a frozen copy of the SFT model (TRL would reload the checkpoint from disk instead: the
-        # pre-SFT weights, and impossible for a model that came from a .gguf file).
-        reference = copy.deepcopy(model).eval().requires_grad_(False)
-        trainer = DPOTrainer(model=model, ref_model=reference, args=args, train_dataset=Dataset.from_list(dpo),
-                             processing_class=tokenizer)
-        trainer.train()
-        model = trainer.model
-        log["dpo_loss"] = _losses(trainer)
-        log["dpo_steps"] = trainer.state.global_step
-        log["dpo_final_metrics"] = {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
+        model = _train_dpo(model, tokenizer, dpo, args, log)
+    return _save(model, tokenizer, output_dir, log)
 
+
+def _train_sft(model: Any, tokenizer: Any, records: list[dict], args: Any, log: dict[str, Any]) -> Any:
+    """The SFT stage; its losses and steps go into ``log``. Returns the trained model."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(records), processing_class=tokenizer)
+    trainer.train()
+    log["sft_loss"] = _losses(trainer)
+    log["sft_steps"] = trainer.state.global_step
+    return trainer.model
+
+
+def _train_dpo(model: Any, tokenizer: Any, records: list[dict], args: Any, log: dict[str, Any]) -> Any:
+    """The DPO stage against a frozen copy of the model it starts from (TRL would reload the checkpoint
+    from disk instead: the pre-SFT weights, and impossible for a model that came from a .gguf file)."""
+    from datasets import Dataset
+    from trl import DPOTrainer
+
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    trainer = DPOTrainer(model=model, ref_model=reference, args=args, train_dataset=Dataset.from_list(records),
+                         processing_class=tokenizer)
+    trainer.train()
+    log["dpo_loss"] = _losses(trainer)
+    log["dpo_steps"] = trainer.state.global_step
+    log["dpo_final_metrics"] = {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
+    return trainer.model
+
+
+def _save(model: Any, tokenizer: Any, output_dir: str, log: dict[str, Any]) -> dict[str, Any]:
+    """Save the model and tokenizer to ``<output_dir>/final`` and the log to train_log.json."""
     final = os.path.join(output_dir, "final")
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)

@@ -139,19 +139,7 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 10, seed: int = 0, 
             dsp = seper.score(it["question"], d, refs)
             it["samples_without"] = dsp[0].samples_without if dsp else []
             for p, r, s in zip(it["paragraphs"], results, dsp):
-                p["answer"] = r.answer
-                p["em"] = C.exact_match(r.answer, refs)
-                p["f1"] = C.best_over(C.token_f1, r.answer, refs)
-                p["rouge_l"] = C.best_over(C.rouge_l, r.answer, refs)
-                for k in ("em", "f1", "rouge_l"):
-                    p[f"d_{k}"] = p[k] - base[k]
-                p["entropy"] = r.variants["entropy"]
-                p["d_entropy"] = h_u + r.variants["entropy"]  # H(y_u | q) - H(y_g | q, D)
-                p["key_entropy"] = r.variants["key_entropy"]
-                p["dseper_soft"], p["dseper_hard"] = s.delta_soft, s.delta_hard
-                p["p_soft_with"], p["p_soft_without"] = s.p_soft_with, s.p_soft_without
-                p["p_hard_with"], p["p_hard_without"] = s.p_hard_with, s.p_hard_without
-                p["samples_with"] = s.samples_with
+                _fill_paragraph(p, r, s, refs, base, h_u)
         bar.update(len(chunk))
     bar.close()
     result = {
@@ -162,6 +150,24 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 10, seed: int = 0, 
         "summary": summarize(items), "items": items, "wall_s": clock(),
     }
     return C.finish(result, out_dir, write, markdown(result), plot)
+
+
+def _fill_paragraph(p: dict, r: Any, s: Any, refs: list[str], base: dict[str, float], h_u: float) -> None:
+    """One paragraph's record: its grounded answer's scores against the references and their change
+    from the ungrounded answer's (``base``), its GROGU variants and its ΔSePer ``s``."""
+    p["answer"] = r.answer
+    p["em"] = C.exact_match(r.answer, refs)
+    p["f1"] = C.best_over(C.token_f1, r.answer, refs)
+    p["rouge_l"] = C.best_over(C.rouge_l, r.answer, refs)
+    for k in ("em", "f1", "rouge_l"):
+        p[f"d_{k}"] = p[k] - base[k]
+    p["entropy"] = r.variants["entropy"]
+    p["d_entropy"] = h_u + r.variants["entropy"]  # H(y_u | q) - H(y_g | q, D)
+    p["key_entropy"] = r.variants["key_entropy"]
+    p["dseper_soft"], p["dseper_hard"] = s.delta_soft, s.delta_hard
+    p["p_soft_with"], p["p_soft_without"] = s.p_soft_with, s.p_soft_without
+    p["p_hard_with"], p["p_hard_without"] = s.p_hard_with, s.p_hard_without
+    p["samples_with"] = s.samples_with
 
 
 def markdown(result: dict) -> str:

@@ -30,7 +30,8 @@ from ..engine import get_engine
 from ..influence import EMBEDDING_METHODS, InfluenceScorer, load_embedder
 from ..models import DEFAULT_MODEL
 from ..rerank import plan
-from ..scorer import UtilityScorer, _choose
+from ..results import choose_layout
+from ..scorer import UtilityScorer
 from ..selection import RERANK_MODES
 from ..seper import NLIEntailment, SePerScorer
 from . import api as A
@@ -237,7 +238,7 @@ class GroguService:
         if not body.layouts:
             raise ValueError("best_layout needs at least one layout")
         [results] = await self._contexts(body, [(body.query, [A.plain_docs(c) for c in body.layouts])], False)
-        return W.encode_layout(_choose(results))
+        return W.encode_layout(choose_layout(results))
 
     @app.post("/rerank")
     async def rerank(self, body: A.RerankRequest) -> dict:
