@@ -50,6 +50,7 @@ from influence_ablation_agreement import questions, rho, same_first  # noqa: E40
 
 from grogu import Document  # noqa: E402
 from grogu.influence import InfluenceScorer  # noqa: E402
+from grogu.models import DEFAULT_MODEL  # noqa: E402
 
 
 def contextciter(scorer: InfluenceScorer, query: str, docs: list[Document], m: int, max_new_tokens: int):
@@ -188,7 +189,7 @@ def main() -> None:
     logging.getLogger("ContextCite").setLevel(logging.ERROR)
     ks = [int(k) for k in args.ks.split(",")]
     t = args.max_new_tokens
-    cc = InfluenceScorer("smollm2-135m-instruct", device="cpu", method="contextcite", n_ablations=args.ablations,
+    cc = InfluenceScorer(DEFAULT_MODEL, device="cpu", method="contextcite", n_ablations=args.ablations,
                          seed=0, max_new_tokens=t)
     scorers = {"contextcite": cc,
                "leave_one_out_logprob": InfluenceScorer(cc.engine, method="leave_one_out_logprob", max_new_tokens=t),

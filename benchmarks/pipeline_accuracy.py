@@ -58,6 +58,8 @@ import warnings
 
 import torch
 
+from grogu.models import DEFAULT_MODEL
+
 CUTS = "\x00CONTEXT\x00", "\x00QUERY\x00"
 
 
@@ -363,7 +365,7 @@ def pipeline_args(p: argparse.ArgumentParser, questions: int) -> None:
     p.add_argument("--skip", type=int, default=0, help="start after this many held-out questions")
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
 
@@ -378,7 +380,7 @@ def main() -> None:
     c.add_argument("--limit", type=int, default=None, help="only the first N of the sampled questions")
     c.add_argument("--top-k", type=int, default=5, help="retrieved (with 10, the report also replays the top-5 of them)")
     c.add_argument("--max-new-tokens", type=int, default=48)
-    c.add_argument("--model", default="smollm2-135m-instruct")
+    c.add_argument("--model", default=DEFAULT_MODEL)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--settings", default=None, help="JSON of tuned settings: score only the contexts they choose")
     c.add_argument("--verify", type=int, default=None,

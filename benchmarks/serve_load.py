@@ -41,6 +41,7 @@ import numpy as np
 
 import grogu
 from grogu import testing
+from grogu.models import DEFAULT_MODEL
 from grogu.serve import RemoteScorer
 
 TOL = 1e-4
@@ -174,7 +175,7 @@ def in_process(ref: Reference, items, clients: int, requests: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="smollm2-135m-instruct", help="a model spec, or 'tiny' (the test model)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="a model spec, or 'tiny' (the test model)")
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--requests", type=int, default=50, help="requests per client")
     p.add_argument("--items", type=int, default=40, help="distinct (query, documents) requests")

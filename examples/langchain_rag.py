@@ -56,7 +56,7 @@ def main() -> None:
     from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
 
     from grogu import load_model
-    from grogu.models import embedded_embedder_path
+    from grogu.models import DEFAULT_MODEL, embedded_embedder_path
     from grogu.testing import squad_paragraphs
     from langchain_grogu import GroguRetriever, InfluenceCallbackHandler
 
@@ -68,7 +68,7 @@ def main() -> None:
     store = InMemoryVectorStore.from_documents(docs, embeddings)
 
     # The target LLM: packaged SmolLM2-135M-Instruct in a transformers pipeline -> HuggingFacePipeline.
-    model, tokenizer = load_model("smollm2-135m-instruct", device="cpu")
+    model, tokenizer = load_model(DEFAULT_MODEL, device="cpu")
     pipe = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, max_new_tokens=40,
                                  do_sample=False, return_full_text=False)
     llm = HuggingFacePipeline(pipeline=pipe, model_id="SmolLM2-135M-Instruct")

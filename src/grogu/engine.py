@@ -37,7 +37,7 @@ import torch
 from .checks import check_choice, check_int, check_positive_int, check_seed, check_temperature
 from .kernels import LINEAR_BACKENDS, CpuLinears
 from .kvcache import ReservedLayer, reserve
-from .models import load_model
+from .models import DEFAULT_MODEL, load_model
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class Engine:
 
     def __init__(
         self,
-        model: Any = "smollm2-135m-instruct",
+        model: Any = DEFAULT_MODEL,
         tokenizer: Any = None,
         *,
         device: str | torch.device | None = None,
@@ -762,7 +762,7 @@ _SHARED: dict[tuple, Engine] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def get_engine(model: Any = "smollm2-135m-instruct", *, device: str | None = None, dtype: str | None = None,
+def get_engine(model: Any = DEFAULT_MODEL, *, device: str | None = None, dtype: str | None = None,
                **kwargs: Any) -> Engine:
     """The process-wide engine for (model, device, dtype): loaded once, shared by every caller.
 

@@ -34,7 +34,7 @@ from .attribution import FORWARD_METHODS, ForwardData, ForwardJob
 from .checks import (check_choice, check_documents, check_masks, check_positive_float, check_positive_int,
                      check_query, check_seed)
 from .engine import get_engine
-from .models import EMBEDDED_EMBEDDERS, embedded_embedder_path
+from .models import DEFAULT_MODEL, EMBEDDED_EMBEDDERS, embedded_embedder_path
 from .prompts import Document, PromptBuilder, PromptTemplate
 
 
@@ -158,7 +158,7 @@ class InfluenceScorer:
         lasso_alpha: L1 penalty of the surrogate fit, on standardised masks (default 0.01, ContextCite's).
     """
 
-    def __init__(self, model: Any = "smollm2-135m-instruct", *, embedder: Any = "all-minilm-l6-v2",
+    def __init__(self, model: Any = DEFAULT_MODEL, *, embedder: Any = "all-minilm-l6-v2",
                  max_new_tokens: int = 64, template: PromptTemplate | None = None,
                  device: str | None = None, dtype: str | None = None, method: str = "exact",
                  n_ablations: int | None = None, seed: int | None = 0, lasso_alpha: float = 0.01) -> None:

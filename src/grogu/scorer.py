@@ -26,6 +26,7 @@ from .batching import Coalescer
 from .checks import (check_alpha, check_choice, check_document_list, check_documents, check_fraction,
                      check_pairs, check_positive_int, check_query, check_threshold, check_top_n)
 from .engine import Engine, Generation, get_engine
+from .models import DEFAULT_MODEL
 from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate
 from .results import (ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail, UngroundedScore,
                       choose_layout, long_context_order, standard_layouts)
@@ -57,7 +58,7 @@ class UtilityScorer:
 
     def __init__(
         self,
-        model: Any = "smollm2-135m-instruct",
+        model: Any = DEFAULT_MODEL,
         *,
         metric: str = M.DEFAULT_METRIC,
         alpha: float = M.ALPHA,

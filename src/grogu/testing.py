@@ -31,9 +31,9 @@ def embedded_tokenizer():
     """The SmolLM2-135M-Instruct tokenizer (with its chat template) from the packaged GGUF."""
     from transformers import AutoTokenizer
 
-    from .models import embedded_path
+    from .models import DEFAULT_MODEL, embedded_path
 
-    path = embedded_path("smollm2-135m-instruct")
+    path = embedded_path(DEFAULT_MODEL)
     return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
 
 
