@@ -8,7 +8,7 @@ For k in {1, 5, 10, 20} real SQuAD dev paragraphs of about 120 tokens, on the sa
   are known, a lower bound that needs no generation at all.
 Reports seconds per query (median over queries) and the ratios naive/engine and engine/floor. All
 three run the same kernels (``engine.kernels()``: oneDNN linear layers where the engine picked them,
-see grogu.kernels); when the engine picked oneDNN, the engine is also timed with the default kernels
+see grogu.engine.kernels); when the engine picked oneDNN, the engine is also timed with the default kernels
 (``Engine(cpu_linear="default")`` on the same model), which shows what the kernel choice alone gives.
 
   python benchmarks/engine_speed.py                        # packaged SmolLM2 on this machine

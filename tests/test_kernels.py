@@ -1,4 +1,4 @@
-"""CPU kernel choice (grogu.kernels) and the decode cache with reserved room (grogu.kvcache)."""
+"""CPU kernel choice (grogu.engine.kernels) and the decode cache with reserved room (grogu.engine.kvcache)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from transformers import DynamicCache
 
 from grogu import Engine
-from grogu.kernels import CpuLinears, choose_linear_backend, cpu_linears
-from grogu.kvcache import ReservedLayer, reserve
+from grogu.engine.kernels import CpuLinears, choose_linear_backend, cpu_linears
+from grogu.engine.kvcache import ReservedLayer, reserve
 from grogu.testing import tiny_model
 
 needs_onednn = pytest.mark.skipif(choose_linear_backend(torch.nn.Sequential(torch.nn.Linear(4, 4)), "onednn")
@@ -136,7 +136,7 @@ def test_auto_choice_times_the_weights_the_engine_will_run(monkeypatch, pack):
     """'auto' must time oneDNN as the engine runs it: on packed weights when it packs. (Timing the
     unpacked op on this project's Zen 4 CPU measured it only 5-15 % faster, at random either side of
     the 10 % bar, while the packed op the engine runs is 1.3-1.7x faster on the whole model.)"""
-    import grogu.kernels as K
+    import grogu.engine.kernels as K
 
     seen = []
     real = K.onednn_is_faster

@@ -132,20 +132,12 @@ def train_rewriter(
     import torch
     from trl import DPOConfig, SFTConfig
 
-    from .models import load_model
-
     sft = check_records(sft_records, ("prompt", "completion"), "SFT")
     dpo = check_records(dpo_records, ("prompt", "chosen", "rejected"), "DPO")
     if not sft and not dpo:
         raise ValueError("nothing to train on: both the SFT and the DPO records are empty")
     on_gpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
-    if isinstance(model, (str, tuple)):
-        model, tokenizer = load_model(model, device="cuda" if on_gpu else "cpu", dtype="float32")
-    elif tokenizer is None:
-        raise ValueError("pass tokenizer= with a loaded model")
-    detach_gguf_quantizer(model)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    model, tokenizer = _trainable(model, tokenizer, on_gpu)
     if chat is None:
         chat = bool(getattr(tokenizer, "chat_template", None))
     if chat:
@@ -162,6 +154,20 @@ def train_rewriter(
                                           dpo_learning_rate, seed, on_gpu), beta=beta, max_length=max_length)
         model = _train_dpo(model, tokenizer, dpo, args, log)
     return _save(model, tokenizer, output_dir, log)
+
+
+def _trainable(model: Any, tokenizer: Any, on_gpu: bool) -> tuple[Any, Any]:
+    """The model (loaded from a spec in float32, GGUF quantizer detached) and its tokenizer with a pad token."""
+    from .models import load_model
+
+    if isinstance(model, (str, tuple)):
+        model, tokenizer = load_model(model, device="cuda" if on_gpu else "cpu", dtype="float32")
+    elif tokenizer is None:
+        raise ValueError("pass tokenizer= with a loaded model")
+    detach_gguf_quantizer(model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
 
 
 def _train_sft(model: Any, tokenizer: Any, records: list[dict], args: Any, log: dict[str, Any]) -> Any:

@@ -1,0 +1,296 @@
+"""The Engine: one causal LM on one device, its public primitives, and the process-wide registry."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from typing import Any, Sequence
+
+import torch
+
+from ..checks import check_choice, check_int, check_positive_int, check_seed, check_temperature
+from ..models import DEFAULT_MODEL, load_model
+from .decode import Decoding
+from .kernels import LINEAR_BACKENDS, CpuLinears
+from .planning import BatchPlanning
+from .prefill import PrefixPrefill
+from .types import Generation, TokenStats
+
+
+_STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+def _row_generators(prompts: Sequence[Sequence[int]], seed: int) -> list[torch.Generator]:
+    """One CPU generator per prompt, seeded from (seed, the prompt's tokens, how many identical prompts
+    come before it): each prompt's samples are reproducible whatever else is in the call."""
+    seen: dict[tuple[int, ...], int] = {}
+    out = []
+    for p in prompts:
+        key = tuple(p)
+        nth = seen.get(key, 0)
+        seen[key] = nth + 1
+        digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
+        out.append(torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
+    return out
+
+
+def _check_settings(max_batch_size, max_batch_tokens, logits_budget_mb, min_shared_prefix, prompt_lookup,
+                    prompt_lookup_ngram, cpu_linear) -> None:
+    """ValueError/TypeError naming the first Engine setting out of range."""
+    for name, value in (("max_batch_size", max_batch_size), ("max_batch_tokens", max_batch_tokens)):
+        if value is not None:
+            check_positive_int(name, value)
+    check_positive_int("logits_budget_mb", logits_budget_mb)
+    check_int("min_shared_prefix", min_shared_prefix, minimum=0)
+    if prompt_lookup is not None:
+        check_int("prompt_lookup", prompt_lookup, minimum=0)
+    check_int("prompt_lookup_ngram", prompt_lookup_ngram, minimum=2)
+    check_choice("cpu_linear", cpu_linear, LINEAR_BACKENDS)
+
+
+class Engine(BatchPlanning, PrefixPrefill, Decoding):
+    """Batched token statistics for one causal LM on one device.
+
+    Args:
+        model: a model spec (embedded alias, path, hub id; see :func:`grogu.models.load_model`), a loaded
+            ``PreTrainedModel`` (then pass ``tokenizer``), or a ``(model, tokenizer)`` pair.
+        tokenizer: the tokenizer when ``model`` is a loaded model.
+        device, dtype: where and how to load a model given by name (default: CUDA+bf16, else CPU+float32).
+        max_batch_size: most prompts in one forward pass (default 64 on GPU, 32 on CPU).
+        max_batch_tokens: most padded tokens in one forward pass (default 65,536 on GPU, 16,384 on CPU).
+        logits_budget_mb: most memory for the logits of one teacher-forced batch.
+        stop_token_ids: tokens that end an answer (default: the tokenizer's and generation config's EOS
+            plus the usual end-of-turn tokens found in the vocabulary).
+        min_shared_prefix: fewest prompt tokens a shared prefix must save to be worth encoding once.
+        prompt_lookup: most tokens drafted per greedy decode step by prompt lookup (0 turns it off;
+            default 4 on GPU, 0 on CPU). Drafts are verified by the model, so greedy answers and their
+            statistics are unchanged; grounded answers copy from their documents, so several tokens
+            are often accepted per step. It pays where a decode step is memory-bound (GPU); on a CPU
+            every extra token fed costs compute and measured no faster (benchmarks/engine_speed.py).
+        prompt_lookup_ngram: longest n-gram matched to find a draft (shortest: 2).
+        cpu_linear: kernels of the model's linear layers on a CPU (:mod:`grogu.engine.kernels`): 'auto'
+            (default: oneDNN where it measures faster than the default BLAS, as on AMD CPUs, where it
+            is about twice as fast), 'onednn' or 'default'. The model is only switched while the
+            engine runs it. Ignored on a GPU.
+    """
+
+    def __init__(
+        self,
+        model: Any = DEFAULT_MODEL,
+        tokenizer: Any = None,
+        *,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        max_batch_size: int | None = None,
+        max_batch_tokens: int | None = None,
+        logits_budget_mb: int = 256,
+        stop_token_ids: Sequence[int] | None = None,
+        min_shared_prefix: int = 8,
+        prompt_lookup: int | None = None,
+        prompt_lookup_ngram: int = 3,
+        cpu_linear: str = "auto",
+    ) -> None:
+        _check_settings(max_batch_size, max_batch_tokens, logits_budget_mb, min_shared_prefix, prompt_lookup,
+                        prompt_lookup_ngram, cpu_linear)
+        if tokenizer is not None:
+            model = (model, tokenizer)
+        if not isinstance(model, (str, tuple)):
+            raise TypeError("pass a model name/path, a (model, tokenizer) pair, or a model plus tokenizer=")
+        self.model, self.tokenizer = load_model(model, device=device, dtype=dtype)
+        self.model_name = model if isinstance(model, str) else (
+            getattr(self.model.config, "_name_or_path", None) or type(self.model).__name__)
+        self.model.eval()
+        self.device = next(self.model.parameters()).device
+        self.dtype = next(self.model.parameters()).dtype
+        on_gpu = self.device.type == "cuda"
+        self.max_batch_size = max_batch_size or (64 if on_gpu else 32)
+        self.max_batch_tokens = max_batch_tokens or (65536 if on_gpu else 16384)
+        self.logits_budget_bytes = logits_budget_mb * 2**20
+        self.min_shared_prefix = min_shared_prefix
+        # each extra prefix group costs forward calls: counted as this many tokens when grouping
+        self.group_overhead_tokens = 256 if on_gpu else 32
+        self._stack_ok: bool | None = None  # whether group caches can be stacked (see _stackable)
+        self.min_batch_fill = 0.5  # a row shorter than this fraction of a batch's widest starts a new one
+        self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        self._logit_bytes = self.vocab_size * max(self.dtype.itemsize, 4)  # model logits + float32 copy
+        self.pad_token_id = self._pad_token_id()
+        self.stop_token_ids = sorted(set(stop_token_ids) if stop_token_ids is not None else self._default_stops())
+        if not self.stop_token_ids:
+            raise ValueError("the tokenizer defines no end-of-sequence token; pass stop_token_ids=")
+        self._stop_tensor = torch.tensor(self.stop_token_ids, device=self.device)
+        self.max_context_tokens = self._context_window()
+        self._lock = threading.RLock()
+        self._cache_takes_config = "config" in inspect.signature(self._cache_cls().__init__).parameters
+        self.oom_backoffs = 0
+        self._stop_set = set(self.stop_token_ids)
+        if prompt_lookup is None:
+            prompt_lookup = 4 if on_gpu else 0
+        self.prompt_lookup, self.prompt_lookup_ngram = int(prompt_lookup), int(prompt_lookup_ngram)
+        self.prompt_lookup_min_ngram = 2  # 1-gram matches draft mostly noise
+        self._linears = CpuLinears(self.model, cpu_linear if not on_gpu else "default")
+        self.linear_backend = self._linears.backend
+        self.prefill_tokens = 0  # prompt tokens actually encoded, padding excluded (diagnostics)
+        self.lookup_steps = self.lookup_drafted = 0  # decode forwards run, drafted tokens fed (diagnostics)
+
+    # ------------------------------------------------------------------ setup helpers
+    def _pad_token_id(self) -> int:
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        return int(pad if pad is not None else 0)
+
+    def _default_stops(self) -> set[int]:
+        stops: set[int] = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                stops.add(source)
+            elif source:
+                stops.update(int(s) for s in source)
+        vocab = self.tokenizer.get_vocab()
+        stops.update(vocab[name] for name in _STOP_TOKEN_NAMES if name in vocab)
+        return stops
+
+    def _context_window(self) -> int:
+        cfg = self.model.config
+        window = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None) or 2048
+        tok_max = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(tok_max, int) and 0 < tok_max < 10**7:
+            window = min(window, tok_max)
+        return int(window)
+
+    @staticmethod
+    def _cache_cls():
+        from transformers import DynamicCache
+
+        return DynamicCache
+
+    def _new_cache(self):
+        cls = self._cache_cls()
+        return cls(config=self.model.config) if self._cache_takes_config else cls()
+
+    def __repr__(self) -> str:
+        return f"Engine(model={self.model_name!r}, device={self.device}, dtype={self.dtype})"
+
+    def kernels(self):
+        """A context in which forward passes of ``self.model`` use this engine's kernels (oneDNN linear
+        layers on a CPU where they are faster, see :mod:`grogu.engine.kernels`). The engine's own calls run in
+        it; wrap your own forward passes of ``engine.model`` in it to compute exactly what it computes."""
+        return self._linears()
+
+    # ------------------------------------------------------------------ text helpers
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+
+    # ------------------------------------------------------------------ public primitives
+    def _check_prompts(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError("prompts must be a list of token-id lists (render text with grogu.prompts)")
+        out = []
+        for p in prompts:
+            if isinstance(p, (str, bytes)):
+                raise TypeError("prompts must be token ids, not text (render text with grogu.prompts)")
+            p = [int(t) for t in p]
+            if not p:
+                raise ValueError("a prompt has no tokens")
+            out.append(p)
+        return out
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int = 64,
+        *,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Generate one answer per prompt; greedy when ``temperature`` is None, else sampled.
+
+        Returns per prompt a :class:`Generation` with each answer token's entropy (nats) and
+        log-probability under the untempered model distribution. Sampling is reproducible for a given
+        ``seed``: each prompt's samples depend only on the seed, the prompt and how many identical
+        prompts precede it in the call, not on the other prompts or on batching.
+        """
+        prompts = self._check_prompts(prompts)
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        temperature = check_temperature(temperature, "temperature (None: greedy decoding)", allow_none=True)
+        seed = check_seed(seed)
+        if not prompts:
+            return []
+        with self._lock, self.kernels():
+            generators = None
+            if temperature is not None:
+                generators = _row_generators(prompts, seed if seed is not None else torch.seed())
+            lengths = [len(p) + max_new_tokens for p in prompts]
+            batches = self._unpadded(self._plan(lengths, prompts=prompts), lengths)
+            res = self._run(batches, lambda b: dict(zip(b, self._generate_batch(
+                [prompts[i] for i in b], max_new_tokens, temperature,
+                None if generators is None else [generators[i] for i in b]))))
+        return [res[i] for i in range(len(prompts))]
+
+    def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
+        """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]``.
+
+        For token c_j the entropy (nats) and log-probability are those of the next-token distribution
+        given prompt + c_<j. Empty continuations give empty statistics.
+        """
+        prompts = self._check_prompts(prompts)
+        conts = [[int(t) for t in c] for c in continuations]
+        if len(conts) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(conts)} continuations")
+        todo = [i for i, c in enumerate(conts) if c]
+        empty = torch.zeros(0, dtype=torch.float32)
+        res: dict[int, TokenStats] = {i: TokenStats([], empty, empty) for i, c in enumerate(conts) if not c}
+        if todo:
+            lengths = [len(prompts[i]) + len(conts[i]) for i in todo]
+            with self._lock, self.kernels():
+                batches = self._unpadded(self._plan(lengths, logit_rows=[len(conts[i]) for i in todo],
+                                                    prompts=[prompts[i] for i in todo]), lengths)
+                batches = [[todo[j] for j in b] for b in batches]
+                res.update(self._run(batches, lambda b: dict(zip(b, self._token_stats_batch(
+                    [prompts[i] for i in b], [conts[i] for i in b])))))
+        return [res[i] for i in range(len(prompts))]
+
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]],
+                            token_ids: Sequence[int] | None = None) -> torch.Tensor:
+        """Log-probabilities (float32, on CPU) of the next token after each prompt: [n, vocab], or
+        [n, len(token_ids)] for just the given tokens."""
+        prompts = self._check_prompts(prompts)
+        cols = None if token_ids is None else torch.tensor(list(token_ids), dtype=torch.long)
+        if not prompts:
+            return torch.zeros(0, self.vocab_size if cols is None else len(cols))
+
+        @torch.inference_mode()
+        def run(batch: list[int]) -> dict[int, torch.Tensor]:
+            logits = self._prefill_logits([prompts[i] for i in batch], logits_to_keep=1)
+            logp = torch.log_softmax(torch.stack([row[-1] for row in logits]).float(), dim=-1).cpu()
+            if cols is not None:
+                logp = logp[:, cols]
+            return dict(zip(batch, logp))
+
+        with self._lock, self.kernels():
+            lengths = [len(p) for p in prompts]
+            res = self._run(self._unpadded(self._plan(lengths), lengths), run)
+        return torch.stack([res[i] for i in range(len(prompts))])
+
+
+_SHARED: dict[tuple, Engine] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def get_engine(model: Any = DEFAULT_MODEL, *, device: str | None = None, dtype: str | None = None,
+               **kwargs: Any) -> Engine:
+    """The process-wide engine for (model, device, dtype): loaded once, shared by every caller.
+
+    ``model`` may be an Engine (returned as is), a name/path, or a loaded (model, tokenizer) pair.
+    """
+    if isinstance(model, Engine):
+        return model
+    key_model = model if isinstance(model, str) else tuple(id(m) for m in model)
+    key = (key_model, str(device), str(dtype), tuple(sorted(kwargs.items())))
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = Engine(model, device=device, dtype=dtype, **kwargs)
+        return _SHARED[key]

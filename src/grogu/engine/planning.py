@@ -1,0 +1,94 @@
+"""Batch planning: which rows go through the model together, and the out-of-memory retry."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+import logging
+
+logger = logging.getLogger("grogu.engine")
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class BatchPlanning:
+    """Engine part: plans batches of rows under the engine's size, token and logits budgets."""
+
+    # ------------------------------------------------------------------ batching
+    def _plan(self, lengths: Sequence[int], logit_rows: Sequence[int] | None = None,
+              prompts: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
+        """Length-bucketed batches of row indices (longest first) that respect max_batch_size,
+        max_batch_tokens and, when ``logit_rows`` (logit positions per row) is given, the logits budget.
+        With ``prompts``, rows are ordered by prompt first, so rows sharing a prompt share a batch (and
+        its prefix cache) — e.g. the k answers teacher-forced under one ungrounded prompt. With both
+        (teacher forcing, whose groups are encoded one by one and never padded to the batch's widest
+        row), rows go in token order and lengths are not bucketed: a batch is a contiguous part of the
+        prompts' prefix tree, so prompts that share a prefix share a batch (on 64 ContextCite masks of
+        5 paragraphs this encodes 6.3 k tokens instead of 8.1 k; the prefix tree holds 5.6 k)."""
+        by_tokens = prompts is not None and logit_rows is not None
+        if prompts is None:
+            order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        elif by_tokens:
+            order = sorted(range(len(lengths)), key=lambda i: (prompts[i], -lengths[i]))
+        else:
+            order = sorted(range(len(lengths)), key=lambda i: (-len(prompts[i]), prompts[i], -lengths[i]))
+        batches: list[list[int]] = []
+        current: list[int] = []
+        widest = most_logits = 0
+        for i in order:
+            width = max(widest, lengths[i])
+            logits = max(most_logits, logit_rows[i] if logit_rows is not None else 0)
+            n = len(current) + 1
+            fits = (n <= self.max_batch_size and n * width <= self.max_batch_tokens
+                    and n * logits * self._logit_bytes <= self.logits_budget_bytes
+                    and (by_tokens or lengths[i] >= self.min_batch_fill * width))  # padding is waste
+            if current and not fits:
+                batches.append(current)
+                current, width, logits = [], lengths[i], logit_rows[i] if logit_rows is not None else 0
+            current.append(i)
+            widest, most_logits = width, logits
+        if current:
+            batches.append(current)
+        return batches
+
+    def _unpadded(self, batches: list[list[int]], lengths: Sequence[int]) -> list[list[int]]:
+        """Batches whose rows need no padding, for models whose caches cannot be stacked.
+
+        Sliding-window layers (Gemma 2/3, Mistral) count their window in cache slots, not in token
+        positions, so a padding slot or a rejected draft inside the window hides a real token, and a
+        recurrent layer reads padding as input: for those models a batch holds rows of one length only
+        (their prefix is still shared) and decoding uses no drafts (:meth:`_generate_batch`)."""
+        if self._stackable():
+            return batches
+        out: list[list[int]] = []
+        for batch in batches:
+            by_length: dict[int, list[int]] = {}
+            for i in batch:
+                by_length.setdefault(lengths[i], []).append(i)
+            out.extend(by_length.values())
+        return out
+
+    def _run(self, batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]]) -> dict[int, Any]:
+        """Run fn on each batch; on out-of-memory split the batch in two and retry."""
+        results: dict[int, Any] = {}
+        queue = list(batches)
+        while queue:
+            batch = queue.pop(0)
+            try:
+                results.update(fn(batch))
+            except Exception as exc:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+                if not _is_oom(exc) or len(batch) == 1:
+                    raise
+                self.oom_backoffs += 1
+                half = len(batch) // 2
+                self.max_batch_size = max(1, min(self.max_batch_size, half))
+                logger.warning("grogu engine: out of memory on a batch of %d, retrying as %d + %d",
+                               len(batch), half, len(batch) - half)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                queue[:0] = [batch[:half], batch[half:]]
+        return results
