@@ -64,6 +64,28 @@ class Selection:
         return self.candidate_scores[self.chosen] if self.chosen is not None else None
 
 
+@dataclass
+class RerankPlan:
+    """A rerank call before its model work (:meth:`grogu.UtilityScorer.plan_rerank`): the checked
+    inputs, the retrieval order ``base`` and the candidate ``contexts`` (input positions) to score, each
+    as one context; :meth:`grogu.UtilityScorer.finish_rerank` turns their scores into the result. A
+    service scores the contexts of many requests in one batch between the two."""
+
+    query: str
+    settings: ModeSettings
+    documents: list[Any]  # checked grogu Documents, input order
+    originals: list[Any]  # what the caller passed, returned on each result
+    relevance: list[float] | None
+    base: list[int]
+    contexts: list[list[int]]
+    top_n: int | None
+    threshold: float | None
+
+    def context_documents(self) -> list[list[Any]]:
+        """The documents of each candidate context, in context order."""
+        return [[self.documents[i] for i in c] for c in self.contexts]
+
+
 def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[list[int]]:
     """The contexts (lists of input indices) the mode needs scored, in one batch. ``base``: the input
     indices in retrieval order (best first)."""

@@ -235,13 +235,15 @@ class UtilityScorer:
         ``margin`` (:class:`grogu.rerank.ModeSettings`). Each result carries ``index`` (input position)
         and the original ``document``.
         """
-        settings, docs, originals, relevance, base = self._prepare_rerank(
-            query, documents, top_n, threshold, mode, relevance, mode_settings)
-        contexts = R.plan(settings, base, top_n)
-        scored = self.score_contexts(query, [[docs[i] for i in c] for c in contexts], return_details=return_details)
-        return self._finish_rerank(settings, base, contexts, scored, originals, top_n, threshold, relevance)
+        plan = self.plan_rerank(query, documents, top_n, threshold, mode=mode, relevance=relevance, **mode_settings)
+        scored = self.score_contexts(plan.query, plan.context_documents(), return_details=return_details)
+        return self.finish_rerank(plan, scored)
 
-    def _prepare_rerank(self, query, documents, top_n, threshold, mode, relevance, mode_settings):
+    def plan_rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
+                    threshold: float | None = None, *, mode: str | None = None,
+                    relevance: Sequence[float] | None = None, **mode_settings: Any) -> R.RerankPlan:
+        """The first half of :meth:`rerank`: checks its inputs, sets the retrieval order (computing the
+        MiniLM relevance when none is given) and plans the contexts to score (:class:`grogu.rerank.RerankPlan`)."""
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
         settings = R.ModeSettings(mode=R.DEFAULT_MODE if mode is None else mode, **mode_settings)
         if threshold is not None and settings.mode == "context":
@@ -256,10 +258,13 @@ class UtilityScorer:
         elif settings.mode != "document" and docs:
             relevance = R.relevance_scores(query, [self.prompts.template.render_context([d]) for d in docs])
         base = list(range(len(docs))) if relevance is None else S.order_by(relevance)
-        return settings, docs, originals, relevance, base
+        return R.RerankPlan(query=query, settings=settings, documents=docs, originals=originals, relevance=relevance,
+                            base=base, contexts=R.plan(settings, base, top_n), top_n=top_n, threshold=threshold)
 
-    def _finish_rerank(self, settings, base, contexts, scored, originals, top_n, threshold, relevance):
-        sel = R.decide(settings, base, contexts, scored, top_n, threshold, relevance)
+    def finish_rerank(self, plan: R.RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:
+        """The second half of :meth:`rerank`: the result, given the scores of ``plan.contexts``."""
+        settings, originals = plan.settings, plan.originals
+        sel = R.decide(settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance)
         if sel.mode == "context":
             ctx = sel.context
             fields = {k: v for k, v in vars(ctx).items() if k != "documents"} if ctx is not None else {}
@@ -291,12 +296,9 @@ class UtilityScorer:
                       relevance: Sequence[float] | None = None, return_details: bool = False,
                       **mode_settings: Any) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
-        settings, docs, originals, relevance, base = self._prepare_rerank(
-            query, documents, top_n, threshold, mode, relevance, mode_settings)
-        contexts = R.plan(settings, base, top_n)
-        scored = await self.ascore_contexts(query, [[docs[i] for i in c] for c in contexts],
-                                            return_details=return_details)
-        return self._finish_rerank(settings, base, contexts, scored, originals, top_n, threshold, relevance)
+        plan = self.plan_rerank(query, documents, top_n, threshold, mode=mode, relevance=relevance, **mode_settings)
+        scored = await self.ascore_contexts(plan.query, plan.context_documents(), return_details=return_details)
+        return self.finish_rerank(plan, scored)
 
     async def ascore_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
                               return_details: bool = False) -> list[ContextScore]:

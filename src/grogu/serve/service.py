@@ -17,6 +17,7 @@ request fails alone. Nothing a request sends can stop the replica.
 import asyncio
 import collections
 import dataclasses
+import functools
 import os
 from typing import Any, Callable, Optional
 
@@ -29,7 +30,6 @@ from ..checks import check_query
 from ..engine import get_engine
 from ..influence import EMBEDDING_METHODS, InfluenceScorer, load_embedder
 from ..models import DEFAULT_MODEL
-from ..rerank import plan
 from ..results import choose_layout
 from ..scorer import UtilityScorer
 from ..selection import RERANK_MODES
@@ -247,14 +247,12 @@ class GroguService:
         _, scorer = self._utility(body)
         mode_settings = dict(weight=body.weight, family=body.family, swaps=body.swaps, margin=body.margin)
         # checks, and the MiniLM relevance when none is given (model work: on the worker thread)
-        settings, docs, originals, relevance, base = await self._on_worker(
-            scorer._prepare_rerank, body.query, A.plain_docs(body.documents), body.top_n, body.threshold,
-            body.mode, body.relevance, mode_settings)
-        contexts = plan(settings, base, body.top_n)
-        [scored] = await self._contexts(body, [(body.query, [[docs[i] for i in c] for c in contexts])],
+        rerank_plan = await self._on_worker(
+            functools.partial(scorer.plan_rerank, body.query, A.plain_docs(body.documents), body.top_n,
+                              body.threshold, mode=body.mode, relevance=body.relevance, **mode_settings))
+        [scored] = await self._contexts(body, [(rerank_plan.query, rerank_plan.context_documents())],
                                         body.return_details)
-        ranked = scorer._finish_rerank(settings, base, contexts, scored, originals, body.top_n, body.threshold,
-                                       relevance)
+        ranked = scorer.finish_rerank(rerank_plan, scored)
         out = W.encode_ranked(ranked)
         if not body.return_details:
             for row in out["results"] + ([out["context"]] if out["context"] else []):
