@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from .engine import get_engine
 from .models import DEFAULT_MODEL
+from .prompts import chat_ids
 
 #: stance of the evidence -> the label it should raise
 STANCES = {"supports": "True", "support": "True", "true": "True", "refutes": "False", "refute": "False",
@@ -106,12 +107,7 @@ class ACUScorer:
         return ids
 
     def _prompt(self, text: str) -> list[int]:
-        tok = self.engine.tokenizer
-        if getattr(tok, "chat_template", None):
-            rendered = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                               tokenize=False)
-            return tok.encode(rendered, add_special_tokens=False)
-        return tok.encode(text + "\nAnswer:", add_special_tokens=True)
+        return chat_ids(self.engine.tokenizer, text, plain_suffix="\nAnswer:")
 
     def _raised(self, stance: str) -> str:
         if not isinstance(stance, str):

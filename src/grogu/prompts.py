@@ -111,6 +111,21 @@ SHORT_ANSWER_TEMPLATE = PromptTemplate(
 )
 
 
+def chat_ids(tokenizer: Any, user_text: str, *, plain_suffix: str, system: str | None = None,
+             chat: bool = True) -> list[int]:
+    """Token ids of ``user_text`` as the user turn of the tokenizer's chat template (after ``system``,
+    when given), ready for the assistant's reply; without a chat template (or with ``chat=False``),
+    the plain text followed by ``plain_suffix``, with the tokenizer's special tokens. The one place
+    grogu renders a chat prompt: the scoring prompts, ACU and the rewrite candidates use it."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": user_text}]
+        if system:
+            messages.insert(0, {"role": "system", "content": system})
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer.encode(text, add_special_tokens=False)
+    return tokenizer.encode(user_text + plain_suffix, add_special_tokens=True)
+
+
 class PromptBuilder:
     """Renders prompts to token ids for one tokenizer and context window.
 
@@ -127,13 +142,8 @@ class PromptBuilder:
 
     # -- text -> ids
     def _wrap(self, user_text: str) -> list[int]:
-        if self.use_chat:
-            messages = [{"role": "user", "content": user_text}]
-            if self.template.system:
-                messages.insert(0, {"role": "system", "content": self.template.system})
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            return self.tokenizer.encode(text, add_special_tokens=False)
-        return self.tokenizer.encode(user_text + self.template.plain_suffix, add_special_tokens=True)
+        return chat_ids(self.tokenizer, user_text, plain_suffix=self.template.plain_suffix,
+                        system=self.template.system, chat=self.use_chat)
 
     def ungrounded_ids(self, query: str) -> list[int]:
         ids = self._wrap(self.template.ungrounded.format(query=query))

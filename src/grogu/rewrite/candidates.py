@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from ..prompts import chat_ids
 from .turns import DEFAULT_INSTRUCTION, Turn, rewrite_prompt
 
 DEFAULT_N_CANDIDATES = 8
@@ -42,16 +43,6 @@ def dedupe_candidates(question: str, candidates: Sequence[str], include_original
     return out
 
 
-def _chat_ids(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of ``text`` as the user turn of the tokenizer's chat template (plain text + newline
-    when it has none), ready for the assistant's reply."""
-    if getattr(tokenizer, "chat_template", None):
-        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                                 tokenize=False)
-        return tokenizer.encode(rendered, add_special_tokens=False)
-    return tokenizer.encode(text + "\nRewritten question:", add_special_tokens=True)
-
-
 def generate_candidates(
     rewriter: Any,
     turns: Sequence[Turn],
@@ -72,7 +63,8 @@ def generate_candidates(
     if not turns:
         return []
     engine = get_engine(rewriter)
-    prompts = [_chat_ids(engine.tokenizer, rewrite_prompt(t, instruction)) for t in turns]
+    prompts = [chat_ids(engine.tokenizer, rewrite_prompt(t, instruction), plain_suffix="\nRewritten question:")
+               for t in turns]
     gens = engine.generate([p for p in prompts for _ in range(n)], max_new_tokens, temperature=temperature, seed=seed)
     texts = [clean_rewrite(g.text) for g in gens]
     return [texts[i * n:(i + 1) * n] for i in range(len(turns))]
