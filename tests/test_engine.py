@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
 
-from grogu import Engine, UtilityScorer
+from grogu import Engine, UtilityScorer, get_engine
+from grogu.engine import EngineConfig
+from grogu.engine.prefixtree import common_prefix, prefix_groups
 from grogu.naive import forward_stats, greedy_generate, naive_grogu_stats
 from grogu.prompts import Document, PromptBuilder
 
@@ -135,15 +138,20 @@ def test_gpu_defaults_bf16_and_prompt_lookup_agree_with_the_naive_loop(tokenizer
         torch.testing.assert_close(g.logprob, lp, atol=0.05, rtol=0.02)
 
 
-def test_prompt_lookup_draft():
-    engine = Engine(tiny_model("llama", vocab_size=64), _ToyTokenizer(), device="cpu", prompt_lookup=3)
-    assert engine._draft([5, 6, 7, 8, 9, 1, 5, 6], 10) == [7, 8, 9]  # latest earlier copy of (5, 6)
-    assert engine._draft([5, 6, 7, 5, 6, 9, 5, 6], 10) == [9, 5, 6]  # the most recent copy wins
-    assert engine._draft([5, 6, 7, 5, 6], 1) == [7]                   # budget caps the draft
-    assert engine._draft([1, 2, 3, 4], 5) == []                       # no repeated bigram
-    assert engine._draft([1, 2, 3, 4], 0) == []
-    with pytest.raises(ValueError):
-        Engine(tiny_model("llama", vocab_size=64), _ToyTokenizer(), device="cpu", prompt_lookup=-1)
+def test_config_or_keyword_settings_give_the_same_engine():
+    model = tiny_model("llama", vocab_size=64, seed=3)
+    by_kwargs = Engine(model, _ToyTokenizer(), device="cpu", prompt_lookup=5, max_batch_size=2, stop_token_ids=[1])
+    by_config = Engine(model, _ToyTokenizer(), device="cpu", stop_token_ids=[1],
+                       config=EngineConfig(prompt_lookup=5, max_batch_size=2))
+    assert by_kwargs.config == by_config.config == EngineConfig(prompt_lookup=5, max_batch_size=2).resolved("cpu")
+    assert (by_config.prompt_lookup, by_config.max_batch_size, by_config.max_batch_tokens) == (5, 2, 16384)
+    prompts = [[5, 6, 7, 5, 6, 7, 5], [9, 8, 9, 8], [4, 4, 4, 4, 4]]
+    got, want = by_config.generate(prompts, 8), by_kwargs.generate(prompts, 8)
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+    config = EngineConfig(min_batch_fill=0.25)
+    shared = get_engine((model, _ToyTokenizer()), device="cpu", config=config)
+    assert get_engine((model, shared.tokenizer), device="cpu", config=config) is shared
+    assert shared.min_batch_fill == 0.25
 
 
 class _ToyTokenizer:
@@ -281,26 +289,23 @@ def test_bad_prompts(tiny_engine):
 
 def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine, monkeypatch):
     # Influence Score rows: the full context, each leave-one-out, each single document
-    monkeypatch.setattr(tiny_engine, "min_batch_fill", 0.0)  # all 11 rows in one batch
+    monkeypatch.setattr(tiny_engine, "config", replace(tiny_engine.config, min_batch_fill=0.0))  # one batch
     query, docs = _docs(5, 5)
     pb = PromptBuilder(tiny_engine.tokenizer, tiny_engine.max_context_tokens, 8)
     rows = [pb.grounded_ids(query, docs)]
     rows += [pb.grounded_ids(query, docs[:i] + docs[i + 1:]) for i in range(5)]
     rows += [pb.grounded_ids(query, [d]) for d in docs]
-    groups = tiny_engine._prefix_groups(rows, [len(r) - 1 for r in rows])
+    groups = prefix_groups(rows, [len(r) - 1 for r in rows], min_shared_prefix=tiny_engine.min_shared_prefix,
+                           group_overhead_tokens=tiny_engine.group_overhead_tokens)
     assert sorted(i for g, _ in groups for i in g) == list(range(11))
     assert all(rows[i][:p] == rows[g[0]][:p] and p < len(rows[i]) for g, p in groups for i in g)
-
-    def lcp(a, b):
-        return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
     # each group's prefix continues the longest agreement with an earlier group's prefix (a prefix tree)
     heads = [rows[g[0]][:p] for g, p in groups]
-    encoded = sum(p - max([min(lcp(h, heads[j]), p) for j in range(n)], default=0) + sum(len(rows[i]) - p for i in g)
-                  for n, ((g, p), h) in enumerate(zip(groups, heads)))
+    encoded = sum(p - max([min(common_prefix(h, heads[j]), p) for j in range(n)], default=0)
+                  + sum(len(rows[i]) - p for i in g) for n, ((g, p), h) in enumerate(zip(groups, heads)))
     # the ideal: every row encodes only what it does not share with a row before it in token order
     order = sorted(rows)
-    tree = len(order[0]) + sum(len(b) - min(lcp(a, b), len(b) - 1) for a, b in zip(order, order[1:]))
+    tree = len(order[0]) + sum(len(b) - min(common_prefix(a, b), len(b) - 1) for a, b in zip(order, order[1:]))
     assert encoded <= 1.05 * tree and tree < 0.7 * sum(map(len, rows))
     before = tiny_engine.prefill_tokens
     gens = tiny_engine.generate(rows, 8)
@@ -310,25 +315,3 @@ def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine, monkey
         assert g.token_ids == alone.token_ids
         torch.testing.assert_close(g.entropy, alone.entropy, atol=TOL, rtol=0)
         torch.testing.assert_close(g.logprob, alone.logprob, atol=TOL, rtol=0)
-
-
-def test_short_rows_are_not_padded_to_a_much_wider_batch(tiny_engine):
-    # rows shorter than min_batch_fill x the batch's widest row start a new batch
-    assert tiny_engine._plan([100, 90, 60, 49, 30, 20]) == [[0, 1, 2], [3, 4], [5]]
-    tiny_engine.min_batch_fill = 0.0
-    try:
-        assert tiny_engine._plan([100, 90, 60, 49, 30, 20]) == [[0, 1, 2, 3, 4, 5]]
-    finally:
-        tiny_engine.min_batch_fill = 0.5
-
-
-def test_prefix_groups_minimise_encoded_tokens(tiny_engine):
-    a, b = list(range(100, 140)), list(range(200, 240))
-    rows = [a + [1, 2], b + [3], a + [4], b + [5, 6, 7]]
-    groups = tiny_engine._prefix_groups(rows, [len(r) - 1 for r in rows])
-    assert sorted(groups) == [([0, 2], 40), ([1, 3], 40)]  # each 40-token prefix once
-    # a reuse limit is respected: row 2 may reuse only 10 tokens, so the prefix is not worth a group
-    groups = tiny_engine._prefix_groups(rows, [41, 39, 10, 42])
-    assert all(p <= 10 for g, p in groups if 2 in g)
-    # nothing shared: one padded group (a group costs group_overhead_tokens), in token order
-    assert tiny_engine._prefix_groups([[3, 4], [1, 2]], [1, 1]) == [([1, 0], 0)]

@@ -1,4 +1,5 @@
-"""Teacher forcing plans its batches in prefix-tree order: prompts that share a prefix share a batch."""
+"""Teacher forcing plans its batches in prefix-tree order: prompts that share a prefix share a batch
+(the plan itself, without a model: tests/test_engine_parts.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,17 @@ import numpy as np
 import torch
 
 from grogu import Engine
+from grogu.engine.planning import plan_batches
 from grogu.naive import forward_stats
 from grogu.testing import tiny_model
 
 TOL = 1e-4
+
+
+def _limits(engine: Engine) -> dict:
+    """plan_batches' limits under an engine's settings (the logits budget is far from binding here)."""
+    return dict(max_batch_size=engine.max_batch_size, max_batch_tokens=engine.max_batch_tokens,
+                min_batch_fill=engine.min_batch_fill)
 
 
 def masked_prompts(k: int = 6, m: int = 24, doc_len: int = 12) -> list[list[int]]:
@@ -20,21 +28,13 @@ def masked_prompts(k: int = 6, m: int = 24, doc_len: int = 12) -> list[list[int]
     return [[1, 2, 3] + [t for d, keep in zip(docs, row) if keep for t in d] + [7, 8] for row in masks]
 
 
-def test_logit_plan_is_in_token_order_and_not_length_bucketed(tokenizer):
-    engine = Engine(tiny_model("llama"), tokenizer, device="cpu")
-    prompts = [[5, 9, 9, 9, 9, 9], [5, 1], [5, 9, 9, 9, 9, 9, 9, 9], [4]]
-    lengths = [len(p) + 2 for p in prompts]
-    # teacher forcing: token order ([4] < [5, 1] < [5, 9, ...] < [5, 9, ..., 9]) in one batch
-    assert engine._plan(lengths, logit_rows=[2] * 4, prompts=prompts) == [[3, 1, 0, 2]]
-    # decoding keeps the length buckets: short rows are not padded to the widest
-    assert engine._plan(lengths, prompts=prompts) == [[2, 0], [1, 3]]
-
-
 def test_masked_prompts_over_several_batches_equal_one_at_a_time(tokenizer):
-    engine = Engine(tiny_model("llama"), tokenizer, device="cpu")
+    engine = Engine(tiny_model("llama"), tokenizer, device="cpu", max_batch_size=6)  # four batches
     prompts = masked_prompts()
     conts = [[40, 41, 42, 43]] * len(prompts)
-    engine.max_batch_size = 6  # four batches
+    lengths = [len(p) + len(c) for p, c in zip(prompts, conts)]
+    planned = plan_batches(lengths, logit_rows=[len(c) for c in conts], prompts=prompts, **_limits(engine))
+    assert len(planned) == 4 and all(len(b) <= 6 for b in planned)
     engine.prefill_tokens = 0
     stats = engine.token_stats(prompts, conts)
     encoded = engine.prefill_tokens
@@ -45,7 +45,7 @@ def test_masked_prompts_over_several_batches_equal_one_at_a_time(tokenizer):
     # the same rows planned by length first (as decoding plans them) encode more
     engine.prefill_tokens = 0
     seqs = [p + c[:-1] for p, c in zip(prompts, conts)]
-    by_length = engine._plan([len(s) for s in seqs], prompts=prompts)
+    by_length = plan_batches([len(s) for s in seqs], prompts=prompts, **_limits(engine))
     for batch in by_length:
         list(engine._encode([seqs[i] for i in batch], 4, [len(prompts[i]) - 1 for i in batch]))
     assert encoded < engine.prefill_tokens

@@ -22,13 +22,24 @@ and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`gro
 Thread safety: one re-entrant lock serialises the model work, so any number of threads can share an
 engine and each gets exactly the result it would get alone.
 
-The parts: :mod:`.planning` (batches, out-of-memory retry), :mod:`.prefill` (prefix tree, group
-prefill, cache stacking), :mod:`.decode` (decode loop, drafts, teacher forcing), :mod:`.kvcache`
-(decode cache with reserved room), :mod:`.kernels` (CPU linear kernels), :mod:`.types` (results) and
-:mod:`.core` (the Engine and ``get_engine``).
+The parts — the plain logic in functions that need no model, each testable alone:
+
+- :mod:`.config` — :class:`EngineConfig`, every tuned constant as a documented, validated setting,
+  with per-device defaults (``engine.config``);
+- :mod:`.planning` — :func:`~.planning.plan_batches` (which rows run together under the size, token
+  and logits budgets), :func:`~.planning.split_unpadded`, and the out-of-memory retry;
+- :mod:`.prefixtree` — :func:`~.prefixtree.common_prefix` and :func:`~.prefixtree.prefix_groups` (a
+  batch split into groups sharing a prefix, by dynamic programming);
+- :mod:`.prefill` — group prefill continuing earlier groups' prefixes, and cache stacking;
+- :mod:`.drafting` — :class:`~.drafting.PromptLookup`, ``propose(history) -> draft``;
+- :mod:`.decode` — the decode loop (verifying drafts) and teacher forcing;
+- :mod:`.kvcache` (decode cache with reserved room), :mod:`.kernels` (CPU linear kernels), :mod:`.types`
+  (results) and :mod:`.core` (the Engine, built from the parts above, and ``get_engine``).
 """
 
+from .config import EngineConfig
 from .core import Engine, get_engine
+from .drafting import PromptLookup
 from .types import Generation, TokenStats
 
-__all__ = ["Engine", "get_engine", "Generation", "TokenStats"]
+__all__ = ["Engine", "EngineConfig", "get_engine", "Generation", "TokenStats", "PromptLookup"]

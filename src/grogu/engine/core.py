@@ -9,10 +9,11 @@ from typing import Any, Sequence
 
 import torch
 
-from ..checks import check_choice, check_int, check_positive_int, check_seed, check_temperature
+from ..checks import check_positive_int, check_seed, check_temperature
 from ..models import DEFAULT_MODEL, load_model
+from .config import NOT_GIVEN, Configured, EngineConfig, engine_config
 from .decode import Decoding
-from .kernels import LINEAR_BACKENDS, CpuLinears
+from .kernels import CpuLinears
 from .planning import BatchPlanning
 from .prefill import PrefixPrefill
 from .types import Generation, TokenStats
@@ -35,21 +36,7 @@ def _row_generators(prompts: Sequence[Sequence[int]], seed: int) -> list[torch.G
     return out
 
 
-def _check_settings(max_batch_size, max_batch_tokens, logits_budget_mb, min_shared_prefix, prompt_lookup,
-                    prompt_lookup_ngram, cpu_linear) -> None:
-    """ValueError/TypeError naming the first Engine setting out of range."""
-    for name, value in (("max_batch_size", max_batch_size), ("max_batch_tokens", max_batch_tokens)):
-        if value is not None:
-            check_positive_int(name, value)
-    check_positive_int("logits_budget_mb", logits_budget_mb)
-    check_int("min_shared_prefix", min_shared_prefix, minimum=0)
-    if prompt_lookup is not None:
-        check_int("prompt_lookup", prompt_lookup, minimum=0)
-    check_int("prompt_lookup_ngram", prompt_lookup_ngram, minimum=2)
-    check_choice("cpu_linear", cpu_linear, LINEAR_BACKENDS)
-
-
-class Engine(BatchPlanning, PrefixPrefill, Decoding):
+class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
     """Batched token statistics for one causal LM on one device.
 
     Args:
@@ -68,11 +55,16 @@ class Engine(BatchPlanning, PrefixPrefill, Decoding):
             statistics are unchanged; grounded answers copy from their documents, so several tokens
             are often accepted per step. It pays where a decode step is memory-bound (GPU); on a CPU
             every extra token fed costs compute and measured no faster (benchmarks/engine_speed.py).
-        prompt_lookup_ngram: longest n-gram matched to find a draft (shortest: 2).
+        prompt_lookup_ngram: longest n-gram matched to find a draft (shortest: ``prompt_lookup_min_ngram``, 2).
         cpu_linear: kernels of the model's linear layers on a CPU (:mod:`grogu.engine.kernels`): 'auto'
             (default: oneDNN where it measures faster than the default BLAS, as on AMD CPUs, where it
             is about twice as fast), 'onednn' or 'default'. The model is only switched while the
             engine runs it. Ignored on a GPU.
+        config: all settings at once, as an :class:`~grogu.engine.config.EngineConfig` (which also holds
+            the tuned constants that have no keyword argument: ``group_overhead_tokens``,
+            ``min_batch_fill``, ``prompt_lookup_min_ngram``, ``entropy_chunk_rows``,
+            ``cpu_linear_pack_limit_mb``). Not together with the setting keyword arguments above (a
+            TypeError). ``engine.config`` is the configuration in use, defaults resolved for the device.
     """
 
     def __init__(
@@ -82,17 +74,21 @@ class Engine(BatchPlanning, PrefixPrefill, Decoding):
         *,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
-        max_batch_size: int | None = None,
-        max_batch_tokens: int | None = None,
-        logits_budget_mb: int = 256,
+        max_batch_size: int | None = NOT_GIVEN,
+        max_batch_tokens: int | None = NOT_GIVEN,
+        logits_budget_mb: int = NOT_GIVEN,
         stop_token_ids: Sequence[int] | None = None,
-        min_shared_prefix: int = 8,
-        prompt_lookup: int | None = None,
-        prompt_lookup_ngram: int = 3,
-        cpu_linear: str = "auto",
+        min_shared_prefix: int = NOT_GIVEN,
+        prompt_lookup: int | None = NOT_GIVEN,
+        prompt_lookup_ngram: int = NOT_GIVEN,
+        cpu_linear: str = NOT_GIVEN,
+        config: EngineConfig | None = None,
     ) -> None:
-        _check_settings(max_batch_size, max_batch_tokens, logits_budget_mb, min_shared_prefix, prompt_lookup,
-                        prompt_lookup_ngram, cpu_linear)
+        # validated before a model is loaded
+        config = engine_config(config, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
+                               logits_budget_mb=logits_budget_mb, min_shared_prefix=min_shared_prefix,
+                               prompt_lookup=prompt_lookup, prompt_lookup_ngram=prompt_lookup_ngram,
+                               cpu_linear=cpu_linear)
         if tokenizer is not None:
             model = (model, tokenizer)
         if not isinstance(model, (str, tuple)):
@@ -103,15 +99,8 @@ class Engine(BatchPlanning, PrefixPrefill, Decoding):
         self.model.eval()
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
-        on_gpu = self.device.type == "cuda"
-        self.max_batch_size = max_batch_size or (64 if on_gpu else 32)
-        self.max_batch_tokens = max_batch_tokens or (65536 if on_gpu else 16384)
-        self.logits_budget_bytes = logits_budget_mb * 2**20
-        self.min_shared_prefix = min_shared_prefix
-        # each extra prefix group costs forward calls: counted as this many tokens when grouping
-        self.group_overhead_tokens = 256 if on_gpu else 32
+        self.config = config  # resolved for the device: engine.max_batch_size ... read it
         self._stack_ok: bool | None = None  # whether group caches can be stacked (see _stackable)
-        self.min_batch_fill = 0.5  # a row shorter than this fraction of a batch's widest starts a new one
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         self._logit_bytes = self.vocab_size * max(self.dtype.itemsize, 4)  # model logits + float32 copy
         self.pad_token_id = self._pad_token_id()
@@ -124,11 +113,8 @@ class Engine(BatchPlanning, PrefixPrefill, Decoding):
         self._cache_takes_config = "config" in inspect.signature(self._cache_cls().__init__).parameters
         self.oom_backoffs = 0
         self._stop_set = set(self.stop_token_ids)
-        if prompt_lookup is None:
-            prompt_lookup = 4 if on_gpu else 0
-        self.prompt_lookup, self.prompt_lookup_ngram = int(prompt_lookup), int(prompt_lookup_ngram)
-        self.prompt_lookup_min_ngram = 2  # 1-gram matches draft mostly noise
-        self._linears = CpuLinears(self.model, cpu_linear if not on_gpu else "default")
+        self._linears = CpuLinears(self.model, self.config.cpu_linear if self.device.type != "cuda" else "default",
+                                   pack_limit_mb=self.config.cpu_linear_pack_limit_mb)
         self.linear_backend = self._linears.backend
         self.prefill_tokens = 0  # prompt tokens actually encoded, padding excluded (diagnostics)
         self.lookup_steps = self.lookup_drafted = 0  # decode forwards run, drafted tokens fed (diagnostics)

@@ -1,15 +1,18 @@
-"""The decode loop (greedy with prompt-lookup drafts, or sampled) and teacher-forced token statistics."""
+"""The decode loop (greedy with prompt-lookup drafts from :mod:`grogu.engine.drafting`, or sampled) and
+teacher-forced token statistics."""
 
 from __future__ import annotations
 
 
 import torch
 
+from .drafting import PromptLookup
 from .kvcache import reserve
+from .prefixtree import common_prefix
 from .types import Generation, TokenStats
 
 
-def _entropy_logprob(logits: torch.Tensor, chunk_rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+def _entropy_logprob(logits: torch.Tensor, chunk_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(entropy, log-softmax) of [n, V] logits in float32, computed chunk by chunk."""
     ents, logps = [], []
     for start in range(0, logits.shape[0], chunk_rows):
@@ -24,19 +27,12 @@ class Decoding:
     """Engine part: decodes a planned batch, and teacher-forces continuations."""
 
     def _draft(self, history: list[int], budget: int) -> list[int]:
-        """Prompt-lookup draft: the tokens that followed the latest earlier occurrence of the history's
-        last n-gram (n = prompt_lookup_ngram .. 2) in the prompt or the answer so far; at most
-        ``budget`` tokens, [] when nothing matches."""
-        budget = min(budget, self.prompt_lookup)
-        end = len(history)
-        if budget < 1:
-            return []
-        for n in range(min(self.prompt_lookup_ngram, end - 1), self.prompt_lookup_min_ngram - 1, -1):
-            pattern, last = history[end - n:], history[-1]
-            for s in range(end - 2, n - 2, -1):  # s: the last token of an earlier copy of the pattern
-                if history[s] == last and history[s - n + 1:s + 1] == pattern:
-                    return history[s + 1:s + 1 + budget]
-        return []
+        """A prompt-lookup draft (:class:`~grogu.engine.drafting.PromptLookup`) under this engine's
+        settings: at most ``budget`` tokens, [] when nothing matches."""
+        return self._drafter().propose(history, budget)
+
+    def _drafter(self) -> PromptLookup:
+        return PromptLookup(self.prompt_lookup, self.prompt_lookup_ngram, self.prompt_lookup_min_ngram)
 
     @torch.inference_mode()
     def _generate_batch(self, seqs: list[list[int]], max_new_tokens: int, temperature: float | None,
@@ -47,8 +43,9 @@ class Decoding:
         and masks the cache slots of rejected drafts out. Entropies and log-probabilities are read at
         the positions that produced each kept token."""
         n = len(seqs)
-        lookup = temperature is None and self.prompt_lookup > 0 and self._stackable()  # see _unpadded
-        room = max_new_tokens + (self.prompt_lookup if lookup else 0)  # decode writes the cache in place
+        drafter = self._drafter()
+        lookup = temperature is None and drafter.max_draft > 0 and self._stackable()  # see _unpadded
+        room = max_new_tokens + (drafter.max_draft if lookup else 0)  # decode writes the cache in place
         logits, cache, attention, last_pos = self._prefill(seqs, logits_to_keep=1, room=room)
         reserve(cache, room)  # a cache not stacked from groups (those are reserved already)
         rows = torch.arange(n, device=self.device)
@@ -59,7 +56,7 @@ class Decoding:
             # logits: [active, 1 + D, V]; position j scores the token after (pending, draft[:j])
             active = rows.tolist()
             choice = self._choose(logits, temperature, generators, active)
-            accepted = [_accepted(c, d) for c, d in zip(choice, drafts)]
+            accepted = [common_prefix(c, d) for c, d in zip(choice, drafts)]  # drafted tokens the model chose
             keep, pending = self._keep(state, logits, choice, accepted, active, max_new_tokens)
             if drafts and max(map(len, drafts)):
                 # cache slots of the rejected drafts (and of draft padding) never count again
@@ -75,8 +72,8 @@ class Decoding:
                 cache.batch_select_indices(idx)
                 attention, last_pos, rows = attention[idx], last_pos[idx], rows[idx]
                 pending = [t for t, k in zip(pending, keep) if k]
-            drafts = [self._draft(state.history[r], max_new_tokens - len(state.tokens[r]) - 1) if lookup else []
-                      for r in rows.tolist()]
+            drafts = [drafter.propose(state.history[r], max_new_tokens - len(state.tokens[r]) - 1) if lookup
+                      else [] for r in rows.tolist()]
             logits, attention = self._feed(pending, drafts, cache, attention, last_pos)
             fed_step = True
         return state.generations(self.decode)
@@ -97,7 +94,7 @@ class Decoding:
         pick_pos = torch.tensor([p for a in accepted for p in range(a + 1)], device=self.device)
         picked = torch.tensor([choice[j][p] for j, a in enumerate(accepted) for p in range(a + 1)],
                               device=self.device)
-        entropy, logp = _entropy_logprob(logits[pick_row, pick_pos], chunk_rows=64)
+        entropy, logp = _entropy_logprob(logits[pick_row, pick_pos], self.entropy_chunk_rows)
         tok_lp = logp.gather(1, picked[:, None])[:, 0].tolist()
         entropy = entropy.tolist()
         keep, pending, cursor = [], [], 0
@@ -139,18 +136,10 @@ class Decoding:
         out = []
         for i, cont in enumerate(conts):
             row_logits = logits[i][-len(cont):]
-            entropy, logp = _entropy_logprob(row_logits)
+            entropy, logp = _entropy_logprob(row_logits, self.entropy_chunk_rows)
             target = torch.tensor(cont, device=logp.device)
             out.append(TokenStats(list(cont), entropy.cpu(), logp.gather(1, target[:, None])[:, 0].cpu()))
         return out
-
-
-def _accepted(choice: list[int], draft: list[int]) -> int:
-    """How many drafted tokens the model itself chose (the longest agreeing prefix)."""
-    a = 0
-    while a < len(draft) and choice[a] == draft[a]:
-        a += 1
-    return a
 
 
 class _Answers:

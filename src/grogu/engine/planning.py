@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Sequence
 
 import torch
-
-import logging
 
 logger = logging.getLogger("grogu.engine")
 
@@ -15,62 +14,79 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
+def plan_batches(lengths: Sequence[int], *, logit_rows: Sequence[int] | None = None,
+                 prompts: Sequence[Sequence[int]] | None = None, max_batch_size: int, max_batch_tokens: int,
+                 min_batch_fill: float, logit_bytes: int = 0, logits_budget_bytes: int = 0) -> list[list[int]]:
+    """Length-bucketed batches of row indices (longest first) that respect ``max_batch_size``,
+    ``max_batch_tokens`` (rows x the widest row) and, when ``logit_rows`` (logit positions per row) is
+    given, the logits budget (rows x the most logit positions x ``logit_bytes`` at most
+    ``logits_budget_bytes``; ``logit_bytes`` 0: no budget). A row shorter than ``min_batch_fill`` x its
+    batch's widest starts a new batch. With ``prompts``, rows are ordered by prompt first, so rows
+    sharing a prompt share a batch (and its prefix cache) — e.g. the k answers teacher-forced under one
+    ungrounded prompt. With both (teacher forcing, whose groups are encoded one by one and never padded
+    to the batch's widest row), rows go in token order and lengths are not bucketed: a batch is a
+    contiguous part of the prompts' prefix tree, so prompts that share a prefix share a batch (on 64
+    ContextCite masks of 5 paragraphs this encodes 6.3 k tokens instead of 8.1 k; the prefix tree
+    holds 5.6 k)."""
+    by_tokens = prompts is not None and logit_rows is not None
+    if prompts is None:
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    elif by_tokens:
+        order = sorted(range(len(lengths)), key=lambda i: (prompts[i], -lengths[i]))
+    else:
+        order = sorted(range(len(lengths)), key=lambda i: (-len(prompts[i]), prompts[i], -lengths[i]))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    widest = most_logits = 0
+    for i in order:
+        width = max(widest, lengths[i])
+        logits = max(most_logits, logit_rows[i] if logit_rows is not None else 0)
+        n = len(current) + 1
+        fits = (n <= max_batch_size and n * width <= max_batch_tokens
+                and n * logits * logit_bytes <= logits_budget_bytes
+                and (by_tokens or lengths[i] >= min_batch_fill * width))  # padding is waste
+        if current and not fits:
+            batches.append(current)
+            current, width, logits = [], lengths[i], logit_rows[i] if logit_rows is not None else 0
+        current.append(i)
+        widest, most_logits = width, logits
+    if current:
+        batches.append(current)
+    return batches
+
+
+def split_unpadded(batches: list[list[int]], lengths: Sequence[int]) -> list[list[int]]:
+    """Each batch split into batches of rows of one length (in the order lengths first appear), so
+    that no row needs padding."""
+    out: list[list[int]] = []
+    for batch in batches:
+        by_length: dict[int, list[int]] = {}
+        for i in batch:
+            by_length.setdefault(lengths[i], []).append(i)
+        out.extend(by_length.values())
+    return out
+
+
 class BatchPlanning:
     """Engine part: plans batches of rows under the engine's size, token and logits budgets."""
 
     # ------------------------------------------------------------------ batching
     def _plan(self, lengths: Sequence[int], logit_rows: Sequence[int] | None = None,
               prompts: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
-        """Length-bucketed batches of row indices (longest first) that respect max_batch_size,
-        max_batch_tokens and, when ``logit_rows`` (logit positions per row) is given, the logits budget.
-        With ``prompts``, rows are ordered by prompt first, so rows sharing a prompt share a batch (and
-        its prefix cache) — e.g. the k answers teacher-forced under one ungrounded prompt. With both
-        (teacher forcing, whose groups are encoded one by one and never padded to the batch's widest
-        row), rows go in token order and lengths are not bucketed: a batch is a contiguous part of the
-        prompts' prefix tree, so prompts that share a prefix share a batch (on 64 ContextCite masks of
-        5 paragraphs this encodes 6.3 k tokens instead of 8.1 k; the prefix tree holds 5.6 k)."""
-        by_tokens = prompts is not None and logit_rows is not None
-        if prompts is None:
-            order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-        elif by_tokens:
-            order = sorted(range(len(lengths)), key=lambda i: (prompts[i], -lengths[i]))
-        else:
-            order = sorted(range(len(lengths)), key=lambda i: (-len(prompts[i]), prompts[i], -lengths[i]))
-        batches: list[list[int]] = []
-        current: list[int] = []
-        widest = most_logits = 0
-        for i in order:
-            width = max(widest, lengths[i])
-            logits = max(most_logits, logit_rows[i] if logit_rows is not None else 0)
-            n = len(current) + 1
-            fits = (n <= self.max_batch_size and n * width <= self.max_batch_tokens
-                    and n * logits * self._logit_bytes <= self.logits_budget_bytes
-                    and (by_tokens or lengths[i] >= self.min_batch_fill * width))  # padding is waste
-            if current and not fits:
-                batches.append(current)
-                current, width, logits = [], lengths[i], logit_rows[i] if logit_rows is not None else 0
-            current.append(i)
-            widest, most_logits = width, logits
-        if current:
-            batches.append(current)
-        return batches
+        """:func:`plan_batches` under this engine's settings."""
+        return plan_batches(lengths, logit_rows=logit_rows, prompts=prompts, max_batch_size=self.max_batch_size,
+                            max_batch_tokens=self.max_batch_tokens, min_batch_fill=self.min_batch_fill,
+                            logit_bytes=self._logit_bytes, logits_budget_bytes=self.logits_budget_bytes)
 
     def _unpadded(self, batches: list[list[int]], lengths: Sequence[int]) -> list[list[int]]:
-        """Batches whose rows need no padding, for models whose caches cannot be stacked.
+        """Batches whose rows need no padding (:func:`split_unpadded`), for models whose caches cannot
+        be stacked.
 
         Sliding-window layers (Gemma 2/3, Mistral) count their window in cache slots, not in token
         positions, so a padding slot or a rejected draft inside the window hides a real token, and a
         recurrent layer reads padding as input: for those models a batch holds rows of one length only
         (their prefix is still shared) and decoding uses no drafts (:meth:`_generate_batch`)."""
-        if self._stackable():
-            return batches
-        out: list[list[int]] = []
-        for batch in batches:
-            by_length: dict[int, list[int]] = {}
-            for i in batch:
-                by_length.setdefault(lengths[i], []).append(i)
-            out.extend(by_length.values())
-        return out
+        return batches if self._stackable() else split_unpadded(batches, lengths)
 
     def _run(self, batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]]) -> dict[int, Any]:
         """Run fn on each batch; on out-of-memory split the batch in two and retry."""

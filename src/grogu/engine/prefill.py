@@ -1,22 +1,13 @@
 """Prefill with shared prefixes: rows grouped by common prefix (a prefix tree), each group's prefix
-encoded once and continued by later groups, the groups' caches stacked to decode together."""
+encoded once and continued by later groups, the groups' caches stacked to decode together. Which rows
+form a group is plain logic on token lists, in :mod:`grogu.engine.prefixtree`."""
 
 from __future__ import annotations
-
-from typing import Sequence
 
 import torch
 
 from .kvcache import ReservedLayer
-
-
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix of two token lists."""
-    m = min(len(a), len(b))
-    k = 0
-    while k < m and a[k] == b[k]:
-        k += 1
-    return k
+from .prefixtree import common_prefix, prefix_groups
 
 
 class PrefixPrefill:
@@ -24,61 +15,9 @@ class PrefixPrefill:
 
     # ------------------------------------------------------------------ forward passes
     def _prefix_groups(self, seqs: list[list[int]], limits: list[int]) -> list[tuple[list[int], int]]:
-        """Split a batch into groups of rows that share a prefix: returns [(row indices, prefix length)],
-        in token order. Each group's prefix is encoded once (at batch size 1), continuing the cache of
-        the earlier groups' prefixes where they agree, and its rows' rests are encoded together, padded
-        to the group's longest. Rows are sorted by their tokens, so long common prefixes are neighbours;
-        the split of that order into runs minimises (dynamic programming) the tokens computed —
-        prefixes as a prefix tree (the part a run shares with the run before it costs nothing), each
-        run's rows padded to its longest rest — plus ``group_overhead_tokens`` per run. E.g. the
-        leave-one-out prompts of the Influence Score: the i-th shares documents 1..i-1 with the full
-        prompt. A row reuses at most ``limits[j]`` of its tokens."""
-        n = len(seqs)
-        order = sorted(range(n), key=lambda i: seqs[i])
-        lens = [len(seqs[i]) for i in order]
-        cap = [max(0, min(limits[i], len(seqs[i]))) for i in order]
-        adjacent = []  # LCP of neighbours in the sorted order
-        for x, y in zip(order, order[1:]):
-            u, v, m, k = seqs[x], seqs[y], min(len(seqs[x]), len(seqs[y])), 0
-            while k < m and u[k] == v[k]:
-                k += 1
-            adjacent.append(k)
-        # prefix[a][b], longest[a][b]: run order[a..b]'s shared prefix and longest row
-        prefix = [[0] * n for _ in range(n)]
-        longest = [[0] * n for _ in range(n)]
-        for a in range(n):
-            p, w = cap[a], lens[a]
-            prefix[a][a], longest[a][a] = p, w
-            for b in range(a + 1, n):
-                p, w = min(p, adjacent[b - 1], cap[b]), max(w, lens[b])
-                prefix[a][b] = p if (b - a) * p >= self.min_shared_prefix else 0
-                longest[a][b] = w
-
-        def cost(a: int, b: int, reuse: int) -> int:  # run a..b after a run whose prefix shares `reuse`
-            p = prefix[a][b]
-            return p - min(p, reuse) + (b - a + 1) * (longest[a][b] - p) + self.group_overhead_tokens
-
-        inf = float("inf")
-        best = [[inf] * n for _ in range(n)]  # best[a][b]: first b+1 rows, last run a..b
-        back = [[-1] * n for _ in range(n)]
-        for b in range(n):
-            best[0][b] = cost(0, b, 0)
-            for a in range(1, b + 1):
-                for a0 in range(a):  # the run before: a0..a-1
-                    if best[a0][a - 1] == inf:
-                        continue
-                    reuse = min(prefix[a0][a - 1], adjacent[a - 1])
-                    c = best[a0][a - 1] + cost(a, b, reuse)
-                    if c < best[a][b]:
-                        best[a][b], back[a][b] = c, a0
-        a = min(range(n), key=lambda i: best[i][n - 1])
-        groups, b = [], n - 1
-        while True:
-            groups.append(([order[i] for i in range(a, b + 1)], prefix[a][b]))
-            if a == 0:
-                break
-            a, b = back[a][b], a - 1
-        return groups[::-1]
+        """:func:`~grogu.engine.prefixtree.prefix_groups` under this engine's settings."""
+        return prefix_groups(seqs, limits, min_shared_prefix=self.min_shared_prefix,
+                             group_overhead_tokens=self.group_overhead_tokens)
 
     def _prefill_group(self, seqs: list[list[int]], logits_to_keep: int, prefix: int, encoded=None):
         """Encode rows whose first ``prefix`` tokens are equal: the prefix once (its cache repeated for
@@ -91,8 +30,8 @@ class PrefixPrefill:
         cache, done = self._new_cache(), 0
         head = seqs[0][:prefix]
         if prefix and encoded:
-            tokens, stored = max(encoded, key=lambda e: _lcp(e[0], head))
-            done = _lcp(tokens, head)
+            tokens, stored = max(encoded, key=lambda e: common_prefix(e[0], head))
+            done = common_prefix(tokens, head)
             for i, (k, v) in enumerate(stored if done else []):  # cache layers only ever concatenate and
                 cache.update(k[..., :done, :], v[..., :done, :], i)  # index, so stored tensors stay intact
         if prefix > done:
@@ -102,7 +41,7 @@ class PrefixPrefill:
                        past_key_values=cache, use_cache=True, logits_to_keep=1)
         if encoded is not None:
             # a stored prefix stays useful only where it agrees with this group's last row beyond `prefix`
-            encoded[:] = [e for e in encoded if _lcp(e[0], seqs[-1]) > prefix]
+            encoded[:] = [e for e in encoded if common_prefix(e[0], seqs[-1]) > prefix]
             if prefix:
                 encoded.append((head, [(layer.keys, layer.values) for layer in cache.layers]))
         if prefix and n > 1:
@@ -141,9 +80,7 @@ class PrefixPrefill:
             return
         common = 0  # one group: the prefix common to all rows
         if n > 1:
-            shared = min(min(limits), min(lens))
-            while common < shared and all(s[common] == seqs[0][common] for s in seqs):
-                common += 1
+            common = max(0, min(min(limits), min(lens), *(common_prefix(seqs[0], s) for s in seqs[1:])))
             if (n - 1) * common < self.min_shared_prefix:
                 common = 0
         yield (list(range(n)), *self._prefill_group(seqs, logits_to_keep, common))

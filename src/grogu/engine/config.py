@@ -1,0 +1,168 @@
+"""The engine's settings: every tuned constant of batching, prefix sharing, drafting and kernels.
+
+:class:`EngineConfig` holds them, validated when it is made (a bad value is a ``ValueError`` naming
+the setting, as everywhere in :mod:`grogu.checks`). A setting left ``None`` takes its default for the
+device the engine runs on (:data:`DEVICE_DEFAULTS`, applied by :meth:`EngineConfig.resolved`): a GPU
+affords wider batches and pays less for drafted tokens than a CPU.
+
+``Engine(config=EngineConfig(...))`` takes a whole configuration; the Engine's keyword arguments
+(``max_batch_size=`` ...) still set one each, but not together with ``config=`` (a ``TypeError``: a
+setting given twice would leave it unclear which one counts). ``engine.config`` is the configuration
+in use, every ``None`` resolved, and each setting also reads as an attribute (``engine.max_batch_size``);
+assigning one (``engine.max_batch_size = 8``) replaces ``engine.config`` by a validated copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..checks import check_choice, check_float, check_int, check_positive_int
+from .kernels import LINEAR_BACKENDS
+
+#: the defaults of the device-dependent settings (those an EngineConfig leaves None), per device type
+DEVICE_DEFAULTS: dict[str, dict[str, int]] = {
+    "cuda": dict(max_batch_size=64, max_batch_tokens=65536, group_overhead_tokens=256, prompt_lookup=4),
+    "cpu": dict(max_batch_size=32, max_batch_tokens=16384, group_overhead_tokens=32, prompt_lookup=0),
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine's settings (see the module docstring). ``None``: the default for the device.
+
+    Attributes:
+        max_batch_size: most prompts in one forward pass (64 on GPU, 32 on CPU).
+        max_batch_tokens: most padded tokens in one forward pass (65,536 on GPU, 16,384 on CPU).
+        logits_budget_mb: most memory (MiB) for the logits of one teacher-forced batch.
+        min_shared_prefix: fewest prompt tokens a shared prefix must save to be worth encoding once.
+        group_overhead_tokens: what one more prefix group costs (its extra forward calls), counted in
+            tokens when a batch is split into groups (256 on GPU, 32 on CPU).
+        min_batch_fill: a row shorter than this fraction of its batch's widest row starts a new batch
+            (its padding would be waste); in [0, 1].
+        prompt_lookup: most tokens drafted per greedy decode step by prompt lookup (0 turns it off; 4 on
+            GPU, 0 on CPU). Drafts are verified, so answers are unchanged; on a CPU every extra token
+            fed costs compute, and measured no faster.
+        prompt_lookup_ngram: longest n-gram matched to find a draft.
+        prompt_lookup_min_ngram: shortest n-gram matched (1-gram matches draft mostly noise).
+        entropy_chunk_rows: logit rows turned into float32 entropies at a time (bounds the float32 copy).
+        cpu_linear: kernels of the linear layers on a CPU (:mod:`grogu.engine.kernels`): 'auto', 'onednn'
+            or 'default'; ignored on a GPU. Read when the engine is built.
+        cpu_linear_pack_limit_mb: oneDNN weights are re-laid-out once (a copy beside the model's) when
+            the linear weights take at most this many MiB. Read when the engine is built.
+    """
+
+    max_batch_size: int | None = None
+    max_batch_tokens: int | None = None
+    logits_budget_mb: int = 256
+    min_shared_prefix: int = 8
+    group_overhead_tokens: int | None = None
+    min_batch_fill: float = 0.5
+    prompt_lookup: int | None = None
+    prompt_lookup_ngram: int = 3
+    prompt_lookup_min_ngram: int = 2
+    entropy_chunk_rows: int = 64
+    cpu_linear: str = "auto"
+    cpu_linear_pack_limit_mb: int = 2048
+
+    def __post_init__(self) -> None:
+        for name, value in _validated(self).items():  # canonical values (an int, a float)
+            object.__setattr__(self, name, value)
+
+    def resolved(self, device: Any) -> "EngineConfig":
+        """This configuration with every ``None`` setting replaced by its default on ``device`` (a
+        ``torch.device`` or its name; a CUDA device gets the GPU defaults, any other the CPU ones)."""
+        kind = "cuda" if str(getattr(device, "type", device)).startswith("cuda") else "cpu"
+        unset = {k: v for k, v in DEVICE_DEFAULTS[kind].items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **unset) if unset else self
+
+
+def _validated(c: EngineConfig) -> dict[str, Any]:
+    """The settings in canonical form; a ValueError naming the first one out of range."""
+    out: dict[str, Any] = {}
+    for name in ("max_batch_size", "max_batch_tokens"):
+        if getattr(c, name) is not None:
+            out[name] = check_positive_int(name, getattr(c, name))
+    out["logits_budget_mb"] = check_positive_int("logits_budget_mb", c.logits_budget_mb)
+    out["min_shared_prefix"] = check_int("min_shared_prefix", c.min_shared_prefix, minimum=0)
+    if c.prompt_lookup is not None:
+        out["prompt_lookup"] = check_int("prompt_lookup", c.prompt_lookup, minimum=0)
+    out["prompt_lookup_min_ngram"] = check_int("prompt_lookup_min_ngram", c.prompt_lookup_min_ngram, minimum=1)
+    out["prompt_lookup_ngram"] = check_int("prompt_lookup_ngram", c.prompt_lookup_ngram,
+                                           minimum=max(2, out["prompt_lookup_min_ngram"]))
+    out["cpu_linear"] = check_choice("cpu_linear", c.cpu_linear, LINEAR_BACKENDS)
+    if c.group_overhead_tokens is not None:
+        out["group_overhead_tokens"] = check_int("group_overhead_tokens", c.group_overhead_tokens, minimum=0)
+    out["min_batch_fill"] = check_float("min_batch_fill", c.min_batch_fill, minimum=0.0, maximum=1.0)
+    out["entropy_chunk_rows"] = check_positive_int("entropy_chunk_rows", c.entropy_chunk_rows)
+    out["cpu_linear_pack_limit_mb"] = check_int("cpu_linear_pack_limit_mb", c.cpu_linear_pack_limit_mb, minimum=0)
+    return out
+
+
+class _Default:
+    """The default of an Engine keyword argument that belongs to :class:`EngineConfig`: not given."""
+
+    def __repr__(self) -> str:
+        return "<EngineConfig default>"
+
+
+#: the default of the Engine's setting arguments: ``Engine`` tells a setting given from one left out
+NOT_GIVEN: Any = _Default()
+
+
+def engine_config(config: EngineConfig | None, **settings: Any) -> EngineConfig:
+    """The configuration of an Engine built with ``config=`` and setting keyword arguments (those not
+    :data:`NOT_GIVEN`): one or the other, a TypeError for both."""
+    given = {k: v for k, v in settings.items() if v is not NOT_GIVEN}
+    if config is None:
+        return EngineConfig(**given)
+    if not isinstance(config, EngineConfig):
+        raise TypeError(f"config must be an EngineConfig, got {type(config).__name__}")
+    if given:
+        raise TypeError(f"pass the engine's settings either in config= or as keyword arguments, not both "
+                        f"(got config= and {', '.join(f'{k}=' for k in given)})")
+    return config
+
+
+def _setting(name: str) -> property:
+    def get(self: "Configured") -> Any:
+        return getattr(self.config, name)
+
+    def set_(self: "Configured", value: Any) -> None:
+        self.config = dataclasses.replace(self.config, **{name: value})
+
+    return property(get, set_, doc=f"``config.{name}`` (assigning it replaces ``config`` by a validated copy)")
+
+
+class Configured:
+    """Engine part: ``engine.config``, the settings in use (resolved for ``engine.device``), and each
+    tuned setting as an attribute of the engine."""
+
+    device: Any
+    _config: EngineConfig
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: EngineConfig) -> None:
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"config must be an EngineConfig, got {type(config).__name__}")
+        self._config = config.resolved(self.device)
+
+    max_batch_size = _setting("max_batch_size")
+    max_batch_tokens = _setting("max_batch_tokens")
+    min_shared_prefix = _setting("min_shared_prefix")
+    group_overhead_tokens = _setting("group_overhead_tokens")
+    min_batch_fill = _setting("min_batch_fill")
+    prompt_lookup = _setting("prompt_lookup")
+    prompt_lookup_ngram = _setting("prompt_lookup_ngram")
+    prompt_lookup_min_ngram = _setting("prompt_lookup_min_ngram")
+    entropy_chunk_rows = _setting("entropy_chunk_rows")
+
+    @property
+    def logits_budget_bytes(self) -> int:
+        """``config.logits_budget_mb`` in bytes."""
+        return self.config.logits_budget_mb * 2**20
