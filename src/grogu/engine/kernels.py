@@ -2,12 +2,9 @@
 
 PyTorch's CPU ``nn.Linear`` in float32 calls MKL's sgemm, which appears to take a slower path on AMD
 CPUs; oneDNN, which every PyTorch CPU build also ships, runs the same product with the CPU's widest
-vector instructions. On this project's machine (AMD EPYC, Zen 5, one thread) oneDNN computed the
-linear layers of SmolLM2-135M about 1.6x (one decode row) to 2.2x (a prompt of 256 tokens) faster than
-MKL, and with weights packed once in oneDNN's blocked layout a decode step was another 25-40 % faster;
-the products agree with MKL's to float32 rounding. On a Zen 4 EPYC (the same project, another
-machine) packed oneDNN made a 10-row decode step of the whole model 1.7x faster (60 vs 101 ms), while a
-single unpacked layer measured only 5-15 % faster. Where MKL is as fast (it is tuned for Intel CPUs),
+vector instructions, and with the weights packed once in oneDNN's blocked layout a decode step gains
+more; the products agree with MKL's to float32 rounding (the figures for SmolLM2 on AMD EPYC CPUs:
+``docs/benchmarks.md``, "Engine speed"). Where MKL is as fast (it is tuned for Intel CPUs),
 ``auto`` measures that on one of the model's layers — with the packed weights the engine will run,
 medians of alternating runs, a decode-sized and a prompt-sized input weighing alike — and keeps the
 default.
