@@ -98,8 +98,11 @@ def main() -> None:
         print(f"   {'rank':>4}  {'utility':>8}  {'influence':>9}  {'retr#':>5}  title / text")
         for doc in record["documents"]:
             g = doc["metadata"]["grogu"]
-            print(f"   {g['rank']:>4}  {g['score']:>8.3f}  {doc['influence']:>+9.3f}  {g['index'] + 1:>5}  "
+            utility = f"{doc['utility']:.3f}" if doc["utility"] is not None else f"{g['context']['score']:.3f}*"
+            print(f"   {g['rank']:>4}  {utility:>8}  {doc['influence']:>+9.3f}  {g['index'] + 1:>5}  "
                   f"{doc['metadata']['title']}: {doc['page_content'][:60]!r}...")
+        if any(doc["utility"] is None for doc in record["documents"]):
+            print("   * the utility of the chosen context (mode 'context'), shared by its documents")
 
     print(f"\n{len(records)} influence records appended to {args.jsonl}; the last one:")
     last = dict(records[-1], documents=[{k: d[k] for k in ("id", "influence", "single_answer")}

@@ -69,7 +69,7 @@ def main() -> None:
 
     llm = build_llm(args.max_new_tokens)
     rerank = GroguRerank(top_n=args.top_n, model=llm)  # scores with the LLM's own model and tokenizer
-    influence = GroguInfluenceHandler(model=llm, embedder=embed_model, sink=args.log)
+    influence = GroguInfluenceHandler(model=llm, embedder=embed_model, sinks=[args.log])
     get_dispatcher().add_event_handler(influence)
     query_engine = index.as_query_engine(llm=llm, similarity_top_k=args.top_k, node_postprocessors=[rerank])
 
@@ -82,7 +82,9 @@ def main() -> None:
         for n in response.source_nodes:
             meta = n.node.metadata
             gold = " <- gold paragraph" if n.node.get_content() == p["text"] else ""
-            print(f"   {meta['retrieval_score']:9.3f} {meta['grogu']['score']:8.3f} {meta['influence']:9.3f}  "
+            g = meta["grogu"]  # mode "context" scores the chosen context as a whole (*), shared by its nodes
+            utility = f"{g['score']:.3f}" if "score" in g else f"{g['context']['score']:.3f}*"
+            print(f"   {meta['retrieval_score']:9.3f} {utility:>8} {meta['influence']:9.3f}  "
                   f"[{meta['title']}] {n.node.get_content()[:60]!r}{gold}")
     print(f"\ninfluence records appended to {args.log}")
 

@@ -293,7 +293,7 @@ def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
                                             embed_model=HuggingFaceEmbedding(model_name=embedded_embedder_path(),
                                                                              device="cpu"))
     rerank = GroguRerank(top_n=2, model=RemoteScorer(service, token=TOKEN), max_new_tokens=N, mode="document")
-    handler = GroguInfluenceHandler(model=RemoteInfluenceScorer(service, token=TOKEN, max_new_tokens=N), sink=[])
+    handler = GroguInfluenceHandler(model=RemoteInfluenceScorer(service, token=TOKEN, max_new_tokens=N), sinks=[[]])
     root = get_dispatcher()
     root.add_event_handler(handler)
     try:
@@ -312,7 +312,8 @@ def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
     [record] = handler.records
     expected = InfluenceScorer(local.engine, max_new_tokens=N).score(
         QUERY, [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in got], answer=str(response))
-    assert [row["influence"] for row in record["nodes"]] == pytest.approx(expected.scores, abs=TOL)
+    assert [row["influence"] for row in record["documents"]] == pytest.approx(expected.scores, abs=TOL)
+    assert [row["id"] for row in record["documents"]] == [n.node.node_id for n in got]
 
 
 def test_langchain_chain_with_the_service(service, local, monkeypatch):

@@ -5,6 +5,7 @@ LM run locally: a model name/path/hub id, a shared :class:`grogu.Engine`, a load
 ``(model, tokenizer)`` pair, or the LangChain object that already holds one (``HuggingFacePipeline``,
 ``ChatHuggingFace`` over it, or a ``transformers`` text-generation pipeline). Loaded weights are
 reused, never loaded a second time: one process-wide engine per model (:func:`grogu.get_engine`).
+The grogu service in place of a model is told apart by :func:`grogu.targets.remote_target`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from typing import Any
 
 from grogu import Engine, get_engine
+from grogu.targets import engine_label
 
 _TARGET_HELP = (
     "pass the target LLM as a model name or path (e.g. 'smollm2-135m-instruct' or a hub id), the URL of a "
@@ -61,16 +63,6 @@ def engine_spec(target: Any) -> Engine | str | tuple[Any, Any]:
     )
 
 
-def remote_target(target: Any) -> Any:
-    """The service client when ``target`` is a grogu service URL (``http(s)://...``) or a remote scorer
-    (``grogu.RemoteScorer``, ``grogu.RemoteInfluenceScorer``), else None."""
-    from grogu.serve import RemoteInfluenceScorer, RemoteScorer, is_url
-
-    if is_url(target) or isinstance(target, (RemoteScorer, RemoteInfluenceScorer)):
-        return target
-    return None
-
-
 def resolve_engine(target: Any, device: str | None = None, dtype: str | None = None) -> Engine:
     """The shared engine of the target LLM (loaded once per process for a name or a loaded model)."""
     spec = engine_spec(target)
@@ -86,9 +78,4 @@ def model_label(target: Any, engine: Engine) -> str:
     model_id = getattr(target, "model_id", None) or getattr(_unwrap(target), "model_id", None)
     if isinstance(model_id, str) and model_id:
         return model_id
-    name = getattr(getattr(engine.model, "config", None), "_name_or_path", None)
-    if isinstance(name, str) and name:
-        return name
-    if isinstance(engine.model_name, str) and engine.model_name not in ("tuple", ""):
-        return engine.model_name
-    return type(engine.model).__name__
+    return engine_label(engine)

@@ -17,39 +17,38 @@ ends it computes each document's Influence Score (DocImpact; see ``grogu.influen
 document i pulled the answer towards itself more; IS_i lies in [-2, 2]) and delivers one record to
 every sink and as a LangChain custom event named ``grogu_influence`` on the run (seen by other
 handlers' ``on_custom_event`` and in ``astream_events``). Runs are kept apart by their root run id,
-so interleaved and concurrent runs never mix.
+so interleaved and concurrent runs never mix. Scoring, timing, the record (its schema is documented
+in :mod:`grogu.influence_log`, shared with the LlamaIndex integration), the sinks and background work
+are grogu's :class:`~grogu.influence_log.InfluenceRecorder`; this module holds LangChain's hooks.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Literal
 from uuid import UUID
 
-from grogu import PromptTemplate, batching
-from grogu.checks import check_choice
-from grogu.influence import InfluenceResult, InfluenceScorer
-from grogu.serve import RemoteInfluenceScorer
+from grogu import PromptTemplate
+from grogu.influence_log import EVENT, InfluenceJob, InfluenceRecorder, check_on_error, grogu_utility
 from grogu.models import DEFAULT_MODEL
+from grogu.targets import build_influence_scorer
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, CallbackManager
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 
-from ._target import model_label, remote_target, resolve_engine
-from .sinks import Record, as_sinks
+from ._target import model_label, resolve_engine
+from .rerank import grogu_documents
+from .sinks import DEFAULT_LOGGER, Record
 
 logger = logging.getLogger(__name__)
 
-#: Name of the custom event that carries each record.
-EVENT_NAME = "grogu_influence"
+#: Name of the custom event that carries each record (the records' ``event`` field).
+EVENT_NAME = EVENT
 
 _ANSWER_KEYS = ("answer", "output", "result", "text", "response", "content")
 
@@ -62,7 +61,6 @@ class _RunTree:
     name: str | None
     tags: list[str]
     metadata: dict[str, Any]
-    started: float
     runs: set[UUID] = field(default_factory=set)
     retrievers: set[UUID] = field(default_factory=set)
     outer_queries: dict[UUID, str] = field(default_factory=dict)  # outermost retriever run -> its query
@@ -105,24 +103,29 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
     """Callback handler that logs, for each run, the Influence Score of every retrieved document on
     the answer the run gave.
 
-    Args:
+    Args (the same names as LlamaIndex's ``GroguInfluenceHandler``):
         model: the target LLM (the one that answered): a model name/path/hub id, a ``grogu.Engine``,
             a ``(model, tokenizer)`` pair, a ``HuggingFacePipeline`` (its model and tokenizer are
-            reused), a ``ChatHuggingFace`` over one, a transformers text-generation pipeline, or the
-            shared scoring service: its URL (``grogu serve``; its ``--embedder`` is used) or a
-            ``grogu.RemoteInfluenceScorer``.
+            reused), a ``ChatHuggingFace`` over one, a transformers text-generation pipeline, a ready
+            ``grogu.influence.InfluenceScorer``, or the shared scoring service: its URL (``grogu
+            serve``; its ``--embedder`` is used) or a ``grogu.RemoteInfluenceScorer``.
         embedder: sentence-transformers model F (default: the packaged all-MiniLM-L6-v2; a
             ``SentenceTransformer``, a local path or a hub id also work).
         sinks: where records go: a list of sink specs, each a ``logging.Logger``, a JSONL file path,
-            a list (records appended: the in-memory sink), or a callable taking the record. None (the
-            default) logs each record on the ``langchain_grogu.influence`` logger; ``[]`` uses none.
+            a list (records appended: the in-memory sink), an object with ``write(record)``, or a
+            callable taking the record. None (the default) logs each record on the
+            ``langchain_grogu.influence`` logger; ``[]`` uses none.
         event_name: name of the custom event dispatched with each record (None: no event).
-        on_error: 'raise' (default): a failure to score propagates to the chain (``raise_error``);
-            'passthrough': the record is still delivered, with ``influence`` None and ``error`` set.
-        background: compute and deliver in a worker thread so the chain returns without waiting;
+        on_error: 'raise' (default): a failure to score (or of a sink) propagates to the chain
+            (``raise_error``), after its record (``error`` set) went to the sinks; 'record': the
+            failure is logged and the record delivered with ``influence`` None and ``error`` set.
+            'passthrough' means 'record'.
+        background: compute and deliver on grogu's worker thread so the chain returns without waiting;
             :meth:`flush` waits for pending records (and re-raises a failure under 'raise'). The
             custom event then arrives after the run has ended.
         title_key: metadata key shown to the LLM as each document's title (default: none).
+        relevance_key: metadata key holding the retriever's score, recorded as each document's
+            ``retrieval_score`` (default: none, the field is None).
         max_new_tokens: longest answer generated per leave-one-out / single-document context.
         template: grogu prompt text override.
         device, dtype: for a model given by name.
@@ -136,15 +139,10 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         n_ablations, seed: the number of random ablations (default: 32 for "ablation"/"auto", 64 for
             "contextcite") and the seed of their masks.
 
-    A record is a JSON-ready dict: ``run_id``, ``run_name``, ``tags``, ``metadata`` (of the root run),
-    ``query``, ``answer``, ``answer_source`` ('output': the run's final output, 'llm': the last LLM
-    output, 'grogu': none was given, so the target LLM's full-context answer was used), ``model``,
-    ``embedder`` (None for a forward-only method), ``method`` (the method that made the scores),
-    ``influence`` (IS per document, retrieval order), ``logprobs`` (forward-only methods: log P(answer |
-    each scored context) in nats, else None),
-    ``documents`` (each with ``index``, ``id``, ``page_content``, ``metadata``, ``influence``, ``single_answer``,
-    ``leave_one_out_answer``), ``created_at`` (UTC ISO time), ``elapsed_s`` and ``error``.
-    Runs that retrieved nothing through a retriever are not recorded.
+    A record follows :mod:`grogu.influence_log`'s schema (``framework`` "langchain"; ``run_id``,
+    ``run_name``, ``tags`` and ``metadata`` of the root run; ``answer_source`` 'output': the run's
+    final output, 'llm': the last LLM output, 'grogu': none was given, so the target LLM's
+    full-context answer was used). Runs that retrieved nothing through a retriever are not recorded.
     """
 
     def __init__(
@@ -154,9 +152,10 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         embedder: Any = "all-minilm-l6-v2",
         sinks: Any = None,
         event_name: str | None = EVENT_NAME,
-        on_error: Literal["raise", "passthrough"] = "raise",
+        on_error: Literal["raise", "record", "passthrough"] = "raise",
         background: bool = False,
         title_key: str | None = None,
+        relevance_key: str | None = None,
         max_new_tokens: int = 64,
         template: PromptTemplate | None = None,
         device: str | None = None,
@@ -165,35 +164,24 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         n_ablations: int | None = None,
         seed: int | None = 0,
     ) -> None:
-        on_error = check_choice("on_error", on_error, ("raise", "passthrough"))
+        on_error = check_on_error(on_error)
         if event_name is not None and (not isinstance(event_name, str) or not event_name):
             raise ValueError("event_name must be a non-empty str or None")
-        remote = remote_target(model)
-        if remote is not None:  # the shared scoring service (its own embedder)
-            if isinstance(remote, RemoteInfluenceScorer):
-                self.scorer = remote
-            else:
-                self.scorer = RemoteInfluenceScorer(remote if isinstance(remote, str) else remote.transport,
-                                                    max_new_tokens=max_new_tokens, template=template, method=method,
-                                                    n_ablations=n_ablations, seed=seed)
-            self.model_name = self.scorer.model_name
-        else:
-            engine = resolve_engine(model, device, dtype)
-            self.scorer = InfluenceScorer(engine, embedder=embedder, max_new_tokens=max_new_tokens,
-                                          template=template, device=device, method=method, n_ablations=n_ablations,
-                                          seed=seed)
-            self.model_name = model_label(model, engine)
-        self.sinks = as_sinks(sinks)
+        scorer, label = build_influence_scorer(
+            model, resolve_engine=resolve_engine, model_label=model_label, embedder=embedder,
+            max_new_tokens=max_new_tokens, template=template, device=device, dtype=dtype, method=method,
+            n_ablations=n_ablations, seed=seed)
+        self.recorder = InfluenceRecorder(scorer, label, sinks, framework="langchain", on_error=on_error,
+                                          background=background, logger=DEFAULT_LOGGER)
+        self.scorer, self.model_name, self.sinks = scorer, label, self.recorder.sinks
+        self.on_error, self.background = self.recorder.on_error, self.recorder.background
+        self.raise_error = self.recorder.raise_errors
         self.event_name = event_name
-        self.on_error = on_error
-        self.raise_error = on_error == "raise"
-        self.background = background
-        self.title_key = title_key
+        self.title_key, self.relevance_key = title_key, relevance_key
         self._lock = threading.Lock()
         self._trees: dict[UUID, _RunTree] = {}  # root run id -> tree
         self._root_of: dict[UUID, UUID] = {}  # any run id -> its root run id
         self._parent: dict[UUID, UUID | None] = {}
-        self._pending: list[Future] = []
 
     def __repr__(self) -> str:
         return f"InfluenceCallbackHandler(model={self.model_name!r}, sinks={self.sinks!r})"
@@ -206,7 +194,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
             if root is None:  # a run whose parent we did not see is the top of a tree
                 root = run_id
                 self._trees[root] = _RunTree(root=root, name=name, tags=list(tags or []),
-                                             metadata=dict(metadata or {}), started=time.perf_counter())
+                                             metadata=dict(metadata or {}))
             tree = self._trees[root]
             self._root_of[run_id] = root
             self._parent[run_id] = parent_run_id
@@ -257,70 +245,28 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
             answer, source = tree.llm_answer, "llm"
         if answer is None:
             source = "grogu"
-        if self.background:
-            with self._lock:  # on grogu's worker thread (grogu.batching), which is shut down cleanly at exit
-                self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
-                self._pending.append(batching.submit(self._process, tree, answer, source))
-            return
-        self._process(tree, answer, source)
+        self.recorder.record(self._job(tree, answer, source))
 
     def _abort(self, run_id: UUID, error: BaseException) -> None:
         if self._pop_if_root(run_id) is not None:
             logger.debug("grogu influence: run %s failed (%r); no answer to record", run_id, error)
 
-    # ------------------------------------------------------------------ scoring and delivery
-    def _grogu_docs(self, docs: Sequence[Document]) -> list[dict[str, Any]]:
-        out = []
-        for d in docs:
-            title = d.metadata.get(self.title_key) if self.title_key else None
-            out.append({"text": d.page_content, "title": title if isinstance(title, str) and title else None})
-        return out
-
-    def _process(self, tree: _RunTree, answer: str | None, source: str) -> Record:
-        started = time.perf_counter()
+    # ------------------------------------------------------------------ the record
+    def _job(self, tree: _RunTree, answer: str | None, source: str) -> InfluenceJob:
         query = tree.query if tree.query is not None else next(iter(tree.outer_queries.values()))
-        result: InfluenceResult | None = None
-        error = None
-        try:
-            result = self.scorer.score(query, self._grogu_docs(tree.documents), answer=answer)
-        except Exception as exc:  # noqa: BLE001 - on_error decides
-            if self.on_error == "raise":
-                raise
-            error = f"{type(exc).__name__}: {exc}"
-            logger.warning("grogu influence failed for run %s; recording it without scores: %s", tree.root, error)
-        record = self._record(tree, query, answer, source, result, error, time.perf_counter() - started)
-        self._deliver(tree, record)
-        return record
+        context = {"run_id": str(tree.root), "run_name": tree.name, "tags": tree.tags, "metadata": tree.metadata}
+        return InfluenceJob(query=query, answer=answer, documents=grogu_documents(tree.documents, self.title_key),
+                            fields=[self._fields(d) for d in tree.documents], answer_source=source,
+                            context=context, on_record=lambda record: self._dispatch(tree, record))
 
-    def _record(self, tree: _RunTree, query: str, answer: str | None, source: str,
-                result: InfluenceResult | None, error: str | None, elapsed: float) -> Record:
-        docs = []
-        for i, d in enumerate(tree.documents):
-            docs.append({
-                "index": i, "id": d.id, "page_content": d.page_content, "metadata": dict(d.metadata),
-                "influence": result.scores[i] if result else None,
-                "single_answer": result.single_answers[i] if result and result.single_answers else None,
-                "leave_one_out_answer": (result.leave_one_out_answers[i]
-                                         if result and result.leave_one_out_answers else None),
-            })
-        return {
-            "run_id": str(tree.root), "run_name": tree.name, "tags": tree.tags, "metadata": tree.metadata,
-            "query": query, "answer": result.answer if result else answer, "answer_source": source,
-            "model": self.model_name, "embedder": result.embedder if result else None,
-            "method": result.method if result else self.scorer.method,
-            "influence": list(result.scores) if result else None, "documents": docs,
-            "logprobs": result.forward.logprobs if result and result.forward else None,
-            "created_at": datetime.now(timezone.utc).isoformat(), "elapsed_s": round(elapsed, 4), "error": error,
-        }
+    def _fields(self, doc: Document) -> dict[str, Any]:
+        score = doc.metadata.get(self.relevance_key) if self.relevance_key else None
+        numeric = isinstance(score, (int, float)) and not isinstance(score, bool)
+        return {"id": doc.id, "page_content": doc.page_content, "metadata": dict(doc.metadata),
+                "retrieval_score": float(score) if numeric else None, "utility": grogu_utility(doc.metadata)}
 
-    def _deliver(self, tree: _RunTree, record: Record) -> None:
-        for sink in self.sinks:
-            try:
-                sink.write(record)
-            except Exception as exc:  # noqa: BLE001 - on_error decides
-                if self.on_error == "raise":
-                    raise
-                logger.warning("grogu influence: sink %r failed: %r", sink, exc)
+    def _dispatch(self, tree: _RunTree, record: Record) -> None:
+        """The record as the custom event ``event_name`` on the root run, to the run's other handlers."""
         manager = tree.manager
         if self.event_name and manager is not None:
             handlers = [h for h in manager.inheritable_handlers if h is not self]
@@ -335,15 +281,11 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every record computed in the background has been delivered (no-op otherwise).
         Under on_error='raise' the first background failure is raised here."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-        errors = []
-        for future in pending:
-            exc = future.exception(timeout=timeout)
-            if exc is not None:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        self.recorder.flush(timeout)
+
+    async def aflush(self) -> None:
+        """Wait for every pending record, event-loop tasks included (see ``grogu.influence_log``)."""
+        await self.recorder.aflush()
 
     # ------------------------------------------------------------------ LangChain hooks
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from grogu import DEFAULT_METRIC, DocumentScore, PromptTemplate, UtilityScorer
 from grogu.serve import RemoteScorer
+from grogu.targets import remote_target
 from grogu.checks import (check_alpha, check_float, check_fraction, check_int, check_positive_int, check_threshold,
                           check_top_n)
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
@@ -29,7 +30,7 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 from typing_extensions import override
 
-from ._target import model_label, remote_target, resolve_engine
+from ._target import model_label, resolve_engine
 from .prompts import template_from_langchain
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,16 @@ logger = logging.getLogger(__name__)
 #: The key of ``Document.metadata`` that receives the GROGU score and its details.
 METADATA_KEY = "grogu"
 _DEFAULT = object()
+
+
+def grogu_documents(docs: Sequence[Document], title_key: str | None) -> list[dict[str, Any]]:
+    """LangChain documents as grogu documents: the text, and ``metadata[title_key]`` as the title the
+    LLM sees (when ``title_key`` is set and the value is a non-empty str)."""
+    out = []
+    for doc in docs:
+        title = doc.metadata.get(title_key) if title_key else None
+        out.append({"text": doc.page_content, "title": title if isinstance(title, str) and title else None})
+    return out
 
 
 class GroguScoring(BaseModel):
@@ -204,11 +215,7 @@ class GroguScoring(BaseModel):
         return docs
 
     def _grogu_docs(self, docs: list[Document]) -> list[dict[str, Any]]:
-        out = []
-        for doc in docs:
-            title = doc.metadata.get(self.title_key) if self.title_key else None
-            out.append({"text": doc.page_content, "title": title if isinstance(title, str) and title else None})
-        return out
+        return grogu_documents(docs, self.title_key)
 
     def _rerank_kwargs(self, docs: list[Document], top_n: int | None) -> dict[str, Any]:
         return {"top_n": top_n, "threshold": self.threshold, "mode": self.mode, "weight": self.weight,

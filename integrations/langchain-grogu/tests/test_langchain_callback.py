@@ -16,6 +16,7 @@ from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 
 from grogu.influence import InfluenceScorer
+from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
 from langchain_grogu import EVENT_NAME, METADATA_KEY, GroguRetriever, InfluenceCallbackHandler
 
 N = 8
@@ -51,7 +52,13 @@ def check_record(record, query, answer, docs, influence):
     """The record of one run: its query, its answer, the documents the LLM read, and Influence Scores
     equal to InfluenceScorer's on exactly those."""
     assert record["query"] == query and record["answer"] == answer and record["answer_source"] == "output"
+    assert set(record) == set(RECORD_FIELDS) and record["framework"] == "langchain"
+    assert record["event"] == EVENT_NAME and record["elapsed_s"] >= 0
+    assert all(set(d) == set(DOCUMENT_FIELDS) for d in record["documents"])
     assert [d["id"] for d in record["documents"]] == [d.id for d in docs]
+    assert [d["page_content"] for d in record["documents"]] == [d.page_content for d in docs]
+    assert [d["utility"] for d in record["documents"]] == pytest.approx(
+        [d.metadata[METADATA_KEY]["score"] for d in docs], abs=1e-5)
     for got, doc in zip(record["documents"], docs):  # async scoring agrees with sync to float32 rounding
         assert {k: v for k, v in got["metadata"].items() if k != METADATA_KEY} == {
             k: v for k, v in doc.metadata.items() if k != METADATA_KEY}
@@ -80,7 +87,8 @@ def test_one_record_per_run_to_every_sink(chain, retriever, llm, influence, ques
     records: list[dict] = []
     path = tmp_path / "logs" / "influence.jsonl"
     log = logging.getLogger("test.grogu.influence")
-    handler = InfluenceCallbackHandler(model=llm, sinks=[records, path, log], max_new_tokens=N)
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records, path, log], max_new_tokens=N,
+                                       relevance_key="retriever_rank")
     events = EventCollector()
     query = questions[0]
     with caplog.at_level(logging.INFO, logger="test.grogu.influence"):
@@ -93,6 +101,7 @@ def test_one_record_per_run_to_every_sink(chain, retriever, llm, influence, ques
     check_record(record, query, answer, docs, influence)
     assert all(d["metadata"][METADATA_KEY]["rank"] == i + 1 for i, d in enumerate(record["documents"]))
     assert record["model"] and record["embedder"] == "all-minilm-l6-v2"
+    assert [d["retrieval_score"] for d in record["documents"]] == [d.metadata["retriever_rank"] for d in docs]
 
     lines = path.read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0]) == json.loads(json.dumps(record, default=str))
@@ -205,22 +214,44 @@ def test_background_mode_delivers_after_flush(chain, llm, questions):
     assert sorted(r["answer"] for r in records) == sorted(answers)
 
 
-def test_on_error_raise_and_passthrough(vectorstore, llm):
+@pytest.mark.parametrize("lenient_choice", ["record", "passthrough"])
+def test_on_error_raise_and_record(vectorstore, llm, lenient_choice):
     # an empty question retrieves documents but cannot be scored
     plain = vectorstore.as_retriever(search_kwargs={"k": 2})
     chain = {"context": plain | format_docs, "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser()
 
-    strict = InfluenceCallbackHandler(model=llm, sinks=[], max_new_tokens=N)
+    failed: list[dict] = []
+    strict = InfluenceCallbackHandler(model=llm, sinks=[failed], max_new_tokens=N)
+    assert strict.on_error == "raise" and strict.raise_error
     with pytest.raises(ValueError, match="query is empty"):
         chain.invoke("  ", config={"callbacks": [strict]})
+    (record,) = failed  # the failure's record went to the sinks before it was raised
+    assert "query is empty" in record["error"] and record["influence"] is None
 
     records: list[dict] = []
-    lenient = InfluenceCallbackHandler(model=llm, sinks=[records], on_error="passthrough", max_new_tokens=N)
+    lenient = InfluenceCallbackHandler(model=llm, sinks=[records], on_error=lenient_choice, max_new_tokens=N)
+    assert lenient.on_error == "record" and not lenient.raise_error
     answer = chain.invoke("  ", config={"callbacks": [lenient]})
     (record,) = records
     assert record["answer"] == answer and "query is empty" in record["error"]
     assert record["influence"] is None and len(record["documents"]) == 2  # no document dropped
     assert all(d["influence"] is None for d in record["documents"])
+    assert set(record) == set(RECORD_FIELDS) and all(set(d) == set(DOCUMENT_FIELDS) for d in record["documents"])
+
+
+def test_a_failing_sink_is_raised_or_logged(chain, llm, questions, caplog):
+    def broken(record):
+        raise OSError("disk full")
+
+    records: list[dict] = []
+    strict = InfluenceCallbackHandler(model=llm, sinks=[broken, records], max_new_tokens=N)
+    with pytest.raises(OSError, match="disk full"):
+        chain.invoke(questions[0], config={"callbacks": [strict]})
+    lenient = InfluenceCallbackHandler(model=llm, sinks=[broken, records], on_error="record", max_new_tokens=N)
+    with caplog.at_level(logging.ERROR, logger="langchain_grogu.influence"):
+        chain.invoke(questions[0], config={"callbacks": [lenient]})
+    (record,) = records  # the next sink still got it
+    assert record["error"] is None and any("disk full" in r.getMessage() for r in caplog.records)
 
 
 def test_bad_arguments(llm):

@@ -1,11 +1,13 @@
 """Helpers shared by the reranker and the influence handlers: which target LLM to score with, and
-which text of a node that LLM reads."""
+which text of a node that LLM reads. ``remote_target`` (the grogu service in place of a model) is
+grogu's own (:mod:`grogu.targets`)."""
 
 from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
 import grogu
+from grogu.targets import engine_label, remote_target  # noqa: F401 - remote_target: the reranker's
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
@@ -26,16 +28,6 @@ def hf_llm_pair(llm: Any) -> Optional[Tuple[Any, Any]]:
     if model is None or tokenizer is None or not hasattr(model, "config"):
         return None
     return model, tokenizer
-
-
-def remote_target(model: Any) -> Any:
-    """The service client when ``model`` is a grogu service URL (``http(s)://...``) or a remote scorer
-    (``grogu.RemoteScorer``, ``grogu.RemoteInfluenceScorer``), else None."""
-    from grogu.serve import RemoteInfluenceScorer, RemoteScorer, is_url
-
-    if is_url(model) or isinstance(model, (RemoteScorer, RemoteInfluenceScorer)):
-        return model
-    return None
 
 
 def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str] = None) -> grogu.Engine:
@@ -81,9 +73,7 @@ def model_label(model: Any, engine: grogu.Engine) -> str:
         name = getattr(model, "model_name", None)
         if isinstance(name, str) and name and name != _HF_DEFAULT_NAME:
             return name
-    if isinstance(engine.model_name, str) and engine.model_name and engine.model_name != "tuple":
-        return engine.model_name  # a name, or the loaded model's config._name_or_path
-    return type(engine.model).__name__
+    return engine_label(engine)
 
 
 def check_nodes(nodes: Any) -> List[NodeWithScore]:

@@ -1,0 +1,334 @@
+"""Influence records: one record schema and one recorder for every framework integration.
+
+After a RAG query has answered, :class:`InfluenceRecorder` computes each document's Influence Score
+on that answer (:class:`grogu.influence.InfluenceScorer`, or the service's
+:class:`grogu.RemoteInfluenceScorer`), times it, builds one record and writes it to every sink
+(:mod:`grogu.sinks`). The LlamaIndex and LangChain integrations only read their framework's query,
+answer and documents into an :class:`InfluenceJob`; so one log pipeline reads the records of both.
+
+The record (a JSON-ready dict; every key is always present, :data:`RECORD_FIELDS`):
+
+================  ===================  ============================================================
+``event``         str                  always ``"grogu_influence"``
+``framework``     str                  the integration that recorded it: ``"llama_index"``, ``"langchain"``
+``created_at``    str                  when the record was made: UTC, ISO 8601
+``elapsed_s``     float                seconds spent scoring (rounded to 0.1 ms)
+``run_id``        str or None          the framework's id of the query: LangChain's root run id;
+                                       LlamaIndex's query span id (instrumentation) or event id (callbacks)
+``run_name``      str or None          LangChain's root run name; None in LlamaIndex
+``tags``          list[str] or None    LangChain's root run tags; None in LlamaIndex
+``metadata``      dict or None         LangChain's root run metadata; LlamaIndex's instrument tags of
+                                       the query (instrumentation), None (callbacks)
+``query``         str                  the query the documents were retrieved for
+``answer``        str or None          the answer scored: the one the pipeline gave, else the target
+                                       LLM's own full-context answer (``answer_source`` "grogu")
+``answer_source`` str                  ``"output"`` (the pipeline's output / response), ``"llm"`` (the
+                                       last LLM output of the run) or ``"grogu"`` (none was given)
+``model``         str                  the target LLM whose answers are compared
+``embedder``      str or None          the sentence embedder F (None: forward-only method, no documents,
+                                       or a failure)
+``method``        str                  the method that made the scores ("exact", "ablation",
+                                       "leave_one_out_logprob", "contextcite"; see ``InfluenceScorer``)
+``influence``     list[float] or None  Influence Score per document, in document order; None on failure
+``logprobs``      list[float] or None  forward-only methods: log P(answer | each scored context), nats
+``documents``     list[dict]           one per document, in the order the LLM read them (below)
+``error``         str or None          ``"Type: message"`` of a scoring failure, else None
+================  ===================  ============================================================
+
+Each document (:data:`DOCUMENT_FIELDS`): ``index`` (int, position), ``id`` (str or None: LlamaIndex's
+node id, LangChain's ``Document.id``), ``page_content`` (str: the text, without metadata),
+``metadata`` (dict: the document's metadata when it was answered from), ``retrieval_score`` (float or
+None: the retriever's score where known), ``utility`` (float or None: the GROGU utility a grogu
+reranker wrote to ``metadata["grogu"]["score"]``), ``influence`` (float or None), ``single_answer``
+and ``leave_one_out_answer`` (str or None: the target LLM's answer from that document alone / from
+all but it; "exact" method only).
+
+Where the work runs (:meth:`InfluenceRecorder.record`): inside a running event loop, as a task that
+does not block the loop (``await aflush()`` waits); else with ``background=True`` on grogu's worker
+thread (:mod:`grogu.batching`; ``flush()`` waits); else before ``record`` returns. Under
+``on_error="raise"`` the work never becomes a loop task, so that a failure reaches the caller.
+A failure is always logged (warning) and written as a record with ``error`` set; under
+``on_error="raise"`` it is then raised (from ``flush()`` for background work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from . import batching
+from .checks import check_choice
+from .sinks import Record, as_sinks, to_json
+
+EVENT = "grogu_influence"
+
+RECORD_FIELDS = ("event", "framework", "created_at", "elapsed_s", "run_id", "run_name", "tags", "metadata",
+                 "query", "answer", "answer_source", "model", "embedder", "method", "influence", "logprobs",
+                 "documents", "error")
+DOCUMENT_FIELDS = ("index", "id", "page_content", "metadata", "retrieval_score", "utility", "influence",
+                   "single_answer", "leave_one_out_answer")
+#: the per-document fields a framework fills in (the others come from the scores)
+DOCUMENT_INPUT_FIELDS = ("id", "page_content", "metadata", "retrieval_score", "utility")
+CONTEXT_FIELDS = ("run_id", "run_name", "tags", "metadata")
+ANSWER_SOURCES = ("output", "llm", "grogu")
+
+#: on_error: "raise" (the failure reaches the caller) or "record" (logged and recorded only);
+#: "passthrough" is accepted as "record".
+ON_ERROR = ("raise", "record")
+
+
+def check_on_error(value: Any) -> str:
+    """``value`` as one of :data:`ON_ERROR` ("passthrough" means "record")."""
+    value = check_choice("on_error", value, ON_ERROR + ("passthrough",))
+    return "record" if value == "passthrough" else value
+
+
+def grogu_utility(metadata: Any) -> float | None:
+    """The GROGU utility a grogu reranker wrote to ``metadata["grogu"]["score"]``, else None."""
+    info = metadata.get("grogu") if isinstance(metadata, dict) else None
+    score = info.get("score") if isinstance(info, dict) else None
+    return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
+
+
+@dataclass
+class InfluenceJob:
+    """What a framework hands the recorder for one answered query.
+
+    ``documents``: what the target LLM read, as grogu documents (str or ``{"text", "title"}``);
+    ``fields``: per document, the :data:`DOCUMENT_INPUT_FIELDS` the framework knows; ``context``: the
+    :data:`CONTEXT_FIELDS` it knows. ``on_result(result)`` runs after a successful scoring, before the
+    record is built (e.g. to write scores into the framework's documents); ``on_record(record)`` runs
+    after the sinks (e.g. to dispatch a framework event).
+    """
+
+    query: str
+    answer: str | None
+    documents: list[Any]
+    fields: list[dict[str, Any]]
+    answer_source: str = "output"
+    context: dict[str, Any] = field(default_factory=dict)
+    on_result: Callable[[Any], None] | None = None
+    on_record: Callable[[Record], None] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.fields) != len(self.documents):
+            raise ValueError(f"{len(self.fields)} document fields for {len(self.documents)} documents")
+        unknown = {k for row in self.fields for k in row} - set(DOCUMENT_INPUT_FIELDS)
+        unknown |= set(self.context) - set(CONTEXT_FIELDS)
+        if unknown:
+            raise ValueError(f"not fields of an influence record: {sorted(unknown)}")
+        check_choice("answer_source", self.answer_source, ANSWER_SOURCES)
+
+
+class InfluenceRecorder:
+    """Scores :class:`InfluenceJob` s, builds their records and writes them to the sinks.
+
+    Args:
+        scorer: an ``InfluenceScorer`` or ``RemoteInfluenceScorer`` (see
+            :func:`grogu.targets.build_influence_scorer`).
+        model: the target LLM's name for the records.
+        sinks: sink specs (:func:`grogu.sinks.as_sinks`); None logs each record on ``logger``.
+        framework: the ``framework`` field of the records.
+        on_error: "raise" or "record" (see the module docstring; "passthrough" means "record").
+        background: score synchronous calls on grogu's worker thread.
+        logger: where failures (and, with ``sinks=None``, records) are logged.
+    """
+
+    def __init__(self, scorer: Any, model: str, sinks: Any = None, *, framework: str, on_error: str = "record",
+                 background: bool = False, logger: logging.Logger | str | None = None) -> None:
+        self.scorer, self.model, self.framework = scorer, model, framework
+        self.logger = logger if isinstance(logger, logging.Logger) else logging.getLogger(logger or __name__)
+        self.sinks = as_sinks(sinks, self.logger)
+        self.on_error = check_on_error(on_error)
+        self.background = bool(background)
+        self._lock = threading.Lock()
+        self._pending: set[Any] = set()
+        self._failed: list[BaseException] = []
+
+    @property
+    def raise_errors(self) -> bool:
+        return self.on_error == "raise"
+
+    def __repr__(self) -> str:
+        return f"InfluenceRecorder(model={self.model!r}, sinks={self.sinks!r}, on_error={self.on_error!r})"
+
+    # ------------------------------------------------------------------ entry points
+    def record(self, job: InfluenceJob) -> None:
+        """Score ``job`` and write its record: as an event-loop task, on the worker thread or now
+        (see the module docstring)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and not self.raise_errors:
+            self._track(loop.create_task(self._kept(self.arun(job))))
+        elif self.background:
+            self._track(batching.submit(self._kept_sync, job))
+        else:
+            self.run(job)
+
+    def _kept_sync(self, job: InfluenceJob) -> Record:
+        try:
+            return self.run(job)
+        except Exception as exc:  # kept for flush() before the future is done
+            with self._lock:
+                self._failed.append(exc)
+            raise
+
+    async def _kept(self, work: Any) -> Record:
+        try:
+            return await work
+        except Exception as exc:  # kept for aflush()
+            with self._lock:
+                self._failed.append(exc)
+            raise
+
+    def run(self, job: InfluenceJob) -> Record:
+        """Score ``job`` here and now; its record (written to the sinks)."""
+        start = time.perf_counter()
+        try:
+            result = self._score(job)
+        except Exception as exc:  # noqa: BLE001 - on_error decides
+            return self._fail(job, exc, time.perf_counter() - start)
+        return self._deliver(job, result, time.perf_counter() - start)
+
+    async def arun(self, job: InfluenceJob) -> Record:
+        """Async :meth:`run`: the scoring runs off the event loop (``scorer.ascore``)."""
+        start = time.perf_counter()
+        try:
+            result = None
+            if job.documents or job.answer is None:
+                result = await self.scorer.ascore(job.query, job.documents, answer=job.answer)
+        except asyncio.CancelledError:
+            self.logger.warning("grogu influence for query %r was cancelled (the event loop closed first?): "
+                                "await aflush() before leaving the loop", job.query)
+            raise
+        except Exception as exc:  # noqa: BLE001 - on_error decides
+            return self._fail(job, exc, time.perf_counter() - start)
+        return self._deliver(job, result, time.perf_counter() - start)
+
+    def _score(self, job: InfluenceJob) -> Any:
+        if not job.documents and job.answer is not None:  # nothing to score
+            return None
+        return self.scorer.score(job.query, job.documents, answer=job.answer)
+
+    # ------------------------------------------------------------------ records
+    def build_record(self, job: InfluenceJob, result: Any, elapsed: float, error: str | None = None) -> Record:
+        """The record of ``job`` from its InfluenceResult (None: failed, or no documents)."""
+        failed = error is not None
+        record: Record = {
+            "event": EVENT, "framework": self.framework,
+            "created_at": datetime.now(timezone.utc).isoformat(), "elapsed_s": round(elapsed, 4),
+        }
+        record.update({k: job.context.get(k) for k in CONTEXT_FIELDS})
+        record.update({
+            "query": job.query, "answer": result.answer if result is not None else job.answer,
+            "answer_source": job.answer_source, "model": self.model,
+            "embedder": result.embedder if result is not None else None,
+            "method": result.method if result is not None else self.scorer.method,
+            "influence": None if failed else [float(s) for s in result.scores] if result is not None else [],
+            "logprobs": result.forward.logprobs if result is not None and result.forward is not None else None,
+            "documents": _documents(job, result), "error": error,
+        })
+        return record
+
+    def _deliver(self, job: InfluenceJob, result: Any, elapsed: float) -> Record:
+        if result is not None and job.on_result is not None:
+            job.on_result(result)
+        record = self.build_record(job, result, elapsed)
+        self.write(record, job)
+        return record
+
+    def _fail(self, job: InfluenceJob, exc: Exception, elapsed: float) -> Record:
+        error = f"{type(exc).__name__}: {exc}"
+        self.logger.warning("grogu influence failed for query %r: %s", job.query, error, exc_info=exc)
+        record = self.build_record(job, None, elapsed, error)
+        self.write(record, job)
+        if self.raise_errors:
+            raise exc
+        return record
+
+    def write(self, record: Record, job: InfluenceJob | None = None) -> None:
+        """Write ``record`` to every sink, then ``job.on_record``. A failing sink raises under
+        on_error="raise", else it is logged (with the record) and the other sinks still get it."""
+        for sink in self.sinks:
+            try:
+                sink.write(record)
+            except Exception as exc:  # noqa: BLE001 - on_error decides
+                if self.raise_errors:
+                    raise
+                self.logger.error("grogu influence: sink %r failed (%s: %s); record: %s", sink,
+                                  type(exc).__name__, exc, to_json(record))
+        if job is not None and job.on_record is not None:
+            job.on_record(record)
+
+    # ------------------------------------------------------------------ waiting
+    def _track(self, pending: Any) -> None:
+        with self._lock:
+            self._pending.add(pending)
+        pending.add_done_callback(self._settle)
+
+    def _settle(self, pending: Any) -> None:
+        if not pending.cancelled():
+            pending.exception()  # seen: the failure is raised by flush() / aflush()
+        with self._lock:
+            self._pending.discard(pending)
+
+    def _snapshot(self) -> list[Any]:
+        with self._lock:
+            return list(self._pending)
+
+    def _raise_failed(self) -> None:
+        with self._lock:
+            failed, self._failed = self._failed, []
+        if failed:
+            raise failed[0]
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for the records computed on the worker thread; raise the first failure of that work
+        not raised yet (on_error="raise"), or TimeoutError after ``timeout`` seconds. Work started
+        inside an event loop needs :meth:`aflush`."""
+        pending = self._snapshot()
+        if any(isinstance(p, asyncio.Future) for p in pending):
+            raise RuntimeError("influence scores are still being computed in an event loop: await aflush()")
+        _, not_done = concurrent.futures.wait(pending, timeout=timeout)
+        if not_done:
+            raise TimeoutError(f"{len(not_done)} influence records still pending after {timeout} s")
+        self._raise_failed()
+
+    async def aflush(self) -> None:
+        """Wait for every pending record (event-loop tasks and worker-thread work); raise the first
+        failure not raised yet."""
+        while True:
+            pending = self._snapshot()
+            if not pending:
+                break
+            await asyncio.gather(*(p if isinstance(p, asyncio.Future) else asyncio.wrap_future(p)
+                                   for p in pending), return_exceptions=True)
+        self._raise_failed()
+
+
+def _documents(job: InfluenceJob, result: Any) -> list[dict[str, Any]]:
+    """The record's documents: the framework's fields plus each document's scores and answers."""
+    scores = result.scores if result is not None else None
+    singles = result.single_answers if result is not None and result.single_answers else None
+    loos = result.leave_one_out_answers if result is not None and result.leave_one_out_answers else None
+    docs = []
+    for i, row in enumerate(job.fields):
+        doc = dict.fromkeys(DOCUMENT_FIELDS)
+        doc.update(row)
+        doc.update(index=i, influence=float(scores[i]) if scores else None,
+                   single_answer=singles[i] if singles else None, leave_one_out_answer=loos[i] if loos else None)
+        docs.append(doc)
+    return docs
+
+
+__all__ = ["EVENT", "RECORD_FIELDS", "DOCUMENT_FIELDS", "DOCUMENT_INPUT_FIELDS", "CONTEXT_FIELDS", "ON_ERROR",
+           "check_on_error", "grogu_utility", "InfluenceJob", "InfluenceRecorder"]
