@@ -12,7 +12,7 @@ value it got. Each check returns the value in its canonical form (a stripped que
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from .prompts import Document, as_document
 
@@ -192,5 +192,20 @@ __all__ = [
     "check_query", "check_documents", "check_document_list", "check_pairs", "check_int", "check_positive_int",
     "check_top_n", "check_float",
     "check_threshold", "check_alpha", "check_fraction", "check_probability", "check_positive_float",
-    "check_temperature", "check_seed", "check_choice", "check_masks",
+    "check_temperature", "check_seed", "check_choice", "check_masks", "check_influence_items",
 ]
+
+
+def check_influence_items(items: Any) -> list[tuple[Any, Any, Any]]:
+    """``InfluenceScorer.score_batch``'s items as (query, documents, answer-or-None) triples; a pair means no answer."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"items must be a list of (query, documents, answer-or-None) triples, got "
+                        f"{type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            item = (*item, None)
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise TypeError(f"items[{i}] must be a (query, documents, answer-or-None) triple, got {item!r:.80}")
+        out.append(tuple(item))
+    return out

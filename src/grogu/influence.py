@@ -31,8 +31,8 @@ import torch
 from .batching import Coalescer
 from . import attribution
 from .attribution import FORWARD_METHODS, ForwardData, ForwardJob
-from .checks import (check_choice, check_documents, check_masks, check_positive_float, check_positive_int,
-                     check_query, check_seed)
+from .checks import (check_choice, check_documents, check_influence_items, check_masks, check_positive_float,
+                     check_positive_int, check_query, check_seed)
 from .engine import get_engine
 from .models import DEFAULT_MODEL, EMBEDDED_EMBEDDERS, embedded_embedder_path
 from .prompts import Document, PromptBuilder, PromptTemplate
@@ -317,24 +317,9 @@ class InfluenceScorer:
                     return_ablations: bool = False) -> list[InfluenceResult]:
         """Influence Scores of many (query, documents, answer-or-None) triples in one engine call (a
         (query, documents) pair means answer=None)."""
-        return self._run_jobs([self._job(*item, return_ablations=return_ablations) for item in _triples(items)])
+        return self._run_jobs([self._job(*item, return_ablations=return_ablations) for item in check_influence_items(items)])
 
     async def ascore(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
                      return_ablations: bool = False) -> InfluenceResult:
         """Async :meth:`score`: runs off the event loop, batched with concurrent requests."""
         return (await self._coalescer.run([self._job(query, documents, answer, return_ablations)]))[0]
-
-
-def _triples(items: Any) -> list[tuple[Any, Any, Any]]:
-    """score_batch's items as (query, documents, answer-or-None) triples; a pair means no answer."""
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise TypeError(f"items must be a list of (query, documents, answer-or-None) triples, got "
-                        f"{type(items).__name__}")
-    out = []
-    for i, item in enumerate(items):
-        if isinstance(item, (tuple, list)) and len(item) == 2:
-            item = (*item, None)
-        if not isinstance(item, (tuple, list)) or len(item) != 3:
-            raise TypeError(f"items[{i}] must be a (query, documents, answer-or-None) triple, got {item!r:.80}")
-        out.append(tuple(item))
-    return out

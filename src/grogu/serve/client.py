@@ -21,7 +21,8 @@ from .. import metrics as M
 from ..checks import (check_alpha, check_choice, check_document_list, check_fraction, check_pairs,
                       check_positive_int, check_query, check_threshold, check_top_n)
 from ..attribution import FORWARD_METHODS
-from ..influence import METHODS, _triples
+from ..checks import check_influence_items
+from ..influence import METHODS
 from ..prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
 from ..rerank import DEFAULT_MODE, ModeSettings
 from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
@@ -267,7 +268,7 @@ class RemoteInfluenceScorer(_Remote):
 
     def _call(self, items: Any, return_ablations: bool):
         checked = []
-        for query, documents, answer in _triples(items):
+        for query, documents, answer in check_influence_items(items):
             query = check_query(query)
             _, docs = check_document_list(documents)
             if answer is not None and not isinstance(answer, str):
