@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import grogu
 from grogu.checks import check_choice, check_positive_int, check_query, check_threshold, check_top_n
 from grogu.metrics import metric_name
 from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT, ModeSettings
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
-from grogu.serve import RemoteScorer
 from llama_index.core.llms import LLM
-from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
@@ -21,66 +19,17 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from .prompts import template_from_llama_index
+from .options import layout_and_mode, scoring_prompt, utility_scorer
 from .synthesizer import prompt_fingerprint
-from .utils import check_nodes, hide_from_llm, model_label, node_text, remote_target, resolve_engine
+from .utils import check_nodes, hide_from_llm, node_text
 
 dispatcher = get_dispatcher(__name__)
 logger = logging.getLogger(__name__)
 
-LAYOUT_MODES = ("after", "only")
 ON_ERROR = ("raise", "passthrough")
 
 # (name, input indices in order) for each candidate layout
 Layouts = List[Tuple[str, List[int]]]
-
-
-def _layout_and_mode(layout: Optional[str], mode: Optional[str], threshold: Optional[float]) -> Tuple[Optional[str], str]:
-    """The checked layout and the rerank mode it implies (a layout needs per-node rankings)."""
-    layout = check_choice("layout", layout, (None, *LAYOUT_MODES))
-    if layout == "only" and threshold is not None:
-        raise ValueError("threshold needs per-node utilities, which layout='only' does not compute; "
-                         "use layout='after' or drop the threshold")
-    if mode is None:
-        return layout, "document" if layout is not None else DEFAULT_MODE
-    if layout is not None and mode != "document":
-        raise ValueError(f"layout chooses among orders of per-node rankings: it needs mode='document', got {mode!r}")
-    return layout, mode
-
-
-def _scoring_prompt(qa_template: Any, template: Optional[grogu.PromptTemplate], mode: str, llm: Optional[LLM],
-                    max_new_tokens: Optional[int]) -> Tuple[Optional[grogu.PromptTemplate], int]:
-    """The prompt grogu scores with and the answer budget, from ``qa_template`` / ``template`` (see
-    :class:`GroguRerank`): with the pipeline's own prompt, the LLM's own ``max_new_tokens`` by default."""
-    if isinstance(qa_template, str):
-        if qa_template != "auto":
-            raise ValueError(f"qa_template must be 'auto', None, a query engine, a synthesizer or a prompt, "
-                             f"got {qa_template!r}")
-        # the context mode scores what the LLM reads in LlamaIndex's default synthesizer; the
-        # per-node modes measured best with grogu's own prompt (README, "Which rerank mode")
-        auto = mode == "context" and llm is not None and template is None
-        qa_template = DEFAULT_TEXT_QA_PROMPT_SEL if auto else None
-    if qa_template is not None:
-        if template is not None:
-            raise ValueError("give template (grogu's prompt text) or qa_template (the pipeline's prompt), not both")
-        template = template_from_llama_index(qa_template, llm)
-        if max_new_tokens is None and isinstance(getattr(llm, "max_new_tokens", None), int):
-            max_new_tokens = llm.max_new_tokens  # the answer the LLM gives, so GroguSynthesizer can reuse it
-    return template, 64 if max_new_tokens is None else max_new_tokens
-
-
-def _utility_scorer(model: Any, device: Optional[str], dtype: Optional[str],
-                    options: Dict[str, Any]) -> Tuple[Any, str]:
-    """The scorer of the target LLM (in process, or the grogu service's client) and its label."""
-    remote = remote_target(model)
-    if remote is None:
-        engine = resolve_engine(model, device=device, dtype=dtype)
-        return grogu.UtilityScorer(engine, **options), model_label(model, engine)
-    if device is not None or dtype is not None:
-        raise ValueError("device/dtype apply to a model loaded here; the grogu service chooses its own")
-    # the shared scoring service: node metadata stay here
-    scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**options)
-    return scorer, scorer.model_name
 
 
 class GroguRerank(BaseNodePostprocessor):
@@ -184,15 +133,15 @@ class GroguRerank(BaseNodePostprocessor):
         if max_new_tokens is not None:
             max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         on_error = check_choice("on_error", on_error, ON_ERROR)
-        layout, mode = _layout_and_mode(layout, mode, threshold)
+        layout, mode = layout_and_mode(layout, mode, threshold)
         settings = ModeSettings(mode=mode, weight=weight, family=family, swaps=swaps, margin=margin)
         if threshold is not None and settings.mode == "context":
             raise ValueError("threshold applies to per-node utilities, which mode='context' does not compute")
         metric = metric_name(metric)
         llm = model if isinstance(model, LLM) else None
-        template, max_new_tokens = _scoring_prompt(qa_template, template, settings.mode, llm, max_new_tokens)
+        template, max_new_tokens = scoring_prompt(qa_template, template, settings.mode, llm, max_new_tokens)
         options = dict(metric=metric, max_new_tokens=max_new_tokens, template=template, answer_style=answer_style)
-        scorer, label = _utility_scorer(model, device, dtype, options)
+        scorer, label = utility_scorer(model, device, dtype, options)
         super().__init__(
             model=label,
             top_n=top_n,

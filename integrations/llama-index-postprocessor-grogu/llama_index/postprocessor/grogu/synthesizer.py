@@ -13,7 +13,7 @@ from typing import Any, List, Optional, Sequence
 
 import grogu
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 from .prompts import template_from_llama_index

@@ -1,13 +1,12 @@
 """Helpers shared by the reranker and the influence handlers: which target LLM to score with, and
-which text of a node that LLM reads. ``remote_target`` (the grogu service in place of a model) is
-grogu's own (:mod:`grogu.targets`)."""
+which text of a node that LLM reads. (The grogu service in place of a model: :mod:`grogu.targets`.)"""
 
 from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
 import grogu
-from grogu.targets import engine_label, remote_target  # noqa: F401 - remote_target: the reranker's
+from grogu.targets import engine_label
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 

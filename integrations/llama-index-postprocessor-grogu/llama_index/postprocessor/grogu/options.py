@@ -1,0 +1,68 @@
+"""GroguRerank's settings: the checks that tie them together, the prompt it scores with and the scorer
+they build (in process, or the grogu service's client)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import grogu
+from grogu.checks import check_choice
+from grogu.rerank import DEFAULT_MODE
+from grogu.serve import RemoteScorer
+from grogu.targets import remote_target
+from llama_index.core.llms import LLM
+from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
+
+from .prompts import template_from_llama_index
+from .utils import model_label, resolve_engine
+
+LAYOUT_MODES = ("after", "only")
+
+
+def layout_and_mode(layout: Optional[str], mode: Optional[str], threshold: Optional[float]) -> Tuple[Optional[str], str]:
+    """The checked layout and the rerank mode it implies (a layout needs per-node rankings)."""
+    layout = check_choice("layout", layout, (None, *LAYOUT_MODES))
+    if layout == "only" and threshold is not None:
+        raise ValueError("threshold needs per-node utilities, which layout='only' does not compute; "
+                         "use layout='after' or drop the threshold")
+    if mode is None:
+        return layout, "document" if layout is not None else DEFAULT_MODE
+    if layout is not None and mode != "document":
+        raise ValueError(f"layout chooses among orders of per-node rankings: it needs mode='document', got {mode!r}")
+    return layout, mode
+
+
+def scoring_prompt(qa_template: Any, template: Optional[grogu.PromptTemplate], mode: str, llm: Optional[LLM],
+                    max_new_tokens: Optional[int]) -> Tuple[Optional[grogu.PromptTemplate], int]:
+    """The prompt grogu scores with and the answer budget, from ``qa_template`` / ``template`` (see
+    ``GroguRerank``): with the pipeline's own prompt, the LLM's own ``max_new_tokens`` by default."""
+    if isinstance(qa_template, str):
+        if qa_template != "auto":
+            raise ValueError(f"qa_template must be 'auto', None, a query engine, a synthesizer or a prompt, "
+                             f"got {qa_template!r}")
+        # the context mode scores what the LLM reads in LlamaIndex's default synthesizer; the
+        # per-node modes measured best with grogu's own prompt (README, "Which rerank mode")
+        auto = mode == "context" and llm is not None and template is None
+        qa_template = DEFAULT_TEXT_QA_PROMPT_SEL if auto else None
+    if qa_template is not None:
+        if template is not None:
+            raise ValueError("give template (grogu's prompt text) or qa_template (the pipeline's prompt), not both")
+        template = template_from_llama_index(qa_template, llm)
+        if max_new_tokens is None and isinstance(getattr(llm, "max_new_tokens", None), int):
+            max_new_tokens = llm.max_new_tokens  # the answer the LLM gives, so GroguSynthesizer can reuse it
+    return template, 64 if max_new_tokens is None else max_new_tokens
+
+
+def utility_scorer(model: Any, device: Optional[str], dtype: Optional[str],
+                    options: Dict[str, Any]) -> Tuple[Any, str]:
+    """The scorer of the target LLM (in process, or the grogu service's client) and its label."""
+    remote = remote_target(model)
+    if remote is None:
+        engine = resolve_engine(model, device=device, dtype=dtype)
+        return grogu.UtilityScorer(engine, **options), model_label(model, engine)
+    if device is not None or dtype is not None:
+        raise ValueError("device/dtype apply to a model loaded here; the grogu service chooses its own")
+    # the shared scoring service: node metadata stay here
+    scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**options)
+    return scorer, scorer.model_name
+
