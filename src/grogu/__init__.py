@@ -4,7 +4,7 @@ Main entry points: :class:`UtilityScorer` (per-document GROGU scores, reranking,
 :class:`Engine` (the shared batched scoring engine every integration calls).
 """
 
-from .engine import Engine, Generation, TokenStats, get_engine
+from .engine import Engine, EngineConfig, Generation, TokenStats, get_engine
 from .metrics import ALPHA, DEFAULT_METRIC, METRICS, TOP_K_FRAC
 from .models import DEFAULT_MODEL, load_model
 from .prompts import Document, PromptTemplate, TruncationWarning
@@ -13,7 +13,8 @@ from .scorer import ContextScore, DocumentScore, LayoutChoice, UtilityScorer, st
 __version__ = "0.1.0"
 
 __all__ = [
-    "Engine", "Generation", "TokenStats", "get_engine", "ALPHA", "DEFAULT_METRIC", "METRICS", "TOP_K_FRAC",
+    "Engine", "EngineConfig", "Generation", "TokenStats", "get_engine",
+    "ALPHA", "DEFAULT_METRIC", "METRICS", "TOP_K_FRAC",
     "DEFAULT_MODEL", "load_model", "Document", "PromptTemplate", "TruncationWarning", "UtilityScorer",
     "DocumentScore", "ContextScore", "LayoutChoice", "standard_layouts", "__version__",
     "RemoteScorer", "RemoteInfluenceScorer",
