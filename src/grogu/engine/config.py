@@ -166,3 +166,20 @@ class Configured:
     def logits_budget_bytes(self) -> int:
         """``config.logits_budget_mb`` in bytes."""
         return self.config.logits_budget_mb * 2**20
+
+
+def configure_engine(engine: Any, *, batch_size: int | None = None, config: EngineConfig | None = None) -> None:
+    """Apply an integration's batch/memory settings to ``engine`` (an :class:`~grogu.engine.Engine`):
+    ``batch_size`` sets ``max_batch_size`` (most prompts in one forward pass), ``config`` replaces the
+    whole configuration (``max_batch_tokens``, ``logits_budget_mb``: the memory a forward pass may
+    take). One or the other (a TypeError for both, as for the Engine); neither leaves the engine as it
+    is. The engine is the process-wide one of its model (:func:`grogu.get_engine`), so the settings
+    hold for every component that scores with that model in this process."""
+    if batch_size is not None and config is not None:
+        raise TypeError("pass batch_size or engine_config (which holds max_batch_size), not both")
+    if batch_size is not None:
+        engine.config = dataclasses.replace(engine.config, max_batch_size=check_positive_int("batch_size", batch_size))
+    elif config is not None:
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"engine_config must be a grogu.EngineConfig, got {type(config).__name__}")
+        engine.config = config
