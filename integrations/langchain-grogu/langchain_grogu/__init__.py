@@ -11,7 +11,7 @@ from importlib import metadata
 
 from .callbacks import EVENT_NAME, InfluenceCallbackHandler
 from .prompts import template_from_langchain
-from .rerank import METADATA_KEY, GroguCompressor
+from .rerank import METADATA_KEY, RELEVANCE_KEY, GroguCompressor
 from .retrievers import GroguRetriever
 from .sinks import JSONLSink, ListSink, LoggerSink
 
@@ -22,5 +22,5 @@ except metadata.PackageNotFoundError:  # running from a source checkout
 
 __all__ = [
     "GroguCompressor", "GroguRetriever", "InfluenceCallbackHandler", "JSONLSink", "ListSink", "LoggerSink",
-    "METADATA_KEY", "EVENT_NAME", "template_from_langchain", "__version__",
+    "METADATA_KEY", "RELEVANCE_KEY", "EVENT_NAME", "template_from_langchain", "__version__",
 ]

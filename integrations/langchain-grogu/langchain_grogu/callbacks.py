@@ -39,7 +39,7 @@ from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, C
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
-from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.runnables.config import ensure_config
 
 from ._target import model_label, resolve_engine
 from .rerank import grogu_documents
@@ -206,9 +206,10 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
     @staticmethod
     def _current_manager(tree: _RunTree) -> BaseCallbackManager | None:
         """The callback manager LangChain set for the runnable now executing, when it belongs to this
-        tree: its inheritable handlers are every handler of the run (e.g. astream_events' stream)."""
-        config = var_child_runnable_config.get()
-        manager = config.get("callbacks") if config else None
+        tree: its inheritable handlers are every handler of the run (e.g. astream_events' stream).
+        ``ensure_config()`` reads the config of the runnable now executing (a copy of its manager:
+        same handlers and parent run)."""
+        manager = ensure_config().get("callbacks")
         if isinstance(manager, BaseCallbackManager) and manager.parent_run_id in tree.runs:
             return manager
         return None

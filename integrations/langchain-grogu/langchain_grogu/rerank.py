@@ -3,12 +3,14 @@
 >>> from langchain_grogu import GroguCompressor
 >>> compressor = GroguCompressor(model=llm, top_n=3)      # llm: a HuggingFacePipeline, or a model name
 >>> docs = compressor.compress_documents(retrieved_docs, "Who wrote Hamlet?")
->>> docs[0].metadata["grogu"]["score"]
+>>> docs[0].metadata["relevance_score"], docs[0].metadata["grogu"]["score"]
 
 Each document is scored alone as the grounding context of the query (GROGU, Hua et al.; see
 ``grogu.metrics``): the target LLM answers greedily with the document, and the score is minus the mean
 entropy (nats) of the answer's key tokens, so higher means the document makes the LLM surer of its
-grounded answer.
+grounded answer. ``metadata["relevance_score"]`` is the document's score in the chosen mode (where
+LangChain's rerankers put theirs); ``score_scale="probability"`` puts it, and ``threshold``, in [0, 1]
+(:mod:`grogu.scales`).
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from grogu import DEFAULT_METRIC, DocumentScore, PromptTemplate, UtilityScorer
+from grogu import DEFAULT_METRIC, DocumentScore, EngineConfig, PromptTemplate, UtilityScorer
 from grogu.serve import RemoteScorer
 from grogu.targets import remote_target
 from grogu.checks import (check_alpha, check_float, check_fraction, check_int, check_positive_int, check_threshold,
                           check_top_n)
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
 from grogu.models import DEFAULT_MODEL
+from grogu.engine.config import configure_engine
 from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
+from grogu.scales import check_score_scale, probability, utility_threshold
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
@@ -37,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 #: The key of ``Document.metadata`` that receives the GROGU score and its details.
 METADATA_KEY = "grogu"
+#: The key of ``Document.metadata`` that receives the document's score in the chosen mode, where
+#: LangChain's rerankers (langchain-cohere, ``ContextualCompressionRetriever`` examples) put theirs.
+RELEVANCE_KEY = "relevance_score"
 _DEFAULT = object()
 
 
@@ -64,7 +71,8 @@ class GroguScoring(BaseModel):
     """Most documents returned, best first; None keeps every document that passes ``threshold``."""
     threshold: float | None = None
     """Keep only documents whose utility is >= threshold (minus key-token entropy in nats for the
-    default metric: e.g. -1.5 keeps documents whose answer key tokens have at most 1.5 nats)."""
+    default metric: e.g. -1.5 keeps documents whose answer key tokens have at most 1.5 nats); with
+    ``score_scale='probability'`` a number in [0, 1] on that scale."""
     metric: str = DEFAULT_METRIC
     """A name from ``grogu.METRICS``: 'key_entropy' (default), 'entropy', 'ppl', 'key_ppl' (the GROGU
     paper's four variants), or a small-model variant (see ``grogu.metrics``)."""
@@ -116,6 +124,20 @@ class GroguScoring(BaseModel):
     """What to do when scoring fails: 'raise' the error, or 'passthrough' every input document
     unchanged in its input order with ``metadata['grogu']['error']`` set (logged as a warning).
     Documents are never dropped silently."""
+    score_scale: Literal["utility", "probability"] = "utility"
+    """The scale of ``metadata['relevance_score']`` and of ``threshold``. 'utility' (default): grogu's
+    utility (minus key-token entropy in nats for the default metric; unbounded). 'probability': the
+    utility mapped to [0, 1] in the same order (``grogu.scales``: exp(-entropy) for the entropy
+    metrics, 1/perplexity for the PPL ones), so rankings are unchanged and ``threshold`` is a number in
+    [0, 1] (e.g. 0.3 keeps documents whose answer key tokens average at most ln(1/0.3) = 1.2 nats).
+    ``metadata['grogu']['score']`` stays the utility; ``metadata['grogu']['probability']`` is added."""
+    batch_size: int | None = None
+    """Most prompts the engine runs in one forward pass (``EngineConfig.max_batch_size``; default 32 on
+    CPU, 64 on GPU): lower it to bound memory. Sets the process-wide engine of the model, shared by
+    every component scoring with it. Not for the grogu service (it chooses its own)."""
+    engine_config: EngineConfig | None = None
+    """The engine's whole configuration (``grogu.EngineConfig``: ``max_batch_tokens``,
+    ``logits_budget_mb`` bound the memory of a forward pass), in place of ``batch_size``."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
@@ -166,12 +188,26 @@ class GroguScoring(BaseModel):
     def _check_metric(cls, value: Any) -> str:
         return metric_name(value)
 
+    @field_validator("score_scale", mode="before")
+    @classmethod
+    def _check_score_scale(cls, value: Any) -> str:
+        return check_score_scale(value)
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _check_batch_size(cls, value: Any) -> int | None:
+        return None if value is None else check_positive_int("batch_size", value)
+
     _scorer: UtilityScorer = PrivateAttr()
     _model_label: str = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
         if self.threshold is not None and self.mode == "context":
             raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+        if self.score_scale == "probability":
+            utility_threshold(self.metric, self.threshold)  # a ValueError unless in [0, 1]
+        if self.batch_size is not None and self.engine_config is not None:
+            raise ValueError("give batch_size or engine_config (which holds max_batch_size), not both")
         template = self.template
         if self.qa_prompt is not None:
             if template is not None:
@@ -185,10 +221,16 @@ class GroguScoring(BaseModel):
         if remote is not None:  # the shared scoring service: documents' metadata stay here
             if self.device is not None or self.dtype is not None:
                 raise ValueError("device/dtype apply to a model loaded here; the service chooses its own")
+            if self.batch_size is not None or self.engine_config is not None:
+                raise ValueError("batch_size/engine_config apply to a model run here; the service chooses its own")
             self._scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**settings)
             self._model_label = self._scorer.model_name
             return
         engine = resolve_engine(self.model, self.device, self.dtype)
+        if self.batch_size is not None or self.engine_config is not None:
+            if not hasattr(engine, "config"):
+                raise ValueError(f"batch_size/engine_config apply to a model run here, not to {type(engine).__name__}")
+            configure_engine(engine, batch_size=self.batch_size, config=self.engine_config)
         self._scorer = UtilityScorer(engine, **settings)
         self._model_label = model_label(self.model, engine)
 
@@ -218,7 +260,10 @@ class GroguScoring(BaseModel):
         return grogu_documents(docs, self.title_key)
 
     def _rerank_kwargs(self, docs: list[Document], top_n: int | None) -> dict[str, Any]:
-        return {"top_n": top_n, "threshold": self.threshold, "mode": self.mode, "weight": self.weight,
+        threshold = self.threshold
+        if self.score_scale == "probability":  # the utility threshold keeping probability >= threshold
+            threshold = utility_threshold(self.metric, threshold)
+        return {"top_n": top_n, "threshold": threshold, "mode": self.mode, "weight": self.weight,
                 "family": self.family, "swaps": self.swaps, "margin": self.margin,
                 "relevance": self._relevance(docs)}
 
@@ -232,22 +277,39 @@ class GroguScoring(BaseModel):
                 raise ValueError(f"document {i} has no numeric metadata[{self.relevance_key!r}] (relevance_key; got {v!r})")
         return [float(v) for v in values]
 
+    def _scaled(self, metric: str, utility: float) -> float:
+        """A utility on ``score_scale``."""
+        return probability(metric, utility) if self.score_scale == "probability" else utility
+
     def _annotate(self, docs: list[Document], ranked: list[DocumentScore]) -> list[Document]:
+        """Copies of the kept documents with ``metadata['grogu']`` and ``metadata['relevance_score']``:
+        the chosen context's score in the context mode (shared by its documents), the fused score
+        (in [0, 1]) in the fusion mode, the document's own utility in the document and prune modes;
+        on ``score_scale``. A ``relevance_score`` the document had is kept in
+        ``metadata['grogu']['previous_relevance_score']``."""
         out = []
         for rank, r in enumerate(ranked, start=1):
             info: dict[str, Any] = {"mode": self.mode, "rank": rank, "index": r.index, "model": self._model_label,
                                     "metric": r.metric}
+            relevance = self._scaled(r.metric, r.score) if r.rank_score is None else r.rank_score
             if r.context is not None:  # context mode: the chosen context's GROGU, shared by its documents
                 info["context"] = {"score": r.score, "confidence": r.confidence, "answer": r.answer,
                                    "indices": [x.index for x in ranked]}
+                if self.score_scale == "probability":
+                    info["context"]["probability"] = relevance
             else:
                 info.update(score=r.score, confidence=r.confidence, answer=r.answer,
                             answer_finished=r.answer_finished, n_tokens=r.n_tokens, n_key_tokens=r.n_key_tokens,
                             variants=dict(r.variants))
                 if r.rank_score is not None:
                     info["fused_score"] = r.rank_score
+                if self.score_scale == "probability":
+                    info["probability"] = probability(r.metric, r.score)
             doc = docs[r.index]
-            out.append(doc.model_copy(update={"metadata": {**doc.metadata, METADATA_KEY: info}}))
+            if RELEVANCE_KEY in doc.metadata:
+                info["previous_relevance_score"] = doc.metadata[RELEVANCE_KEY]
+            metadata = {**doc.metadata, METADATA_KEY: info, RELEVANCE_KEY: relevance}
+            out.append(doc.model_copy(update={"metadata": metadata}))
         return out
 
     def _top_n(self, top_n: Any) -> int | None:

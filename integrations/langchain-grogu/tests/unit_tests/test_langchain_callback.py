@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnablePassthrough
 
 from grogu.influence import InfluenceScorer
 from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
-from langchain_grogu import EVENT_NAME, METADATA_KEY, GroguRetriever, InfluenceCallbackHandler
+from langchain_grogu import EVENT_NAME, METADATA_KEY, RELEVANCE_KEY, GroguRetriever, InfluenceCallbackHandler
 
 N = 8
 PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")
@@ -60,8 +60,10 @@ def check_record(record, query, answer, docs, influence):
     assert [d["utility"] for d in record["documents"]] == pytest.approx(
         [d.metadata[METADATA_KEY]["score"] for d in docs], abs=1e-5)
     for got, doc in zip(record["documents"], docs):  # async scoring agrees with sync to float32 rounding
-        assert {k: v for k, v in got["metadata"].items() if k != METADATA_KEY} == {
-            k: v for k, v in doc.metadata.items() if k != METADATA_KEY}
+        scores = (METADATA_KEY, RELEVANCE_KEY)
+        assert {k: v for k, v in got["metadata"].items() if k not in scores} == {
+            k: v for k, v in doc.metadata.items() if k not in scores}
+        assert got["metadata"][RELEVANCE_KEY] == pytest.approx(doc.metadata[RELEVANCE_KEY], abs=1e-5)
         assert got["metadata"][METADATA_KEY]["score"] == pytest.approx(doc.metadata[METADATA_KEY]["score"], abs=1e-5)
     expected = influence.score(query, [d.page_content for d in docs], answer=answer)
     assert record["influence"] == pytest.approx(expected.scores, abs=1e-5)

@@ -10,7 +10,7 @@ from langchain_core.documents import BaseDocumentCompressor
 from pydantic import ValidationError
 
 from grogu import METRICS, UtilityScorer
-from langchain_grogu import METADATA_KEY, GroguCompressor
+from langchain_grogu import METADATA_KEY, RELEVANCE_KEY, GroguCompressor
 
 N = 8  # max_new_tokens everywhere (as in conftest)
 
@@ -66,8 +66,9 @@ def test_metadata_kept_and_added_inputs_untouched(llm, documents, reference):
     for rank, (doc, r) in enumerate(zip(out, ranked), start=1):
         original = documents[r.index]
         assert doc.id == original.id and doc.page_content == original.page_content
-        assert {k: v for k, v in doc.metadata.items() if k != METADATA_KEY} == original.metadata
+        assert {k: v for k, v in doc.metadata.items() if k not in (METADATA_KEY, RELEVANCE_KEY)} == original.metadata
         info = doc.metadata[METADATA_KEY]
+        assert doc.metadata[RELEVANCE_KEY] == info["score"]  # the document mode's score: its utility
         assert info["rank"] == rank and info["index"] == r.index
         assert info["metric"] == "key_entropy" and info["confidence"] == pytest.approx(-info["score"])
         assert set(info["variants"]) == set(METRICS)  # every metric, the paper's four included
