@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import grogu
 from grogu.checks import check_choice, check_positive_int, check_query, check_threshold, check_top_n
+from grogu.engine.config import configure_engine
 from grogu.metrics import metric_name
 from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT, ModeSettings
+from grogu.scales import check_score_scale, probability, utility_threshold
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
 from llama_index.core.llms import LLM
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -30,6 +34,11 @@ ON_ERROR = ("raise", "passthrough")
 
 # (name, input indices in order) for each candidate layout
 Layouts = List[Tuple[str, List[int]]]
+
+_UNSET: Any = object()
+#: per-call settings of the rerankers inside ``GroguRerank.using(...)``: {id(reranker): {"top_n": n}}
+_CALL_SETTINGS: contextvars.ContextVar[Dict[int, Dict[str, Any]]] = contextvars.ContextVar(
+    "grogu_rerank_call_settings", default={})
 
 
 class GroguRerank(BaseNodePostprocessor):
@@ -84,6 +93,21 @@ class GroguRerank(BaseNodePostprocessor):
         answer_style: 'long' (default) or 'short' (short-answer scoring pass for small models; see
             ``grogu.UtilityScorer``).
         device, dtype: for a model given by name.
+        score_scale: 'utility' (default: grogu's utility, minus key-token entropy in nats, unbounded) or
+            'probability': the utility mapped to [0, 1] in the same order (``grogu.scales``: exp(-entropy)
+            for the entropy metrics, 1/perplexity for the PPL ones), so rankings are unchanged and
+            ``threshold`` is a number in [0, 1]. It is the scale of ``NodeWithScore.score`` in the
+            document mode (the fusion mode's fused score is in [0, 1] already); ``metadata["grogu"]``
+            keeps the utility and adds ``probability``.
+        batch_size: most prompts the engine runs in one forward pass (``grogu.EngineConfig``'s
+            ``max_batch_size``; default 32 on CPU, 64 on GPU): lower it to bound memory. It sets the
+            process-wide engine of the model, shared by every component that scores with it.
+        engine_config: the engine's whole ``grogu.EngineConfig`` (``max_batch_tokens`` and
+            ``logits_budget_mb`` bound a forward pass's memory), in place of ``batch_size``.
+
+    Per call: ``postprocess_nodes(nodes, query_str=..., top_n=2)`` (and ``apostprocess_nodes``), or
+    ``with reranker.using(top_n=2): query_engine.query(...)`` for a query engine's own call (LlamaIndex's
+    postprocessor interface takes no per-call arguments).
     """
 
     model: str = Field(description="Target LLM whose utility is measured.")
@@ -101,6 +125,8 @@ class GroguRerank(BaseNodePostprocessor):
     family: str = Field(default=DEFAULT_FAMILY, description="context: candidate contexts.")
     swaps: int = Field(default=2, description="context/swap: next nodes that try the last slot.")
     margin: float = Field(default=DEFAULT_MARGIN, description="context: utility a candidate must gain.")
+    score_scale: str = Field(default="utility", description="'utility' (nats) or 'probability' ([0, 1]).")
+    batch_size: Optional[int] = Field(default=None, description="Most prompts in one forward pass of the engine.")
 
     _scorer: grogu.UtilityScorer = PrivateAttr()
     _fingerprint: str = PrivateAttr()
@@ -128,8 +154,18 @@ class GroguRerank(BaseNodePostprocessor):
         swaps: int = 2,
         margin: float = DEFAULT_MARGIN,
         callback_manager: Optional[CallbackManager] = None,
+        score_scale: str = "utility",
+        batch_size: Optional[int] = None,
+        engine_config: Optional[grogu.EngineConfig] = None,
     ) -> None:
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
+        score_scale = check_score_scale(score_scale)
+        if score_scale == "probability":
+            utility_threshold(metric_name(metric), threshold)  # a ValueError unless in [0, 1]
+        if batch_size is not None:
+            batch_size = check_positive_int("batch_size", batch_size)
+            if engine_config is not None:
+                raise ValueError("give batch_size or engine_config (which holds max_batch_size), not both")
         if max_new_tokens is not None:
             max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         on_error = check_choice("on_error", on_error, ON_ERROR)
@@ -142,6 +178,12 @@ class GroguRerank(BaseNodePostprocessor):
         template, max_new_tokens = scoring_prompt(qa_template, template, settings.mode, llm, max_new_tokens)
         options = dict(metric=metric, max_new_tokens=max_new_tokens, template=template, answer_style=answer_style)
         scorer, label = utility_scorer(model, device, dtype, options)
+        if batch_size is not None or engine_config is not None:
+            engine = getattr(scorer, "engine", None)
+            if engine is None or not hasattr(engine, "config"):
+                raise ValueError("batch_size/engine_config apply to a model run here; the grogu service "
+                                 "chooses its own")
+            configure_engine(engine, batch_size=batch_size, config=engine_config)
         super().__init__(
             model=label,
             top_n=top_n,
@@ -158,6 +200,8 @@ class GroguRerank(BaseNodePostprocessor):
             family=settings.family,
             swaps=settings.swaps,
             margin=settings.margin,
+            score_scale=score_scale,
+            batch_size=batch_size,
             callback_manager=callback_manager or CallbackManager([]),
         )
         self._scorer = scorer
@@ -172,6 +216,59 @@ class GroguRerank(BaseNodePostprocessor):
         """The grogu scorer (and through ``.engine`` the shared engine) this reranker uses; a
         ``grogu.RemoteScorer`` when it scores with a grogu service."""
         return self._scorer
+
+    # ------------------------------------------------------------------ per-call settings
+    @contextmanager
+    def using(self, *, top_n: Any = _UNSET) -> Iterator["GroguRerank"]:
+        """Settings for the calls made inside the block, in this thread or task only (a query engine's
+        ``query``/``aquery`` included): ``with reranker.using(top_n=2): engine.query(q)``. ``top_n``: a
+        positive int or None (every node)."""
+        settings = dict(_CALL_SETTINGS.get().get(id(self), {}))
+        if top_n is not _UNSET:
+            settings["top_n"] = check_top_n(top_n)
+        token = _CALL_SETTINGS.set({**_CALL_SETTINGS.get(), id(self): settings})
+        try:
+            yield self
+        finally:
+            _CALL_SETTINGS.reset(token)
+
+    def postprocess_nodes(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+        query_str: Optional[str] = None,
+        *,
+        top_n: Any = _UNSET,
+    ) -> List[NodeWithScore]:
+        """LlamaIndex's ``postprocess_nodes``, with an optional per-call ``top_n`` (None: every node)."""
+        if top_n is _UNSET:
+            return super().postprocess_nodes(nodes, query_bundle, query_str)
+        with self.using(top_n=top_n):
+            return super().postprocess_nodes(nodes, query_bundle, query_str)
+
+    async def apostprocess_nodes(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+        query_str: Optional[str] = None,
+        *,
+        top_n: Any = _UNSET,
+    ) -> List[NodeWithScore]:
+        """Async :meth:`postprocess_nodes`."""
+        if top_n is _UNSET:
+            return await super().apostprocess_nodes(nodes, query_bundle, query_str)
+        with self.using(top_n=top_n):
+            return await super().apostprocess_nodes(nodes, query_bundle, query_str)
+
+    def _top_n(self) -> Optional[int]:
+        """The ``top_n`` of this call: ``using``'s, else the reranker's."""
+        return _CALL_SETTINGS.get().get(id(self), {}).get("top_n", self.top_n)
+
+    def _utility_threshold(self) -> Optional[float]:
+        """``threshold`` as a utility (converted from [0, 1] with ``score_scale='probability'``)."""
+        if self.score_scale == "probability":
+            return utility_threshold(self.metric, self.threshold)
+        return self.threshold
 
     # ------------------------------------------------------------------ LlamaIndex entry points
     def _postprocess_nodes(
@@ -210,12 +307,12 @@ class GroguRerank(BaseNodePostprocessor):
     def _rank_sync(self, query: str, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
         if self.layout is None:
-            ranked = self._scorer.rerank(query, docs, top_n=self.top_n, threshold=self.threshold,
+            ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
                                          relevance=self._relevance(nodes), **self._mode_settings())
             return self._build(nodes, ranked, [r.index for r in ranked], [], None)
         ranked, kept = None, self._first_n(len(docs))
         if self.layout != "only":
-            ranked = self._scorer.rerank(query, docs, top_n=self.top_n, threshold=self.threshold, mode="document")
+            ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(), mode="document")
             kept = [r.index for r in ranked]
         layouts = self._layouts(kept)
         choice = self._scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts]) if layouts else None
@@ -224,12 +321,12 @@ class GroguRerank(BaseNodePostprocessor):
     async def _rank_async(self, query: str, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
         if self.layout is None:
-            ranked = await self._scorer.arerank(query, docs, top_n=self.top_n, threshold=self.threshold,
+            ranked = await self._scorer.arerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
                                                 relevance=self._relevance(nodes), **self._mode_settings())
             return self._build(nodes, ranked, [r.index for r in ranked], [], None)
         ranked, kept = None, self._first_n(len(docs))
         if self.layout != "only":
-            ranked = await self._scorer.arerank(query, docs, top_n=self.top_n, threshold=self.threshold,
+            ranked = await self._scorer.arerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
                                                 mode="document")
             kept = [r.index for r in ranked]
         layouts = self._layouts(kept)
@@ -249,7 +346,8 @@ class GroguRerank(BaseNodePostprocessor):
         return [float(s) for s in scores]
 
     def _first_n(self, n: int) -> List[int]:
-        return list(range(n if self.top_n is None else min(n, self.top_n)))
+        top_n = self._top_n()
+        return list(range(n if top_n is None else min(n, top_n)))
 
     def _layouts(self, kept: List[int]) -> Layouts:
         """Candidate orders of the kept nodes (input indices), duplicates dropped; none when layout is off."""
@@ -296,14 +394,19 @@ class GroguRerank(BaseNodePostprocessor):
                                       "nodes": [int(j) for j in order],
                                       "node_ids": [nodes[j].node.node_id for j in order],
                                       "prompt": self._fingerprint}
+                if self.score_scale == "probability":
+                    details["context"]["probability"] = probability(r.metric, float(r.score))
             elif r is not None:
                 details.update(
                     score=float(r.score), confidence=float(r.confidence), answer=r.answer,
                     n_tokens=int(r.n_tokens), n_key_tokens=int(r.n_key_tokens),
                     variants={k: float(v) for k, v in r.variants.items()},
                 )
+                scaled = float(r.score)
+                if self.score_scale == "probability":
+                    scaled = details["probability"] = probability(r.metric, float(r.score))
                 score = float(r.rank_score) if r.rank_score is not None else (
-                    float(r.score) if self.mode == "document" else original.score)
+                    scaled if self.mode == "document" else original.score)
                 if r.rank_score is not None:
                     details["fused_score"] = float(r.rank_score)
             if layout_info is not None:
@@ -332,7 +435,7 @@ class GroguRerank(BaseNodePostprocessor):
 
     def _start(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]) -> None:
         dispatcher.event(ReRankStartEvent(
-            query=query_bundle, nodes=nodes, top_n=self.top_n if self.top_n is not None else len(nodes),
+            query=query_bundle, nodes=nodes, top_n=self._top_n() if self._top_n() is not None else len(nodes),
             model_name=self.model,
         ))
 
@@ -341,7 +444,7 @@ class GroguRerank(BaseNodePostprocessor):
             EventPayload.NODES: nodes,
             EventPayload.MODEL_NAME: self.model,
             EventPayload.QUERY_STR: query,
-            EventPayload.TOP_K: self.top_n if self.top_n is not None else len(nodes),
+            EventPayload.TOP_K: self._top_n() if self._top_n() is not None else len(nodes),
         }
 
     def _failed(self, nodes: List[NodeWithScore], exc: Exception) -> List[NodeWithScore]:
