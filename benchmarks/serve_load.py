@@ -2,6 +2,7 @@
 
   python benchmarks/serve_load.py                       # embedded SmolLM2, 16 clients x 50 requests
   python benchmarks/serve_load.py --model tiny          # the tiny random test model (fast)
+  python benchmarks/serve_load.py --model tiny --scenario fairness,memory --skip-in-process
 
 Steps (one local Ray, one Serve application with ONE replica of 1 CPU; torch on 1 thread everywhere):
 1. The work: ``--items`` distinct (query, documents) requests from real SQuAD dev paragraphs (each
@@ -19,6 +20,13 @@ Steps (one local Ray, one Serve application with ONE replica of 1 CPU; torch on 
    Every request must complete exactly once with the right result; reported: retries, requests that
    saw an error, and recovery time (kill -> the service answers /health again, and -> the first
    request sent after the kill is answered).
+5. ``--scenario fairness``: 15 light clients (the requests of step 3) with one heavy client among them
+   (``--heavy-docs`` documents, ``--heavy-tokens`` answer tokens per request, back to back): the light
+   clients' p50/p95/max latency, next to the same 15 light clients alone.
+6. ``--scenario memory``: four authorised requests of ``--oversized-mb`` MB at once (one document that
+   large, a valid JSON body): their status codes, and the replica's resident memory before and at its
+   peak while they are in flight (sampled every 20 ms).
+``--scenario`` takes a comma-separated list of load, fairness, memory (default: load).
 Prints one JSON object with every figure (and writes it to ``--json`` when given).
 """
 
@@ -61,6 +69,11 @@ def work_items(n: int, docs: int) -> list[tuple[str, list[dict]]]:
 def check(result, reference) -> None:
     assert [r.answer for r in result] == [r.answer for r in reference], "answers differ"
     assert all(abs(a.score - b.score) <= TOL for a, b in zip(result, reference)), "scores differ"
+
+
+def replica_pid(url: str) -> int:
+    """The replica's process id (/stats shows it when the service runs with stats_pids=True)."""
+    return int(stats(url)["pid"])
 
 
 def stats(url: str) -> dict:
@@ -108,7 +121,7 @@ def load(url: str, items, reference, clients: int, requests: int, kill_at: float
         total = clients * requests
         while done[0] < kill_at * total:
             time.sleep(0.02)
-        os.kill(before["pid"], signal.SIGKILL)
+        os.kill(replica_pid(url), signal.SIGKILL)
         kill_time.append(time.perf_counter())
         while health_back is None:
             try:
@@ -142,6 +155,115 @@ def load(url: str, items, reference, clients: int, requests: int, kill_at: float
         out["recovery_health_s"] = round(health_back - kill_time[0], 2)
         out["recovery_first_answer_s"] = round(first_after_kill[0] - kill_time[0], 2) if first_after_kill else None
     return out
+
+
+def fairness(url: str, items, reference, clients: int, requests: int, heavy_docs: int, heavy_tokens: int,
+             heavy: bool) -> dict:
+    """``clients - 1`` light clients (``requests`` each, back to back), with or without one heavy client
+    sending ``heavy_docs`` documents x ``heavy_tokens`` answer tokens until the light ones are done."""
+    light = clients - 1
+    scorers = [RemoteScorer(url, max_new_tokens=reference.max_new_tokens, timeout=600) for _ in range(light)]
+    heavy_docs_list = [d for _, docs in items for d in docs][:heavy_docs]
+    heavy_scorer = RemoteScorer(url, max_new_tokens=heavy_tokens, timeout=600)
+    latencies: list[float] = []
+    heavy_lat: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def client(c: int) -> None:
+        for j in range(requests):
+            q, docs = items[(c + j) % len(items)]
+            sent = time.perf_counter()
+            try:
+                check(scorers[c].score(q, docs), reference.results[(c + j) % len(items)])
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                with lock:
+                    errors.append(f"light {c}: {type(exc).__name__}: {exc}")
+                continue
+            with lock:
+                latencies.append(time.perf_counter() - sent)
+
+    def heavy_client() -> None:
+        j = 0
+        while not finished.is_set():
+            sent = time.perf_counter()
+            try:
+                heavy_scorer.score(f"Heavy question {j}: what do these passages say?", heavy_docs_list)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"heavy: {type(exc).__name__}: {exc}")
+                return
+            heavy_lat.append(time.perf_counter() - sent)
+            j += 1
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(light)]
+    hthread = threading.Thread(target=heavy_client) if heavy else None
+    start = time.perf_counter()
+    if hthread:
+        hthread.start()
+        time.sleep(0.5)  # the heavy request is in the engine when the light ones arrive
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    finished.set()
+    if hthread:
+        hthread.join()
+    lat = np.array(latencies)
+    out = {"light_clients": light, "light_requests": light * requests, "light_completed": len(latencies),
+           "errors": len(errors), "error_examples": errors[:3], "wall_s": round(wall, 2),
+           "light_p50_s": round(float(np.percentile(lat, 50)), 3) if len(lat) else None,
+           "light_p95_s": round(float(np.percentile(lat, 95)), 3) if len(lat) else None,
+           "light_max_s": round(float(lat.max()), 3) if len(lat) else None}
+    if heavy:
+        out.update({"heavy_docs": heavy_docs, "heavy_tokens": heavy_tokens, "heavy_completed": len(heavy_lat),
+                    "heavy_mean_s": round(float(np.mean(heavy_lat)), 2) if heavy_lat else None})
+    return out
+
+
+def oversized(url: str, n: int, megabytes: int) -> dict:
+    """``n`` requests of ``megabytes`` MB at once; the replica's RSS before and at its peak meanwhile."""
+    import psutil
+
+    proc = psutil.Process(replica_pid(url))
+    body = json.dumps({"query": "q", "documents": ["x" * (megabytes * 1_000_000)]}).encode()
+    outcomes: list[str] = []
+    base = proc.memory_info().rss
+    peak = [base]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            try:
+                peak[0] = max(peak[0], proc.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.02)
+
+    def send() -> None:
+        t0 = time.perf_counter()
+        try:
+            r = httpx.post(f"{url}/score", content=body, headers={"content-type": "application/json"}, timeout=120)
+            outcomes.append(f"{r.status_code} in {time.perf_counter() - t0:.2f}s: {r.text[:120]}")
+        except httpx.HTTPError as exc:
+            outcomes.append(f"{type(exc).__name__} in {time.perf_counter() - t0:.2f}s")
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    senders = [threading.Thread(target=send) for _ in range(n)]
+    start = time.perf_counter()
+    for t in senders:
+        t.start()
+    for t in senders:
+        t.join()
+    wall = time.perf_counter() - start
+    time.sleep(0.3)
+    done.set()
+    sampler.join()
+    return {"requests": n, "body_mb": round(len(body) / 1e6, 1), "outcomes": outcomes, "wall_s": round(wall, 2),
+            "replica_rss_before_mb": round(base / 2**20), "replica_rss_peak_mb": round(peak[0] / 2**20),
+            "replica_rss_after_mb": round(proc.memory_info().rss / 2**20)}
 
 
 class Reference:
@@ -183,7 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument("--batch-wait-ms", type=float, default=10.0)
+    p.add_argument("--max-batch-tokens", type=int, default=None,
+                   help="generation budget of one engine call (default: the service's, 2048)")
     p.add_argument("--skip-in-process", action="store_true", help="skip the in-process throughput runs")
+    p.add_argument("--scenario", default="load", help="comma-separated: load, fairness, memory")
+    p.add_argument("--heavy-docs", type=int, default=16, help="fairness: documents per heavy request")
+    p.add_argument("--heavy-tokens", type=int, default=500, help="fairness: answer tokens of the heavy requests")
+    p.add_argument("--oversized-mb", type=int, default=50, help="memory: size of each oversized request (MB)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     args = p.parse_args(argv)
 
@@ -200,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore")
             model = testing.save_tiny_model(tempfile.mkdtemp(prefix="grogu-tiny-"))
     items = work_items(args.items, args.docs)
+    scenarios = set(args.scenario.split(","))
     figures: dict = {"machine": "2-core CPU, 1 torch thread", "model": args.model, "clients": args.clients,
                      "requests_per_client": args.requests, "docs_per_request": args.docs,
                      "max_new_tokens": args.max_new_tokens, "max_batch_size": args.max_batch_size,
@@ -207,28 +336,47 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = Reference(grogu.UtilityScorer(model, device="cpu", max_new_tokens=args.max_new_tokens), items)
-    if not args.skip_in_process:
+    if not args.skip_in_process and "load" in scenarios:
         figures["in_process"] = in_process(ref, items, args.clients, args.requests)
         print(json.dumps({"in_process": figures["in_process"]}), file=sys.stderr, flush=True)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # PYTHONPATH (e.g. another checkout's src/ to measure it) reaches the replicas too
+    env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}} if os.environ.get("PYTHONPATH") else None
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env)
     try:
+        from grogu.serve import service as service_module
+
+        figures["grogu_source"] = os.path.dirname(os.path.dirname(service_module.__file__))
         serve.start(http_options={"host": "127.0.0.1", "port": port})
+        extra = {"stats_pids": True} if "stats_pids" in ServeConfig.__dataclass_fields__ else {}
+        if args.max_batch_tokens:
+            extra["max_batch_tokens"] = args.max_batch_tokens
+            figures["max_batch_tokens"] = args.max_batch_tokens
         config = ServeConfig(model=model, device="cpu", max_batch_size=args.max_batch_size,
-                             batch_wait_s=args.batch_wait_ms / 1000, max_docs=64)
+                             batch_wait_s=args.batch_wait_ms / 1000, max_docs=64, **extra)
         serve.run(build_app(config, num_replicas=1, num_cpus=1), name="load", route_prefix="/")
         url = f"http://127.0.0.1:{port}"
         RemoteScorer(url, max_new_tokens=args.max_new_tokens).score(*items[0])  # warm the replica up
-        figures["service"] = load(url, items, ref, args.clients, args.requests)
-        print(json.dumps({"service": figures["service"]}), file=sys.stderr, flush=True)
-        figures["service_replica_killed"] = load(url, items, ref, args.clients, args.requests, kill_at=0.3)
+        if "memory" in scenarios:
+            figures["oversized_bodies"] = oversized(url, 4, args.oversized_mb)
+            print(json.dumps({"oversized_bodies": figures["oversized_bodies"]}), file=sys.stderr, flush=True)
+        if "fairness" in scenarios:
+            for heavy in (False, True):
+                name = "fairness_with_heavy" if heavy else "fairness_light_only"
+                figures[name] = fairness(url, items, ref, args.clients, args.requests, args.heavy_docs,
+                                         args.heavy_tokens, heavy)
+                print(json.dumps({name: figures[name]}), file=sys.stderr, flush=True)
+        if "load" in scenarios:
+            figures["service"] = load(url, items, ref, args.clients, args.requests)
+            print(json.dumps({"service": figures["service"]}), file=sys.stderr, flush=True)
+            figures["service_replica_killed"] = load(url, items, ref, args.clients, args.requests, kill_at=0.3)
     finally:
         serve.shutdown()
         ray.shutdown()
-    if "in_process" in figures:
+    if "in_process" in figures and "service" in figures:
         figures["speedup_vs_in_process_sequential"] = round(
             figures["service"]["throughput_req_s"] / figures["in_process"]["sequential_req_s"], 2)
     print(json.dumps(figures, indent=1))

@@ -67,25 +67,44 @@ def nli_dir(tmp_path_factory):
     return path
 
 
+#: the service's limits in these tests (small, so that each can be crossed cheaply)
+LIMITS = dict(max_docs=12, max_doc_chars=400, max_query_chars=200, max_template_chars=600, max_request_chars=3000,
+              max_new_tokens=100, max_rerank_contexts=24, max_body_bytes=64_000, body_timeout_s=2.0)
+MAX_BATCH_TOKENS = 64  # generation budget of one engine call: 8 contexts of N tokens
+HEADER_TIMEOUT_S = 2.0
+
+
 @pytest.fixture(scope="module")
 def service(model_dir, nli_dir):
-    """One local Ray (2 CPUs) and one application of the tiny model, with a token and small limits."""
+    """One local Ray (2 CPUs) and one application of the tiny model, with a token and small limits,
+    behind Ray Serve's proxy configured as grogu serve configures it."""
     import ray
     from ray import serve
 
+    from grogu.serve.proxy import http_options, proxy_environment
     from grogu.serve.service import ServeConfig, build_app
 
+    import os
+
     port = _free_port()
+    env = proxy_environment(max_body_bytes=LIMITS["max_body_bytes"], header_timeout_s=HEADER_TIMEOUT_S)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # read by Ray Serve's proxy when it starts (as grogu serve does)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        config = ServeConfig(model=model_dir, device="cpu", token=TOKEN, max_docs=12, max_doc_chars=400,
-                             max_batch_size=8, batch_wait_s=0.05, nli=nli_dir)
+        serve.start(http_options=http_options("127.0.0.1", port, request_timeout_s=120, keep_alive_timeout_s=5))
+        config = ServeConfig(model=model_dir, device="cpu", token=TOKEN, max_batch_size=8, batch_wait_s=0.05,
+                             nli=nli_dir, max_batch_tokens=MAX_BATCH_TOKENS, stats_pids=True, **LIMITS)
         serve.run(build_app(config), name="tiny", route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
         ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
@@ -308,7 +327,9 @@ def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
     got = response.source_nodes
     assert [n.node.node_id for n in got] == [retrieved[r.index].node.node_id for r in want]
     assert [n.score for n in got] == pytest.approx([r.score for r in want], abs=TOL)
-    assert rerank.model == str(model_dir) and got[0].node.metadata["grogu"]["answer"] == want[0].answer
+    # the service names its model without its filesystem path
+    assert rerank.model == str(model_dir).rstrip("/").rsplit("/", 1)[-1]
+    assert got[0].node.metadata["grogu"]["answer"] == want[0].answer
     [record] = handler.records
     expected = InfluenceScorer(local.engine, max_new_tokens=N).score(
         QUERY, [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in got], answer=str(response))
@@ -415,3 +436,283 @@ def test_which_answers_are_retried():
     assert _retriable(httpx.Response(500, text="Internal Server Error"))  # the proxy: replica lost mid-request
     assert not _retriable(httpx.Response(500, json={"detail": "engine failed", "error": "RuntimeError"}))
     assert not _retriable(httpx.Response(422, json={"detail": "query is empty", "error": "ValueError"}))
+
+
+# ---------------------------------------------------------------------------------------------- safe by default
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _post(service, path, json=None, **kw):
+    return httpx.post(f"{service}{path}", json=json, headers={**AUTH, **kw.pop("headers", {})}, timeout=60, **kw)
+
+
+def test_bad_templates_and_prompts_are_422_here_and_in_the_client(service, local):
+    body = {"query": QUERY, "documents": ["a document"], "max_new_tokens": N}
+    for template, message in [
+        ({"grounded": "{nope} {context}"}, "template.grounded has the placeholder {nope}; it may hold only {query}, {context}"),
+        ({"document": "{0}"}, "template.document has the placeholder {0}"),
+        ({"ungrounded": "{query.__class__}"}, "template.ungrounded has the placeholder {query.__class__}"),
+        ({"grounded": "{query:>100000000} {context}"}, "takes no conversion or format spec (got {query:>100000000})"),
+        ({"titled_document": "{title"}, "template.titled_document is not a valid format string"),
+    ]:
+        r = _post(service, "/score", {**body, "template": template})
+        assert r.status_code == 422 and message in r.json()["detail"] and r.json()["error"] == "ValueError", r.text
+    r = _post(service, "/influence", {"items": [{"query": QUERY, "documents": ["d"]}], "max_new_tokens": N,
+                                      "template": {"grounded": "{nope} {context}"}})
+    assert r.status_code == 422 and "{nope}" in r.json()["detail"]
+    r = _post(service, "/acu", {"items": [{"claim": "c", "evidence": "e", "stance": "SUPPORTS"}],
+                                "prompt_with": "{claim} {secret}"})
+    assert r.status_code == 422 and "prompt_with has the placeholder {secret}" in r.json()["detail"]
+    # the client refuses the same templates before any request
+    with pytest.raises(ValueError, match=r"template.grounded has the placeholder \{nope\}"):
+        RemoteScorer(service, token=TOKEN, template=grogu.PromptTemplate(grounded="{nope} {context}"))
+    with pytest.raises(ValueError, match="format spec"):
+        RemoteInfluenceScorer(service, token=TOKEN, template=grogu.PromptTemplate(ungrounded="{query!r}"))
+    with pytest.raises(ValueError, match="prompt_without has the placeholder"):
+        RemoteACUScorer(service, token=TOKEN, prompt_without="{evidence}")
+    # a literal brace, doubled, is text; the service scores with that template as in-process
+    template = grogu.PromptTemplate(grounded="{{Context}}: {context}\n\nQuestion: {query}")
+    got = RemoteScorer(service, token=TOKEN, max_new_tokens=N, template=template).score(QUERY, DOCS[:1])
+    want = grogu.UtilityScorer(local.engine, max_new_tokens=N, template=template).score(QUERY, DOCS[:1])
+    same(got[0], want[0])
+    # settings are checked while the request is parsed, with grogu's own messages
+    for setting, message in [({"alpha": -1.0}, "alpha must be >= 0"), ({"top_k_frac": 0}, "top_k_frac must be in (0, 1]"),
+                             ({"copy_ngram": 0}, "copy_ngram must be a positive int, got 0"),
+                             ({"max_new_tokens": 0}, "max_new_tokens must be a positive int, got 0")]:
+        r = _post(service, "/score", {**body, **setting})
+        assert r.status_code == 422 and message in r.json()["detail"], r.text
+    r = _post(service, "/rerank", {**body, "swaps": -1})
+    assert r.status_code == 422 and "swaps must be an int >= 0" in r.json()["detail"]
+    r = _post(service, "/influence", {"items": [{"query": QUERY, "documents": ["d"]}], "method": "guess"})
+    assert r.status_code == 422 and "method must be one of" in r.json()["detail"]
+    r = _post(service, "/seper", {"query": QUERY, "documents": ["d"], "references": ["x"], "n_samples": 0})
+    assert r.status_code == 422 and "n_samples must be a positive int" in r.json()["detail"]
+
+
+def test_every_limit_is_a_413_naming_its_option(service, remote):
+    body = {"query": QUERY, "documents": ["a document"], "max_new_tokens": N}
+    cases = [
+        ("/score", {**body, "query": "q" * 201}, "query 0 has 201 characters", "--max-query-chars"),
+        ("/score_batch", {"items": [{"query": "ok", "documents": ["d"]}, {"query": "q" * 250, "documents": ["d"]}],
+                          "max_new_tokens": N}, "query 1 has 250 characters", "--max-query-chars"),
+        ("/score", {**body, "template": {"system": "s" * 700}}, "the template has", "--max-template-chars"),
+        ("/acu", {"items": [{"claim": "c", "evidence": "e", "stance": "SUPPORTS"}], "prompt_with": "{claim}" + "p" * 600},
+         "the prompt_with has 607 characters", "--max-template-chars"),
+        ("/score", {**body, "documents": ["w" * 350] * 10}, "characters in all; this service takes at most 3000",
+         "--max-request-chars"),
+        ("/score", {**body, "max_new_tokens": 101}, "max_new_tokens is 101", "--max-new-tokens"),
+        ("/influence", {"items": [{"query": QUERY, "documents": ["d"]}], "max_new_tokens": 500},
+         "max_new_tokens is 500", "--max-new-tokens"),
+        ("/seper", {"query": QUERY, "documents": ["d"], "references": ["x"], "max_new_tokens": 101},
+         "max_new_tokens is 101", "--max-new-tokens"),
+        ("/rerank", {**body, "documents": [f"doc {i}" for i in range(12)], "mode": "context", "top_n": 10},
+         "3 candidate contexts holding 30 documents", "--max-rerank-contexts"),
+        ("/score", {**body, "documents": ["d"] * 13}, "13 documents", "--max-docs"),
+        ("/score", {**body, "documents": ["x" * 401]}, "401 characters", "--max-doc-chars"),
+    ]
+    for path, payload, message, option in cases:
+        r = _post(service, path, payload)
+        assert r.status_code == 413, (path, r.text)
+        assert message in r.json()["detail"] and option in r.json()["detail"] and r.json()["error"] == "LimitError"
+    # under each limit, the same routes work
+    assert _post(service, "/rerank", {**body, "documents": [f"doc {i}" for i in range(12)], "mode": "document"}).status_code == 200
+    with pytest.raises(ServiceValueError, match="--max-new-tokens"):
+        RemoteScorer(service, token=TOKEN, max_new_tokens=101).score(QUERY, ["d"])
+    info = remote.info()
+    assert info["limits"] == LIMITS and info["batching"]["max_batch_tokens"] == MAX_BATCH_TOKENS
+
+
+def _raw(service, data: bytes, *, pause: float = 0.0, chunks: list | None = None, wait: float = 30.0) -> bytes:
+    """Send raw bytes to the service (then each of ``chunks``, ``pause`` seconds apart, until the
+    server answers or closes); returns what it answered before closing."""
+    import select
+
+    host, port = service.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        sock.sendall(data)
+        received = b""
+        for chunk in chunks or []:
+            if select.select([sock], [], [], pause)[0]:
+                break
+            try:
+                sock.sendall(chunk)
+            except OSError:
+                break
+        deadline = __import__("time").monotonic() + wait
+        while __import__("time").monotonic() < deadline:
+            if not select.select([sock], [], [], 0.5)[0]:
+                continue
+            try:
+                part = sock.recv(65536)
+            except OSError:
+                break
+            if not part:
+                break
+            received += part
+            if b"\r\n\r\n" in received and b'"}' in received:
+                break
+        return received
+
+
+def _status_and_json(raw: bytes):
+    import json
+
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body[body.index(b"{"):body.rindex(b"}") + 1])
+
+
+def test_request_bodies_are_bounded_before_they_are_parsed(service):
+    limit = LIMITS["max_body_bytes"]
+    big = b'{"query": "q", "documents": ["' + b"x" * limit + b'"]}'
+    r = _post(service, "/score", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and f"takes at most {limit}" in r.json()["detail"] and "--max-body-bytes" in r.json()["detail"]
+    # a declared 50 MB body is refused at once, from its Content-Length, without its bytes being sent
+    t0 = __import__("time").perf_counter()
+    raw = _raw(service, b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
+               b"\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n{")
+    status, data = _status_and_json(raw)
+    assert status == 413 and "50000000 bytes" in data["detail"] and __import__("time").perf_counter() - t0 < 5
+    # a streamed body (no Content-Length) is counted as it arrives: 413 once it passes the limit
+    head = (b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
+            b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    piece = b"x" * 16_000
+    chunk = hex(len(piece))[2:].encode() + b"\r\n" + piece + b"\r\n"
+    status, data = _status_and_json(_raw(service, head, chunks=[chunk] * 40, pause=0.05))
+    assert status == 413 and f"more than {limit} bytes" in data["detail"] and data["error"] == "LimitError"
+    # a body that trickles in is cut off after body_timeout_s: 408
+    t0 = __import__("time").perf_counter()
+    raw = _raw(service, b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
+               b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"q", chunks=[b" "] * 20, pause=0.5)
+    status, data = _status_and_json(raw)
+    elapsed = __import__("time").perf_counter() - t0
+    assert status == 408 and "did not arrive within 2 s" in data["detail"] and "--body-timeout-s" in data["detail"]
+    assert LIMITS["body_timeout_s"] <= elapsed < LIMITS["body_timeout_s"] + 4
+    # headers sent a byte at a time: the connection is closed after the header timeout
+    t0 = __import__("time").perf_counter()
+    raw = _raw(service, b"GET /health HTTP/1.1\r\nHo", chunks=[b"s"] * 30, pause=0.3)
+    elapsed = __import__("time").perf_counter() - t0
+    assert raw == b"" and HEADER_TIMEOUT_S <= elapsed < HEADER_TIMEOUT_S + 3
+
+
+def test_open_routes_show_no_paths_pids_or_redirects(service, model_dir):
+    info = httpx.get(f"{service}/info", headers=AUTH).json()
+    import json
+
+    text = json.dumps(info)
+    assert str(model_dir) not in text and info["model"] == model_dir.rstrip("/").rsplit("/", 1)[-1]
+    assert info["nli"] and "/" not in info["nli"]
+    stats = httpx.get(f"{service}/stats", headers=AUTH).json()
+    assert "batch_sizes" in stats and stats["pid"] > 0  # this test service runs with stats_pids=True
+    # a trailing slash is served as is, whatever the Host header says: no redirect anywhere
+    r = httpx.get(f"{service}/health/", headers={"Host": "evil.example"}, follow_redirects=False)
+    assert r.status_code == 200 and r.json() == {"status": "ok"} and "location" not in r.headers
+    r = httpx.get(f"{service}/info/", headers={**AUTH, "Host": "evil.example"}, follow_redirects=False)
+    assert r.status_code == 200 and r.json()["model"] == info["model"]
+    # unknown routes and methods: JSON errors too
+    r = httpx.get(f"{service}/nowhere", headers=AUTH)
+    assert r.status_code == 404 and r.json()["error"] == "NotFound"
+    r = httpx.get(f"{service}/score", headers=AUTH)
+    assert r.status_code == 405 and r.json()["error"] == "MethodNotAllowed"
+    # a client cannot lift Ray's request timeout with Ray's own header (it is dropped by the proxy)
+    r = _post(service, "/score", {"query": QUERY, "documents": ["d"], "max_new_tokens": N},
+              headers={"x-request-timeout-seconds": "0"})
+    assert r.status_code == 200
+
+
+def test_serve_refuses_an_empty_token_and_open_hosts_without_one(monkeypatch, capsys):
+    from grogu.cli import main
+    from grogu.serve.cli import resolve_token
+
+    monkeypatch.delenv("GROGU_SERVE_TOKEN", raising=False)
+    with pytest.raises(SystemExit, match=r"the token given by --token is empty"):
+        main(["serve", "--token", ""])
+    monkeypatch.setenv("GROGU_SERVE_TOKEN", "  ")
+    with pytest.raises(SystemExit, match=r"the token given by GROGU_SERVE_TOKEN is empty"):
+        main(["serve"])
+    monkeypatch.setenv("GROGU_SERVE_TOKEN", "from-env")
+    with pytest.raises(SystemExit, match=r"--token is empty"):  # an empty --token does not switch off the env's
+        main(["serve", "--token", ""])
+    monkeypatch.delenv("GROGU_SERVE_TOKEN")
+    with pytest.raises(SystemExit, match=r"refusing to listen on 0.0.0.0 without a token.*--no-auth"):
+        main(["serve", "--host", "0.0.0.0"])
+    import argparse
+
+    from grogu.serve.cli import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert resolve_token(p.parse_args([])) is None  # loopback, no token: allowed (this machine only)
+    assert resolve_token(p.parse_args(["--host", "0.0.0.0", "--token", "s3cret"])) == "s3cret"
+    capsys.readouterr()
+    assert resolve_token(p.parse_args(["--host", "0.0.0.0", "--no-auth"])) is None
+    assert "warning: --no-auth: no bearer token is checked" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="contradict"):
+        resolve_token(p.parse_args(["--no-auth", "--token", "x"]))
+
+
+def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, local):
+    """A request of 12 contexts x 100 answer tokens is scored a slice (here one context) per engine
+    call; small requests sent meanwhile are scored between its slices."""
+    import threading
+    import time
+
+    heavy = RemoteScorer(service, token=TOKEN, max_new_tokens=100)
+    docs = [f"Passage {i} about the capital of Australia and its history." for i in range(12)]
+    before = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"]
+    out: dict = {}
+
+    def run_heavy():
+        t0 = time.perf_counter()
+        out["heavy"] = heavy.score(QUERY, docs)
+        out["heavy_s"] = time.perf_counter() - t0
+
+    thread = threading.Thread(target=run_heavy)
+    thread.start()
+    time.sleep(0.5)
+    light = []
+    for i in range(3):
+        t0 = time.perf_counter()
+        got = remote.score(f"{QUERY} ({i})", DOCS[:1])
+        light.append(time.perf_counter() - t0)
+        same(got[0], local.score(f"{QUERY} ({i})", DOCS[:1])[0])
+    thread.join()
+    assert len(out["heavy"]) == 12 and max(r.n_tokens for r in out["heavy"]) == 100
+    for a, b in zip(out["heavy"][:2], grogu.UtilityScorer(local.engine, max_new_tokens=100).score(QUERY, docs[:2])):
+        same(a, b)  # slices of a request are scored as the whole request is in-process
+    stats = httpx.get(f"{service}/stats", headers=AUTH).json()
+    assert stats["batches"] - before >= 12 + 3  # the heavy request took at least 12 engine calls
+    assert stats["max_call_tokens"] <= 100  # no call held more than one heavy slice
+    assert max(light) < out["heavy_s"] / 3, (light, out["heavy_s"])
+
+
+def test_health_answers_fast_while_the_replica_is_lost(service, remote):
+    """Last: kills the replica. /health is 503 within a second until a new replica is up; a request in
+    flight when it died gets a JSON 503 (which RemoteScorer retries)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    pid = httpx.get(f"{service}/stats", headers=AUTH).json()["pid"]
+    heavy = {"query": QUERY, "documents": [f"passage {i}" for i in range(12)], "max_new_tokens": 100}
+    answer: dict = {}
+    thread = threading.Thread(target=lambda: answer.setdefault("r", _post(service, "/score", heavy)))
+    thread.start()
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGKILL)
+    thread.join()
+    r = answer["r"]
+    assert r.status_code == 503 and r.json()["error"] == "ServiceUnavailable" and r.headers["retry-after"] == "1"
+    seen, t_end = [], time.monotonic() + 90
+    while time.monotonic() < t_end:
+        t0 = time.perf_counter()
+        h = httpx.get(f"{service}/health", timeout=10)
+        seen.append((h.status_code, time.perf_counter() - t0))
+        assert h.headers["content-type"].startswith("application/json")
+        if h.status_code == 200:
+            break
+        assert h.status_code == 503 and h.json()["error"] == "ServiceUnavailable"
+        time.sleep(0.2)
+    assert seen[-1][0] == 200 and any(code == 503 for code, _ in seen)
+    assert max(t for _, t in seen) < 1.5, seen
+    assert remote.score(QUERY, DOCS[:1])[0].answer  # the new replica serves

@@ -1,15 +1,37 @@
 """Request bodies of the scoring service (pydantic): a wrong type or a missing field is a 422 that
 names the field. Settings are those of the Python classes, with the same defaults; their values are
-checked by the classes themselves (:mod:`grogu.checks`), so a bad value reads as it does in Python."""
+checked while the request is parsed, with the checks the classes use (:mod:`grogu.checks`), so a bad
+value is a 422 with the message it has in Python, before any work. Templates are checked by
+:func:`grogu.serve.wire.check_template` (the client runs the same check)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+import math
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .. import checks as C
 from .. import metrics as M
-from ..rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_WEIGHT
+from ..rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_WEIGHT, ModeSettings
+from . import wire as W
+
+
+def _check(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a grogu check inside a validator: its TypeError becomes a ValueError (pydantic reports only
+    ValueErrors as validation errors), with the same message."""
+    try:
+        return fn(*args)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _query(value: str) -> str:
+    return _check(C.check_query, value)
+
+
+#: a query: a non-empty str (grogu.checks.check_query)
+Query = Annotated[str, AfterValidator(_query)]
 
 
 class _Strict(BaseModel):
@@ -40,6 +62,11 @@ class TemplateIn(_Strict):
     plain_suffix: str = "\nAnswer:"
     chat: bool = True
 
+    @model_validator(mode="after")
+    def _placeholders(self) -> "TemplateIn":
+        W.check_template(self.model_dump())
+        return self
+
 
 class ScorerSettings(_Strict):
     """Settings of :class:`grogu.UtilityScorer` (see its docstring)."""
@@ -52,18 +79,49 @@ class ScorerSettings(_Strict):
     template: Optional[TemplateIn] = None
     copy_ngram: int = M.COPY_NGRAM
 
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        return _check(M.metric_name, v)
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, v: float) -> float:
+        return _check(C.check_alpha, v)
+
+    @field_validator("top_k_frac")
+    @classmethod
+    def _top_k_frac(cls, v: float) -> float:
+        return _check(C.check_fraction, "top_k_frac", v)
+
+    @field_validator("max_new_tokens")
+    @classmethod
+    def _max_new_tokens(cls, v: Optional[int]) -> Optional[int]:
+        return None if v is None else _check(C.check_positive_int, "max_new_tokens", v)
+
+    @field_validator("copy_ngram")
+    @classmethod
+    def _copy_ngram(cls, v: int) -> int:
+        return _check(C.check_positive_int, "copy_ngram", v)
+
     def scorer_key(self) -> str:
         return self.model_dump_json(include=set(ScorerSettings.model_fields))
 
+    def answer_tokens(self) -> int:
+        """The answer tokens each scored context may generate (the scorer's default when not given)."""
+        from ..scorer import DEFAULT_MAX_NEW_TOKENS
+
+        return self.max_new_tokens or DEFAULT_MAX_NEW_TOKENS[self.answer_style]
+
 
 class ScoreRequest(ScorerSettings):
-    query: str
+    query: Query
     documents: list[Doc]
     return_details: bool = False
 
 
 class ScoreBatchItem(_Strict):
-    query: str
+    query: Query
     documents: list[Doc]
 
 
@@ -73,13 +131,13 @@ class ScoreBatchRequest(ScorerSettings):
 
 
 class ContextsRequest(ScorerSettings):
-    query: str
+    query: Query
     contexts: list[list[Doc]]
     return_details: bool = False
 
 
 class ContextsBatchItem(_Strict):
-    query: str
+    query: Query
     contexts: list[list[Doc]]
 
 
@@ -89,12 +147,12 @@ class ContextsBatchRequest(ScorerSettings):
 
 
 class LayoutRequest(ScorerSettings):
-    query: str
+    query: Query
     layouts: list[list[Doc]]
 
 
 class RerankRequest(ScorerSettings):
-    query: str
+    query: Query
     documents: list[Doc]
     top_n: Optional[int] = None
     threshold: Optional[float] = None
@@ -106,9 +164,29 @@ class RerankRequest(ScorerSettings):
     margin: float = DEFAULT_MARGIN
     return_details: bool = False
 
+    @model_validator(mode="after")
+    def _rerank_settings(self) -> "RerankRequest":
+        _check(C.check_top_n, self.top_n)
+        _check(C.check_threshold, self.threshold)
+        settings = self.mode_settings()
+        if self.threshold is not None and settings.mode == "context":
+            raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+        if self.relevance is not None:
+            if len(self.relevance) != len(self.documents):
+                raise ValueError(f"relevance must hold one score per document ({len(self.documents)})")
+            if not all(math.isfinite(r) for r in self.relevance):
+                raise ValueError("relevance scores must be finite numbers")
+        return self
+
+    def mode_settings(self) -> ModeSettings:
+        from ..rerank import DEFAULT_MODE
+
+        return _check(lambda: ModeSettings(mode=DEFAULT_MODE if self.mode is None else self.mode, weight=self.weight,
+                                           family=self.family, swaps=self.swaps, margin=self.margin))
+
 
 class UngroundedRequest(ScorerSettings):
-    query: str
+    query: Query
 
 
 class InfluenceSettings(_Strict):
@@ -121,12 +199,23 @@ class InfluenceSettings(_Strict):
     seed: Optional[int] = 0
     lasso_alpha: float = 0.01
 
+    @model_validator(mode="after")
+    def _influence_settings(self) -> "InfluenceSettings":
+        from ..influence import METHODS
+
+        _check(C.check_positive_int, "max_new_tokens", self.max_new_tokens)
+        _check(C.check_choice, "method", self.method, METHODS)
+        if self.n_ablations is not None:
+            _check(C.check_positive_int, "n_ablations", self.n_ablations)
+        _check(C.check_positive_float, "lasso_alpha", self.lasso_alpha)
+        return self
+
     def scorer_key(self) -> str:
         return self.model_dump_json(include=set(InfluenceSettings.model_fields))
 
 
 class InfluenceItem(_Strict):
-    query: str
+    query: Query
     documents: list[Doc]
     answer: Optional[str] = None
 
@@ -139,7 +228,7 @@ class InfluenceRequest(InfluenceSettings):
 class SePerRequest(_Strict):
     """ΔSePer of each document alone (``as_context=False``) or of all of them as one context."""
 
-    query: str
+    query: Query
     documents: list[Doc]
     references: list[str]
     as_context: bool = False
@@ -149,6 +238,14 @@ class SePerRequest(_Strict):
     max_new_tokens: int = 32
     seed: Optional[int] = 0
     template: Optional[TemplateIn] = None
+
+    @model_validator(mode="after")
+    def _seper_settings(self) -> "SePerRequest":
+        _check(C.check_positive_int, "n_samples", self.n_samples)
+        _check(C.check_temperature, self.temperature)
+        _check(C.check_probability, "tau (an entailment probability threshold)", self.tau)
+        _check(C.check_positive_int, "max_new_tokens", self.max_new_tokens)
+        return self
 
 
 class ACUItem(_Strict):
@@ -162,6 +259,14 @@ class ACURequest(_Strict):
     labels: list[str] = ["True", "None", "False"]
     prompt_with: Optional[str] = None
     prompt_without: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _prompts(self) -> "ACURequest":
+        if self.prompt_with is not None:
+            W.check_format("prompt_with", self.prompt_with, ("claim", "evidence"))
+        if self.prompt_without is not None:
+            W.check_format("prompt_without", self.prompt_without, ("claim",))
+        return self
 
 
 def docs_of(body: Any) -> list[list[Any]]:
@@ -179,6 +284,37 @@ def docs_of(body: Any) -> list[list[Any]]:
     if isinstance(body, InfluenceRequest):
         return [it.documents for it in body.items]
     return []
+
+
+def text_chars(value: Any) -> int:
+    """Characters of every string a request holds (queries, documents, titles, templates, answers ...)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, BaseModel):
+        return sum(text_chars(getattr(value, name)) for name in type(value).model_fields)
+    if isinstance(value, (list, tuple)):
+        return sum(text_chars(v) for v in value)
+    return 0
+
+
+def queries_of(body: Any) -> list[str]:
+    """Every query a request carries (for the query limit)."""
+    if isinstance(body, (ScoreBatchRequest, ContextsBatchRequest, InfluenceRequest)):
+        return [it.query for it in body.items]
+    query = getattr(body, "query", None)
+    return [query] if isinstance(query, str) else []
+
+
+def templates_of(body: Any) -> list[tuple[str, int]]:
+    """(name, characters) of each prompt a request brings (for the template limit)."""
+    out = []
+    template = getattr(body, "template", None)
+    if template is not None:
+        out.append(("template", W.template_chars(template.model_dump())))
+    for name in ("prompt_with", "prompt_without"):
+        if getattr(body, name, None) is not None:
+            out.append((name, len(getattr(body, name))))
+    return out
 
 
 def plain_docs(docs: list[Doc]) -> list[Any]:

@@ -3,10 +3,18 @@
   grogu serve                                        # embedded SmolLM2 on http://127.0.0.1:8000
   grogu serve --model Qwen/Qwen2.5-7B-Instruct --gpus-per-replica 1 --replicas 2 --address auto
   GROGU_SERVE_TOKEN=secret grogu serve --host 0.0.0.0  # reachable from other machines: use a token
+  grogu serve --no-auth                              # explicitly without a token (warns)
 
 Without ``--address`` a local Ray starts (and stops with the command); with it the deployments join
 that cluster (``auto``: the one this machine belongs to). Ctrl-C (or SIGTERM) deletes the applications.
 With several ``--model``, each is served under its own route prefix (``/<name>``, shown at start).
+
+Safe by default: every request size and the work one request may ask for has a limit (413 naming
+the option), request bodies are bounded while they are read, slow clients time out, and a service
+reachable beyond this machine needs a token (or ``--no-auth``, explicitly). The HTTP settings
+(``--request-timeout-s``, ``--keep-alive-timeout-s``, ``--header-timeout-s``, the proxy's body check)
+apply to Ray Serve's HTTP proxy, which a local Ray starts; joining a cluster whose Serve already
+runs keeps that cluster's HTTP settings.
 """
 
 from __future__ import annotations
@@ -33,12 +41,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-replicas", type=POSITIVE_INT, default=None, help="autoscaling: most replicas (turns it on)")
     p.add_argument("--gpus-per-replica", type=float, default=0.0, help="GPUs per replica (fractions share a GPU)")
     p.add_argument("--cpus-per-replica", type=float, default=1.0, help="CPUs per replica (default 1)")
-    p.add_argument("--max-batch-size", type=POSITIVE_INT, default=16, help="requests gathered into one engine batch")
-    p.add_argument("--batch-wait-ms", type=float, default=10.0, help="how long a batch waits to fill (ms)")
-    p.add_argument("--max-docs", type=POSITIVE_INT, default=256, help="documents per request (413 above)")
-    p.add_argument("--max-doc-chars", type=POSITIVE_INT, default=20_000, help="characters per document (413 above)")
+    p.add_argument("--max-batch-size", type=POSITIVE_INT, default=16, help="requests gathered into one engine call")
+    p.add_argument("--max-batch-tokens", type=POSITIVE_INT, default=2_048,
+                   help="generation budget of one engine call, contexts x answer tokens; a larger request is "
+                        "scored in several calls, taking turns with the others (default 2048)")
+    p.add_argument("--batch-wait-ms", type=float, default=10.0, help="how long an idle replica waits for a call to fill (ms)")
+    limits = p.add_argument_group("limits (413 above each, naming the option)")
+    limits.add_argument("--max-docs", type=POSITIVE_INT, default=256, help="documents per request (default 256)")
+    limits.add_argument("--max-doc-chars", type=POSITIVE_INT, default=20_000, help="characters per document (default 20000)")
+    limits.add_argument("--max-query-chars", type=POSITIVE_INT, default=4_000, help="characters per query (default 4000)")
+    limits.add_argument("--max-template-chars", type=POSITIVE_INT, default=8_000,
+                        help="characters of a request's prompt template, all fields (default 8000)")
+    limits.add_argument("--max-request-chars", type=POSITIVE_INT, default=1_000_000,
+                        help="characters of all of a request's text together (default 1000000)")
+    limits.add_argument("--max-new-tokens", type=POSITIVE_INT, default=512,
+                        help="answer tokens a request may ask for per context (default 512)")
+    limits.add_argument("--max-rerank-contexts", type=POSITIVE_INT, default=1_024,
+                        help="contexts a rerank may score, candidates x documents (default 1024)")
+    limits.add_argument("--max-body-bytes", type=POSITIVE_INT, default=8 * 2**20,
+                        help="request body bytes, checked by Content-Length and while the body streams in, "
+                             "before it is parsed (default 8388608, 8 MiB)")
+    http = p.add_argument_group("slow clients (seconds)")
+    http.add_argument("--header-timeout-s", type=float, default=10.0,
+                      help="a connection's request headers must be complete within this (default 10)")
+    http.add_argument("--body-timeout-s", type=float, default=30.0,
+                      help="a request body must arrive within this after its headers (408; default 30)")
+    http.add_argument("--keep-alive-timeout-s", type=POSITIVE_INT, default=5,
+                      help="an idle keep-alive connection is closed after this (default 5)")
+    http.add_argument("--request-timeout-s", type=float, default=600.0,
+                      help="end-to-end limit of one request, body to answer (408; default 600)")
     p.add_argument("--token", default=None,
-                   help="bearer token every request must send (default: GROGU_SERVE_TOKEN; none: no check)")
+                   help="bearer token every request must send (default: GROGU_SERVE_TOKEN); an empty token is an error")
+    p.add_argument("--no-auth", action="store_true",
+                   help="serve without a token (warns; needed to listen beyond this machine without one)")
+    p.add_argument("--stats-pids", action="store_true", help="/stats shows each replica's process id")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--address", default=None, help="Ray cluster to join (e.g. auto or ray://head:10001); "
@@ -54,33 +90,69 @@ def app_name(model: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-") or "model"
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def resolve_token(args: argparse.Namespace) -> str | None:
+    """The token the service checks, or None with ``--no-auth``. An empty token (``--token ""`` or an
+    empty GROGU_SERVE_TOKEN) is an error, never a silent off; a host beyond loopback without a token
+    refuses to start unless ``--no-auth`` says so."""
+    env = os.environ.get("GROGU_SERVE_TOKEN")
+    token, source = (args.token, "--token") if args.token is not None else (env, "GROGU_SERVE_TOKEN")
+    if getattr(args, "no_auth", False):
+        if token:
+            raise SystemExit(f"grogu serve: --no-auth and a token ({source}) contradict each other: drop one")
+        print(f"grogu serve: warning: --no-auth: no bearer token is checked; anyone who can reach "
+              f"{args.host}:{args.port} can use the service", file=sys.stderr)
+        return None
+    if token is not None and not token.strip():
+        raise SystemExit(f"grogu serve: the token given by {source} is empty; give a real token, or --no-auth "
+                         f"to serve without one")
+    if token is None and args.host not in LOOPBACK:
+        raise SystemExit(f"grogu serve: refusing to listen on {args.host} without a token: anyone who can reach "
+                         f"it could use it. Set --token or GROGU_SERVE_TOKEN, or pass --no-auth to do so anyway")
+    return token
+
+
+def config_kwargs(args: argparse.Namespace) -> dict:
+    """The :class:`grogu.serve.service.ServeConfig` fields the command line sets (all but the model)."""
+    return dict(device=args.device, dtype=args.dtype, max_docs=args.max_docs, max_doc_chars=args.max_doc_chars,
+                max_query_chars=args.max_query_chars, max_template_chars=args.max_template_chars,
+                max_request_chars=args.max_request_chars, max_new_tokens=args.max_new_tokens,
+                max_rerank_contexts=args.max_rerank_contexts, max_body_bytes=args.max_body_bytes,
+                body_timeout_s=args.body_timeout_s, max_batch_size=args.max_batch_size,
+                max_batch_tokens=args.max_batch_tokens, batch_wait_s=args.batch_wait_ms / 1000.0,
+                embedder=args.embedder, nli=args.nli, stats_pids=args.stats_pids)
+
+
 def start(args: argparse.Namespace) -> list[tuple[str, str]]:
     """Start Ray (or join ``args.address``), Serve on host:port, and one application per model.
     Returns (model, URL) pairs."""
     import ray
     from ray import serve
 
+    from .proxy import http_options, proxy_environment
     from .service import ServeConfig, build_app
 
     models = args.model or [DEFAULT_MODEL]
     names = [app_name(m) for m in models]
     if len(set(names)) != len(names):
         raise SystemExit(f"two models would share a route name: {names}")
-    token = args.token if args.token is not None else os.environ.get("GROGU_SERVE_TOKEN") or None
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not token:
-        print(f"grogu serve: warning: listening on {args.host} without a token: anyone who can reach it can "
-              f"use it (set --token or GROGU_SERVE_TOKEN)", file=sys.stderr)
+    token = resolve_token(args)
+    # the proxy's own checks (body size by Content-Length, header timeout, /health within a second,
+    # JSON errors): Ray Serve reads them from the environment when it starts its proxy
+    env = proxy_environment(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout_s)
+    os.environ.update(env)
     if not ray.is_initialized():
         if args.address:
-            ray.init(address=args.address)
+            ray.init(address=args.address, runtime_env={"env_vars": env})
         else:
             ray.init(num_cpus=args.num_cpus, include_dashboard=False)
-    serve.start(http_options={"host": args.host, "port": args.port})
+    serve.start(http_options=http_options(args.host, args.port, request_timeout_s=args.request_timeout_s,
+                                          keep_alive_timeout_s=args.keep_alive_timeout_s))
     urls = []
     for model, name in zip(models, names):
-        config = ServeConfig(model=model, device=args.device, dtype=args.dtype, token=token, max_docs=args.max_docs,
-                             max_doc_chars=args.max_doc_chars, max_batch_size=args.max_batch_size,
-                             batch_wait_s=args.batch_wait_ms / 1000.0, embedder=args.embedder, nli=args.nli)
+        config = ServeConfig(model=model, token=token, **config_kwargs(args))
         app = build_app(config, num_replicas=args.replicas, min_replicas=args.min_replicas,
                         max_replicas=args.max_replicas, num_cpus=args.cpus_per_replica,
                         num_gpus=args.gpus_per_replica)

@@ -11,10 +11,13 @@ come back on the caller's own document objects. Connection errors, 502/503/504 a
 grogu did not write (the replica died under the request) are retried with exponential backoff (``retries`` times: ``backoff``, 2x, 4x ... seconds, at most 8 s apart); a
 4xx answer raises at once with the server's message: :class:`ServiceValueError` (a ``ValueError``) for
 a bad value or a request over the limits, :class:`ServiceTypeError`, :class:`ServiceAuthError` (401).
+Prompt templates are checked here as the service checks them (:func:`grogu.serve.wire.check_template`):
+a placeholder the service would refuse is a ValueError when the client is made.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 from .. import metrics as M
@@ -29,6 +32,17 @@ from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
 from . import wire as W
 from .transport import (ServiceAuthError, ServiceError, ServiceTypeError, ServiceUnavailable,  # noqa: F401
                         ServiceValueError, Transport)
+
+
+def _check_template(template: Any) -> PromptTemplate | None:
+    """None, or a PromptTemplate whose placeholders the service takes (ValueError naming the field)."""
+    if template is None:
+        return None
+    if not isinstance(template, PromptTemplate):
+        raise TypeError(f"template must be a grogu.PromptTemplate or None, got {type(template).__name__}")
+    W.check_template(dataclasses.asdict(template))
+    return template
+
 
 class _Remote:
     """A client bound to a transport: each call is a (path, body, decode) triple run sync or async."""
@@ -100,9 +114,7 @@ class RemoteScorer(_Remote):
         self.copy_ngram = check_positive_int("copy_ngram", copy_ngram)
         self.max_new_tokens = check_positive_int(
             "max_new_tokens", DEFAULT_MAX_NEW_TOKENS[answer_style] if max_new_tokens is None else max_new_tokens)
-        if template is not None and not isinstance(template, PromptTemplate):
-            raise TypeError(f"template must be a grogu.PromptTemplate or None, got {type(template).__name__}")
-        self._template = template
+        self._template = _check_template(template)
 
     def with_settings(self, **settings: Any) -> "RemoteScorer":
         """A scorer on the same service and connection with other settings (those not given are kept)."""
@@ -250,9 +262,7 @@ class RemoteInfluenceScorer(_Remote):
         self.max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         self.method = check_choice("method", method, METHODS)
         self.n_ablations = None if n_ablations is None else check_positive_int("n_ablations", n_ablations)
-        if template is not None and not isinstance(template, PromptTemplate):
-            raise TypeError(f"template must be a grogu.PromptTemplate or None, got {type(template).__name__}")
-        self.template, self.seed, self.lasso_alpha = template, seed, float(lasso_alpha)
+        self.template, self.seed, self.lasso_alpha = _check_template(template), seed, float(lasso_alpha)
 
     @property
     def forward_only(self) -> bool:
@@ -299,8 +309,9 @@ class RemoteSePerScorer(_Remote):
                  backoff: float = 0.25, n_samples: int = 10, temperature: float = 1.0, tau: float = 0.5,
                  max_new_tokens: int = 32, seed: int | None = 0, template: PromptTemplate | None = None) -> None:
         super().__init__(url, token, timeout, retries, backoff)
-        self.settings = {"n_samples": n_samples, "temperature": temperature, "tau": tau,
-                         "max_new_tokens": max_new_tokens, "seed": seed, "template": W.encode_template(template)}
+        self.settings = {"n_samples": check_positive_int("n_samples", n_samples), "temperature": temperature,
+                         "tau": tau, "max_new_tokens": check_positive_int("max_new_tokens", max_new_tokens),
+                         "seed": seed, "template": W.encode_template(_check_template(template))}
 
     def _body(self, query: str, documents: Sequence[Any], references: Any, as_context: bool) -> dict[str, Any]:
         _, docs = check_document_list(documents)
@@ -324,6 +335,10 @@ class RemoteACUScorer(_Remote):
                  backoff: float = 0.25, labels: Sequence[str] = ("True", "None", "False"),
                  prompt_with: str | None = None, prompt_without: str | None = None) -> None:
         super().__init__(url, token, timeout, retries, backoff)
+        if prompt_with is not None:
+            W.check_format("prompt_with", prompt_with, ("claim", "evidence"))
+        if prompt_without is not None:
+            W.check_format("prompt_without", prompt_without, ("claim",))
         self.settings = {"labels": list(labels), "prompt_with": prompt_with, "prompt_without": prompt_without}
 
     def score_batch(self, items: Sequence[tuple[str, str, str]]):

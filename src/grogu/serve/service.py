@@ -3,10 +3,17 @@ Python API, and Ray Serve's request batching in front of the engine.
 
 Each replica owns one :class:`grogu.Engine` (loaded once in the replica) and builds the scorers a
 request's settings ask for on top of it (cached). GROGU requests of every kind (score, score_batch,
-score_contexts, best_layout, rerank) become lists of (query, contexts) items; concurrent requests are
-gathered by ``@serve.batch`` and the items of those that share settings are scored in one engine
-batch. Influence requests are batched the same way. Engine work runs on grogu's worker thread
-(:mod:`grogu.batching`), so the replica's event loop keeps answering (health checks included).
+score_contexts, best_layout, rerank) become lists of (query, contexts) items; concurrent requests that
+share settings are scored together in one engine call by the replica's :class:`_Scheduler`, which
+counts each request's generation budget (contexts x answer tokens) against the call it joins: a call
+holds at most ``max_batch_tokens`` of it (and ``max_batch_size`` requests), a larger request is split
+into several calls, and a request that has had its turn goes to the back of the queue, so one heavy
+request cannot hold small ones behind it for long. Influence requests are scheduled the same way.
+Engine work runs on grogu's worker thread (:mod:`grogu.batching`), so the replica's event loop keeps
+answering (health checks included).
+
+Every request is checked against the service's limits (:class:`ServeConfig`, ``grogu serve --help``)
+before any work: 413 with the limit's name and option.
 
 A request that fails (a bad value, a document the tokenizer cannot take, an engine error) gets its
 own error response; in a batch, the failing group is retried request by request so that one bad
@@ -36,7 +43,8 @@ from ..selection import RERANK_MODES
 from ..seper import NLIEntailment, SePerScorer
 from . import api as A
 from . import wire as W
-from .httpapi import LimitError, app, set_replica_token
+from .. import rerank as R
+from .httpapi import LimitError, app, set_replica_limits, set_replica_token
 
 #: scorers (one per distinct settings) a replica keeps; they share the replica's engine
 SCORER_CACHE = 32
@@ -52,46 +60,150 @@ class ServeConfig:
     token: Optional[str] = None
     max_docs: int = 256            # documents per request, over all its lists
     max_doc_chars: int = 20_000    # characters per document (text + title)
-    max_batch_size: int = 16       # requests gathered into one engine batch
-    batch_wait_s: float = 0.01     # how long a batch waits to fill
+    max_query_chars: int = 4_000   # characters per query
+    max_template_chars: int = 8_000  # characters of a request's prompt template (all its fields)
+    max_request_chars: int = 1_000_000  # characters of every string of a request together
+    max_new_tokens: int = 512      # answer tokens a request may ask for
+    max_rerank_contexts: int = 1_024  # a rerank's candidate contexts x their documents
+    max_body_bytes: int = 8 * 2**20  # request body bytes (also enforced by the proxy, by Content-Length)
+    body_timeout_s: float = 30.0   # seconds a request body may take to arrive
+    max_batch_size: int = 16       # requests gathered into one engine call
+    max_batch_tokens: int = 2_048  # generation budget (contexts x answer tokens) of one engine call
+    batch_wait_s: float = 0.01     # how long an idle replica waits for a call to fill
     embedder: str = "all-minilm-l6-v2"
     nli: Optional[str] = None      # NLI model for ΔSePer (none: /seper answers 422)
+    stats_pids: bool = False       # /stats shows the replica's process id (benchmarks kill it)
+
+    #: the limits, with the option of each (what /info lists and the 413 messages name)
+    LIMITS = ("max_docs", "max_doc_chars", "max_query_chars", "max_template_chars", "max_request_chars",
+              "max_new_tokens", "max_rerank_contexts", "max_body_bytes", "body_timeout_s")
 
 
-@dataclasses.dataclass
+def _option(name: str) -> str:
+    return "grogu serve --" + name.replace("_", "-")
+
+
+@dataclasses.dataclass(eq=False)
 class _Job:
-    """One request's share of a batch: its items under one scorer's settings."""
+    """One request's engine work under one scorer's settings, as units (each scored in one engine
+    call, with the generation budget ``costs[i]``); ``results`` holds one entry per unit done."""
 
     key: str
     scorer: Any
-    items: list
+    units: list
+    costs: list
     want: bool  # return_details / return_ablations
+    run: Callable[[Any, list, bool], list]  # (scorer, units, want) -> one result per unit
+    results: list = dataclasses.field(default_factory=list)
+    future: Any = None
 
 
-def _run_groups(jobs: list[_Job], run: Callable[[Any, list, bool], list]) -> list[Any]:
-    """Run the jobs of a batch: the items of jobs with the same settings in one call, results split
-    back per job. A group that fails is retried job by job, so only the failing request gets the error
-    (returned in its slot, raised by its handler)."""
-    groups: dict[str, list[int]] = collections.defaultdict(list)
-    for i, job in enumerate(jobs):
-        groups[job.key].append(i)
-    out: list[Any] = [None] * len(jobs)
-    for idx in groups.values():
-        scorer, want = jobs[idx[0]].scorer, any(jobs[i].want for i in idx)
+def _run_call(picked: list[tuple[_Job, list]]) -> list[Any]:
+    """One engine call (on the worker thread): the units of jobs with the same settings together,
+    results split back per job. When it fails, each job is retried alone, so only the failing request
+    gets the error (returned in its slot)."""
+    first = picked[0][0]
+    want = any(job.want for job, _ in picked)
+    try:
+        flat = iter(first.run(first.scorer, [u for _, units in picked for u in units], want))
+        return [[next(flat) for _ in units] for _, units in picked]
+    except Exception as exc:  # noqa: BLE001 - isolate the failing request
+        if len(picked) == 1:
+            return [exc]
+    out: list[Any] = []
+    for job, units in picked:
         try:
-            flat = iter(run(scorer, [it for i in idx for it in jobs[i].items], want))
-            for i in idx:
-                out[i] = [next(flat) for _ in jobs[i].items]
-        except Exception as exc:  # noqa: BLE001 - isolate the failing request
-            if len(idx) == 1:
-                out[idx[0]] = exc
-                continue
-            for i in idx:
-                try:
-                    out[i] = run(jobs[i].scorer, jobs[i].items, jobs[i].want)
-                except Exception as single:  # noqa: BLE001
-                    out[i] = single
+            out.append(job.run(job.scorer, units, job.want))
+        except Exception as single:  # noqa: BLE001
+            out.append(single)
     return out
+
+
+class _Scheduler:
+    """The replica's engine queue. Requests (jobs) wait in arrival order; each engine call takes the
+    settings of the job at the head and gathers, from it and the jobs behind it with the same
+    settings, units whose generation budget fits ``max_tokens`` (the head's first unit always), at
+    most ``max_requests`` jobs. A job with units left goes to the back of the queue: a heavy request
+    is scored a slice per turn, and the requests that arrived meanwhile get theirs in between. An idle
+    replica waits ``wait_s`` for a call to fill."""
+
+    def __init__(self, max_requests: int, max_tokens: int, wait_s: float, on_call: Callable[[int, int], None]) -> None:
+        self.max_requests, self.max_tokens, self.wait_s, self.on_call = max_requests, max_tokens, wait_s, on_call
+        self.queue: list[_Job] = []
+        self._wake: Optional[asyncio.Event] = None
+        self._task: Optional[asyncio.Task] = None
+
+    async def submit(self, job: _Job) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        job.future = loop.create_future()
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._loop())
+        self.queue.append(job)
+        self._wake.set()
+        return await job.future
+
+    def _take(self) -> list[tuple[_Job, list]]:
+        head, budget, picked = self.queue[0], self.max_tokens, []
+        for job in self.queue:
+            if len(picked) >= self.max_requests or budget <= 0:
+                break
+            if job.key != head.key:
+                continue
+            start = n = len(job.results)
+            while n < len(job.units) and (job.costs[n] <= budget or not picked and n == start):
+                budget -= job.costs[n]
+                n += 1
+            if n > start:
+                picked.append((job, job.units[start:n]))
+        return picked
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self.queue = [job for job in self.queue if not job.future.done()]  # cancelled requests leave
+            if not self.queue:
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = loop.time() + self.wait_s
+                while len(self.queue) < self.max_requests and deadline > loop.time():
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), deadline - loop.time())
+                    except asyncio.TimeoutError:
+                        break
+                continue
+            picked = self._take()
+            self.on_call(len(picked), sum(job.costs[len(job.results) + i] for job, units in picked
+                                          for i in range(len(units))))
+            try:
+                outs = await asyncio.wrap_future(batching.submit(_run_call, picked))
+            except BaseException as exc:  # noqa: BLE001 - the loop must go on
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                outs = [exc] * len(picked)
+            for (job, _), out in zip(picked, outs):
+                self.queue.remove(job)
+                if job.future.done():
+                    continue
+                if isinstance(out, BaseException):
+                    job.future.set_exception(out)
+                    continue
+                job.results.extend(out)
+                if len(job.results) == len(job.units):
+                    job.future.set_result(job.results)
+                else:
+                    self.queue.append(job)  # its next slice after the requests waiting now
+
+
+def _public_name(spec: Optional[str]) -> Optional[str]:
+    """A model spec without its filesystem location (a local path shows as its last part)."""
+    if spec is None:
+        return None
+    spec = str(spec)
+    if os.path.isabs(spec) or spec.startswith((".", "~")) or os.path.exists(spec):
+        return os.path.basename(spec.rstrip("/\\")) or "model"
+    return spec
 
 
 @serve.deployment(name="grogu", max_ongoing_requests=64, health_check_period_s=10)
@@ -102,30 +214,52 @@ class GroguService:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = ServeConfig(**config)
         c = self.config
-        self.engine = get_engine(c.model, device=c.device, dtype=c.dtype)
         set_replica_token(c.token)
+        set_replica_limits(max_body_bytes=c.max_body_bytes, body_timeout_s=c.body_timeout_s)
+        self.engine = get_engine(c.model, device=c.device, dtype=c.dtype)
         self._scorers: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._embedder: Any = None
         self._nli: Any = None
         self.batch_sizes: collections.Counter[int] = collections.Counter()
-        for method in (self._grogu_batch, self._influence_batch):
-            method.set_max_batch_size(c.max_batch_size)
-            method.set_batch_wait_timeout_s(c.batch_wait_s)
+        self.batch_tokens = 0
+        self._scheduler = _Scheduler(c.max_batch_size, c.max_batch_tokens, c.batch_wait_s, self._count_call)
+
+    def _count_call(self, requests: int, tokens: int) -> None:
+        self.batch_sizes[requests] += 1
+        self.batch_tokens = max(self.batch_tokens, tokens)
 
     # ------------------------------------------------------------------ helpers
     def _admit(self, body: Any) -> None:
-        """The size limits (the token is checked by the middleware, before the body is read)."""
+        """The limits, before any work (the token and the body size are checked by the guard, before
+        the body is parsed). Each message names the limit's option."""
+        c = self.config
+        total = A.text_chars(body)
+        if total > c.max_request_chars:
+            raise LimitError(f"the request holds {total} characters in all; this service takes at most "
+                             f"{c.max_request_chars} per request ({_option('max_request_chars')}): split it")
+        for i, query in enumerate(A.queries_of(body)):
+            if len(query) > c.max_query_chars:
+                raise LimitError(f"query {i} has {len(query)} characters; this service takes at most "
+                                 f"{c.max_query_chars} per query ({_option('max_query_chars')})")
+        for name, size in A.templates_of(body):
+            if size > c.max_template_chars:
+                raise LimitError(f"the {name} has {size} characters; this service takes at most "
+                                 f"{c.max_template_chars} ({_option('max_template_chars')})")
+        tokens = body.answer_tokens() if isinstance(body, A.ScorerSettings) else getattr(body, "max_new_tokens", None)
+        if tokens is not None and tokens > c.max_new_tokens:
+            raise LimitError(f"max_new_tokens is {tokens}; this service generates at most {c.max_new_tokens} "
+                             f"answer tokens per context ({_option('max_new_tokens')})")
         lists = A.docs_of(body)
         n = sum(len(docs) for docs in lists)
-        if n > self.config.max_docs:
-            raise LimitError(f"the request holds {n} documents; this service takes at most {self.config.max_docs} "
-                             f"per request (grogu serve --max-docs): split it into several requests")
+        if n > c.max_docs:
+            raise LimitError(f"the request holds {n} documents; this service takes at most {c.max_docs} "
+                             f"per request ({_option('max_docs')}): split it into several requests")
         for docs in lists:
             for i, d in enumerate(docs):
                 size = len(d) if isinstance(d, str) else len(d.text) + len(d.title or "")
-                if size > self.config.max_doc_chars:
+                if size > c.max_doc_chars:
                     raise LimitError(f"document {i} has {size} characters; this service takes at most "
-                                     f"{self.config.max_doc_chars} per document (grogu serve --max-doc-chars)")
+                                     f"{c.max_doc_chars} per document ({_option('max_doc_chars')})")
 
     def _cached(self, key: str, build: Callable[[], Any]) -> Any:
         if key not in self._scorers:
@@ -152,23 +286,22 @@ class GroguService:
         return await asyncio.wrap_future(batching.submit(fn, *args))
 
     async def _contexts(self, s: A.ScorerSettings, items: list, details: bool) -> list[list[Any]]:
-        """Score [(query, [context, ...]), ...] with the scorer of ``s``, batched with other requests."""
+        """Score [(query, [context, ...]), ...] with the scorer of ``s``, scheduled with other requests:
+        each item's contexts in slices of at most ``max_batch_tokens // answer tokens`` contexts."""
         key, scorer = self._utility(s)
-        result = await self._grogu_batch(_Job(key, scorer, items, details))
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
-    async def _grogu_batch(self, jobs: list[_Job]) -> list[Any]:
-        self.batch_sizes[len(jobs)] += 1
-        return await self._on_worker(_run_groups, jobs, lambda scorer, items, want:
-                                     scorer.score_contexts_batch(items, return_details=want))
-
-    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
-    async def _influence_batch(self, jobs: list[_Job]) -> list[Any]:
-        return await self._on_worker(_run_groups, jobs, lambda scorer, items, want:
-                                     scorer.score_batch(items, return_ablations=want))
+        tokens = s.answer_tokens()
+        per_call = max(1, self.config.max_batch_tokens // tokens)
+        units, owners = [], []
+        for i, (query, contexts) in enumerate(items):
+            for start in range(0, max(len(contexts), 1), per_call):
+                units.append((query, contexts[start:start + per_call]))
+                owners.append(i)
+        done = await self._scheduler.submit(_Job(key, scorer, units, [len(c) * tokens for _, c in units], details,
+                                                 lambda sc, us, want: sc.score_contexts_batch(us, return_details=want)))
+        out: list[list[Any]] = [[] for _ in items]
+        for i, rows in zip(owners, done):
+            out[i].extend(rows)
+        return out
 
     @staticmethod
     def _scores(results: list[Any], details: bool) -> list[dict[str, Any]]:
@@ -177,26 +310,32 @@ class GroguService:
     # ------------------------------------------------------------------ service routes
     @app.get("/health")
     async def health(self) -> dict:
-        """Liveness: 200 once the replica has loaded its model (no token needed)."""
+        """Liveness: 200 once the replica has loaded its model (no token needed). While no replica is
+        ready the proxy answers 503 within a second (:mod:`grogu.serve.proxy`)."""
         return {"status": "ok"}
 
     @app.get("/info")
     async def info(self) -> dict:
-        """The model this deployment serves, its limits and batching settings."""
+        """The model this deployment serves (its name, no filesystem path), its limits and batching."""
         c, e = self.config, self.engine
-        return {"model": str(e.model_name), "device": str(e.device), "dtype": str(e.dtype).removeprefix("torch."),
-                "max_context_tokens": e.max_context_tokens, "grogu_version": __version__,
-                "limits": {"max_docs": c.max_docs, "max_doc_chars": c.max_doc_chars},
-                "batching": {"max_batch_size": c.max_batch_size, "batch_wait_s": c.batch_wait_s},
-                "metrics": sorted(M.METRICS), "rerank_modes": list(RERANK_MODES), "embedder": c.embedder,
-                "nli": c.nli}
+        return {"model": _public_name(e.model_name), "device": str(e.device),
+                "dtype": str(e.dtype).removeprefix("torch."), "max_context_tokens": e.max_context_tokens,
+                "grogu_version": __version__, "limits": {name: getattr(c, name) for name in ServeConfig.LIMITS},
+                "batching": {"max_batch_size": c.max_batch_size, "max_batch_tokens": c.max_batch_tokens,
+                             "batch_wait_s": c.batch_wait_s},
+                "metrics": sorted(M.METRICS), "rerank_modes": list(RERANK_MODES),
+                "embedder": _public_name(c.embedder), "nli": _public_name(c.nli)}
 
     @app.get("/stats")
     async def stats(self) -> dict:
-        """Batches this replica ran, by number of requests gathered (GROGU routes)."""
-        return {"replica": serve.get_replica_context().replica_id.unique_id, "pid": os.getpid(),
-                "batches": sum(self.batch_sizes.values()),
-                "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())}}
+        """Engine calls this replica ran, by number of requests gathered; the largest generation budget
+        one call held. The process id only with ``stats_pids`` (``grogu serve --stats-pids``)."""
+        out = {"replica": serve.get_replica_context().replica_id.unique_id,
+               "batches": sum(self.batch_sizes.values()), "max_call_tokens": self.batch_tokens,
+               "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())}}
+        if self.config.stats_pids:
+            out["pid"] = os.getpid()
+        return out
 
     # ------------------------------------------------------------------ GROGU routes
     @app.post("/score")
@@ -244,6 +383,12 @@ class GroguService:
     async def rerank(self, body: A.RerankRequest) -> dict:
         """The documents to give the LLM, by rerank mode (``UtilityScorer.rerank``)."""
         self._admit(body)
+        planned = R.plan(body.mode_settings(), list(range(len(body.documents))), body.top_n)
+        slots = sum(max(len(c), 1) for c in planned)
+        if slots > self.config.max_rerank_contexts:
+            raise LimitError(f"this rerank would score {len(planned)} candidate contexts holding {slots} documents "
+                             f"in all (candidates x documents); this service scores at most "
+                             f"{self.config.max_rerank_contexts} per rerank ({_option('max_rerank_contexts')})")
         _, scorer = self._utility(body)
         mode_settings = dict(weight=body.weight, family=body.family, swaps=body.swaps, margin=body.margin)
         # checks, and the MiniLM relevance when none is given (model work: on the worker thread)
@@ -280,9 +425,10 @@ class GroguService:
             method=body.method, n_ablations=body.n_ablations, seed=body.seed, lasso_alpha=body.lasso_alpha))
         scorer.embedder_name = self.config.embedder
         items = [(check_query(it.query), A.plain_docs(it.documents), it.answer) for it in body.items]
-        result = await self._influence_batch(_Job(key, scorer, items, body.return_ablations))
-        if isinstance(result, BaseException):
-            raise result
+        # an item's budget: its answer, and one per document left out and per document alone
+        costs = [(2 * len(docs) + 1) * body.max_new_tokens for _, docs, _ in items]
+        result = await self._scheduler.submit(_Job(key, scorer, items, costs, body.return_ablations,
+                                                   lambda sc, us, want: sc.score_batch(us, return_ablations=want)))
         return {"results": [W.encode_influence(r) for r in result]}
 
     @app.post("/seper")

@@ -11,6 +11,7 @@ Python's ``json`` reads back.
 from __future__ import annotations
 
 import dataclasses
+import string
 from typing import Any, Sequence
 
 import torch
@@ -40,8 +41,58 @@ def encode_documents(docs: Sequence[Any]) -> list[dict[str, Any]]:
     return [encode_document(d, i) for i, d in enumerate(docs)]
 
 
+#: the placeholders each template field may hold (str.format names); the others are plain text
+TEMPLATE_PLACEHOLDERS = {"grounded": ("query", "context"), "ungrounded": ("query",),
+                         "document": ("text", "title"), "titled_document": ("text", "title")}
+TEMPLATE_TEXT_FIELDS = ("separator", "system", "plain_suffix")
+
+
+def check_format(name: str, text: Any, allowed: Sequence[str]) -> None:
+    """A ``str.format`` prompt that holds only the placeholders ``allowed``, written plainly
+    (``{query}``: no index, attribute, conversion or format spec, which could fail or blow up when
+    rendered); braces meant as text are doubled. ValueError naming ``name`` otherwise."""
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a str, got {type(text).__name__}")
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(f"{name} is not a valid format string ({exc}); write a literal brace as {{{{ or }}}}") from None
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in allowed:
+            raise ValueError(f"{name} has the placeholder {{{field}}}; it may hold only "
+                             + ", ".join(f"{{{a}}}" for a in allowed) + " (write a literal brace as {{ or }})")
+        if spec or conversion:
+            raise ValueError(f"{name}: the placeholder {{{field}}} takes no conversion or format spec (got "
+                             f"{{{field}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}})")
+
+
+def check_template(fields: dict[str, Any]) -> None:
+    """A prompt template's fields as the service takes them: each formatted field holds only its own
+    placeholders (:data:`TEMPLATE_PLACEHOLDERS`, :func:`check_format`); ValueError naming the field."""
+    for name, allowed in TEMPLATE_PLACEHOLDERS.items():
+        if fields.get(name) is not None:
+            check_format(f"template.{name}", fields[name], allowed)
+    for name in TEMPLATE_TEXT_FIELDS:
+        text = fields.get(name)
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"template.{name} must be a str or None, got {type(text).__name__}")
+
+
+def template_chars(fields: dict[str, Any] | None) -> int:
+    """Characters of a template's text fields (what the template limit counts)."""
+    if not fields:
+        return 0
+    return sum(len(v) for k, v in fields.items() if isinstance(v, str))
+
+
 def encode_template(template: PromptTemplate | None) -> dict[str, Any] | None:
-    return None if template is None else dataclasses.asdict(template)
+    if template is None:
+        return None
+    fields = dataclasses.asdict(template)
+    check_template(fields)
+    return fields
 
 
 def decode_template(data: dict[str, Any] | None) -> PromptTemplate | None:
