@@ -49,6 +49,10 @@ thread (:mod:`grogu.batching`; ``flush()`` waits); else before ``record`` return
 ``on_error="raise"`` the work never becomes a loop task, so that a failure reaches the caller.
 A failure is always logged (warning) and written as a record with ``error`` set; under
 ``on_error="raise"`` it is then raised (from ``flush()`` for background work).
+
+With OpenTelemetry installed (``grogu[otel]``), each scoring is also a ``grogu.influence`` span carrying
+the whole record, a child of the span current when the query was recorded, which gets a
+``grogu_influence`` event (:mod:`grogu.tracing`).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from . import batching
+from . import batching, tracing
 from .checks import check_choice
 from .sinks import Record, as_sinks, to_json
 
@@ -105,7 +109,9 @@ class InfluenceJob:
     ``fields``: per document, the :data:`DOCUMENT_INPUT_FIELDS` the framework knows; ``context``: the
     :data:`CONTEXT_FIELDS` it knows. ``on_result(result)`` runs after a successful scoring, before the
     record is built (e.g. to write scores into the framework's documents); ``on_record(record)`` runs
-    after the sinks (e.g. to dispatch a framework event).
+    after the sinks (e.g. to dispatch a framework event). ``trace_context``: the OpenTelemetry context
+    whose span parents the ``grogu.influence`` span (:mod:`grogu.tracing`; None: the context current
+    when :meth:`InfluenceRecorder.record` is called).
     """
 
     query: str
@@ -116,6 +122,7 @@ class InfluenceJob:
     context: dict[str, Any] = field(default_factory=dict)
     on_result: Callable[[Any], None] | None = None
     on_record: Callable[[Record], None] | None = None
+    trace_context: Any = None
 
     def __post_init__(self) -> None:
         if len(self.fields) != len(self.documents):
@@ -163,6 +170,8 @@ class InfluenceRecorder:
     def record(self, job: InfluenceJob) -> None:
         """Score ``job`` and write its record: as an event-loop task, on the worker thread or now
         (see the module docstring)."""
+        if job.trace_context is None:  # the query's span stays the parent on another thread or later
+            job.trace_context = tracing.current_context()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -192,27 +201,29 @@ class InfluenceRecorder:
 
     def run(self, job: InfluenceJob) -> Record:
         """Score ``job`` here and now; its record (written to the sinks)."""
-        start = time.perf_counter()
-        try:
-            result = self._score(job)
-        except Exception as exc:  # noqa: BLE001 - on_error decides
-            return self._fail(job, exc, time.perf_counter() - start)
-        return self._deliver(job, result, time.perf_counter() - start)
+        with tracing.influence_span(job.trace_context) as span:
+            start = time.perf_counter()
+            try:
+                result = self._score(job)
+            except Exception as exc:  # noqa: BLE001 - on_error decides
+                return self._fail(job, exc, time.perf_counter() - start, span)
+            return self._deliver(job, result, time.perf_counter() - start, span)
 
     async def arun(self, job: InfluenceJob) -> Record:
         """Async :meth:`run`: the scoring runs off the event loop (``scorer.ascore``)."""
-        start = time.perf_counter()
-        try:
-            result = None
-            if job.documents or job.answer is None:
-                result = await self.scorer.ascore(job.query, job.documents, answer=job.answer)
-        except asyncio.CancelledError:
-            self.logger.warning("grogu influence for query %r was cancelled (the event loop closed first?): "
-                                "await aflush() before leaving the loop", job.query)
-            raise
-        except Exception as exc:  # noqa: BLE001 - on_error decides
-            return self._fail(job, exc, time.perf_counter() - start)
-        return self._deliver(job, result, time.perf_counter() - start)
+        with tracing.influence_span(job.trace_context) as span:
+            start = time.perf_counter()
+            try:
+                result = None
+                if job.documents or job.answer is None:
+                    result = await self.scorer.ascore(job.query, job.documents, answer=job.answer)
+            except asyncio.CancelledError:
+                self.logger.warning("grogu influence for query %r was cancelled (the event loop closed first?): "
+                                    "await aflush() before leaving the loop", job.query)
+                raise
+            except Exception as exc:  # noqa: BLE001 - on_error decides
+                return self._fail(job, exc, time.perf_counter() - start, span)
+            return self._deliver(job, result, time.perf_counter() - start, span)
 
     def _score(self, job: InfluenceJob) -> Any:
         if not job.documents and job.answer is not None:  # nothing to score
@@ -239,17 +250,21 @@ class InfluenceRecorder:
         })
         return record
 
-    def _deliver(self, job: InfluenceJob, result: Any, elapsed: float) -> Record:
+    def _deliver(self, job: InfluenceJob, result: Any, elapsed: float, span: Any = None) -> Record:
         if result is not None and job.on_result is not None:
             job.on_result(result)
         record = self.build_record(job, result, elapsed)
+        if span is not None:
+            span.finish(record)
         self.write(record, job)
         return record
 
-    def _fail(self, job: InfluenceJob, exc: Exception, elapsed: float) -> Record:
+    def _fail(self, job: InfluenceJob, exc: Exception, elapsed: float, span: Any = None) -> Record:
         error = f"{type(exc).__name__}: {exc}"
         self.logger.warning("grogu influence failed for query %r: %s", job.query, error, exc_info=exc)
         record = self.build_record(job, None, elapsed, error)
+        if span is not None:
+            span.finish(record)
         self.write(record, job)
         if self.raise_errors:
             raise exc

@@ -41,6 +41,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import ensure_config
 
+from . import _tracing
 from ._target import model_label, resolve_engine
 from .rerank import grogu_documents
 from .sinks import DEFAULT_LOGGER, Record
@@ -68,6 +69,7 @@ class _RunTree:
     query: str | None = None
     llm_answer: str | None = None
     manager: BaseCallbackManager | None = None  # a callback manager inside this run, for the custom event
+    trace_context: Any = None  # OpenTelemetry context of the root run's traced span (grogu.tracing)
 
 
 def _message_text(message: BaseMessage) -> str:
@@ -258,7 +260,8 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         context = {"run_id": str(tree.root), "run_name": tree.name, "tags": tree.tags, "metadata": tree.metadata}
         return InfluenceJob(query=query, answer=answer, documents=grogu_documents(tree.documents, self.title_key),
                             fields=[self._fields(d) for d in tree.documents], answer_source=source,
-                            context=context, on_record=lambda record: self._dispatch(tree, record))
+                            context=context, on_record=lambda record: self._dispatch(tree, record),
+                            trace_context=tree.trace_context or _tracing.run_span_context(tree.manager, tree.root))
 
     def _fields(self, doc: Document) -> dict[str, Any]:
         score = doc.metadata.get(self.relevance_key) if self.relevance_key else None
@@ -319,6 +322,8 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
                 tree.documents.extend(documents)
                 if tree.query is None:
                     tree.query = tree.outer_queries[run_id]
+                if tree.trace_context is None:  # the root run's span is open here, not always at its end
+                    tree.trace_context = _tracing.run_span_context(tree.manager, tree.root)
         self._end(run_id, None)
 
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,

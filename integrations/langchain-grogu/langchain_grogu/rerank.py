@@ -34,6 +34,7 @@ from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 from typing_extensions import override
 
+from . import _tracing
 from ._target import model_label, resolve_engine
 from .prompts import template_from_langchain
 
@@ -328,37 +329,51 @@ class GroguScoring(BaseModel):
         return [d.model_copy(update={"metadata": {**d.metadata, METADATA_KEY: {**info, "index": i}}})
                 for i, d in enumerate(docs)]
 
-    def rerank_documents(self, documents: Sequence[Document], query: str, top_n: Any = _DEFAULT) -> list[Document]:
+    def rerank_documents(self, documents: Sequence[Document], query: str, top_n: Any = _DEFAULT,
+                         callbacks: Any = None) -> list[Document]:
         """The documents sorted by utility (ties keep the input order), cut by ``threshold`` and
         ``top_n``, as copies with ``metadata['grogu']`` added (score, metric, confidence, rank from 1,
-        input index, grounded answer, token counts, all metric variants, model)."""
+        input index, grounded answer, token counts, all metric variants, model). ``callbacks``: the
+        run's callback or run manager, whose traced span (OpenInference) parents the ``grogu.rerank``
+        OpenTelemetry span (``grogu.tracing``)."""
         docs = self._check(documents, query)
         top_n = self._top_n(top_n)
         if not docs:
             return []
-        try:
-            ranked = self._scorer.rerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
-        except Exception as exc:  # noqa: BLE001 - on_error decides
-            if self.on_error == "raise":
-                raise
-            return self._passthrough(docs, query, exc)
-        return self._annotate(docs, ranked)
+        with _tracing.rerank_span(self, docs, query, top_n, callbacks) as span:
+            try:
+                ranked = self._scorer.rerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
+            except Exception as exc:  # noqa: BLE001 - on_error decides
+                if self.on_error == "raise":
+                    raise
+                span.fail(exc)
+                out = self._passthrough(docs, query, exc)
+            else:
+                out = self._annotate(docs, ranked)
+            _tracing.finish(span, self, out, METADATA_KEY)
+            return out
 
     async def arerank_documents(self, documents: Sequence[Document], query: str,
-                                top_n: Any = _DEFAULT) -> list[Document]:
+                                top_n: Any = _DEFAULT, callbacks: Any = None) -> list[Document]:
         """Async :meth:`rerank_documents`: scoring runs off the event loop, and concurrent calls share
         one engine batch. Same result as the sync call."""
         docs = self._check(documents, query)
         top_n = self._top_n(top_n)
         if not docs:
             return []
-        try:
-            ranked = await self._scorer.arerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
-        except Exception as exc:  # noqa: BLE001 - on_error decides
-            if self.on_error == "raise":
-                raise
-            return self._passthrough(docs, query, exc)
-        return self._annotate(docs, ranked)
+        with _tracing.rerank_span(self, docs, query, top_n, callbacks) as span:
+            try:
+                ranked = await self._scorer.arerank(query, self._grogu_docs(docs),
+                                                    **self._rerank_kwargs(docs, top_n))
+            except Exception as exc:  # noqa: BLE001 - on_error decides
+                if self.on_error == "raise":
+                    raise
+                span.fail(exc)
+                out = self._passthrough(docs, query, exc)
+            else:
+                out = self._annotate(docs, ranked)
+            _tracing.finish(span, self, out, METADATA_KEY)
+            return out
 
 
 class GroguCompressor(GroguScoring, BaseDocumentCompressor):
@@ -391,12 +406,13 @@ class GroguCompressor(GroguScoring, BaseDocumentCompressor):
         Args:
             documents: The retrieved documents.
             query: The query the target LLM will answer from them.
-            callbacks: Unused (scoring emits no LangChain events).
+            callbacks: The run's callbacks: no LangChain event is emitted; a tracer's span of the run
+                (OpenInference) parents grogu's ``grogu.rerank`` OpenTelemetry span.
 
         Returns:
             Copies of the kept documents, best first, with ``metadata['grogu']`` added.
         """
-        return self.rerank_documents(documents, query)
+        return self.rerank_documents(documents, query, callbacks=callbacks)
 
     @override
     async def acompress_documents(
@@ -406,4 +422,4 @@ class GroguCompressor(GroguScoring, BaseDocumentCompressor):
         callbacks: Callbacks | None = None,
     ) -> Sequence[Document]:
         """Async :meth:`compress_documents`; does not block the event loop."""
-        return await self.arerank_documents(documents, query)
+        return await self.arerank_documents(documents, query, callbacks=callbacks)

@@ -47,7 +47,7 @@ class GroguRetriever(GroguScoring, BaseRetriever):
     ) -> list[Document]:
         top_n = kwargs.pop("top_n", _DEFAULT)
         docs = self.base_retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
-        return self.rerank_documents(docs, query, top_n)
+        return self.rerank_documents(docs, query, top_n, callbacks=run_manager)
 
     @override
     async def _aget_relevant_documents(
@@ -55,7 +55,7 @@ class GroguRetriever(GroguScoring, BaseRetriever):
     ) -> list[Document]:
         top_n = kwargs.pop("top_n", _DEFAULT)
         docs = await self.base_retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
-        return await self.arerank_documents(docs, query, top_n)
+        return await self.arerank_documents(docs, query, top_n, callbacks=run_manager)
 
     def as_qa_chain(self, llm: Any = None) -> Runnable:
         """A runnable ``question -> {"answer", "documents"}``.

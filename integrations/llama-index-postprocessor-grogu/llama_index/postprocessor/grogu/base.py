@@ -23,6 +23,7 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
+from . import _tracing
 from .options import layout_and_mode, scoring_prompt, utility_scorer
 from .synthesizer import prompt_fingerprint
 from .utils import check_nodes, hide_from_llm, node_text
@@ -278,11 +279,14 @@ class GroguRerank(BaseNodePostprocessor):
         if not nodes:
             return []
         self._start(nodes, query_bundle)
-        with self.callback_manager.event(CBEventType.RERANKING, payload=self._payload(nodes, query)) as event:
+        with _tracing.rerank_span(self, nodes, query) as span, \
+                self.callback_manager.event(CBEventType.RERANKING, payload=self._payload(nodes, query)) as event:
             try:
                 new_nodes = self._rank_sync(query, nodes)
             except Exception as exc:
+                span.fail(exc)
                 new_nodes = self._failed(nodes, exc)
+            _tracing.finish(span, nodes, new_nodes)
             event.on_end(payload={EventPayload.NODES: new_nodes})
         dispatcher.event(ReRankEndEvent(nodes=new_nodes))
         return new_nodes
@@ -294,11 +298,14 @@ class GroguRerank(BaseNodePostprocessor):
         if not nodes:
             return []
         self._start(nodes, query_bundle)
-        with self.callback_manager.event(CBEventType.RERANKING, payload=self._payload(nodes, query)) as event:
+        with _tracing.rerank_span(self, nodes, query) as span, \
+                self.callback_manager.event(CBEventType.RERANKING, payload=self._payload(nodes, query)) as event:
             try:
                 new_nodes = await self._rank_async(query, nodes)
             except Exception as exc:
+                span.fail(exc)
                 new_nodes = self._failed(nodes, exc)
+            _tracing.finish(span, nodes, new_nodes)
             event.on_end(payload={EventPayload.NODES: new_nodes})
         dispatcher.event(ReRankEndEvent(nodes=new_nodes))
         return new_nodes
