@@ -1,13 +1,15 @@
 """grogu: how useful each retrieved document is to the specific LLM that will read it.
 
 Main entry points: :class:`UtilityScorer` (per-document GROGU scores, reranking, layouts) and
-:class:`Engine` (the shared batched scoring engine every integration calls).
+:class:`Engine` (the shared batched scoring engine every integration calls); :class:`ServerTarget` (a
+target LLM behind an inference server, in place of an Engine).
 """
 
 from .engine import Engine, EngineConfig, Generation, TokenStats, get_engine
 from .metrics import ALPHA, DEFAULT_METRIC, METRICS, TOP_K_FRAC
 from .models import DEFAULT_MODEL, load_model
 from .prompts import Document, PromptTemplate, TruncationWarning
+from .servers import ServerCapabilityError, ServerError, ServerTarget
 from .scorer import ContextScore, DocumentScore, LayoutChoice, UtilityScorer, standard_layouts
 
 __version__ = "0.1.0"
@@ -17,7 +19,7 @@ __all__ = [
     "ALPHA", "DEFAULT_METRIC", "METRICS", "TOP_K_FRAC",
     "DEFAULT_MODEL", "load_model", "Document", "PromptTemplate", "TruncationWarning", "UtilityScorer",
     "DocumentScore", "ContextScore", "LayoutChoice", "standard_layouts", "__version__",
-    "RemoteScorer", "RemoteInfluenceScorer",
+    "RemoteScorer", "RemoteInfluenceScorer", "ServerTarget", "ServerError", "ServerCapabilityError",
 ]
 
 

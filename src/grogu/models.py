@@ -110,6 +110,20 @@ def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)} or 'auto'") from None
 
 
+def load_tokenizer(spec: str) -> Any:
+    """The tokenizer of a model spec alone (no weights): an embedded alias, a .gguf path, a local
+    directory or a hub id. For a model served elsewhere (:class:`grogu.ServerTarget`)."""
+    from transformers import AutoTokenizer
+
+    resolved = resolve_spec(spec)
+    kwargs = {"gguf_file": resolved.gguf_file} if resolved.gguf_file else {}
+    try:
+        return AutoTokenizer.from_pretrained(resolved.location, **kwargs)
+    except Exception as exc:
+        raise ValueError(f"Could not load the tokenizer of {spec!r} (an embedded alias, a .gguf path, a local "
+                         f"directory or a hub id). Last error: {type(exc).__name__}: {exc}") from exc
+
+
 def load_model(
     spec: str | tuple[Any, Any],
     device: str | torch.device | None = None,

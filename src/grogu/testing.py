@@ -93,3 +93,73 @@ def squad_paragraphs(n: int | None = None, seed: int = 0) -> list[dict]:
     if n is None:
         return paras
     return random.Random(seed).sample(paras, n)
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaCppServer:
+    """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) as a child process on
+    loopback, serving a GGUF (default: the embedded SmolLM2) under ``alias``; a real inference server
+    for tests and benchmarks of :class:`grogu.ServerTarget`. Use as a context manager; ``url`` is its
+    base URL. ``api_key``: the key the server demands (none by default)."""
+
+    def __init__(self, gguf: str | None = None, alias: str | None = None, *, n_ctx: int = 2048,
+                 threads: int = 1, api_key: str | None = None, startup_s: float = 180.0) -> None:
+        from .models import DEFAULT_MODEL, embedded_path
+
+        self.gguf = gguf or embedded_path(DEFAULT_MODEL)
+        self.alias = alias or DEFAULT_MODEL
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.args = ["--model", self.gguf, "--model_alias", self.alias, "--n_ctx", str(n_ctx),
+                     "--n_threads", str(threads), "--n_threads_batch", str(threads), "--host", "127.0.0.1",
+                     "--port", str(self.port), "--logits_all", "true", "--verbose", "false"]
+        if api_key:
+            self.args += ["--api_key", api_key]
+        self.api_key, self.startup_s, self.proc = api_key, startup_s, None
+
+    def __enter__(self) -> "LlamaCppServer":
+        import subprocess
+        import sys
+        import time
+        import urllib.request
+
+        if importlib_util_find("llama_cpp") is None:
+            raise ImportError("the llama-cpp-python server is not installed: pip install 'llama-cpp-python[server]' "
+                              "(compiled at install; the README's test set-up command does it)")
+        self.proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", *self.args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + self.startup_s
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the llama-cpp-python server exited at start: {self.proc.stderr.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(urllib.request.Request(self.url + "/models", headers=headers), timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.3)
+        self.__exit__()
+        raise TimeoutError(f"the llama-cpp-python server did not answer within {self.startup_s} s")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def importlib_util_find(name: str):
+    import importlib.util
+
+    return importlib.util.find_spec(name)

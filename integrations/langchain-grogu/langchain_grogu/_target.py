@@ -1,9 +1,10 @@
 """The target LLM: what a user may pass as ``model`` and how it becomes a grogu engine.
 
-grogu needs the target model's full next-token distribution, so the target is an open-weights causal
-LM run locally: a model name/path/hub id, a shared :class:`grogu.Engine`, a loaded
-``(model, tokenizer)`` pair, or the LangChain object that already holds one (``HuggingFacePipeline``,
-``ChatHuggingFace`` over it, or a ``transformers`` text-generation pipeline). Loaded weights are
+grogu needs the target model's token log-probabilities, so the target is an open-weights causal LM run
+locally — a model name/path/hub id, a shared :class:`grogu.Engine`, a loaded ``(model, tokenizer)``
+pair, or the LangChain object that already holds one (``HuggingFacePipeline``, ``ChatHuggingFace`` over
+it, or a ``transformers`` text-generation pipeline) — or one behind a vLLM, SGLang or llama.cpp server:
+a :class:`grogu.ServerTarget`, or the pipeline's ``ChatOpenAI`` / ``OpenAI`` with ``base_url`` on it. Loaded weights are
 reused, never loaded a second time: one process-wide engine per model (:func:`grogu.get_engine`).
 The grogu service in place of a model is told apart by :func:`grogu.targets.remote_target`.
 """
@@ -13,14 +14,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from grogu import Engine, get_engine
+from grogu import Engine, ServerTarget, get_engine
+from grogu.servers import target_from_llm
 from grogu.targets import engine_label
 
 _TARGET_HELP = (
     "pass the target LLM as a model name or path (e.g. 'smollm2-135m-instruct' or a hub id), the URL of a "
     "grogu service (http://host:port, see grogu serve) or a grogu.RemoteScorer, a "
     "grogu.Engine, a (model, tokenizer) pair, a langchain_huggingface HuggingFacePipeline (or a "
-    "ChatHuggingFace over one), or a transformers text-generation pipeline"
+    "ChatHuggingFace over one), a transformers text-generation pipeline, a ChatOpenAI / OpenAI "
+    "(base_url=...) on a vLLM, SGLang or llama.cpp server, or a grogu.ServerTarget"
 )
 
 
@@ -34,9 +37,9 @@ def _unwrap(target: Any) -> Any:
     return target
 
 
-def engine_spec(target: Any) -> Engine | str | tuple[Any, Any]:
+def engine_spec(target: Any) -> Engine | ServerTarget | str | tuple[Any, Any]:
     """What :func:`grogu.get_engine` accepts, from anything a user may pass as the target LLM."""
-    if isinstance(target, Engine):
+    if isinstance(target, (Engine, ServerTarget)):
         return target
     if isinstance(target, (str, os.PathLike)):
         return os.fspath(target)
@@ -54,19 +57,22 @@ def engine_spec(target: Any) -> Engine | str | tuple[Any, Any]:
                 f"Use a 'text-generation' pipeline."
             )
         return (model, tokenizer)
+    served = target_from_llm(target)
+    if served is not None:
+        return served
     if type(target).__name__ == "HuggingFacePipeline":
         raise ValueError("the HuggingFacePipeline has no loaded transformers pipeline (is it an OpenVINO or "
                          "remote backend?); " + _TARGET_HELP)
     raise TypeError(
         f"cannot use a {type(target).__name__} as the target LLM: grogu needs the model's token "
-        f"probabilities, so an API-hosted chat model cannot be scored; {_TARGET_HELP}"
+        f"probabilities, so an API-hosted chat model without prompt log-probabilities cannot be scored; {_TARGET_HELP}"
     )
 
 
 def resolve_engine(target: Any, device: str | None = None, dtype: str | None = None) -> Engine:
     """The shared engine of the target LLM (loaded once per process for a name or a loaded model)."""
     spec = engine_spec(target)
-    if isinstance(spec, tuple) and (device is not None or dtype is not None):
+    if isinstance(spec, (tuple, ServerTarget)) and (device is not None or dtype is not None):
         raise ValueError("device/dtype only apply to a model given by name: move the loaded model yourself")
     return get_engine(spec, device=device, dtype=dtype)
 

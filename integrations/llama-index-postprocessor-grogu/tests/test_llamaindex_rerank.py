@@ -257,7 +257,7 @@ def test_bad_input_gives_clear_errors(index, llm, questions):
                           ({"threshold": "high"}, "threshold")]:
         with pytest.raises(ValueError, match=match):
             GroguRerank(model=llm, **kwargs)
-    with pytest.raises(TypeError, match="white-box"):
+    with pytest.raises(TypeError, match="does not expose token probabilities"):
         GroguRerank(model=MockLLM(), mode="document")
     with pytest.raises(TypeError, match="model must be"):
         GroguRerank(model=3.5, mode="document")

@@ -270,9 +270,10 @@ def get_engine(model: Any = DEFAULT_MODEL, *, device: str | None = None, dtype: 
                **kwargs: Any) -> Engine:
     """The process-wide engine for (model, device, dtype): loaded once, shared by every caller.
 
-    ``model`` may be an Engine (returned as is), a name/path, or a loaded (model, tokenizer) pair.
+    ``model`` may be an Engine or a :class:`grogu.ServerTarget` (returned as is), a name/path, or a
+    loaded (model, tokenizer) pair.
     """
-    if isinstance(model, Engine):
+    if isinstance(model, Engine) or _is_server_target(model):
         return model
     key_model = model if isinstance(model, str) else tuple(id(m) for m in model)
     key = (key_model, str(device), str(dtype), tuple(sorted(kwargs.items())))
@@ -280,3 +281,9 @@ def get_engine(model: Any = DEFAULT_MODEL, *, device: str | None = None, dtype: 
         if key not in _SHARED:
             _SHARED[key] = Engine(model, device=device, dtype=dtype, **kwargs)
         return _SHARED[key]
+
+
+def _is_server_target(model: Any) -> bool:
+    from ..servers import ServerTarget  # the servers package imports the engine's result types
+
+    return isinstance(model, ServerTarget)

@@ -14,7 +14,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 
 from .prompts import template_from_llama_index
-from .utils import model_label, resolve_engine
+from .utils import answer_budget, model_label, resolve_engine
 
 LAYOUT_MODES = ("after", "only")
 
@@ -35,7 +35,7 @@ def layout_and_mode(layout: Optional[str], mode: Optional[str], threshold: Optio
 def scoring_prompt(qa_template: Any, template: Optional[grogu.PromptTemplate], mode: str, llm: Optional[LLM],
                     max_new_tokens: Optional[int]) -> Tuple[Optional[grogu.PromptTemplate], int]:
     """The prompt grogu scores with and the answer budget, from ``qa_template`` / ``template`` (see
-    ``GroguRerank``): with the pipeline's own prompt, the LLM's own ``max_new_tokens`` by default."""
+    ``GroguRerank``): with the pipeline's own prompt, the LLM's own ``max_new_tokens`` (``max_tokens``) by default."""
     if isinstance(qa_template, str):
         if qa_template != "auto":
             raise ValueError(f"qa_template must be 'auto', None, a query engine, a synthesizer or a prompt, "
@@ -48,8 +48,8 @@ def scoring_prompt(qa_template: Any, template: Optional[grogu.PromptTemplate], m
         if template is not None:
             raise ValueError("give template (grogu's prompt text) or qa_template (the pipeline's prompt), not both")
         template = template_from_llama_index(qa_template, llm)
-        if max_new_tokens is None and isinstance(getattr(llm, "max_new_tokens", None), int):
-            max_new_tokens = llm.max_new_tokens  # the answer the LLM gives, so GroguSynthesizer can reuse it
+        if max_new_tokens is None and answer_budget(llm) is not None:
+            max_new_tokens = answer_budget(llm)  # the answer the LLM gives, so GroguSynthesizer can reuse it
     return template, 64 if max_new_tokens is None else max_new_tokens
 
 

@@ -17,6 +17,7 @@ from llama_index.core.schema import NodeWithScore
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 from .prompts import template_from_llama_index
+from .utils import answer_budget
 
 
 def prompt_fingerprint(template: grogu.PromptTemplate, max_new_tokens: int) -> str:
@@ -54,7 +55,7 @@ class GroguSynthesizer(BaseSynthesizer):
         is not known to equal the LLM's (a completion LLM renders its prompt its own way), so nothing is
         reused."""
         llm = self._inner._llm
-        budget = getattr(llm, "max_new_tokens", None)
+        budget = answer_budget(llm)
         if not getattr(getattr(llm, "metadata", None), "is_chat_model", False) or not isinstance(budget, int):
             return None
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Tuple
 
 import grogu
+from grogu.servers import target_from_llm
 from grogu.targets import engine_label
 from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
@@ -29,14 +30,25 @@ def hf_llm_pair(llm: Any) -> Optional[Tuple[Any, Any]]:
     return model, tokenizer
 
 
+def answer_budget(llm: Any) -> Optional[int]:
+    """The LLM's own answer budget: ``max_new_tokens`` (HuggingFaceLLM) or ``max_tokens`` (OpenAI, OpenAILike)."""
+    for name in ("max_new_tokens", "max_tokens"):
+        value = getattr(llm, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str] = None) -> grogu.Engine:
     """The shared grogu engine of the target LLM.
 
     ``model`` may be a grogu ``Engine``, a ``UtilityScorer`` / ``InfluenceScorer`` (its engine), a model
-    name/path/hub id, a loaded ``(model, tokenizer)`` pair, or a LlamaIndex ``HuggingFaceLLM`` whose
-    model and tokenizer are reused (no second copy is loaded).
+    name/path/hub id, a loaded ``(model, tokenizer)`` pair, a LlamaIndex ``HuggingFaceLLM`` whose
+    model and tokenizer are reused (no second copy is loaded), a ``grogu.ServerTarget``, or an
+    ``OpenAILike`` / ``OpenAI`` LLM pointing at a vLLM, SGLang or llama.cpp server (scored through that
+    server, :func:`grogu.servers.target_from_llm`).
     """
-    if isinstance(model, grogu.Engine):
+    if isinstance(model, (grogu.Engine, grogu.ServerTarget)):
         return model
     engine = getattr(model, "engine", None)
     if isinstance(engine, grogu.Engine):  # UtilityScorer, InfluenceScorer
@@ -52,10 +64,15 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
             )
         return grogu.get_engine(pair)
     if isinstance(model, LLM):
+        if device is not None or dtype is not None:
+            raise ValueError("device/dtype apply to a model loaded here, not to an LLM behind a server")
+        target = target_from_llm(model)
+        if target is not None:
+            return target
         raise TypeError(
-            f"{type(model).__name__} does not expose token probabilities: GROGU needs white-box access "
-            "to the target LLM. Pass a HuggingFaceLLM, a grogu Engine, a (model, tokenizer) pair or a "
-            "model name/path."
+            f"{type(model).__name__} does not expose token probabilities: GROGU needs the target LLM's "
+            "token log-probabilities. Pass a HuggingFaceLLM, an OpenAILike LLM on a vLLM / SGLang / llama.cpp "
+            "server, a grogu.ServerTarget, a grogu Engine, a (model, tokenizer) pair or a model name/path."
         )
     raise TypeError(
         "model must be a model name/path, a grogu Engine, a (model, tokenizer) pair, a HuggingFaceLLM or a "

@@ -1,0 +1,68 @@
+"""A real LlamaIndex pipeline whose LLM is an ``OpenAILike`` on a real OpenAI-compatible server
+(llama-cpp-python's, serving the embedded SmolLM2 GGUF on this machine): GroguRerank takes that LLM as its
+target (scored through the server, no model loaded here) and GroguSynthesizer returns the answer the
+server gave the chosen context, which is the answer the LLM itself gives for it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import grogu
+from grogu import testing
+from llama_index.core import Document, VectorStoreIndex, get_response_synthesizer
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
+
+QUERY = "What is the capital city of Australia?"
+TEXTS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
+         "Paris is the capital of France."]
+BUDGET = 12
+
+
+@pytest.fixture(scope="module")
+def server():
+    if testing.importlib_util_find("llama_cpp") is None:
+        if os.environ.get("CI"):
+            pytest.fail("llama-cpp-python is not installed; the README's test set-up command installs it")
+        pytest.skip("llama-cpp-python is not installed")
+    with testing.LlamaCppServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def served_llm(server):
+    from llama_index.llms.openai_like import OpenAILike
+
+    # greedy and plain: llama-cpp-python's server applies a repeat penalty of 1.1 unless told otherwise
+    return OpenAILike(api_base=server.url, model=grogu.DEFAULT_MODEL, api_key="none", is_chat_model=True,
+                      temperature=0.0, max_tokens=BUDGET, additional_kwargs={"extra_body": {"repeat_penalty": 1.0}})
+
+
+def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, embed_model):
+    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed_model)
+    synth = get_response_synthesizer(llm=served_llm, response_mode="compact")
+    rerank = GroguRerank(top_n=2, model=served_llm, qa_template=synth)
+    assert isinstance(rerank.scorer.engine, grogu.ServerTarget)
+    assert rerank.scorer.engine.model_name == grogu.DEFAULT_MODEL and rerank.max_new_tokens == BUDGET
+    wrapped = GroguSynthesizer(synth)
+    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=3), llm=served_llm,
+                                            node_postprocessors=[rerank], response_synthesizer=wrapped)
+    response = engine.query(QUERY)
+    assert wrapped.reused == 1  # no second request for the answer
+    assert len(response.source_nodes) == 2
+    context = response.source_nodes[0].node.metadata["grogu"]["context"]
+    assert str(response) == context["answer"]
+    # the same nodes through the plain synthesizer: a real chat request to the server gives that answer
+    plain = synth.synthesize(QUERY, response.source_nodes)
+    assert str(plain).strip() == str(response).strip()
+
+
+def test_a_served_llm_without_a_known_server_is_refused_clearly():
+    from llama_index.llms.openai_like import OpenAILike
+
+    hosted = OpenAILike(api_base="https://api.openai.com/v1", model="gpt-4o-mini", api_key="sk-test",
+                        is_chat_model=True)
+    with pytest.raises(ValueError, match="no prompt log-probabilities"):
+        GroguRerank(top_n=2, model=hosted)

@@ -1,0 +1,485 @@
+"""ServerTarget: the target LLM behind an inference server, scored through its token log-probabilities.
+
+A :class:`ServerTarget` stands wherever grogu takes a model (``UtilityScorer``, ``InfluenceScorer``,
+both integrations, the command line): it has the engine's primitives — :meth:`generate` (the greedy
+grounded answer with each token's entropy and log-probability) and :meth:`token_stats` (the same
+answer's statistics teacher-forced under another prompt, through the server's prompt
+log-probabilities) — computed by HTTP requests to the server the pipeline already runs. All the
+requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
+batching and prefix cache do the work.
+
+Prompts are rendered by grogu with the model's tokenizer (its chat template), exactly as for an
+in-process model, and sent to the server's completions endpoint; the answer scored is the answer the
+server gives that prompt, which is the pipeline LLM's answer when the pipeline sends the same prompt
+through the chat endpoint (the server applies the same chat template) with greedy decoding.
+
+What is approximate: entropies are computed from the top-k log-probabilities the server returns,
+with a tail correction (:mod:`grogu.servers.topk`); log-probabilities of the answer tokens are exact
+(up to the server's numerics and quantisation).
+
+APIs (``api=``):
+
+- ``"vllm"``: vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts,
+  ``return_tokens_as_token_ids`` and ``prompt_logprobs`` (start vLLM with ``--max-logprobs`` at least
+  ``top_logprobs``); SGLang's OpenAI-compatible server takes the same requests where it supports
+  ``prompt_logprobs``.
+- ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
+  default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
+  for the prompt's log-probabilities.
+Hosted chat-only APIs and Ollama return no prompt log-probabilities, so the ungrounded side of every
+GROGU metric cannot be computed there; they are not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ..checks import check_positive_int
+from ..engine.types import Generation, TokenStats
+from .topk import DEFAULT_TAIL, TAILS, topk_entropy
+
+APIS = ("vllm", "llama-cpp")
+#: ``owned_by`` of a server's ``/v1/models`` entries -> its API (``api="auto"``)
+_OWNERS = {"vllm": "vllm", "sglang": "vllm", "me": "llama-cpp", "llama-cpp": "llama-cpp", "llamacpp": "llama-cpp"}
+_STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+_RETRY_STATUS = (408, 429, 500, 502, 503, 504)
+
+
+class ServerError(RuntimeError):
+    """The inference server could not be reached or refused a request (the message says which and why)."""
+
+
+class ServerCapabilityError(ValueError):
+    """The server (or its settings) cannot give what a metric needs (the message names what can)."""
+
+
+@dataclass
+class _Step:
+    """One token position: the token's log-probability and the top-k log-probabilities there."""
+
+    logprob: float
+    top: list[float]
+
+
+class ServerTarget:
+    """A target LLM served by an inference server (see the module docstring).
+
+    Args:
+        base_url: the server's OpenAI-compatible base URL (``http://host:8000/v1``; ``/v1`` is added when
+            missing).
+        model: the served model name (default: the only model the server lists).
+        api: ``"auto"`` (default: told from the server's ``/v1/models`` answer, which names vLLM,
+            SGLang or llama-cpp-python as the owner), ``"vllm"`` or ``"llama-cpp"``.
+        tokenizer: the model's tokenizer, or what :func:`grogu.models.load_tokenizer` loads one from (an
+            embedded alias, a .gguf path, a directory, a hub id). Default: ``model``.
+        api_key: sent as a bearer token; default the ``OPENAI_API_KEY`` environment variable, if set.
+        top_logprobs: k, how many alternatives per token the server returns (vLLM caps it with
+            ``--max-logprobs``, 20 by default). Default 20.
+        tail: the top-k entropy's tail correction, ``"min"`` (default), ``"uniform"`` or ``"none"``.
+        context_window: the served context length in tokens (default: vLLM's ``max_model_len`` from
+            ``/v1/models``, else the tokenizer's ``model_max_length``, at most 8192... pass it).
+        max_concurrency: most requests in flight at once (default 16).
+        timeout: seconds for one request (default 120); retries: attempts after a connection error, a
+            timeout, 429 or 5xx (default 4), with exponential backoff from ``backoff`` seconds.
+    """
+
+    device = "server"
+    dtype = None
+    model = None
+
+    def __init__(self, base_url: str, model: str | None = None, *, api: str = "auto", tokenizer: Any = None,
+                 api_key: str | None = None, top_logprobs: int = 20, tail: str = DEFAULT_TAIL,
+                 context_window: int | None = None, max_concurrency: int = 16, timeout: float = 120.0,
+                 retries: int = 4, backoff: float = 0.5, stop_token_ids: Sequence[int] | None = None) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL of an OpenAI-compatible server, got {base_url!r}")
+        if api not in APIS + ("auto",):
+            raise ValueError(f"api must be 'auto' or one of {APIS}, got {api!r}")
+        if tail not in TAILS:
+            raise ValueError(f"tail must be one of {TAILS}, got {tail!r}")
+        self.top_logprobs = check_positive_int("top_logprobs", top_logprobs)
+        self.max_concurrency = check_positive_int("max_concurrency", max_concurrency)
+        self.retries = int(retries)
+        if self.retries < 0:
+            raise ValueError("retries must be >= 0")
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if not (isinstance(backoff, (int, float)) and math.isfinite(backoff) and backoff >= 0):
+            raise ValueError(f"backoff must be a non-negative number of seconds, got {backoff!r}")
+        self.timeout, self.backoff = float(timeout), float(backoff)
+        url = base_url.rstrip("/")
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
+        self.api, self.tail = api, tail
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._models = None
+        self.requests_sent = 0
+        self._echo_shift: int | None = None
+        self.model_name = model if model is not None else self._only_model()
+        if self.api == "auto":
+            self.api = self._detect_api()
+        if not isinstance(self.model_name, str) or not self.model_name:
+            raise ValueError(f"model must be the served model's name, got {model!r}")
+        if tokenizer is None:
+            tokenizer = self.model_name
+        if isinstance(tokenizer, (str, os.PathLike)):
+            from ..models import load_tokenizer
+
+            tokenizer = load_tokenizer(os.fspath(tokenizer))
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.stop_token_ids = sorted(set(stop_token_ids) if stop_token_ids is not None else self._default_stops())
+        if not self.stop_token_ids:
+            raise ValueError("the tokenizer defines no end-of-sequence token; pass stop_token_ids=")
+        self.max_context_tokens = context_window if context_window is not None else self._context_window()
+        self.max_context_tokens = check_positive_int("context_window", self.max_context_tokens)
+
+    def __repr__(self) -> str:
+        return f"ServerTarget({self.base_url!r}, model={self.model_name!r}, api={self.api!r})"
+
+    # ------------------------------------------------------------------ setup
+    def _default_stops(self) -> set[int]:
+        tok = self.tokenizer
+        stops = {int(tok.eos_token_id)} if isinstance(tok.eos_token_id, int) else set()
+        vocab = tok.get_vocab()
+        stops.update(vocab[name] for name in _STOP_TOKEN_NAMES if name in vocab)
+        return stops
+
+    def served_models(self) -> list[dict[str, Any]]:
+        """The server's ``/v1/models`` entries."""
+        if self._models is None:
+            data = self._run(self._get("/models"))
+            self._models = list(data.get("data", [])) if isinstance(data, dict) else []
+        return self._models
+
+    def _only_model(self) -> str:
+        ids = [m.get("id") for m in self.served_models()]
+        if len(ids) != 1:
+            raise ValueError(f"the server at {self.base_url} serves {ids}; pass model= to choose one")
+        return ids[0]
+
+    def _detect_api(self) -> str:
+        owners = {str(m.get("owned_by", "")).lower() for m in self.served_models()}
+        for owner in owners:
+            if owner in _OWNERS:
+                return _OWNERS[owner]
+        raise ValueError(f"cannot tell which server runs at {self.base_url} (its models are owned by "
+                         f"{sorted(owners)}); pass api= one of {APIS}")
+
+    def _context_window(self) -> int:
+        try:
+            entries = self.served_models()
+        except ServerError:
+            entries = []
+        for m in entries:
+            if m.get("id") == self.model_name and isinstance(m.get("max_model_len"), int):
+                return m["max_model_len"]
+        tok_max = getattr(self.tokenizer, "model_max_length", None)
+        return int(tok_max) if isinstance(tok_max, int) and 0 < tok_max < 10**7 else 2048
+
+    # ------------------------------------------------------------------ text helpers (as the Engine)
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+
+    def _prompt_text(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    # ------------------------------------------------------------------ HTTP
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _client(self):
+        import httpx
+
+        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
+        return httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self._headers())
+
+    @staticmethod
+    def _run(coro):
+        """Run a coroutine to completion from sync code, also when called inside a running event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, coro).result()
+
+    async def _get(self, path: str) -> Any:
+        async with self._client() as client:
+            return await self._request(client, "GET", path, None)
+
+    async def _request(self, client: Any, method: str, path: str, body: Any) -> Any:
+        import httpx
+
+        url = self.base_url + path
+        for attempt in range(self.retries + 1):
+            wait = self.backoff * 2 ** attempt
+            try:
+                resp = await client.request(method, url, json=body)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                if attempt == self.retries:
+                    raise ServerError(f"cannot reach the LLM server at {url} ({type(exc).__name__}: {exc}) "
+                                      f"after {attempt + 1} attempt(s); is it running?") from exc
+                await asyncio.sleep(wait)
+                continue
+            self.requests_sent += 1
+            if resp.status_code in _RETRY_STATUS and attempt < self.retries:
+                retry_after = resp.headers.get("retry-after", "")
+                await asyncio.sleep(float(retry_after) if retry_after.replace(".", "", 1).isdigit() else wait)
+                continue
+            if resp.status_code >= 400:
+                raise self._http_error(resp, url)
+            try:
+                return resp.json()
+            except ValueError as exc:
+                raise ServerError(f"the LLM server at {url} answered with something that is not JSON: "
+                                  f"{resp.text[:200]!r}") from exc
+        raise AssertionError("unreachable")
+
+    def _http_error(self, resp: Any, url: str) -> Exception:
+        text = resp.text[:500]
+        low = text.lower()
+        if resp.status_code == 401 or resp.status_code == 403:
+            return ServerError(f"the LLM server at {url} refused the API key ({resp.status_code}): {text}")
+        if "logprob" in low or "logits_all" in low:
+            return ServerCapabilityError(
+                f"the LLM server at {url} refused the log-probabilities grogu asks for (top_logprobs="
+                f"{self.top_logprobs}): {text}. vLLM: start it with --max-logprobs {self.top_logprobs} (or "
+                f"more), or pass a smaller top_logprobs; llama-cpp-python: keep logits_all on")
+        if resp.status_code == 404 or ("model" in low and ("not found" in low or "does not exist" in low)):
+            served = [m.get("id") for m in self._models] if self._models else None
+            return ServerError(f"the LLM server at {url} does not serve model {self.model_name!r} "
+                               f"(status {resp.status_code}: {text})" + (f"; it serves {served}" if served else ""))
+        return ServerError(f"the LLM server at {url} answered {resp.status_code}: {text}")
+
+    async def _all(self, bodies: list[dict[str, Any]]) -> list[Any]:
+        """POST every body to the completions endpoint at once, at most ``max_concurrency`` in flight."""
+        sem = asyncio.Semaphore(self.max_concurrency)
+        async with self._client() as client:
+            async def one(body: dict[str, Any]) -> Any:
+                async with sem:
+                    return await self._request(client, "POST", "/completions", body)
+            return await asyncio.gather(*(one(b) for b in bodies))
+
+    # ------------------------------------------------------------------ request bodies and parsing
+    def _sampling(self, temperature: float | None, seed: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"temperature": 0.0 if temperature is None else float(temperature), "top_p": 1.0}
+        if seed is not None:
+            body["seed"] = int(seed)
+        if self.api == "llama-cpp":  # llama.cpp samples with these on by default
+            body.update(repeat_penalty=1.0, top_k=0 if temperature is not None else 1, min_p=0.0)
+        return body
+
+    def _gen_body(self, prompt: list[int], max_new_tokens: int, temperature: float | None,
+                  seed: int | None) -> dict[str, Any]:
+        body = {"model": self.model_name, "max_tokens": max_new_tokens, "logprobs": self.top_logprobs,
+                **self._sampling(temperature, seed)}
+        if self.api == "vllm":
+            body.update(prompt=prompt, return_tokens_as_token_ids=True, skip_special_tokens=False)
+        else:
+            body.update(prompt=self._prompt_text(prompt))
+        return body
+
+    def _forced_body(self, prompt: list[int], cont: list[int]) -> dict[str, Any]:
+        body = {"model": self.model_name, "max_tokens": 1, **self._sampling(None, None)}
+        if self.api == "vllm":
+            body.update(prompt=prompt + cont, prompt_logprobs=self.top_logprobs, return_tokens_as_token_ids=True)
+        else:
+            body.update(prompt=self._prompt_text(prompt + cont), echo=True, logprobs=self.top_logprobs)
+        return body
+
+    def _entropy(self, top: list[float]) -> float:
+        return topk_entropy(top, self.vocab_size, self.tail)
+
+    def _check_top(self, top: Any) -> list[float]:
+        if not top:
+            raise ServerCapabilityError(
+                f"the LLM server at {self.base_url} returned no top log-probabilities; grogu needs "
+                f"top_logprobs={self.top_logprobs} (vLLM: --max-logprobs; llama-cpp-python: logits_all on)")
+        values = [float(v["logprob"]) if isinstance(v, dict) else float(v)
+                  for v in (top.values() if isinstance(top, dict) else top)]
+        return values
+
+    def _parse_generation(self, data: Any) -> tuple[str, str | None, list[_Step], list[int] | None]:
+        """(text, finish_reason, per-token steps, token ids when the server gives them)."""
+        choice = data["choices"][0]
+        lp = choice.get("logprobs") or {}
+        tokens = lp.get("tokens") or []
+        logprobs = lp.get("token_logprobs") or []
+        tops = lp.get("top_logprobs") or []
+        if len(tokens) != len(logprobs) or (tokens and len(tops) != len(tokens)):
+            raise ServerError(f"the LLM server at {self.base_url} returned log-probabilities that do not match "
+                              f"its tokens ({len(tokens)} tokens, {len(logprobs)} log-probabilities)")
+        steps = [_Step(float(l), self._check_top(t)) for l, t in zip(logprobs, tops)]
+        ids = None
+        if self.api == "vllm":
+            ids = [int(t.split(":", 1)[1]) for t in tokens]
+        return choice.get("text") or "", choice.get("finish_reason"), steps, ids
+
+    def _parse_forced(self, data: Any, prompt: list[int], cont: list[int]) -> list[_Step]:
+        """The steps of ``cont``'s tokens from a teacher-forcing response."""
+        choice = data["choices"][0]
+        n = len(cont)
+        if self.api == "vllm":
+            entries = (choice.get("prompt_logprobs") or data.get("prompt_logprobs") or [])
+            entries = entries[len(prompt):len(prompt) + n]
+            if len(entries) != n:
+                raise ServerError(f"the LLM server at {self.base_url} returned {len(entries)} prompt "
+                                  f"log-probabilities for a {n}-token answer (does it support prompt_logprobs?)")
+            steps = []
+            for tok, entry in zip(cont, entries):
+                entry = {int(str(k).split(":")[-1]): v for k, v in entry.items()}
+                if tok not in entry:
+                    raise ServerError(f"the LLM server at {self.base_url} did not return the forced token's "
+                                      "log-probability")
+                steps.append(_Step(float(entry[tok]["logprob"]), self._check_top(list(entry.values()))))
+            return steps
+        # llama-cpp-python's echo: one entry per prompt token, the generated token last. Entry i holds the
+        # distribution that predicts token i when the prompt starts with the BOS token (it drops that
+        # token), else the one after token i (``echo_shift`` 1, found by :meth:`_probe_echo`)
+        lp = choice.get("logprobs") or {}
+        tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
+        shift = self._echo_shift or 0
+        generated = int((data.get("usage") or {}).get("completion_tokens", 1))  # 0 when it stopped at once
+        end = len(tokens) - generated
+        if end - n - shift < 0 or len(tokens) != len(tops):
+            raise ServerError(f"the LLM server at {self.base_url} echoed {len(tops)} positions for a "
+                              f"{n}-token answer (is logits_all on?)")
+        pieces = tokens[end - n:end]
+        joined = "".join(pieces)
+        if joined not in (self.tokenizer.decode(cont, skip_special_tokens=False),
+                          self.tokenizer.decode(cont, skip_special_tokens=True)):
+            raise ServerError(f"the LLM server at {self.base_url} tokenised the answer differently ({joined!r} "
+                              f"against {self.tokenizer.decode(cont)!r}); pass the served model's tokenizer=")
+        logprobs = lp.get("token_logprobs") or []
+        steps = []
+        for j, piece in enumerate(pieces):
+            top = tops[end - n - shift + j]
+            values = self._check_top(top)
+            if shift == 0:  # the entry is the token's own: its log-probability as the server computed it
+                steps.append(_Step(float(logprobs[end - n + j]), values))
+                continue
+            if piece not in top:
+                raise ServerCapabilityError(
+                    f"the forced answer token {piece!r} is not among the server's top {self.top_logprobs} "
+                    "log-probabilities at its position, so its log-probability is unknown; raise top_logprobs")
+            steps.append(_Step(float(top[piece]), values))
+        return steps
+
+    async def _probe_echo(self, prompt: list[int]) -> None:
+        """Whether llama-cpp-python's echo reports each prompt position's distribution at the token it
+        predicts (shift 0) or one entry earlier (shift 1): a greedy token's log-probability from generation
+        against the same token forced by echo."""
+        if self.api != "llama-cpp" or self._echo_shift is not None:
+            return
+        gen = (await self._all([self._gen_body(prompt, 1, None, None)]))[0]
+        text, _, steps, _ = self._parse_generation(gen)
+        forced = (await self._all([{**self._forced_body(prompt, []), "prompt": self._prompt_text(prompt) + text}]))[0]
+        lp = forced["choices"][0]["logprobs"]
+        if not steps or len(lp.get("token_logprobs") or []) < 3:
+            self._echo_shift = 0
+            return
+        same = abs(float(lp["token_logprobs"][-2]) - steps[0].logprob) < 1e-3
+        self._echo_shift = 0 if same else 1
+
+    # ------------------------------------------------------------------ the engine's primitives
+    @staticmethod
+    def _check_prompts(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError("prompts must be a list of token-id lists (render text with grogu.prompts)")
+        out = [[int(t) for t in p] for p in prompts]
+        if any(not p for p in out):
+            raise ValueError("a prompt has no tokens")
+        return out
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, *,
+                 temperature: float | None = None, seed: int | None = None) -> list[Generation]:
+        """One answer per prompt from the server (greedy when ``temperature`` is None), with each token's
+        top-k entropy and log-probability; all prompts sent at once."""
+        return self._run(self.agenerate(prompts, max_new_tokens, temperature=temperature, seed=seed))
+
+    def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
+        """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]`` from the server's prompt
+        log-probabilities; all requests at once."""
+        return self._run(self.atoken_stats(prompts, continuations))
+
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None):
+        raise ServerCapabilityError("ACU needs the probabilities of given label tokens, which an inference server "
+                                    "returns only when they are among its top-k; score ACU with a model loaded "
+                                    "in process (GROGU, Influence and SePer work through the server)")
+
+    async def agenerate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, *,
+                        temperature: float | None = None, seed: int | None = None) -> list[Generation]:
+        prompts = self._check_prompts(prompts)
+        max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
+        if not prompts:
+            return []
+        seeds = [None if seed is None else int(seed) + i for i in range(len(prompts))]
+        replies = await self._all([self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)])
+        parsed = [self._parse_generation(r) for r in replies]
+        gens: list[Generation | None] = []
+        refit: list[int] = []
+        for i, (text, finish, steps, ids) in enumerate(parsed):
+            if ids is None:
+                ids = self.encode(text)
+                if len(ids) != len(steps) or self.tokenizer.decode(ids, skip_special_tokens=False) != text:
+                    refit.append(i)  # the server's tokens are not the local tokenisation of its text
+            ids = [t for t in ids]
+            while ids and ids[-1] in self.stop_token_ids:  # a stop token the server kept in the text
+                ids, steps = ids[:-1], steps[:-1]
+            gens.append(self._generation(ids, steps, finish) if i not in refit else None)
+        empty = [i for i, g in enumerate(gens) if g is not None and not g.token_ids and g.finished]
+        todo = refit + empty
+        if todo:  # statistics by teacher forcing: re-tokenised answers, and the stop token of empty ones
+            conts = [self.encode(parsed[i][0]) if i in refit else [self.stop_token_ids[0]] for i in todo]
+            stats = await self.atoken_stats([prompts[i] for i in todo], conts)
+            for i, st in zip(todo, stats):
+                if i in refit:
+                    steps = [_Step(float(l), []) for l in st.logprob]
+                    g = Generation(st.token_ids, st.entropy, st.logprob, text=self.decode(st.token_ids))
+                    gens[i] = self._finish(g, parsed[i][1])
+                else:
+                    g = gens[i]
+                    g.stop_entropy, g.stop_logprob = float(st.entropy[0]), float(st.logprob[0])
+        return gens  # type: ignore[return-value]
+
+    def _generation(self, ids: list[int], steps: list[_Step], finish: str | None) -> Generation:
+        ent = torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32)
+        lp = torch.tensor([s.logprob for s in steps], dtype=torch.float32)
+        return self._finish(Generation(ids, ent, lp, text=self.decode(ids)), finish)
+
+    def _finish(self, gen: Generation, finish: str | None) -> Generation:
+        if finish == "stop":  # ended with an end-of-turn token (not returned); its statistics only when needed
+            gen.stop_token_id = self.stop_token_ids[0]
+            gen.stop_entropy = gen.stop_logprob = None
+        return gen
+
+    async def atoken_stats(self, prompts: Sequence[Sequence[int]],
+                           continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
+        prompts = self._check_prompts(prompts)
+        conts = [[int(t) for t in c] for c in continuations]
+        if len(conts) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(conts)} continuations")
+        todo = [i for i, c in enumerate(conts) if c]
+        empty = torch.zeros(0, dtype=torch.float32)
+        out: list[TokenStats] = [TokenStats([], empty, empty) for _ in conts]
+        if todo:
+            await self._probe_echo(prompts[todo[0]])
+        replies = await self._all([self._forced_body(prompts[i], conts[i]) for i in todo])
+        for i, data in zip(todo, replies):
+            steps = self._parse_forced(data, prompts[i], conts[i])
+            out[i] = TokenStats(conts[i], torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32),
+                                torch.tensor([s.logprob for s in steps], dtype=torch.float32))
+        return out
+
+
+__all__ = ["ServerTarget", "ServerError", "ServerCapabilityError", "APIS"]

@@ -1,0 +1,271 @@
+"""grogu.ServerTarget against a real OpenAI-compatible server: llama-cpp-python's server on this machine
+serving the embedded SmolLM2 GGUF (started for this module, stopped after).
+
+The reference for every number the server path computes is llama.cpp itself in this process
+(``llama_cpp.Llama`` on the same GGUF, all logits kept): the same token log-probabilities, and the
+entropy of the same top-k with the same tail correction. Against grogu's own engine (transformers,
+de-quantised weights) the answers and rankings agree where quantisation does not move them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import grogu
+from grogu import testing
+from grogu.influence import InfluenceScorer
+from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, target_from_llm, topk_entropy
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+QUERY = "What is the capital city of Australia?"
+DOCS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
+        "Paris is the capital of France."]
+K = 20
+BUDGET = 12
+#: llama-cpp-python keeps the KV cache of the previous request's longest common prefix and evaluates the
+#: rest in another split, which rounds its quantised kernels differently: the same request twice gives
+#: the same tokens and scores equal to about 0.05 (seen: 0.033), not bit for bit
+SERVER_RTOL = 0.1
+
+
+def _llama_cpp_available() -> bool:
+    return testing.importlib_util_find("llama_cpp") is not None
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not _llama_cpp_available():
+        if os.environ.get("CI"):
+            pytest.fail("llama-cpp-python is not installed; the README's test set-up command installs it")
+        pytest.skip("llama-cpp-python is not installed")
+    with testing.LlamaCppServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def target(server):
+    return ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=K, retries=1)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """llama.cpp in process on the same GGUF: full logits at every position."""
+    import llama_cpp
+
+    from grogu.models import embedded_path
+
+    return llama_cpp.Llama(embedded_path(grogu.DEFAULT_MODEL), n_ctx=2048, logits_all=True, verbose=False,
+                           n_threads=1)
+
+
+@pytest.fixture(scope="module")
+def served_scores(target):
+    scorer = grogu.UtilityScorer(target, max_new_tokens=BUDGET)
+    return scorer, scorer.score(QUERY, DOCS, return_details=True)
+
+
+def reference_stats(llm, target: ServerTarget, prompt: list[int], cont: list[int], tail: str):
+    """(entropy with top-K and ``tail``, log-probability) of each ``cont`` token after ``prompt`` by llama.cpp."""
+    text = target.tokenizer.decode(prompt + cont, skip_special_tokens=False)
+    ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+    llm.reset()
+    llm.eval(ids)
+    logits = np.asarray(llm.scores[: len(ids)], dtype=np.float64)
+    rows = torch.log_softmax(torch.from_numpy(logits[len(ids) - len(cont) - 1: len(ids) - 1]), dim=-1)
+    tail_ids = ids[len(ids) - len(cont):]
+    ent = [topk_entropy(torch.topk(r, K).values.tolist(), target.vocab_size, tail) for r in rows]
+    lp = [float(r[t]) for r, t in zip(rows, tail_ids)]
+    return ent, lp
+
+
+def test_api_detected_and_window(target):
+    assert target.api == "llama-cpp"  # told from /v1/models (owned_by "me")
+    assert target.model_name == grogu.DEFAULT_MODEL
+    assert target.device == "server"
+
+
+def test_token_stats_equal_llama_cpp_in_process(target, reference, served_scores):
+    scorer, scores = served_scores
+    answer = scores[0].details.token_ids
+    prompt = scorer.prompts.ungrounded_ids(QUERY)
+    st = target.token_stats([prompt], [answer])[0]
+    ent, lp = reference_stats(reference, target, prompt, answer, target.tail)
+    assert st.token_ids == answer
+    np.testing.assert_allclose(st.logprob.numpy(), lp, atol=2e-4)
+    np.testing.assert_allclose(st.entropy.numpy(), ent, atol=2e-4)
+    # the tail correction is part of the value: without it the entropy is smaller wherever mass is left
+    plain, _ = reference_stats(reference, target, prompt, answer, "none")
+    assert all(p <= e + 1e-9 for p, e in zip(plain, ent)) and sum(ent) > sum(plain)
+
+
+def test_generation_is_llama_cpp_greedy(target, reference, served_scores):
+    scorer, scores = served_scores
+    prompt = scorer.prompts.grounded_ids(QUERY, [grogu.Document(DOCS[0])])
+    gen = target.generate([prompt], BUDGET)[0]
+    text = target.tokenizer.decode(prompt, skip_special_tokens=False)
+    out = reference.create_completion(text, max_tokens=BUDGET, temperature=0.0, top_k=1, repeat_penalty=1.0)
+    assert gen.text == out["choices"][0]["text"].strip()
+    ent, lp = reference_stats(reference, target, prompt, gen.token_ids, target.tail)
+    # decode steps and one whole-sequence pass round llama.cpp's quantised kernels differently (seen:
+    # equal to 1e-6 but for one token, 0.02 apart); the teacher-forced test above is the exact one
+    np.testing.assert_allclose(gen.logprob.numpy(), lp, atol=0.05)
+    np.testing.assert_allclose(gen.entropy.numpy(), ent, atol=0.05)
+    assert np.median(np.abs(gen.logprob.numpy() - np.array(lp))) < 1e-3
+
+
+def test_scores_follow_the_metric(served_scores):
+    """Each served score is the metric of the served statistics (the scorer's own arithmetic)."""
+    _, scores = served_scores
+    for s in scores:
+        d = s.details
+        value = grogu.metrics.compute("key_entropy", d.grounded_entropy, d.grounded_logprob, d.ungrounded_entropy,
+                                      logp_u=d.ungrounded_logprob, copied=d.copied)
+        assert math.isclose(s.score, value.utility, rel_tol=1e-6)
+
+
+def test_agrees_with_the_in_process_engine(served_scores, smol_engine):
+    """Same answers and the same document ranking as grogu's engine on the de-quantised weights."""
+    _, served = served_scores
+    local = grogu.UtilityScorer(smol_engine, max_new_tokens=BUDGET).score(QUERY, DOCS)
+    assert [s.answer for s in served] == [s.answer for s in local]
+    assert sorted(range(3), key=lambda i: -served[i].score) == sorted(range(3), key=lambda i: -local[i].score)
+
+
+def test_rerank_every_mode(target, served_scores):
+    scorer, scores = served_scores
+    by_doc = scorer.rerank(QUERY, DOCS, mode="document")
+    assert [r.score for r in by_doc] == sorted((r.score for r in by_doc), reverse=True)
+    assert [r.answer for r in by_doc] == [scores[r.index].answer for r in by_doc]
+    assert [r.score for r in by_doc] == pytest.approx([scores[r.index].score for r in by_doc], abs=SERVER_RTOL)
+    rel = [0.9, 0.5, 0.1]
+    # context mode, top 2 of 3: the top-2 and the top-2 with its last document swapped for the third
+    ctx = scorer.rerank(QUERY, DOCS, top_n=2, relevance=rel, return_details=True)
+    assert len(ctx) == 2 and ctx[0].context is not None
+    assert [r.index for r in ctx] in ([0, 1], [0, 2])
+    fused = scorer.rerank(QUERY, DOCS, mode="fusion", relevance=rel)
+    assert sorted(r.index for r in fused) == [0, 1, 2]
+    pruned = scorer.rerank(QUERY, DOCS, mode="prune", relevance=rel)
+    assert [r.index for r in pruned] == sorted(r.index for r in pruned)
+
+
+def test_concurrent_queries_equal_sequential(target, served_scores):
+    """Two queries batched, and the same two as concurrent coroutines, against one at a time."""
+    scorer, first = served_scores
+    items = [(QUERY, DOCS), ("What is the capital of France?", DOCS[2:])]
+    together = scorer.score_batch(items)
+
+    async def both():
+        return await asyncio.gather(*(scorer.ascore(q, d) for q, d in items))
+
+    concurrent = asyncio.run(both())
+    assert [x.answer for x in together[0]] == [x.answer for x in first] == [x.answer for x in concurrent[0]]
+    assert [x.answer for x in together[1]] == [x.answer for x in concurrent[1]]
+    assert [x.score for x in together[0]] == pytest.approx([x.score for x in first], abs=SERVER_RTOL)
+    assert [x.score for x in concurrent[1]] == pytest.approx([x.score for x in together[1]], abs=SERVER_RTOL)
+
+
+def test_influence_through_the_server(target):
+    """Forward-only leave-one-out log-probabilities are the server's teacher-forced sums; exact
+    Influence runs its 2k+1 generations on the server."""
+    docs = DOCS[:2]
+    fwd = InfluenceScorer(target, method="leave_one_out_logprob", max_new_tokens=BUDGET)
+    res = fwd.score(QUERY, docs)
+    assert res.answer and len(res.scores) == 2 and all(math.isfinite(x) for x in res.scores)
+    # by hand: the full context's and each leave-one-out context's teacher-forced answer log-probability
+    target_ids = res.forward.target_token_ids
+    prompts = [fwd.prompts.grounded_ids(QUERY, [grogu.Document(d) for d in ds])
+               for ds in (docs, docs[1:], docs[:1])]
+    sums = [float(st.logprob.double().sum()) for st in target.token_stats(prompts, [target_ids] * 3)]
+    assert res.forward.logprobs == pytest.approx(sums, abs=1e-6)
+    assert res.scores == pytest.approx([sums[0] - sums[1], sums[0] - sums[2]], abs=1e-6)
+    exact = InfluenceScorer(target, max_new_tokens=BUDGET)
+    ex = exact.score(QUERY, docs)
+    assert len(ex.scores) == 2 and all(math.isfinite(x) for x in ex.scores)
+    assert ex.answer == res.answer  # the same greedy full-context answer from the server
+    assert len(ex.leave_one_out_answers) == len(ex.single_answers) == 2
+
+
+def test_acu_needs_a_local_model(target):
+    with pytest.raises(ServerCapabilityError, match="ACU"):
+        target.next_token_logprobs([[1, 2, 3]])
+
+
+def test_log_probabilities_do_not_depend_on_k(server, target, served_scores):
+    """The forced tokens' log-probabilities are the server's own, whatever k; only the entropy is top-k."""
+    scorer, scores = served_scores
+    narrow = ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=1, tail="none", retries=0)
+    prompt, answer = scorer.prompts.ungrounded_ids(QUERY), scores[1].details.token_ids
+    one = narrow.token_stats([prompt], [answer])[0]
+    assert one.logprob.tolist() == pytest.approx(scores[1].details.ungrounded_logprob.tolist(), abs=0.05)
+    # with one alternative and no tail correction, the entropy is -p log p of the most likely token
+    assert all(0 <= h <= 1 / math.e + 1e-6 for h in one.entropy.tolist())
+
+
+def test_server_down_is_a_clear_error():
+    with pytest.raises(ServerError, match="cannot reach the LLM server"):
+        ServerTarget(f"http://127.0.0.1:{testing.free_port()}", model="m", tokenizer=grogu.DEFAULT_MODEL,
+                     retries=1, backoff=0.01, timeout=2)
+
+
+def test_unknown_model_is_a_clear_error(server):
+    with pytest.raises(ValueError, match="does not serve model 'no-such-model'"):
+        ServerTarget(server.url, model="no-such-model", tokenizer=grogu.DEFAULT_MODEL, retries=0)
+
+
+def test_wrong_api_key_is_a_clear_error():
+    if not _llama_cpp_available():
+        pytest.skip("llama-cpp-python is not installed")
+    with testing.LlamaCppServer(api_key="right-key") as srv:
+        with pytest.raises(ServerError, match="refused the API key"):
+            ServerTarget(srv.url, tokenizer=grogu.DEFAULT_MODEL, api_key="wrong-key", retries=0)
+        ok = ServerTarget(srv.url, tokenizer=grogu.DEFAULT_MODEL, api_key="right-key", retries=0)
+        assert ok.model_name == grogu.DEFAULT_MODEL
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(base_url="localhost:8000"), "http"),
+    (dict(api="ollama"), "api must be"),
+    (dict(tail="gauss"), "tail must be"),
+    (dict(top_logprobs=0), "top_logprobs"),
+    (dict(timeout=float("nan")), "timeout"),
+    (dict(max_concurrency=0), "max_concurrency"),
+])
+def test_bad_settings(kwargs, message):
+    args = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "tokenizer": grogu.DEFAULT_MODEL, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        ServerTarget(args.pop("base_url"), **args)
+
+
+def test_openai_itself_is_refused():
+    class OpenAI:  # the fields LlamaIndex's OpenAI LLM has, at their defaults
+        api_base = "https://api.openai.com/v1"
+        api_key = "sk-test"
+        model = "gpt-4o-mini"
+        max_tokens = None
+
+    with pytest.raises(ValueError, match="no prompt log-probabilities"):
+        target_from_llm(OpenAI())
+    assert target_from_llm(object()) is None
+
+
+def test_topk_entropy_by_hand():
+    lp = [math.log(0.5), math.log(0.3)]
+    head = -(0.5 * math.log(0.5) + 0.3 * math.log(0.3))
+    assert topk_entropy(lp, 10, "none") == pytest.approx(head)
+    assert topk_entropy(lp, 10, "min") == pytest.approx(head - 0.2 * math.log(0.3))
+    assert topk_entropy(lp, 10, "uniform") == pytest.approx(head - 0.2 * math.log(0.2 / 8))
+    full = [math.log(p) for p in (0.5, 0.3, 0.2)]
+    assert topk_entropy(full, 3, "min") == pytest.approx(-(0.5 * math.log(0.5) + 0.3 * math.log(0.3) + 0.2 * math.log(0.2)))
+    with pytest.raises(ValueError):
+        topk_entropy([], 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert topk_entropy([0.0], 5, "uniform") == pytest.approx(0.0)
