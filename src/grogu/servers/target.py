@@ -126,6 +126,10 @@ class ServerTarget:
             self.api = self._detect_api()
         if not isinstance(self.model_name, str) or not self.model_name:
             raise ValueError(f"model must be the served model's name, got {model!r}")
+        served = [m.get("id") for m in self.served_models()]
+        if self.model_name not in served:  # some servers (llama-cpp-python) answer for any name
+            raise ValueError(f"the LLM server at {self.base_url} does not serve model {self.model_name!r}; "
+                             f"it serves {served}")
         if tokenizer is None:
             tokenizer = self.model_name
         if isinstance(tokenizer, (str, os.PathLike)):
