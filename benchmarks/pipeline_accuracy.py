@@ -139,6 +139,19 @@ def result_row(r, golds) -> dict:
             "correct": answered(r.answer, golds), "n_tokens": r.n_tokens}
 
 
+def served_llm(args):
+    """The pipeline's LLM as an ``OpenAILike`` on the server at ``--server`` (greedy and plain: temperature 0
+    and, for llama-cpp-python's server, no repeat penalty), answering with the chat endpoint."""
+    from llama_index.llms.openai_like import OpenAILike
+
+    import grogu
+
+    name = args.served_model or grogu.ServerTarget(args.server, tokenizer=args.model).model_name
+    return OpenAILike(api_base=args.server, model=name, api_key=os.environ.get("OPENAI_API_KEY", "none"),
+                      is_chat_model=True, temperature=0.0, max_tokens=args.max_new_tokens, context_window=8192,
+                      additional_kwargs={"extra_body": {"repeat_penalty": 1.0}})
+
+
 def collect(args) -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -162,14 +175,18 @@ def collect(args) -> None:
     index = build_index(pool, embed_model, args.cache_dir, args.data)
     retriever = index.as_retriever(similarity_top_k=args.top_k)
 
-    model, tokenizer = grogu.load_model(args.model, device="cpu")
-    stop = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
-    chat = bool(getattr(tokenizer, "chat_template", None))  # a base model (no chat template) reads the completion prompt
-    llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
-                         max_new_tokens=args.max_new_tokens, is_chat_model=chat,
-                         generate_kwargs={"do_sample": False}, stopping_ids=[stop] if stop is not None else [])
+    if args.server:  # the target LLM behind an OpenAI-compatible server: nothing is loaded here
+        llm = served_llm(args)
+        engine = grogu.servers.target_from_llm(llm, tokenizer=args.model, top_logprobs=args.top_logprobs)
+    else:
+        model, tokenizer = grogu.load_model(args.model, device="cpu")
+        stop = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+        chat = bool(getattr(tokenizer, "chat_template", None))  # a base model (no chat template) reads the completion prompt
+        llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
+                             max_new_tokens=args.max_new_tokens, is_chat_model=chat,
+                             generate_kwargs={"do_sample": False}, stopping_ids=[stop] if stop is not None else [])
+        engine = grogu.get_engine((model, tokenizer))
     synthesizer = get_response_synthesizer(llm=llm, response_mode="compact")
-    engine = grogu.get_engine((model, tokenizer))
     template = template_from_llama_index(synthesizer, llm)
     settings = json.load(open(args.settings)) if args.settings else None
     pipe = grogu.UtilityScorer(engine, max_new_tokens=args.max_new_tokens, template=template)
@@ -237,10 +254,14 @@ def latency(args) -> None:
     questions = questions[args.skip:]
     embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
     retriever = build_index(pool, embed_model, args.cache_dir, "squad").as_retriever(similarity_top_k=args.top_k)
-    model, tokenizer = grogu.load_model(args.model, device="cpu")
-    llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
-                         max_new_tokens=args.max_new_tokens, is_chat_model=True, generate_kwargs={"do_sample": False},
-                         stopping_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")])
+    if args.server:
+        llm = served_llm(args)
+    else:
+        model, tokenizer = grogu.load_model(args.model, device="cpu")
+        llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
+                             max_new_tokens=args.max_new_tokens, is_chat_model=True,
+                             generate_kwargs={"do_sample": False},
+                             stopping_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")])
     synth = get_response_synthesizer(llm=llm, response_mode="compact")
     settings = json.load(open(args.settings))
     reranks = {}
@@ -391,6 +412,13 @@ def main() -> None:
     lat = sub.add_parser("latency")
     lat.add_argument("--settings", required=True)
     pipeline_args(lat, questions=20)
+    for served in (c, lat):
+        served.add_argument("--server", default=None,
+                            help="base URL of an OpenAI-compatible server (vLLM, SGLang, llama-cpp-python) serving "
+                                 "the target LLM: the pipeline's LLM is an OpenAILike on it and grogu scores "
+                                 "through it; --model then names its tokenizer")
+        served.add_argument("--served-model", default=None, help="the served model's name (default: the only one)")
+        served.add_argument("--top-logprobs", type=int, default=20)
     lc = sub.add_parser("langchain")
     pipeline_args(lc, questions=50)
     r = sub.add_parser("report")

@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     p.add_argument("--questions", type=int, default=40)
     p.add_argument("--docs", type=int, default=5)
     p.add_argument("--ks", default="5,20,100")
-    p.add_argument("--tails", default="min,none")
+    p.add_argument("--tails", default="uniform")
     p.add_argument("--metric", default=M.DEFAULT_METRIC)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)

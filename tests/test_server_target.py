@@ -193,6 +193,25 @@ def test_influence_through_the_server(target):
     assert len(ex.leave_one_out_answers) == len(ex.single_answers) == 2
 
 
+def test_command_line_through_the_server(server, served_scores, tmp_path, capsys):
+    """``grogu score --server URL``: the same answers and scores as the ServerTarget in Python."""
+    import json
+
+    from grogu.cli import main
+
+    _, scores = served_scores
+    docs = tmp_path / "docs.txt"
+    docs.write_text("\n\n".join(DOCS))
+    assert main(["score", "--server", server.url, "--query", QUERY, "--docs", str(docs), "--json",
+                 "--max-new-tokens", str(BUDGET)]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["model"] == grogu.DEFAULT_MODEL
+    assert [r["answer"] for r in record["results"]] == [s.answer for s in scores]
+    assert [r["score"] for r in record["results"]] == pytest.approx([s.score for s in scores], abs=SERVER_RTOL)
+    with pytest.raises(SystemExit, match="--device/--dtype"):
+        main(["score", "--server", server.url, "--query", QUERY, "--docs", str(docs), "--device", "cpu"])
+
+
 def test_acu_needs_a_local_model(target):
     with pytest.raises(ServerCapabilityError, match="ACU"):
         target.next_token_logprobs([[1, 2, 3]])

@@ -125,6 +125,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_server_arguments(p: argparse.ArgumentParser) -> None:
+    """The target LLM behind an inference server (grogu.ServerTarget) instead of a model loaded here."""
+    g = p.add_argument_group("target LLM on an inference server (vLLM, SGLang, llama-cpp-python)")
+    g.add_argument("--server", default=None, help="its OpenAI-compatible base URL (http://host:8000/v1); --model "
+                                                  "then names the tokenizer (alias, path, .gguf or hub id)")
+    g.add_argument("--served-model", default=None, help="the served model's name (default: the only one it lists)")
+    g.add_argument("--server-api", default="auto", choices=("auto", "vllm", "llama-cpp"), help="the server's API")
+    g.add_argument("--top-logprobs", type=POSITIVE_INT, default=20, help="alternatives per token the server returns")
+    g.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY)")
+
+
+def target_of(args: argparse.Namespace | dict[str, Any]) -> Any:
+    """The target LLM the parsed arguments name: a ServerTarget with --server, else the --model spec."""
+    a = vars(args) if isinstance(args, argparse.Namespace) else args
+    if not a.get("server"):
+        return a["model"]
+    if a.get("device") is not None or a.get("dtype") is not None:
+        raise SystemExit("--device/--dtype apply to a model loaded here, not to one behind --server")
+    from .servers import ServerTarget
+
+    return ServerTarget(a["server"], a.get("served_model"), api=a.get("server_api", "auto"), tokenizer=a["model"],
+                        top_logprobs=a.get("top_logprobs", 20), api_key=a.get("api_key"))
+
+
 def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     """Arguments of ``grogu score`` and ``grogu rerank``."""
     src = p.add_argument_group("input")
@@ -150,6 +174,7 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     p.add_argument("--address", default=None, help="--ray: the Ray cluster to join (default: a local Ray)")
     p.add_argument("--workers", type=POSITIVE_INT, default=1, help="--ray: engine actors (default 1)")
     p.add_argument("--gpus-per-worker", type=float, default=0.0, help="--ray: GPUs per engine actor")
+    _add_server_arguments(p)
     if rerank:
         p.add_argument("--top-n", type=TOP_N, default=None, help="keep the best n (a positive int)")
         p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
@@ -205,6 +230,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--json", action="store_true")
+    _add_server_arguments(p)
 
 
 def _print_rows(title: str, header: list[str], rows: list[list[Any]], as_json: bool, record: dict) -> None:
@@ -241,7 +267,7 @@ def other_metric(args: argparse.Namespace) -> int:
     if args.command == "influence":
         from .influence import InfluenceScorer
 
-        r = InfluenceScorer(args.model, embedder=args.embedder, max_new_tokens=args.max_new_tokens,
+        r = InfluenceScorer(target_of(args), embedder=args.embedder, max_new_tokens=args.max_new_tokens,
                             device=args.device, dtype=args.dtype, method=args.method, n_ablations=args.ablations,
                             seed=args.seed).score(args.query, docs, answer=args.answer)
         _print_rows(f"query: {args.query}\nanswer: {r.answer}\nmethod: {r.method}", ["doc", "influence", "document"],
@@ -252,7 +278,7 @@ def other_metric(args: argparse.Namespace) -> int:
         return 0
     from .seper import SePerScorer
 
-    scorer = SePerScorer(args.model, entailment=args.nli, n_samples=args.samples, tau=args.tau, seed=args.seed,
+    scorer = SePerScorer(target_of(args), entailment=args.nli, n_samples=args.samples, tau=args.tau, seed=args.seed,
                          max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
     res = scorer.score(args.query, docs, args.reference)
     _print_rows(f"query: {args.query}   references: {args.reference}", ["doc", "dSePer_S", "dSePer_H", "document"],
@@ -278,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ray:
         if not args.out or not args.queries:
             raise SystemExit("--ray needs --queries FILE and --out FILE (records are written in input order)")
+        if args.server:
+            raise SystemExit("--ray runs engines on Ray workers; with --server, the server does the batching")
         from .serve.offline import score_on_ray
 
         return score_on_ray(args, items, done)

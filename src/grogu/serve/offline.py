@@ -22,7 +22,9 @@ from typing import Any
 def scorer_options(args: argparse.Namespace | dict[str, Any]) -> dict[str, Any]:
     """:class:`grogu.UtilityScorer` keyword arguments from the parsed ``score`` / ``rerank`` arguments."""
     a = vars(args) if isinstance(args, argparse.Namespace) else args
-    return dict(model=a["model"], metric=a["metric"], alpha=a["alpha"], top_k_frac=a["top_k_frac"],
+    from ..cli import target_of
+
+    return dict(model=target_of(a), metric=a["metric"], alpha=a["alpha"], top_k_frac=a["top_k_frac"],
                 max_new_tokens=a["max_new_tokens"], device=a["device"], dtype=a["dtype"],
                 answer_style=a["answer_style"])
 

@@ -82,7 +82,7 @@ class ServerTarget:
         api_key: sent as a bearer token; default the ``OPENAI_API_KEY`` environment variable, if set.
         top_logprobs: k, how many alternatives per token the server returns (vLLM caps it with
             ``--max-logprobs``, 20 by default). Default 20.
-        tail: the top-k entropy's tail correction, ``"min"`` (default), ``"uniform"`` or ``"none"``.
+        tail: the top-k entropy's tail correction, ``"uniform"`` (default), ``"min"`` or ``"none"``.
         context_window: the served context length in tokens (default: vLLM's ``max_model_len`` from
             ``/v1/models``, else the tokenizer's ``model_max_length``, at most 8192... pass it).
         max_concurrency: most requests in flight at once (default 16).

@@ -13,8 +13,11 @@ returned probability, the tail's entropy lies between two bounds:
 - ``"none"``: no correction, the top-k sum alone (a lower bound of H).
 
 Which one ranks documents as the full-vocabulary entropy does is measured in
-``benchmarks/server_fidelity.py`` (truncation simulated on the in-process engine's full
-distributions, so quantisation is kept apart); :data:`DEFAULT_TAIL` is the one chosen there.
+``benchmarks/server_fidelity.py truncation`` (truncation simulated on the in-process engine's full
+distributions, so quantisation is kept apart). On SmolLM2-135M-Instruct, SQuAD questions with five
+paragraphs each, KeyEntropy: "uniform" ranked best on the 40 tuning questions at k = 5, 20 and 100, and
+on the 40 held-out ones its mean per-question Spearman with the exact ranking is 0.90 / 0.93 / 0.97
+(``"min"`` 0.86 / 0.91 / 0.94, ``"none"`` 0.69 / 0.80 / 0.85). :data:`DEFAULT_TAIL` is "uniform".
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Iterable
 import torch
 
 TAILS = ("min", "uniform", "none")
-DEFAULT_TAIL = "min"
+DEFAULT_TAIL = "uniform"
 
 
 def topk_entropy(logprobs: Iterable[float], vocab_size: int, tail: str = DEFAULT_TAIL) -> float:
