@@ -13,7 +13,7 @@ import grogu
 from grogu import testing
 from llama_index.core import Document, VectorStoreIndex, get_response_synthesizer
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
+from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank, GroguSynthesizer
 
 QUERY = "What is the capital city of Australia?"
 TEXTS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
@@ -40,7 +40,7 @@ def served_llm(server):
                       temperature=0.0, max_tokens=BUDGET, additional_kwargs={"extra_body": {"repeat_penalty": 1.0}})
 
 
-def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, embed_model):
+def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, embed_model, attach):
     index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed_model)
     synth = get_response_synthesizer(llm=served_llm, response_mode="compact")
     rerank = GroguRerank(top_n=2, model=served_llm, qa_template=synth)
@@ -49,6 +49,10 @@ def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, 
     wrapped = GroguSynthesizer(synth)
     engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=3), llm=served_llm,
                                             node_postprocessors=[rerank], response_synthesizer=wrapped)
+    records = []  # the influence handler scores through the same server (forward-only: prompt log-probabilities)
+    handler = attach(GroguInfluenceHandler(model=served_llm, method="leave_one_out_logprob", sinks=[records],
+                                           max_new_tokens=BUDGET))
+    assert handler.recorder.scorer.engine is rerank.scorer.engine  # one ServerTarget per server and model
     response = engine.query(QUERY)
     assert wrapped.reused == 1  # no second request for the answer
     assert len(response.source_nodes) == 2
@@ -57,6 +61,9 @@ def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, 
     # the same nodes through the plain synthesizer: a real chat request to the server gives that answer
     plain = synth.synthesize(QUERY, response.source_nodes)
     assert str(plain).strip() == str(response).strip()
+    assert len(records) == 1 and records[0]["error"] is None and records[0]["method"] == "leave_one_out_logprob"
+    assert records[0]["model"] == grogu.DEFAULT_MODEL and len(records[0]["documents"]) == 2
+    assert all(isinstance(d["influence"], float) for d in records[0]["documents"])
 
 
 def test_a_served_llm_without_a_known_server_is_refused_clearly():
