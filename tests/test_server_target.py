@@ -250,6 +250,15 @@ def test_wrong_api_key_is_a_clear_error():
         assert ok.model_name == grogu.DEFAULT_MODEL
 
 
+def test_log_probabilities_switched_off_is_a_clear_error():
+    if not _llama_cpp_available():
+        pytest.skip("llama-cpp-python is not installed")
+    with testing.LlamaCppServer(logits_all=False) as srv:
+        target = ServerTarget(srv.url, tokenizer=grogu.DEFAULT_MODEL, retries=0)
+        with pytest.raises(ServerCapabilityError, match="refused the log-probabilities"):
+            target.generate([target.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")], 4)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(base_url="localhost:8000"), "http"),
     (dict(api="ollama"), "api must be"),

@@ -108,10 +108,12 @@ class LlamaCppServer:
     """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) as a child process on
     loopback, serving a GGUF (default: the embedded SmolLM2) under ``alias``; a real inference server
     for tests and benchmarks of :class:`grogu.ServerTarget`. Use as a context manager; ``url`` is its
-    base URL. ``api_key``: the key the server demands (none by default)."""
+    base URL. ``api_key``: the key the server demands (none by default); ``logits_all=False`` starts it
+    without the log-probabilities grogu needs."""
 
     def __init__(self, gguf: str | None = None, alias: str | None = None, *, n_ctx: int = 2048,
-                 threads: int = 1, api_key: str | None = None, startup_s: float = 180.0) -> None:
+                 threads: int = 1, api_key: str | None = None, logits_all: bool = True,
+                 startup_s: float = 180.0) -> None:
         from .models import DEFAULT_MODEL, embedded_path
 
         self.gguf = gguf or embedded_path(DEFAULT_MODEL)
@@ -120,7 +122,7 @@ class LlamaCppServer:
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.args = ["--model", self.gguf, "--model_alias", self.alias, "--n_ctx", str(n_ctx),
                      "--n_threads", str(threads), "--n_threads_batch", str(threads), "--host", "127.0.0.1",
-                     "--port", str(self.port), "--logits_all", "true", "--verbose", "false"]
+                     "--port", str(self.port), "--logits_all", str(logits_all).lower(), "--verbose", "false"]
         if api_key:
             self.args += ["--api_key", api_key]
         self.api_key, self.startup_s, self.proc = api_key, startup_s, None
