@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import warnings
 
 import numpy as np
@@ -36,16 +35,9 @@ BUDGET = 12
 SERVER_RTOL = 0.1
 
 
-def _llama_cpp_available() -> bool:
-    return testing.importlib_util_find("llama_cpp") is not None
-
-
 @pytest.fixture(scope="module")
 def server():
-    if not _llama_cpp_available():
-        if os.environ.get("CI"):
-            pytest.fail("llama-cpp-python is not installed; the README's test set-up command installs it")
-        pytest.skip("llama-cpp-python is not installed")
+    testing.require_llama_cpp()
     with testing.LlamaCppServer() as srv:
         yield srv
 
@@ -241,8 +233,7 @@ def test_unknown_model_is_a_clear_error(server):
 
 
 def test_wrong_api_key_is_a_clear_error():
-    if not _llama_cpp_available():
-        pytest.skip("llama-cpp-python is not installed")
+    testing.require_llama_cpp()
     with testing.LlamaCppServer(api_key="right-key") as srv:
         with pytest.raises(ServerError, match="refused the API key"):
             ServerTarget(srv.url, tokenizer=grogu.DEFAULT_MODEL, api_key="wrong-key", retries=0)
@@ -251,8 +242,7 @@ def test_wrong_api_key_is_a_clear_error():
 
 
 def test_log_probabilities_switched_off_is_a_clear_error():
-    if not _llama_cpp_available():
-        pytest.skip("llama-cpp-python is not installed")
+    testing.require_llama_cpp()
     with testing.LlamaCppServer(logits_all=False) as srv:
         target = ServerTarget(srv.url, tokenizer=grogu.DEFAULT_MODEL, retries=0)
         with pytest.raises(ServerCapabilityError, match="refused the log-probabilities"):

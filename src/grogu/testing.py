@@ -161,6 +161,17 @@ class LlamaCppServer:
                 self.proc.wait()
 
 
+def require_llama_cpp() -> None:
+    """In a test: skip when llama-cpp-python (the test server) is not installed, but fail under CI, where
+    the README's test set-up command installs it."""
+    import pytest
+
+    if importlib_util_find("llama_cpp") is None:
+        if os.environ.get("CI"):
+            pytest.fail("llama-cpp-python is not installed; the README's test set-up command installs it")
+        pytest.skip("llama-cpp-python is not installed")
+
+
 def importlib_util_find(name: str):
     import importlib.util
 

@@ -5,8 +5,6 @@ server gave the chosen context, which is the answer the LLM itself gives for it.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import grogu
@@ -23,10 +21,7 @@ BUDGET = 12
 
 @pytest.fixture(scope="module")
 def server():
-    if testing.importlib_util_find("llama_cpp") is None:
-        if os.environ.get("CI"):
-            pytest.fail("llama-cpp-python is not installed; the README's test set-up command installs it")
-        pytest.skip("llama-cpp-python is not installed")
+    testing.require_llama_cpp()
     with testing.LlamaCppServer() as srv:
         yield srv
 

@@ -437,7 +437,6 @@ class ServerTarget:
                 ids = self.encode(text)
                 if len(ids) != len(steps) or self.tokenizer.decode(ids, skip_special_tokens=False) != text:
                     refit.append(i)  # the server's tokens are not the local tokenisation of its text
-            ids = [t for t in ids]
             while ids and ids[-1] in self.stop_token_ids:  # a stop token the server kept in the text
                 ids, steps = ids[:-1], steps[:-1]
             gens.append(self._generation(ids, steps, finish) if i not in refit else None)
@@ -448,7 +447,6 @@ class ServerTarget:
             stats = await self.atoken_stats([prompts[i] for i in todo], conts)
             for i, st in zip(todo, stats):
                 if i in refit:
-                    steps = [_Step(float(l), []) for l in st.logprob]
                     g = Generation(st.token_ids, st.entropy, st.logprob, text=self.decode(st.token_ids))
                     gens[i] = self._finish(g, parsed[i][1])
                 else:

@@ -5,8 +5,6 @@ the chosen documents, which is the answer the chat model itself gives for them."
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
@@ -26,10 +24,7 @@ PROMPT = ChatPromptTemplate.from_messages([("user", "Answer from the context.\n\
 
 @pytest.fixture(scope="module")
 def server():
-    if testing.importlib_util_find("llama_cpp") is None:
-        if os.environ.get("CI"):
-            pytest.fail("llama-cpp-python is not installed; the README's test set-up command installs it")
-        pytest.skip("llama-cpp-python is not installed")
+    testing.require_llama_cpp()
     with testing.LlamaCppServer() as srv:
         yield srv
 
