@@ -98,6 +98,29 @@ def test_token_stats_equal_llama_cpp_in_process(target, reference, served_scores
     assert all(p <= e + 1e-9 for p, e in zip(plain, ent)) and sum(ent) > sum(plain)
 
 
+def test_characters_split_over_byte_tokens(target, reference):
+    """An answer whose characters span several byte tokens (the server echoes those pieces empty) and
+    ends with the end-of-turn token: still the server's numbers, position by position."""
+    prompt = target.encode("<|im_start|>user\nSay something.<|im_end|>\n<|im_start|>assistant\n")
+    answer = target.encode("東京は日本の首都です 🎉 Café") + [target.end_of_turn]
+    st = target.token_stats([prompt], [answer])[0]
+    ent, lp = reference_stats(reference, target, prompt, answer, target.tail)
+    assert len(st.token_ids) == len(answer) > 10
+    np.testing.assert_allclose(st.logprob.numpy(), lp, atol=2e-4)
+    # llama-cpp-python keys the alternatives by their text, and byte tokens of one character all read ""
+    # there: where the top K read as K distinct texts the entropy is llama.cpp's, elsewhere alternatives
+    # merge and the tail correction takes their mass (documented in the README)
+    text = target.tokenizer.decode(prompt + answer, skip_special_tokens=False)
+    ids = reference.tokenize(text.encode(), add_bos=False, special=True)
+    reference.reset()
+    reference.eval(ids)
+    rows = np.asarray(reference.scores[len(ids) - len(answer) - 1: len(ids) - 1], dtype=np.float64)
+    distinct = [len({reference.detokenize([int(i)]).decode("utf-8", errors="ignore") for i in np.argsort(-r)[:K]}) == K
+                for r in rows]
+    assert 0 < sum(distinct) < len(distinct)
+    np.testing.assert_allclose(st.entropy.numpy()[distinct], np.array(ent)[distinct], atol=2e-4)
+
+
 def test_generation_is_llama_cpp_greedy(target, reference, served_scores):
     scorer, scores = served_scores
     prompt = scorer.prompts.grounded_ids(QUERY, [grogu.Document(DOCS[0])])
