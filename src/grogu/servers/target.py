@@ -223,14 +223,38 @@ class ServerTarget:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(asyncio.run, coro).result()
 
+    async def _answer_ids(self, items: list[tuple[list[int], str]]) -> list[list[int]]:
+        """llama-cpp-python: the token ids of each answer text as the server reads it after its prompt
+        (``/extras/tokenize`` of prompt + answer, the prompt's own tokens taken off), so that the answer
+        echoed back under another prompt ending the same way has exactly these tokens."""
+        root = self.base_url[: -len("/v1")]
+        sem = asyncio.Semaphore(self.max_concurrency)
+
+        async def tokens(client: Any, text: str) -> list[int]:
+            async with sem:
+                data = await self._request(client, "POST", "", {"input": text, "model": self.model_name},
+                                           url=root + "/extras/tokenize")
+            return [int(t) for t in data["tokens"]]
+
+        async with self._client() as client:
+            out = []
+            for prompt, answer in items:
+                text = self._prompt_text(prompt)
+                head, full = await asyncio.gather(tokens(client, text), tokens(client, text + answer))
+                if full[:len(head)] != head:
+                    raise ServerError(f"the LLM server at {self.base_url} reads the answer into its prompt's "
+                                      "last token; grogu cannot tell the answer's tokens apart")
+                out.append(full[len(head):])
+            return out
+
     async def _get(self, path: str) -> Any:
         async with self._client() as client:
             return await self._request(client, "GET", path, None)
 
-    async def _request(self, client: Any, method: str, path: str, body: Any) -> Any:
+    async def _request(self, client: Any, method: str, path: str, body: Any, url: str | None = None) -> Any:
         import httpx
 
-        url = self.base_url + path
+        url = url or self.base_url + path
         for attempt in range(self.retries + 1):
             wait = self.backoff * 2 ** attempt
             try:
@@ -439,20 +463,21 @@ class ServerTarget:
         seeds = [None if seed is None else int(seed) + i for i in range(len(prompts))]
         replies = await self._all([self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)])
         parsed = [self._parse_generation(r) for r in replies]
+        if self.api == "llama-cpp":  # its answers come as text: their token ids as the server reads them
+            answer_ids = await self._answer_ids([(p, text) for p, (text, *_) in zip(prompts, parsed)])
+            parsed = [(text, finish, steps, ids) for (text, finish, steps, _), ids in zip(parsed, answer_ids)]
         gens: list[Generation | None] = []
         refit: list[int] = []
         for i, (text, finish, steps, ids) in enumerate(parsed):
-            if ids is None:
-                ids = self.encode(text)
-                if len(ids) != len(steps) or self.tokenizer.decode(ids, skip_special_tokens=False) != text:
-                    refit.append(i)  # the server's tokens are not the local tokenisation of its text
+            if len(ids) != len(steps):
+                refit.append(i)  # generated tokens the server reads back otherwise: teacher-force its reading
             while ids and ids[-1] in self.stop_token_ids:  # a stop token the server kept in the text
                 ids, steps = ids[:-1], steps[:-1]
             gens.append(self._generation(ids, steps, finish) if i not in refit else None)
         empty = [i for i, g in enumerate(gens) if g is not None and not g.token_ids and g.finished]
         todo = refit + empty
         if todo:  # statistics by teacher forcing: re-tokenised answers, and the stop token of empty ones
-            conts = [self.encode(parsed[i][0]) if i in refit else [self.end_of_turn] for i in todo]
+            conts = [parsed[i][3] if i in refit else [self.end_of_turn] for i in todo]
             stats = await self.atoken_stats([prompts[i] for i in todo], conts)
             for i, st in zip(todo, stats):
                 if i in refit:
