@@ -95,19 +95,54 @@ def squad_questions(split: str, n: int, seed: int) -> tuple[list[dict], list[dic
     return pool, questions
 
 
-def musique_questions(n: int) -> tuple[list[dict], list[dict]]:
+def musique_questions(split: str, n: int) -> tuple[list[dict], list[dict]]:
+    """The MuSiQue sample's questions (pool = its 1,890 paragraphs): ``tune`` the questions whose position
+    is 0 or 1 mod 5 (40), ``held`` the other 60, ``all`` all 100; the first n of the split."""
     from grogu.testing import shared_data_path
 
     corpus = json.load(open(shared_data_path("musique-sample", "musique_train_100_corpus_hipporag.json")))
     items = json.load(open(shared_data_path("musique-sample", "musique_train_100_hipporag.json")))
     pool = [{"id": f"musique-{i}", "title": c["title"], "text": c["text"]} for i, c in enumerate(corpus)]
-    where = {(p["title"], p["text"]): p["id"] for p in pool}
+    where = {(p["title"], p["paragraph_text"]): p["id"] for p in pool}
     questions = []
-    for it in items[:n]:
+    for i, it in enumerate(items):
+        if split != "all" and (i % 5 < 2) != (split == "tune"):
+            continue
         gold = [where[(p["title"], p["paragraph_text"])] for p in it["paragraphs"] if p["is_supporting"]
                 and (p["title"], p["paragraph_text"]) in where]
         questions.append({"qid": it["id"], "question": it["question"], "article": None,
                           "answers": [it["answer"], *it.get("answer_aliases", [])], "gold": gold})
+    return pool, questions[:n]
+
+
+#: NQ-open with its gold Wikipedia passage per question (``qa_data/nq-open-oracle.jsonl.gz`` of
+#: github.com/nelson-liu/lost-in-the-middle, MIT; Natural Questions CC BY-SA 3.0), looked up in
+#: ../shared/data/nq-open-oracle/ and then at ``--data-file``
+NQ_FILE = "nq-open-oracle.jsonl.gz"
+
+
+def nq_questions(split: str, n: int, seed: int, path: str | None) -> tuple[list[dict], list[dict]]:
+    """NQ-open (2,655 questions, real search queries; answers are short spans): the pool is every
+    question's gold 100-word Wikipedia passage (deduplicated), so the other questions' passages are the
+    distractors. ``tune`` = questions whose position is 0 mod 4, ``held`` = the rest; n sampled with ``seed``."""
+    import gzip
+
+    from grogu.testing import shared_data_path
+
+    if path is None:
+        path = shared_data_path("nq-open-oracle", NQ_FILE)
+    rows = [json.loads(line) for line in gzip.open(path, "rt")]
+    pool, ids, questions = [], {}, []
+    for i, r in enumerate(rows):
+        ctx = r["ctxs"][0]
+        k = (ctx["title"], ctx["text"])
+        if k not in ids:
+            ids[k] = f"nq-{len(pool)}"
+            pool.append({"id": ids[k], "title": ctx["title"], "text": ctx["text"]})
+        if (i % 4 == 0) == (split == "tune"):
+            questions.append({"qid": f"nq-{i}", "question": r["question"], "article": None,
+                              "answers": list(r["answers"]), "gold": [ids[k]]})
+    questions = random.Random(seed).sample(questions, min(n, len(questions)))
     return pool, questions
 
 
@@ -147,7 +182,8 @@ def served_llm(args):
     import grogu
 
     name = args.served_model or grogu.ServerTarget(args.server, tokenizer=args.model).model_name
-    return OpenAILike(api_base=args.server, model=name, api_key=os.environ.get("OPENAI_API_KEY", "none"),
+    base = args.server.rstrip("/")
+    return OpenAILike(api_base=base if base.endswith("/v1") else base + "/v1", model=name, api_key=os.environ.get("OPENAI_API_KEY", "none"),
                       is_chat_model=True, temperature=0.0, max_tokens=args.max_new_tokens, context_window=8192,
                       additional_kwargs={"extra_body": {"repeat_penalty": 1.0}})
 
@@ -162,12 +198,14 @@ def collect(args) -> None:
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import template_from_llama_index
-    from pipeline_modes import key, needed_contexts, needs_own_prompt, needs_pipe_prompt
+    from pipeline_modes import key, needed_contexts, needs_own_prompt, needs_pipe_prompt, wide_contexts
 
     if args.data == "squad":
         pool, questions = squad_questions(args.split, args.questions, args.seed)
+    elif args.data == "nq":
+        pool, questions = nq_questions(args.split, args.questions, args.seed, args.data_file)
     else:
-        pool, questions = musique_questions(args.questions)
+        pool, questions = musique_questions(args.split, args.questions)
     questions = questions[:args.limit] if args.limit else questions
     shard, shards = map(int, args.shard.split("/"))
     questions = questions[shard::shards]
@@ -217,6 +255,8 @@ def collect(args) -> None:
         orders = []
         for k in sorted({min(5, len(texts)), len(texts)}):
             orders += [o for o in needed_contexts(row, k, settings) if o not in orders]
+        if args.contexts == "wide":
+            orders += [o for o in wide_contexts(min(5, len(texts))) if o not in orders]
         t0 = time.perf_counter()
         scored = pipe.score_contexts(q["question"], [[texts[i] for i in o] for o in orders])
         row["contexts_s"] = time.perf_counter() - t0
@@ -395,8 +435,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
-    c.add_argument("--data", choices=["squad", "musique"], default="squad")
-    c.add_argument("--split", choices=["tune", "held"], default="tune")
+    c.add_argument("--data", choices=["squad", "nq", "musique"], default="squad")
+    c.add_argument("--data-file", default=None, help=f"nq: the path of {NQ_FILE} when it is not in ../shared/data")
+    c.add_argument("--split", choices=["tune", "held", "all"], default="tune", help="all: musique only")
+    c.add_argument("--contexts", choices=["settings", "wide"], default="settings",
+                   help="wide: also every context of pipeline_modes.wide_contexts (each selection rule replayed)")
     c.add_argument("--questions", type=int, default=100)
     c.add_argument("--limit", type=int, default=None, help="only the first N of the sampled questions")
     c.add_argument("--top-k", type=int, default=5, help="retrieved (with 10, the report also replays the top-5 of them)")

@@ -14,6 +14,7 @@ import statistics
 import sys
 from typing import Any, Iterable
 
+from grogu.results import long_context_order
 from grogu.selection import choose_context, context_candidates, fuse, kept_relative_to_none, order_by
 
 TOP_N = 3
@@ -107,6 +108,18 @@ def needed_contexts(rec: dict, k: int, settings: dict[str, dict] | None = None) 
             continue
         cands = context_candidates(k_of(rec, k), TOP_N, s["family"]) if mode == "context" else [MODES[mode](rec, s)]
         out += [c for c in cands if c not in out]
+    return out
+
+
+def wide_contexts(k: int) -> list[list[int]]:
+    """What ``collect --contexts wide`` scores, so that every candidate family and selection rule can be
+    replayed: each swap candidate (the top-3, and its third document swapped for the 4th or 5th) as
+    given, reversed and in LongContextReorder's order, and the drop family's subsets of the top 4."""
+    out: list[list[int]] = []
+    for c in context_candidates(k, TOP_N, "swap") + context_candidates(k, TOP_N, "drop"):
+        for o in (c, c[::-1], long_context_order(c)):
+            if o not in out:
+                out.append(o)
     return out
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from grogu import selection as S
-from grogu.rerank import ModeSettings, decide, plan
+from grogu.rerank import ModeSettings, decide, plan, split_settings
 
 
 def test_rank_scores_by_hand():
@@ -106,3 +106,45 @@ def test_plan_and_decide_each_mode():
 def test_mode_settings_reject_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ModeSettings(**kwargs)
+
+
+def test_mode_settings_build_from_a_base_and_changes():
+    base = ModeSettings(family="drop", margin=0.2)
+    built = ModeSettings.build(base, swaps=4, margin=None)          # None: not given, the base's value stays
+    assert built == ModeSettings(family="drop", margin=0.2, swaps=4)
+    assert ModeSettings.build({"mode": "fusion", "weight": 0.3}) == ModeSettings(mode="fusion", weight=0.3)
+    assert ModeSettings.build(None) == ModeSettings()
+    assert ModeSettings.build(built.as_dict()) == built              # as_dict round-trips
+    assert ModeSettings.from_arguments(None, {"query": "q", "family": "orders", "swaps": None}) == \
+        ModeSettings(family="orders")
+    with pytest.raises(TypeError, match=r"unknown rerank setting\(s\) \['famly'\].*'family'"):
+        ModeSettings.build(famly="drop")
+    with pytest.raises(TypeError, match="ModeSettings"):
+        ModeSettings.build("context")
+    with pytest.raises(ValueError, match="swaps"):
+        ModeSettings.build(base, swaps=-2)
+    with pytest.raises(AttributeError):
+        built.swaps = 1                                             # frozen: shared safely
+    assert ModeSettings(weight=1).weight == 1.0 and isinstance(ModeSettings(weight=1).weight, float)
+
+
+def test_threshold_needs_a_per_document_mode():
+    ModeSettings(mode="document").check_threshold(-1.0)
+    ModeSettings().check_threshold(None)
+    with pytest.raises(ValueError, match="threshold applies to per-document utilities"):
+        ModeSettings().check_threshold(-1.0)
+
+
+def test_split_settings():
+    assert split_settings({"mode": "fusion", "top_n": 3, "weight": 0.5}) == ({"mode": "fusion", "weight": 0.5},
+                                                                             {"top_n": 3})
+
+
+def test_check_relevance():
+    from grogu.checks import check_relevance
+
+    assert check_relevance([1, 0.5], 2) == [1.0, 0.5]
+    for bad, match in (([1.0], "one score per document"), ("ab", "one score per document"),
+                       ([1.0, math.nan], "finite"), ([1.0, True], "finite")):
+        with pytest.raises(ValueError, match=match):
+            check_relevance(bad, 2)

@@ -120,6 +120,15 @@ def check_threshold(value: Any, name: str = "threshold") -> float | None:
     return float(value)
 
 
+def check_relevance(values: Any, n_documents: int) -> list[float]:
+    """The retriever's relevance scores: one finite number per document."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) != n_documents:
+        raise ValueError(f"relevance must hold one score per document ({n_documents})")
+    if not all(_is_number(v) and math.isfinite(v) for v in values):
+        raise ValueError("relevance scores must be finite numbers")
+    return [float(v) for v in values]
+
+
 def check_alpha(value: Any, name: str = "alpha") -> float:
     """The key-token threshold on |H_g - H_u| in nats: finite and >= 0."""
     return check_float(name, value, minimum=0.0)

@@ -7,9 +7,9 @@ turns the scores into a :class:`Selection`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from . import selection as S
 from .checks import check_choice, check_float, check_int
@@ -21,9 +21,11 @@ DEFAULT_WEIGHT = 0.6
 DEFAULT_MARGIN = 0.0
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class ModeSettings:
-    """Settings of the rerank modes (each used by the mode named in its comment)."""
+    """Settings of the rerank modes (each used by the mode named in its comment): the one settings
+    object of reranking. The scorer, both integrations and the service hold one, built and checked
+    here (:meth:`build`); a setting added here travels everywhere without further code."""
 
     mode: str = DEFAULT_MODE
     weight: float = DEFAULT_WEIGHT        # fusion: weight of the utility rank (1 - weight: retrieval rank)
@@ -33,10 +35,52 @@ class ModeSettings:
 
     def __post_init__(self) -> None:
         S.check_mode(self.mode)
-        self.weight = S.check_unit("weight", self.weight)
+        set_ = object.__setattr__  # frozen: the checked (normalised) values replace the given ones
+        set_(self, "weight", S.check_unit("weight", self.weight))
         check_choice("family", self.family, S.CANDIDATE_FAMILIES)
-        self.swaps = check_int("swaps", self.swaps, minimum=0)
-        self.margin = check_float("margin", self.margin, minimum=0.0)
+        set_(self, "swaps", check_int("swaps", self.swaps, minimum=0))
+        set_(self, "margin", check_float("margin", self.margin, minimum=0.0))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The settings' names (the keyword arguments :meth:`build` takes)."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def build(cls, base: "ModeSettings | Mapping[str, Any] | None" = None, **changes: Any) -> "ModeSettings":
+        """Settings from ``base`` (a ModeSettings, a mapping of settings, or None for the defaults) with
+        the ``changes`` that are not None; an unknown name is a TypeError naming the known ones."""
+        if base is not None and not isinstance(base, (ModeSettings, Mapping)):
+            raise TypeError(f"settings must be a grogu.ModeSettings or a mapping of its settings, "
+                            f"got {type(base).__name__}")
+        values = dict(base.as_dict() if isinstance(base, ModeSettings) else (base or {}))
+        values.update({k: v for k, v in changes.items() if v is not None})
+        unknown = sorted(set(values) - set(cls.names()))
+        if unknown:
+            raise TypeError(f"unknown rerank setting(s) {unknown}; the settings are {list(cls.names())}")
+        return cls(**values)
+
+    @classmethod
+    def from_arguments(cls, base: "ModeSettings | Mapping[str, Any] | None",
+                       arguments: Mapping[str, Any]) -> "ModeSettings":
+        """:meth:`build` from the settings among a call's arguments (its ``locals()``): each setting is a
+        keyword argument of ``rerank``, None when not given."""
+        return cls.build(base, **{name: arguments[name] for name in cls.names() if name in arguments})
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as plain values (JSON-ready), by name."""
+        return {name: getattr(self, name) for name in self.names()}
+
+    def check_threshold(self, threshold: float | None) -> None:
+        """A utility threshold needs per-document utilities, which the context mode does not compute."""
+        if threshold is not None and self.mode == "context":
+            raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+
+
+def split_settings(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``options`` split into (rerank settings by :meth:`ModeSettings.names`, the rest)."""
+    names = set(ModeSettings.names())
+    return ({k: v for k, v in options.items() if k in names}, {k: v for k, v in options.items() if k not in names})
 
 
 @dataclass(kw_only=True)
@@ -145,4 +189,4 @@ def relevance_scores(query: str, texts: Sequence[str], embedder: str = "all-mini
     return [float(v @ vectors[0]) for v in vectors[1:]]
 
 
-__all__ = ["ModeSettings", "Selection", "plan", "decide", "relevance_scores", "DEFAULT_MODE"]
+__all__ = ["ModeSettings", "split_settings", "Selection", "plan", "decide", "relevance_scores", "DEFAULT_MODE"]

@@ -24,7 +24,7 @@ from . import rerank as R
 from . import selection as S
 from .batching import Coalescer
 from .checks import (check_alpha, check_choice, check_document_list, check_documents, check_fraction,
-                     check_pairs, check_positive_int, check_query, check_threshold, check_top_n)
+                     check_pairs, check_positive_int, check_query, check_relevance, check_threshold, check_top_n)
 from .engine import Engine, Generation, get_engine
 from .models import DEFAULT_MODEL
 from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate
@@ -219,8 +219,10 @@ class UtilityScorer:
         return choose_layout(self.score_contexts(query, layouts))
 
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-               threshold: float | None = None, *, mode: str | None = None, relevance: Sequence[float] | None = None,
-               return_details: bool = False, **mode_settings: Any) -> list[DocumentScore]:
+               threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
+               family: str | None = None, swaps: int | None = None, margin: float | None = None,
+               settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
+               return_details: bool = False) -> list[DocumentScore]:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
 
         - ``"context"`` (default): candidate contexts of ``top_n`` documents from the retrieval order (the
@@ -231,30 +233,27 @@ class UtilityScorer:
         - ``"fusion"``: utility rank fused with the relevance rank (``weight`` on utility), sorted;
         - ``"prune"``: documents at least as useful as no document, in retrieval order.
         ``relevance``: the retriever's scores of the documents, which set the retrieval order (and the
-        fusion's relevance rank); without them the packaged MiniLM's query-document similarity does. ``mode_settings``: ``weight``, ``family``, ``swaps``,
-        ``margin`` (:class:`grogu.rerank.ModeSettings`). Each result carries ``index`` (input position)
-        and the original ``document``.
+        fusion's relevance rank); without them the packaged MiniLM's query-document similarity does.
+        The mode's settings (:class:`grogu.ModeSettings`): ``settings`` (default: the defaults), with
+        each of ``mode``, ``weight``, ``family``, ``swaps``, ``margin`` that is given replacing its value.
+        Each result carries ``index`` (input position) and the original ``document``.
         """
-        plan = self.plan_rerank(query, documents, top_n, threshold, mode=mode, relevance=relevance, **mode_settings)
+        settings = R.ModeSettings.from_arguments(settings, locals())
+        plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
         scored = self.score_contexts(plan.query, plan.context_documents(), return_details=return_details)
         return self.finish_rerank(plan, scored)
 
     def plan_rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                    threshold: float | None = None, *, mode: str | None = None,
-                    relevance: Sequence[float] | None = None, **mode_settings: Any) -> R.RerankPlan:
+                    threshold: float | None = None, *, settings: R.ModeSettings | None = None,
+                    relevance: Sequence[float] | None = None) -> R.RerankPlan:
         """The first half of :meth:`rerank`: checks its inputs, sets the retrieval order (computing the
         MiniLM relevance when none is given) and plans the contexts to score (:class:`grogu.rerank.RerankPlan`)."""
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
-        settings = R.ModeSettings(mode=R.DEFAULT_MODE if mode is None else mode, **mode_settings)
-        if threshold is not None and settings.mode == "context":
-            raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+        settings = R.ModeSettings.build(settings)
+        settings.check_threshold(threshold)
         query, docs, originals = check_query(query), check_documents(documents), list(documents)
         if relevance is not None:
-            if isinstance(relevance, (str, bytes)) or len(relevance) != len(docs):
-                raise ValueError(f"relevance must hold one score per document ({len(docs)})")
-            relevance = [float(r) for r in relevance]
-            if not all(math.isfinite(r) for r in relevance):
-                raise ValueError("relevance scores must be finite numbers")
+            relevance = check_relevance(relevance, len(docs))
         elif settings.mode != "document" and docs:
             relevance = R.relevance_scores(query, [self.prompts.template.render_context([d]) for d in docs])
         base = list(range(len(docs))) if relevance is None else S.order_by(relevance)
@@ -292,11 +291,13 @@ class UtilityScorer:
                 for i, (o, r) in enumerate(zip(originals, results, strict=True))]
 
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                      threshold: float | None = None, *, mode: str | None = None,
-                      relevance: Sequence[float] | None = None, return_details: bool = False,
-                      **mode_settings: Any) -> list[DocumentScore]:
+                      threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
+                      family: str | None = None, swaps: int | None = None, margin: float | None = None,
+                      settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
+                      return_details: bool = False) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
-        plan = self.plan_rerank(query, documents, top_n, threshold, mode=mode, relevance=relevance, **mode_settings)
+        settings = R.ModeSettings.from_arguments(settings, locals())
+        plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
         scored = await self.ascore_contexts(plan.query, plan.context_documents(), return_details=return_details)
         return self.finish_rerank(plan, scored)
 

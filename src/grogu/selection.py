@@ -19,6 +19,9 @@ Modes (``UtilityScorer.rerank(mode=...)`` and the integrations):
 from __future__ import annotations
 
 import itertools
+import re
+import string
+from collections import Counter
 from typing import Sequence
 
 from .checks import check_choice, check_float
@@ -120,6 +123,52 @@ def choose_context(scores: Sequence[float], margin: float = 0.0) -> int:
         raise ValueError("no candidate contexts")
     best = argmax(scores)
     return best if scores[best] > scores[0] + margin else 0
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def answer_tokens(text: str) -> list[str]:
+    """An answer's words as answer-matching compares them (SQuAD's normalisation): lower case, no
+    punctuation, no articles."""
+    return _ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split()
+
+
+def token_f1(a: Sequence[str], b: Sequence[str]) -> float:
+    """F1 of two bags of words (SQuAD's answer F1); two empty answers agree fully."""
+    if not a or not b:
+        return float(not a and not b)
+    common = sum((Counter(a) & Counter(b)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(a), common / len(b)
+    return 2 * precision * recall / (precision + recall)
+
+
+def agreement_scores(answers: Sequence[str]) -> list[float]:
+    """Each candidate's agreement with the others: the mean token F1 of its answer with every other
+    candidate's answer, in [0, 1] (self-consistency without sampling: the candidates are the samples).
+    A single candidate agrees fully."""
+    toks = [answer_tokens(a) for a in answers]
+    n = len(toks)
+    if n <= 1:
+        return [1.0] * n
+    f1 = [[token_f1(toks[i], toks[j]) if i < j else 0.0 for j in range(n)] for i in range(n)]
+    return [sum(f1[min(i, j)][max(i, j)] for j in range(n) if j != i) / (n - 1) for i in range(n)]
+
+
+def support_scores(answers: Sequence[str], contexts: Sequence[str]) -> list[float]:
+    """For each candidate, the share of its answer's words that occur in its own documents' text, in
+    [0, 1]: an answer the LLM gives from memory is not supported by the documents it was given."""
+    if len(answers) != len(contexts):
+        raise ValueError(f"{len(answers)} answers but {len(contexts)} contexts")
+    out = []
+    for answer, text in zip(answers, contexts):
+        words = answer_tokens(answer)
+        present = set(answer_tokens(text))
+        out.append(sum(w in present for w in words) / len(words) if words else 0.0)
+    return out
 
 
 def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margin: float = 0.0) -> list[bool]:

@@ -22,16 +22,15 @@ from typing import Any, Literal
 from grogu import DEFAULT_METRIC, DocumentScore, EngineConfig, PromptTemplate, UtilityScorer
 from grogu.serve import RemoteScorer
 from grogu.targets import remote_target
-from grogu.checks import (check_alpha, check_float, check_fraction, check_int, check_positive_int, check_threshold,
-                          check_top_n)
+from grogu.checks import check_alpha, check_fraction, check_positive_int, check_threshold, check_top_n
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
 from grogu.models import DEFAULT_MODEL
 from grogu.engine.config import configure_engine
-from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
+from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import check_score_scale, probability, utility_threshold
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
-from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from typing_extensions import override
 
 from . import _tracing
@@ -94,22 +93,16 @@ class GroguScoring(BaseModel):
     """Device for a model given by name (default: CUDA when available, else CPU)."""
     dtype: str | None = None
     """dtype for a model given by name (default: bf16 on CUDA, float32 on CPU)."""
-    mode: Literal["context", "document", "fusion", "prune"] = DEFAULT_MODE
-    """How utility becomes the documents the LLM reads. 'context' (default): candidate contexts of
-    ``top_n`` documents from the retrieval order (the retriever's own top-n, and the top-n with its
-    last document swapped for the next ones), each scored as one context; the most useful is kept if
-    it beats the retriever's own by ``margin``, in retrieval order. 'document': each document scored
-    alone and sorted by utility (the paper's per-document GROGU). 'fusion': utility rank fused with
-    retrieval rank (``weight`` on utility). 'prune': documents that leave the LLM less sure than no
-    document are dropped. Which to pick: the package README."""
-    weight: float = DEFAULT_WEIGHT
-    """fusion: weight of the utility rank (1 - weight goes to the retrieval rank)."""
-    family: Literal["swap", "drop", "orders"] = DEFAULT_FAMILY
-    """context: the candidate contexts (``grogu.selection.context_candidates``)."""
-    swaps: int = 2
-    """context/swap: how many next documents try the last slot of the top-n."""
-    margin: float = DEFAULT_MARGIN
-    """context: utility a candidate must gain over the retriever's own context to replace it."""
+    settings: ModeSettings = Field(default_factory=ModeSettings)
+    """How utility becomes the documents the LLM reads (``grogu.ModeSettings``). Its settings can also be
+    given by name, e.g. ``GroguCompressor(mode="fusion", weight=0.4)``: ``mode`` 'context' (default):
+    candidate contexts of ``top_n`` documents from the retrieval order (the retriever's own top-n, and
+    the top-n with its last document swapped for the next ``swaps`` ones; ``family`` names other
+    candidate sets), each scored as one context; the most useful is kept if it beats the retriever's own
+    by ``margin``, in retrieval order. 'document': each document scored alone and sorted by utility (the
+    paper's per-document GROGU). 'fusion': utility rank fused with retrieval rank (``weight`` on
+    utility). 'prune': documents that leave the LLM less sure than no document are dropped. Which to
+    pick: the package README."""
     qa_prompt: Any = None
     """The chain's own QA prompt (a LangChain prompt template with ``context_key`` and ``question_key``
     variables): documents are scored with what the LLM will actually read (``template_from_langchain``).
@@ -144,20 +137,17 @@ class GroguScoring(BaseModel):
 
     # The settings are checked by grogu's own checks (grogu.checks), before pydantic's coercion, so a
     # bad value is the same error here as in grogu (bool is not a count, NaN or inf is not a threshold).
-    @field_validator("weight", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _check_weight(cls, value: Any) -> float:
-        return check_float("weight", value, minimum=0.0, maximum=1.0)
-
-    @field_validator("swaps", mode="before")
-    @classmethod
-    def _check_swaps(cls, value: Any) -> int:
-        return check_int("swaps", value, minimum=0)
-
-    @field_validator("margin", mode="before")
-    @classmethod
-    def _check_margin(cls, value: Any) -> float:
-        return check_float("margin", value, minimum=0.0)
+    def _gather_settings(cls, data: Any) -> Any:
+        """The rerank settings given by name (``mode``, ``weight``, ...) folded into ``settings``,
+        checked once by ``grogu.ModeSettings``."""
+        if not isinstance(data, dict):
+            return data
+        named, rest = split_settings(data)
+        if named or "settings" in rest:
+            rest["settings"] = ModeSettings.build(rest.get("settings"), **named)
+        return rest
 
     @field_validator("top_n", mode="before")
     @classmethod
@@ -203,8 +193,7 @@ class GroguScoring(BaseModel):
     _model_label: str = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
-        if self.threshold is not None and self.mode == "context":
-            raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+        self.settings.check_threshold(self.threshold)
         if self.score_scale == "probability":
             utility_threshold(self.metric, self.threshold)  # a ValueError unless in [0, 1]
         if self.batch_size is not None and self.engine_config is not None:
@@ -236,6 +225,11 @@ class GroguScoring(BaseModel):
         self._model_label = model_label(self.model, engine)
 
     @property
+    def mode(self) -> str:
+        """The rerank mode (``self.settings.mode``)."""
+        return self.settings.mode
+
+    @property
     def model_name(self) -> str:
         """A readable name of the target LLM (also written to ``metadata['grogu']['model']``)."""
         return self._model_label
@@ -264,9 +258,7 @@ class GroguScoring(BaseModel):
         threshold = self.threshold
         if self.score_scale == "probability":  # the utility threshold keeping probability >= threshold
             threshold = utility_threshold(self.metric, threshold)
-        return {"top_n": top_n, "threshold": threshold, "mode": self.mode, "weight": self.weight,
-                "family": self.family, "swaps": self.swaps, "margin": self.margin,
-                "relevance": self._relevance(docs)}
+        return {"top_n": top_n, "threshold": threshold, "settings": self.settings, "relevance": self._relevance(docs)}
 
     def _relevance(self, docs: list[Document]) -> list[float]:
         """The retriever's scores from ``relevance_key``, else the retrieval order as ranks."""

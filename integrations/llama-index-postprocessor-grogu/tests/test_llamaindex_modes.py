@@ -174,3 +174,24 @@ def test_grogu_synthesizer_reuses_the_scored_answer(index, llm, synthesizer, que
                                             response_synthesizer=reusing)
     engine.query(questions[7])
     assert reusing.reused == 3
+
+
+def test_the_rerank_settings_are_one_grogu_settings_object(llm):
+    settings = grogu.ModeSettings(family="drop", margin=0.1)
+    given = GroguRerank(model=llm, max_new_tokens=TOKENS, settings=settings)
+    named = GroguRerank(model=llm, max_new_tokens=TOKENS, family="drop", margin=0.1)
+    assert given.settings == named.settings == settings and given.mode == "context"
+    # a setting given by name replaces the settings' value; any grogu.ModeSettings setting is taken by name
+    assert GroguRerank(model=llm, max_new_tokens=TOKENS, settings=settings, swaps=3).settings == \
+        grogu.ModeSettings(family="drop", margin=0.1, swaps=3)
+    assert GroguRerank(model=llm, max_new_tokens=TOKENS, settings=grogu.ModeSettings(mode="fusion")).mode == "fusion"
+    with pytest.raises(TypeError, match=r"unknown rerank setting\(s\) \['famly'\]"):
+        GroguRerank(model=llm, max_new_tokens=TOKENS, famly="drop")
+    # the settings reach the scorer: the orders family's choice equals the scorer's own
+    texts = ["Paris is the capital of France.", "Berlin is in Germany.", "The Seine flows through Paris."]
+    nodes = [NodeWithScore(node=TextNode(text=t, id_=str(i)), score=1.0 - i / 10) for i, t in enumerate(texts)]
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, family="orders", qa_template=None)
+    got = rerank.postprocess_nodes(nodes, query_str="What is the capital of France?")
+    want = rerank.scorer.rerank("What is the capital of France?", texts, top_n=3, family="orders",
+                                relevance=[n.score for n in nodes])
+    assert [n.node.node_id for n in got] == [str(r.index) for r in want]

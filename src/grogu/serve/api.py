@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from .. import checks as C
 from .. import metrics as M
-from ..rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_WEIGHT, ModeSettings
+from ..rerank import ModeSettings
 from . import wire as W
 
 
@@ -152,37 +152,41 @@ class LayoutRequest(ScorerSettings):
 
 
 class RerankRequest(ScorerSettings):
+    """``UtilityScorer.rerank``'s arguments. The rerank settings (:class:`grogu.ModeSettings`: ``mode``,
+    ``weight``, ``family``, ...) come as top-level fields, each optional, and are checked by
+    ModeSettings itself (a field it does not know is a 422 naming the ones it does)."""
+
     query: Query
     documents: list[Doc]
     top_n: Optional[int] = None
     threshold: Optional[float] = None
-    mode: Optional[str] = None
     relevance: Optional[list[float]] = None
-    weight: float = DEFAULT_WEIGHT
-    family: str = DEFAULT_FAMILY
-    swaps: int = 2
-    margin: float = DEFAULT_MARGIN
+    settings: dict[str, Any] = Field(default_factory=dict)
     return_details: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_settings(cls, data: Any) -> Any:
+        """The top-level rerank settings gathered into ``settings`` (one object, checked as a whole)."""
+        if not isinstance(data, dict):
+            return data
+        if "settings" in data:
+            raise ValueError("give the rerank settings as top-level fields (mode, weight, family, ...)")
+        names = set(ModeSettings.names())
+        return {**{k: v for k, v in data.items() if k not in names},
+                "settings": {k: v for k, v in data.items() if k in names}}
 
     @model_validator(mode="after")
     def _rerank_settings(self) -> "RerankRequest":
         _check(C.check_top_n, self.top_n)
         _check(C.check_threshold, self.threshold)
-        settings = self.mode_settings()
-        if self.threshold is not None and settings.mode == "context":
-            raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+        self.mode_settings().check_threshold(self.threshold)
         if self.relevance is not None:
-            if len(self.relevance) != len(self.documents):
-                raise ValueError(f"relevance must hold one score per document ({len(self.documents)})")
-            if not all(math.isfinite(r) for r in self.relevance):
-                raise ValueError("relevance scores must be finite numbers")
+            _check(C.check_relevance, self.relevance, len(self.documents))
         return self
 
     def mode_settings(self) -> ModeSettings:
-        from ..rerank import DEFAULT_MODE
-
-        return _check(lambda: ModeSettings(mode=DEFAULT_MODE if self.mode is None else self.mode, weight=self.weight,
-                                           family=self.family, swaps=self.swaps, margin=self.margin))
+        return _check(ModeSettings.build, self.settings)
 
 
 class UngroundedRequest(ScorerSettings):

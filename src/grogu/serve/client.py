@@ -22,12 +22,12 @@ from typing import Any, Callable, Sequence
 
 from .. import metrics as M
 from ..checks import (check_alpha, check_choice, check_document_list, check_fraction, check_pairs,
-                      check_positive_int, check_query, check_threshold, check_top_n)
+                      check_positive_int, check_query, check_relevance, check_threshold, check_top_n)
 from ..attribution import FORWARD_METHODS
 from ..checks import check_influence_items
 from ..influence import METHODS
 from ..prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
-from ..rerank import DEFAULT_MODE, ModeSettings
+from ..rerank import ModeSettings
 from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
 from . import wire as W
 from .transport import (ServiceAuthError, ServiceError, ServiceTypeError, ServiceUnavailable,  # noqa: F401
@@ -175,19 +175,15 @@ class RemoteScorer(_Remote):
         body = {**self._settings(), "query": query, "layouts": [W.encode_documents(d) for _, d in pairs]}
         return "/best_layout", body, lambda data: W.decode_layout(data, [orig for orig, _ in pairs])
 
-    def _rerank_call(self, query, documents, top_n, threshold, mode, relevance, return_details, mode_settings):
+    def _rerank_call(self, query, documents, top_n, threshold, settings, relevance, return_details):
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
-        settings = ModeSettings(mode=DEFAULT_MODE if mode is None else mode, **mode_settings)
+        settings.check_threshold(threshold)
         query = check_query(query)
         originals, docs = check_document_list(documents)
         if relevance is not None:
-            if isinstance(relevance, (str, bytes)) or len(relevance) != len(docs):
-                raise ValueError(f"relevance must hold one score per document ({len(docs)})")
-            relevance = [float(r) for r in relevance]
-        body = {**self._settings(), "query": query, "documents": W.encode_documents(docs), "top_n": top_n,
-                "threshold": threshold, "mode": settings.mode, "relevance": relevance, "weight": settings.weight,
-                "family": settings.family, "swaps": settings.swaps, "margin": settings.margin,
-                "return_details": bool(return_details)}
+            relevance = check_relevance(relevance, len(docs))
+        body = {**self._settings(), **settings.as_dict(), "query": query, "documents": W.encode_documents(docs),
+                "top_n": top_n, "threshold": threshold, "relevance": relevance, "return_details": bool(return_details)}
         return "/rerank", body, lambda data: W.decode_ranked(data, originals)
 
     # ------------------------------------------------------------------ the UtilityScorer API
@@ -214,12 +210,13 @@ class RemoteScorer(_Remote):
         return self._run(*self._layout_call(query, layouts))
 
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None, threshold: float | None = None,
-               *, mode: str | None = None, relevance: Sequence[float] | None = None, return_details: bool = False,
-               **mode_settings: Any):
+               *, mode: str | None = None, weight: float | None = None, family: str | None = None,
+               swaps: int | None = None, margin: float | None = None, settings: ModeSettings | None = None,
+               relevance: Sequence[float] | None = None, return_details: bool = False):
         """The documents to give the LLM, in order (``UtilityScorer.rerank``; the server computes the
         MiniLM relevance when none is given)."""
-        return self._run(*self._rerank_call(query, documents, top_n, threshold, mode, relevance, return_details,
-                                            mode_settings))
+        settings = ModeSettings.from_arguments(settings, locals())
+        return self._run(*self._rerank_call(query, documents, top_n, threshold, settings, relevance, return_details))
 
     def ungrounded(self, query: str):
         body = {**self._settings(), "query": check_query(query)}
@@ -244,10 +241,13 @@ class RemoteScorer(_Remote):
         return await self._arun(*self._layout_call(query, layouts))
 
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                      threshold: float | None = None, *, mode: str | None = None,
-                      relevance: Sequence[float] | None = None, return_details: bool = False, **mode_settings: Any):
-        return await self._arun(*self._rerank_call(query, documents, top_n, threshold, mode, relevance,
-                                                   return_details, mode_settings))
+                      threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
+                      family: str | None = None, swaps: int | None = None, margin: float | None = None,
+                      settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
+                      return_details: bool = False):
+        settings = ModeSettings.from_arguments(settings, locals())
+        return await self._arun(*self._rerank_call(query, documents, top_n, threshold, settings, relevance,
+                                                   return_details))
 
 
 class RemoteInfluenceScorer(_Remote):

@@ -390,11 +390,10 @@ class GroguService:
                              f"in all (candidates x documents); this service scores at most "
                              f"{self.config.max_rerank_contexts} per rerank ({_option('max_rerank_contexts')})")
         _, scorer = self._utility(body)
-        mode_settings = dict(weight=body.weight, family=body.family, swaps=body.swaps, margin=body.margin)
         # checks, and the MiniLM relevance when none is given (model work: on the worker thread)
         rerank_plan = await self._on_worker(
             functools.partial(scorer.plan_rerank, body.query, A.plain_docs(body.documents), body.top_n,
-                              body.threshold, mode=body.mode, relevance=body.relevance, **mode_settings))
+                              body.threshold, settings=body.mode_settings(), relevance=body.relevance))
         [scored] = await self._contexts(body, [(rerank_plan.query, rerank_plan.context_documents())],
                                         body.return_details)
         ranked = scorer.finish_rerank(rerank_plan, scored)

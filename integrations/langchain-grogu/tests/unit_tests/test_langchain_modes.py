@@ -108,6 +108,16 @@ def test_bad_settings_are_clear_errors(llm, kwargs):
         GroguCompressor(model=llm, max_new_tokens=N, **kwargs)
 
 
+def test_the_rerank_settings_are_one_grogu_settings_object(base, llm):
+    named = GroguCompressor(model=llm, max_new_tokens=N, family="all", swaps=1)
+    assert named.settings == grogu.ModeSettings(family="all", swaps=1) and named.mode == "context"
+    given = GroguCompressor(model=llm, max_new_tokens=N, settings=grogu.ModeSettings(mode="fusion"), weight=0.3)
+    assert given.settings == grogu.ModeSettings(mode="fusion", weight=0.3) and given.mode == "fusion"
+    assert GroguRetriever(base_retriever=base, model=llm, max_new_tokens=N, margin=0.2).settings.margin == 0.2
+    with pytest.raises(ValueError, match="famly"):  # pydantic's extra_forbidden, naming the field
+        GroguCompressor(model=llm, max_new_tokens=N, famly="drop")
+
+
 def test_qa_chain_returns_the_scored_answer_without_a_second_generation(base, llm, paragraphs):
     import asyncio
 

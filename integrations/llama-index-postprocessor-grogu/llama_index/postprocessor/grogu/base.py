@@ -12,7 +12,7 @@ import grogu
 from grogu.checks import check_choice, check_positive_int, check_query, check_threshold, check_top_n
 from grogu.engine.config import configure_engine
 from grogu.metrics import metric_name
-from grogu.rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT, ModeSettings
+from grogu.rerank import ModeSettings
 from grogu.scales import check_score_scale, probability, utility_threshold
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
 from llama_index.core.llms import LLM
@@ -91,6 +91,9 @@ class GroguRerank(BaseNodePostprocessor):
         family, swaps, margin: context: the candidate contexts ('swap', 'drop', 'orders'; see
             ``grogu.selection.context_candidates``), how many next nodes try the last slot, and how much
             (in utility) a candidate must beat the retriever's own context.
+        settings: a ``grogu.ModeSettings`` holding the mode's settings (the keyword arguments above,
+            and any other setting of ``grogu.ModeSettings`` given by name, replace its values); the
+            reranker keeps them as ``self.settings``.
         answer_style: 'long' (default) or 'short' (short-answer scoring pass for small models; see
             ``grogu.UtilityScorer``).
         device, dtype: for a model given by name.
@@ -121,11 +124,8 @@ class GroguRerank(BaseNodePostprocessor):
     metadata_mode: MetadataMode = Field(default=MetadataMode.LLM, description="Node text the LLM reads.")
     max_new_tokens: int = Field(default=64, description="Longest grounded answer generated per context.")
     answer_style: str = Field(default="long", description="'long' or 'short' (short-answer scoring pass).")
-    mode: str = Field(default=DEFAULT_MODE, description="'context', 'document', 'fusion' or 'prune'.")
-    weight: float = Field(default=DEFAULT_WEIGHT, description="fusion: weight of the utility rank.")
-    family: str = Field(default=DEFAULT_FAMILY, description="context: candidate contexts.")
-    swaps: int = Field(default=2, description="context/swap: next nodes that try the last slot.")
-    margin: float = Field(default=DEFAULT_MARGIN, description="context: utility a candidate must gain.")
+    settings: ModeSettings = Field(default_factory=ModeSettings,
+                                   description="The rerank mode and its settings (grogu.ModeSettings).")
     score_scale: str = Field(default="utility", description="'utility' (nats) or 'probability' ([0, 1]).")
     batch_size: Optional[int] = Field(default=None, description="Most prompts in one forward pass of the engine.")
 
@@ -150,14 +150,16 @@ class GroguRerank(BaseNodePostprocessor):
         answer_style: str = "long",
         qa_template: Any = "auto",
         mode: Optional[str] = None,
-        weight: float = DEFAULT_WEIGHT,
-        family: str = DEFAULT_FAMILY,
-        swaps: int = 2,
-        margin: float = DEFAULT_MARGIN,
+        weight: Optional[float] = None,
+        family: Optional[str] = None,
+        swaps: Optional[int] = None,
+        margin: Optional[float] = None,
+        settings: Optional[ModeSettings] = None,
         callback_manager: Optional[CallbackManager] = None,
         score_scale: str = "utility",
         batch_size: Optional[int] = None,
         engine_config: Optional[grogu.EngineConfig] = None,
+        **more_settings: Any,
     ) -> None:
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
         score_scale = check_score_scale(score_scale)
@@ -170,10 +172,11 @@ class GroguRerank(BaseNodePostprocessor):
         if max_new_tokens is not None:
             max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         on_error = check_choice("on_error", on_error, ON_ERROR)
-        layout, mode = layout_and_mode(layout, mode, threshold)
-        settings = ModeSettings(mode=mode, weight=weight, family=family, swaps=swaps, margin=margin)
-        if threshold is not None and settings.mode == "context":
-            raise ValueError("threshold applies to per-node utilities, which mode='context' does not compute")
+        given = settings.mode if isinstance(settings, ModeSettings) and mode is None else mode
+        layout, mode = layout_and_mode(layout, given, threshold)
+        settings = ModeSettings.build(settings, mode=mode, weight=weight, family=family, swaps=swaps, margin=margin,
+                                      **more_settings)
+        settings.check_threshold(threshold)
         metric = metric_name(metric)
         llm = model if isinstance(model, LLM) else None
         template, max_new_tokens = scoring_prompt(qa_template, template, settings.mode, llm, max_new_tokens)
@@ -196,11 +199,7 @@ class GroguRerank(BaseNodePostprocessor):
             metadata_mode=metadata_mode,
             max_new_tokens=max_new_tokens,
             answer_style=answer_style,
-            mode=settings.mode,
-            weight=settings.weight,
-            family=settings.family,
-            swaps=settings.swaps,
-            margin=settings.margin,
+            settings=settings,
             score_scale=score_scale,
             batch_size=batch_size,
             callback_manager=callback_manager or CallbackManager([]),
@@ -211,6 +210,11 @@ class GroguRerank(BaseNodePostprocessor):
     @classmethod
     def class_name(cls) -> str:
         return "GroguRerank"
+
+    @property
+    def mode(self) -> str:
+        """The rerank mode (``self.settings.mode``)."""
+        return self.settings.mode
 
     @property
     def scorer(self) -> grogu.UtilityScorer:
@@ -315,7 +319,7 @@ class GroguRerank(BaseNodePostprocessor):
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
         if self.layout is None:
             ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
-                                         relevance=self._relevance(nodes), **self._mode_settings())
+                                         relevance=self._relevance(nodes), settings=self.settings)
             return self._build(nodes, ranked, [r.index for r in ranked], [], None)
         ranked, kept = None, self._first_n(len(docs))
         if self.layout != "only":
@@ -329,7 +333,7 @@ class GroguRerank(BaseNodePostprocessor):
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
         if self.layout is None:
             ranked = await self._scorer.arerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
-                                                relevance=self._relevance(nodes), **self._mode_settings())
+                                                relevance=self._relevance(nodes), settings=self.settings)
             return self._build(nodes, ranked, [r.index for r in ranked], [], None)
         ranked, kept = None, self._first_n(len(docs))
         if self.layout != "only":
@@ -339,10 +343,6 @@ class GroguRerank(BaseNodePostprocessor):
         layouts = self._layouts(kept)
         choice = await self._scorer.abest_layout(query, [[docs[i] for i in o] for _, o in layouts]) if layouts else None
         return self._build(nodes, ranked, kept, layouts, choice)
-
-    def _mode_settings(self) -> Dict[str, Any]:
-        return {"mode": self.mode, "weight": self.weight, "family": self.family, "swaps": self.swaps,
-                "margin": self.margin}
 
     @staticmethod
     def _relevance(nodes: List[NodeWithScore]) -> List[float]:
