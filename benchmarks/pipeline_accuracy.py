@@ -103,7 +103,7 @@ def musique_questions(split: str, n: int) -> tuple[list[dict], list[dict]]:
     corpus = json.load(open(shared_data_path("musique-sample", "musique_train_100_corpus_hipporag.json")))
     items = json.load(open(shared_data_path("musique-sample", "musique_train_100_hipporag.json")))
     pool = [{"id": f"musique-{i}", "title": c["title"], "text": c["text"]} for i, c in enumerate(corpus)]
-    where = {(p["title"], p["paragraph_text"]): p["id"] for p in pool}
+    where = {(p["title"], p["text"]): p["id"] for p in pool}
     questions = []
     for i, it in enumerate(items):
         if split != "all" and (i % 5 < 2) != (split == "tune"):

@@ -148,3 +148,30 @@ def test_check_relevance():
                        ([1.0, math.nan], "finite"), ([1.0, True], "finite")):
         with pytest.raises(ValueError, match=match):
             check_relevance(bad, 2)
+
+
+def test_answer_tokens_and_token_f1_by_hand():
+    assert S.answer_tokens("The Eiffel Tower, in Paris!") == ["eiffel", "tower", "in", "paris"]
+    # "paris france" vs "in paris": 1 common word; precision 1/2, recall 1/2 -> F1 0.5
+    assert S.token_f1(["paris", "france"], ["in", "paris"]) == pytest.approx(0.5)
+    # bags, not sets: ["a","a","b"] vs ["a","b","b"] share a,b -> 2/3 each way
+    assert S.token_f1(["x", "x", "y"], ["x", "y", "y"]) == pytest.approx(2 / 3)
+    assert S.token_f1([], []) == 1.0 and S.token_f1(["x"], []) == 0.0 and S.token_f1(["x"], ["y"]) == 0.0
+
+
+def test_agreement_scores_by_hand():
+    answers = ["Canberra", "The capital is Canberra.", "Sydney"]
+    # F1: (0,1) = 2*(1*1/3)/(1+1/3) = 0.5 ("capital is canberra" vs "canberra"); (0,2) = 0; (1,2) = 0
+    assert S.agreement_scores(answers) == pytest.approx([0.25, 0.25, 0.0])
+    assert S.agreement_scores(["a b", "a b", "a b"]) == [1.0, 1.0, 1.0]
+    assert S.agreement_scores(["only one"]) == [1.0] and S.agreement_scores([]) == []
+
+
+def test_support_scores_by_hand():
+    contexts = ["Sydney is the largest city. Platypus live in rivers.", "Canberra is the capital of Australia."]
+    assert S.support_scores(["Canberra", "Canberra"], contexts) == [0.0, 1.0]
+    # "capital city canberra": capital and canberra occur in the second context, city does not
+    assert S.support_scores(["the capital city, Canberra"], contexts[1:]) == [pytest.approx(2 / 3)]
+    assert S.support_scores([""], ["text"]) == [0.0]
+    with pytest.raises(ValueError, match="2 answers but 1 contexts"):
+        S.support_scores(["a", "b"], ["x"])
