@@ -240,7 +240,7 @@ def collect(args) -> None:
             continue
         retrieved = retriever.retrieve(q["question"])
         texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in retrieved]
-        row = dict(q, data=args.data, split=args.split, top_k=args.top_k,
+        row = dict(q, data=args.data, split=args.split, top_k=args.top_k, texts=texts,
                    retrieved=[{"id": n.node.node_id, "score": float(n.score)} for n in retrieved])
         t0 = time.perf_counter()
         row["docs"] = ([result_row(r, q["answers"]) for r in pipe.score(q["question"], texts)]

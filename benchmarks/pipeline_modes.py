@@ -12,8 +12,10 @@ import json
 import math
 import statistics
 import sys
+from types import SimpleNamespace
 from typing import Any, Iterable
 
+from grogu.rerank import ModeSettings, decide, plan
 from grogu.results import long_context_order
 from grogu.selection import choose_context, context_candidates, fuse, kept_relative_to_none, order_by
 
@@ -66,10 +68,23 @@ def mode_prune(rec: dict, s: dict) -> list[int]:
     return out or list(range(min(TOP_N, k)))  # nothing passes: the retriever's top-n, nothing dropped
 
 
+#: the context mode's settings a record replay takes from a setting dict (the rest are the product's defaults)
+CONTEXT_KEYS = ("family", "margin", "rule", "confidence_weight", "supported", "swaps")
+
+
+def context_settings(s: dict) -> ModeSettings:
+    return ModeSettings(mode="context", **{k: s[k] for k in CONTEXT_KEYS if k in s})
+
+
 def mode_context(rec: dict, s: dict) -> list[int]:
-    cands = context_candidates(k_of(rec, s["k"]), TOP_N, s["family"])
-    scores = [rec["contexts"][key(c)]["variants"][s["metric"]] for c in cands]
-    return cands[choose_context(scores, s["margin"])]
+    """The context mode exactly as grogu runs it (``grogu.rerank.plan`` and ``decide``) on the recorded
+    candidates' answers and scores; the support tie-break reads the records' document texts."""
+    settings = context_settings(s)
+    k = k_of(rec, s["k"])
+    cands = plan(settings, list(range(k)), TOP_N)
+    scored = [SimpleNamespace(score=rec["contexts"][key(c)]["variants"][s["metric"]], metric=s["metric"],
+                              answer=rec["contexts"][key(c)]["answer"]) for c in cands]
+    return decide(settings, list(range(k)), cands, scored, TOP_N, None, None, rec.get("texts")).order
 
 
 MODES = {"retriever": mode_retriever, "document": mode_document, "fusion": mode_fusion, "prune": mode_prune,

@@ -47,6 +47,12 @@ def test_context_candidates_families():
     assert S.context_candidates(5, 3, "drop") == [[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]
     assert len(S.context_candidates(5, 3, "all")) == 10
     assert S.context_candidates(5, 3, "orders") == [[0, 1, 2], [2, 1, 0], [0, 2, 1]]
+    assert S.context_candidates(5, 3, "swap_reversed") == [[0, 1, 2], [0, 1, 3], [0, 1, 4], [2, 1, 0]]
+    assert S.context_candidates(5, 3, "swap_orders") == [[0, 1, 2], [0, 1, 3], [0, 1, 4],
+                                                         [2, 1, 0], [3, 1, 0], [4, 1, 0]]
+    assert S.context_candidates(4, 3, "swap_orders", swaps=1) == [[0, 1, 2], [0, 1, 3], [2, 1, 0], [3, 1, 0]]
+    assert S.context_candidates(2, 3, "swap_reversed") == [[0, 1], [1, 0]]
+    assert S.context_candidates(1, 3, "swap_orders") == [[0]]
     assert S.context_candidates(2, 3, "swap") == [[0, 1]]          # fewer documents than top_n
     assert S.context_candidates(0, 3, "swap") == []
     with pytest.raises(ValueError, match="family"):
@@ -67,8 +73,9 @@ def test_kept_relative_to_none():
     assert S.kept_relative_to_none([-0.5, -2.0, -1.0], -1.0, margin=1.0) == [True, True, True]
 
 
-def _scores(*values):
-    return [SimpleNamespace(score=v) for v in values]
+def _scores(*values, answers=None):
+    answers = answers or [f"answer {chr(97 + i)}" for i in range(len(values))]
+    return [SimpleNamespace(score=v, answer=a, metric="entropy") for v, a in zip(values, answers)]
 
 
 def test_plan_and_decide_each_mode():
@@ -102,6 +109,8 @@ def test_plan_and_decide_each_mode():
     ({"mode": "best"}, "mode"), ({"weight": math.nan}, "weight"), ({"weight": -0.1}, "weight"),
     ({"weight": True}, "weight"), ({"family": "x"}, "family"), ({"swaps": -1}, "swaps"),
     ({"margin": math.inf}, "margin"), ({"margin": -0.1}, "margin"), ({"margin": "0.1"}, "margin"),
+    ({"rule": "vote"}, "rule"), ({"confidence_weight": 2.0}, "confidence_weight"),
+    ({"confidence_weight": math.nan}, "confidence_weight"), ({"supported": 1}, "supported"),
 ])
 def test_mode_settings_reject_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -175,3 +184,43 @@ def test_support_scores_by_hand():
     assert S.support_scores([""], ["text"]) == [0.0]
     with pytest.raises(ValueError, match="2 answers but 1 contexts"):
         S.support_scores(["a", "b"], ["x"])
+
+
+def test_selection_rules_by_hand():
+    utilities, answers = [-1.0, -0.2, -0.6], ["Sydney", "Canberra", "Canberra city"]
+    assert S.selection_scores("confidence", utilities, answers, "entropy", 0.5) == utilities
+    # agreement: F1(Sydney, .) = 0; F1(Canberra, Canberra city) = 2 * (1 * 1/2) / (1 + 1/2) = 2/3
+    assert S.selection_scores("agreement", utilities, answers, "entropy", 0.5) == pytest.approx([0, 1 / 3, 1 / 3])
+    # combined: (1 - w) * agreement + w * exp(utility) (the entropy family's bounded scale)
+    w = 0.25
+    want = [(1 - w) * a + w * math.exp(u) for a, u in zip([0, 1 / 3, 1 / 3], utilities)]
+    assert S.selection_scores("combined", utilities, answers, "entropy", w) == pytest.approx(want)
+    with pytest.raises(ValueError, match="rule"):
+        S.selection_scores("vote", utilities, answers, "entropy", 0.5)
+    with pytest.raises(ValueError, match="confidence_weight"):
+        S.selection_scores("combined", utilities, answers, "entropy", 1.5)
+
+
+def test_prefer_supported_keeps_the_answer_and_moves_to_the_documents_that_hold_it():
+    # DESIGN.md's example: [Sydney, platypus] and [Sydney, Canberra] both answer "Canberra"
+    answers, support = ["Canberra", "Canberra.", "Sydney"], [0.0, 1.0, 1.0]
+    assert S.prefer_supported(0, answers, support) == 1
+    assert S.prefer_supported(2, answers, support) == 2            # no other candidate gives "Sydney"
+    assert S.prefer_supported(1, answers, [1.0, 1.0, 0.0]) == 1    # a tie keeps the chosen one
+
+
+def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
+    base, texts = [0, 1, 2, 3], ["Sydney is big.", "Platypus swim.", "Canberra is the capital.", "Koalas."]
+    contexts = [[0, 1], [0, 2], [0, 3]]
+    scored = _scores(-0.1, -0.9, -0.5, answers=["Canberra", "Canberra", "Perth"])
+    confident = decide(ModeSettings(), base, contexts, scored, 2, None, None, texts)
+    # the retriever's context is the surest, but its documents do not hold "Canberra": the candidate
+    # with the same answer whose documents do is handed over instead
+    assert confident.chosen == 1 and confident.order == [0, 2] and confident.rule_scores == [-0.1, -0.9, -0.5]
+    no_support = decide(ModeSettings(supported=False), base, contexts, scored, 2, None, None, texts)
+    assert no_support.chosen == 0
+    agree = decide(ModeSettings(rule="agreement", supported=False), base, contexts, scored, 2, None, None, texts)
+    assert agree.chosen == 0 and agree.rule_scores == [0.5, 0.5, 0.0]
+    margin = decide(ModeSettings(rule="agreement", margin=0.6), base, contexts,
+                    _scores(-0.1, -0.9, -0.5, answers=["Perth", "Canberra", "Canberra"]), 2, None, None, texts)
+    assert margin.chosen == 0                                       # 0.5 does not beat 0.0 by more than 0.6

@@ -19,6 +19,8 @@ DEFAULT_MODE = "context"
 DEFAULT_FAMILY = "swap"
 DEFAULT_WEIGHT = 0.6
 DEFAULT_MARGIN = 0.0
+DEFAULT_RULE = "confidence"
+DEFAULT_CONFIDENCE_WEIGHT = 0.5
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -32,6 +34,10 @@ class ModeSettings:
     family: str = DEFAULT_FAMILY          # context: candidate family (grogu.selection.context_candidates)
     swaps: int = 2                        # context/swap: how many next documents try the last slot
     margin: float = DEFAULT_MARGIN        # context: how much a candidate must beat the retriever's own context
+    rule: str = DEFAULT_RULE              # context: how the candidate is chosen (grogu.selection.selection_scores)
+    confidence_weight: float = DEFAULT_CONFIDENCE_WEIGHT  # context/combined: weight of the confidence term
+    supported: bool = True                # context: among candidates giving the chosen answer, the one whose
+                                          # documents hold it (grogu.selection.prefer_supported)
 
     def __post_init__(self) -> None:
         S.check_mode(self.mode)
@@ -40,6 +46,10 @@ class ModeSettings:
         check_choice("family", self.family, S.CANDIDATE_FAMILIES)
         set_(self, "swaps", check_int("swaps", self.swaps, minimum=0))
         set_(self, "margin", check_float("margin", self.margin, minimum=0.0))
+        check_choice("rule", self.rule, S.SELECTION_RULES)
+        set_(self, "confidence_weight", S.check_unit("confidence_weight", self.confidence_weight))
+        if not isinstance(self.supported, bool):
+            raise ValueError(f"supported must be True or False, got {self.supported!r}")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -90,8 +100,9 @@ class Selection:
     order: input indices of the documents to give the LLM, in that order. scores: per-document utility
     (input order) where the mode scored documents alone, else None. fused: the fused score (fusion).
     none: utility of no document at all (prune). candidates / candidate_scores: the contexts scored
-    (context mode), ``chosen`` the index of the one used. context: the chosen context's score, with the
-    answer the LLM gave while it was scored (the pipeline's answer when the scoring prompt is its own).
+    (context mode), ``chosen`` the index of the one used, ``rule_scores`` each candidate's score under the
+    selection rule. context: the chosen context's score, with the answer the LLM gave while it was scored
+    (the pipeline's answer when the scoring prompt is its own).
     """
 
     mode: str
@@ -102,6 +113,7 @@ class Selection:
     candidates: list[list[int]] = field(default_factory=list)
     candidate_scores: list[Any] = field(default_factory=list)
     chosen: int | None = None
+    rule_scores: list[float] = field(default_factory=list)
 
     @property
     def context(self) -> Any | None:
@@ -141,15 +153,23 @@ def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[lis
 
 
 def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], scored: Sequence[Any],
-           top_n: int | None, threshold: float | None, relevance: Sequence[float] | None) -> Selection:
-    """The selection from the scored contexts of :func:`plan`."""
+           top_n: int | None, threshold: float | None, relevance: Sequence[float] | None,
+           texts: Sequence[str] | None = None) -> Selection:
+    """The selection from the scored contexts of :func:`plan`. ``texts``: each input document's text
+    (the context mode's support tie-break reads them; without them it is skipped)."""
     mode = settings.mode
     if mode == "context":
         if not contexts:
             return Selection(mode=mode, order=[])
-        chosen = S.choose_context([s.score for s in scored], settings.margin)
+        answers = [s.answer for s in scored]
+        rule_scores = S.selection_scores(settings.rule, [s.score for s in scored], answers, scored[0].metric,
+                                         settings.confidence_weight)
+        chosen = S.choose_context(rule_scores, settings.margin)
+        if settings.supported and texts is not None:
+            support = S.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
+            chosen = S.prefer_supported(chosen, answers, support)
         return Selection(mode=mode, order=list(contexts[chosen]), candidates=contexts,
-                         candidate_scores=list(scored), chosen=chosen)
+                         candidate_scores=list(scored), chosen=chosen, rule_scores=rule_scores)
     n_docs = len(base)
     per_doc = list(scored[:n_docs])
     utility = [s.score for s in per_doc]

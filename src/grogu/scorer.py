@@ -263,7 +263,8 @@ class UtilityScorer:
     def finish_rerank(self, plan: R.RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:
         """The second half of :meth:`rerank`: the result, given the scores of ``plan.contexts``."""
         settings, originals = plan.settings, plan.originals
-        sel = R.decide(settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance)
+        texts = [f"{d.title or ''} {d.text}" for d in plan.documents]  # what the support tie-break reads
+        sel = R.decide(settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance, texts)
         if sel.mode == "context":
             ctx = sel.context
             fields = {k: v for k, v in vars(ctx).items() if k != "documents"} if ctx is not None else {}

@@ -27,8 +27,10 @@ from typing import Sequence
 from .checks import check_choice, check_float
 
 RERANK_MODES = ("document", "fusion", "context", "prune")
+#: how the context mode chooses among its candidates (see :func:`selection_scores`)
+SELECTION_RULES = ("confidence", "agreement", "combined")
 #: candidate families of the context mode (see :func:`context_candidates`)
-CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders")
+CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders", "swap_reversed", "swap_orders")
 
 
 def check_mode(mode: object) -> str:
@@ -91,7 +93,10 @@ def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int
     - ``drop``: every n-subset of the top n+1 in retrieval order (each top-n member dropped in turn).
     - ``all``: every n-subset of all documents in retrieval order.
     - ``orders``: the top-n as given, reversed, and in LongContextReorder's order.
-    Duplicates are dropped; fewer than ``top_n`` documents give the one context of all of them.
+    - ``swap_reversed``: the ``swap`` candidates, then the top-n reversed (small LLMs read the end of
+      their context most: another order of the same documents can change the answer).
+    - ``swap_orders``: each ``swap`` candidate as given, then each reversed.
+    Duplicates are dropped; with ``top_n`` or fewer documents, every candidate holds all of them.
     """
     if family not in CANDIDATE_FAMILIES:
         raise ValueError(f"family must be one of {CANDIDATE_FAMILIES}, got {family!r}")
@@ -99,8 +104,13 @@ def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int
         return []
     n = min(top_n, n_docs)
     base = list(range(n))
+    swapped = [base] + [base[:-1] + [j] for j in range(n, min(n_docs, n + swaps))]
     if family == "swap":
-        out = [base] + [base[:-1] + [j] for j in range(n, min(n_docs, n + swaps))]
+        out = swapped
+    elif family == "swap_reversed":
+        out = swapped + [base[::-1]]
+    elif family == "swap_orders":
+        out = swapped + [c[::-1] for c in swapped]
     elif family == "drop":
         out = [list(c) for c in itertools.combinations(range(min(n_docs, n + 1)), n)]
     elif family == "all":
@@ -171,6 +181,38 @@ def support_scores(answers: Sequence[str], contexts: Sequence[str]) -> list[floa
     return out
 
 
+def selection_scores(rule: str, utilities: Sequence[float], answers: Sequence[str], metric: str,
+                     confidence_weight: float) -> list[float]:
+    """Each candidate context's score under a selection rule (higher is better):
+
+    - ``"confidence"``: its GROGU utility (how sure the LLM is of the answer it gives from it);
+    - ``"agreement"``: how much its answer agrees with the other candidates' answers
+      (:func:`agreement_scores`, in [0, 1]); no model confidence at all;
+    - ``"combined"``: ``(1 - w) * agreement + w * confidence``, with the confidence on the bounded [0, 1]
+      scale of :func:`grogu.scales.probability` (``w`` = ``confidence_weight``).
+    """
+    rule = check_choice("rule", rule, SELECTION_RULES)
+    if len(utilities) != len(answers):
+        raise ValueError(f"{len(utilities)} utilities but {len(answers)} answers")
+    if rule == "confidence":
+        return [float(u) for u in utilities]
+    agreement = agreement_scores(answers)
+    if rule == "agreement":
+        return agreement
+    from .scales import probability
+
+    w = check_unit("confidence_weight", confidence_weight)
+    return [(1 - w) * a + w * probability(metric, u) for a, u in zip(agreement, utilities)]
+
+
+def prefer_supported(chosen: int, answers: Sequence[str], support: Sequence[float]) -> int:
+    """Among the candidates that give the chosen candidate's answer (the same words), the one whose own
+    documents support that answer best (:func:`support_scores`); ties keep ``chosen``, then the earlier.
+    The answer is unchanged; the documents handed over (and credited with it) are the ones that hold it."""
+    same = [i for i, a in enumerate(answers) if answer_tokens(a) == answer_tokens(answers[chosen])]
+    return max(same, key=lambda i: (support[i], i == chosen, -i))
+
+
 def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margin: float = 0.0) -> list[bool]:
     """For each document, whether it leaves the LLM at least as sure as no document at all (utility
     >= the no-document utility − ``margin``)."""
@@ -180,5 +222,6 @@ def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margi
 __all__ = [
     "argmax",
     "RERANK_MODES", "CANDIDATE_FAMILIES", "check_mode", "rank_scores", "fuse", "order_by",
-    "context_candidates", "choose_context", "kept_relative_to_none",
+    "context_candidates", "choose_context", "kept_relative_to_none", "SELECTION_RULES", "answer_tokens", "token_f1",
+    "agreement_scores", "support_scores", "selection_scores", "prefer_supported",
 ]
