@@ -14,17 +14,14 @@ from grogu.engine.prefixtree import common_prefix, prefix_groups
 from grogu.naive import forward_stats, greedy_generate, naive_grogu_stats
 from grogu.prompts import Document, PromptBuilder
 
-from grogu.testing import squad_paragraphs, tiny_model
+from grogu.testing import squad_paragraphs, tiny_model, with_shared_data
 
 TOL = 1e-4
 
 
 def _docs(k: int, seed: int = 0) -> tuple[str, list[Document]]:
     """k real documents of different lengths (SQuAD paragraphs cut to 20..150 words)."""
-    try:
-        paras = squad_paragraphs(k, seed)
-    except FileNotFoundError as exc:  # ../shared absent: skip with the reason, as the data README asks
-        pytest.skip(str(exc))
+    paras = with_shared_data(squad_paragraphs, k, seed)
     docs = [Document(" ".join(p["text"].split()[: 20 + (37 * i) % 130]), p["title"]) for i, p in enumerate(paras)]
     return paras[0]["question"], docs
 

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from grogu.experiments import common as C
+from grogu.testing import with_shared_data
 
 TOKENS = 4  # answer tokens of the tiny model: enough to exercise key tokens, fast
 
@@ -121,10 +122,7 @@ def test_cli_registry_and_command_line():
 def _run(name: str, tmp_path, **kw) -> tuple[dict, dict]:
     from grogu.experiments import run
 
-    try:
-        result = run(name, out_dir=str(tmp_path / name), **kw)
-    except FileNotFoundError as exc:  # ../shared absent: skip with the reason, as the data README asks
-        pytest.skip(str(exc))
+    result = with_shared_data(run, name, out_dir=str(tmp_path / name), **kw)
     for kind in ("json", "md", "png"):
         path = tmp_path / name / f"{name}.{kind}"
         assert path.exists() and path.stat().st_size > 0, path
@@ -273,10 +271,8 @@ def test_cli_eval(tokenizer, tmp_path, capsys):
     tiny_model("llama", seed=1).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "out"
-    try:
-        rc = main(["eval", "acu", "--model", str(model_dir), "--device", "cpu", "--limit", "2", "--out", str(out)])
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    rc = with_shared_data(main, ["eval", "acu", "--model", str(model_dir), "--device", "cpu", "--limit", "2",
+                                 "--out", str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "mean ACU" in printed and "grogu eval acu --model" in printed

@@ -16,10 +16,7 @@ from grogu.selection import order_by as ranked
 
 @pytest.fixture(scope="module")
 def squad():
-    try:
-        return testing.squad_paragraphs(200, seed=0)
-    except FileNotFoundError as exc:  # ../shared absent
-        pytest.skip(str(exc))
+    return testing.with_shared_data(testing.squad_paragraphs, 200, seed=0)
 
 
 def test_tokenizer():

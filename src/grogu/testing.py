@@ -7,10 +7,11 @@ import json
 import os
 import random
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 
+T = TypeVar("T")
 #: ../shared/data as seen from a checkout of this repository (override with GROGU_SHARED_DATA).
 SHARED_DATA = os.environ.get(
     "GROGU_SHARED_DATA",
@@ -159,6 +160,20 @@ class LlamaCppServer:
             except Exception:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def with_shared_data(load: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """In a test: ``load(*args, **kwargs)``, which reads ../shared/data. When the data is missing, a skip
+    with the reason on a developer's machine, but a failure under CI (``CI`` set), where every test must
+    run: a CI clone has ../shared beside it."""
+    import pytest
+
+    try:
+        return load(*args, **kwargs)
+    except FileNotFoundError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI runs with ../shared beside the clone)")
+        pytest.skip(str(exc))
 
 
 def require_llama_cpp() -> None:

@@ -58,10 +58,7 @@ def llm(tiny, tokenizer):
 
 @pytest.fixture(scope="session")
 def paragraphs():
-    try:
-        return testing.squad_paragraphs(6, seed=3)
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    return testing.with_shared_data(testing.squad_paragraphs, 6, seed=3)
 
 
 @pytest.fixture(scope="session")

@@ -47,10 +47,7 @@ def embed_model():
 def paragraphs():
     from grogu import testing
 
-    try:
-        return testing.squad_paragraphs(12, seed=3)
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    return testing.with_shared_data(testing.squad_paragraphs, 12, seed=3)
 
 
 @pytest.fixture(scope="session")
