@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from grogu import testing
-    from grogu.rewrite import BM25Retriever, DenseRetriever, build_rewrite_pairs
+    from grogu.harness.rewrite import BM25Retriever, DenseRetriever, build_rewrite_pairs
     from grogu.scorer import UtilityScorer
 
     warnings.simplefilter("ignore")  # GGUF de-quantisation and truncation chatter
@@ -258,7 +258,7 @@ def check(hits: list[list[bool]], scores: list[list[float]], ids: list, kept: li
     """Hit rates of the GROGU-chosen, random, original, GROGU-lowest and oracle candidate per turn
     (candidate 0 is the original question); the same among the sampled rewrites only; and for the kept
     DPO pairs [(turn, chosen, rejected)]."""
-    from grogu.selection import argmax  # ties: the earlier (as grogu.rewrite)
+    from grogu.selection import argmax  # ties: the earlier (as grogu.harness.rewrite)
 
     best = [h[argmax(s)] for h, s in zip(hits, scores)]
     worst = [h[_argmin(s)] for h, s in zip(hits, scores)]

@@ -36,7 +36,7 @@ import torch
 
 from grogu import UtilityScorer, get_engine
 from grogu import metrics as M
-from grogu.experiments.common.data import random_paragraph, squad_questions
+from grogu.harness.experiments.common.data import random_paragraph, squad_questions
 from grogu.models import DEFAULT_MODEL
 from grogu.prompts import Document, PromptBuilder
 from grogu.servers import ServerTarget

@@ -1,6 +1,6 @@
 """Utility variants for small, copy-prone LLMs (issue #8): collect, tune, report.
 
-The protocol is the evaluation harness's (``grogu.experiments``: ``winrate`` = GROGU paper Table 1,
+The protocol is the evaluation harness's (``grogu.harness.experiments``: ``winrate`` = GROGU paper Table 1,
 ``noise`` = §4.2) reused through its public pieces (items, retrievers, relevance, answer checks,
 statistics); what this script adds is (1) a tuning / held-out split of SQuAD v1.1 dev **by article**
 and (2) per-token statistics saved for every scored context, so every metric variant, and every
@@ -37,10 +37,10 @@ from typing import Any, Callable, Sequence
 import torch
 
 from grogu import metrics as M
-from grogu.experiments import common as C
-from grogu.experiments import noise as N
-from grogu.experiments import winrate as W
-from grogu.experiments.retrieval import hard_negatives, make_retriever
+from grogu.harness.experiments import common as C
+from grogu.harness.experiments import noise as N
+from grogu.harness.experiments import winrate as W
+from grogu.harness.experiments.negatives import hard_negatives, make_retriever
 
 OUT = "runs/small_models"
 RELEVANCE = ("bm25", "minilm")
@@ -61,7 +61,7 @@ def split_pools(seed: int = 0) -> tuple[list[dict], dict[str, list[dict]]]:
 
 
 def winrate_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, seed: int) -> list[dict]:
-    """As ``grogu.experiments.winrate.build_items``, for given questions."""
+    """As ``grogu.harness.experiments.winrate.build_items``, for given questions."""
     texts = [p["text"] for p in paragraphs]
     items = []
     for q in questions:
@@ -75,7 +75,7 @@ def winrate_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, s
 
 
 def noise_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, seed: int) -> list[dict]:
-    """As ``grogu.experiments.noise.build_items``, for given questions."""
+    """As ``grogu.harness.experiments.noise.build_items``, for given questions."""
     texts = [p["text"] for p in paragraphs]
     items = []
     for q in questions:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from grogu import UtilityScorer, get_engine
+from grogu import ModeSettings, UtilityScorer, get_engine
 from grogu.cli import main, read_documents
 from grogu.models import resolve_spec
 from grogu.testing import tiny_model
@@ -58,6 +58,26 @@ def test_cli_rerank_json(model_dir, tmp_path, capsys):
     expected = UtilityScorer(model_dir, device="cpu", max_new_tokens=6).rerank("what is it?", read_documents(str(docs)), top_n=2)
     assert [r["index"] for r in record["results"]] == [r.index for r in expected]
     assert [r["score"] for r in record["results"]] == pytest.approx([r.score for r in expected], abs=1e-5)
+
+
+def test_cli_rerank_settings_are_grogu_mode_settings(model_dir, tmp_path, capsys):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("\n".join(json.dumps(t) for t in ["first doc", "second doc", "third doc", "fourth doc"]))
+    assert main(["rerank", "--model", model_dir, "--device", "cpu", "--query", "what is it?", "--docs", str(docs),
+                 "--top-n", "2", "--max-new-tokens", "6", "--json", "--family", "swap_orders", "--rule", "combined",
+                 "--confidence-weight", "0.25", "--supported", "false"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    expected = UtilityScorer(model_dir, device="cpu", max_new_tokens=6).rerank(
+        "what is it?", read_documents(str(docs)), top_n=2,
+        settings=ModeSettings(family="swap_orders", rule="combined", confidence_weight=0.25, supported=False))
+    assert [r["index"] for r in record["results"]] == [r.index for r in expected] and record["mode"] == "context"
+    # a bad setting, or settings that do not go together, are usage errors (exit status 2) naming the setting
+    for bad, message in ((["--swaps", "-1"], "swaps must be an int >= 0"), (["--rule", "vote"], "--rule"),
+                         (["--threshold", "-1"], "threshold applies to per-document"),
+                         (["--supported", "maybe"], "not true or false")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["rerank", "--model", model_dir, "--query", "q?", "--docs", str(docs), *bad])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_cli_many_queries_table(model_dir, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The evaluation harness (grogu.experiments): statistics by hand, and every experiment run end to end on a
+"""The evaluation harness (grogu.harness.experiments): statistics by hand, and every experiment run end to end on a
 handful of real items with a tiny random model, its summary recomputed from the per-item JSON."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from grogu.experiments import common as C
+from grogu.harness.experiments import common as C
 from grogu.testing import with_shared_data
 
 TOKENS = 4  # answer tokens of the tiny model: enough to exercise key tokens, fast
@@ -73,7 +73,7 @@ def test_win_counts_and_binary_scores_by_hand():
 
 
 def test_lexical_kernel_drops_the_question():
-    from grogu.experiments.seper import LexicalEntailment
+    from grogu.harness.experiments.seper import LexicalEntailment
 
     k = LexicalEntailment("token-f1")
     k.query = "Who founded it?"
@@ -87,8 +87,8 @@ def test_lexical_kernel_drops_the_question():
 def test_minilm_retriever_and_hard_negatives():
     import numpy as np
 
-    from grogu.experiments.retrieval import hard_negatives
-    from grogu.retrieval import BM25Retriever, DenseRetriever
+    from grogu.harness.experiments.negatives import hard_negatives
+    from grogu.harness.retrieval import BM25Retriever, DenseRetriever
 
     texts = ["Paris is the capital of France.", "Bananas are yellow fruit.", "The capital of Italy is Rome.",
              "France borders Spain and Italy."]
@@ -106,7 +106,7 @@ def test_minilm_retriever_and_hard_negatives():
 
 def test_cli_registry_and_command_line():
     from grogu.cli import EXTRA_COMMANDS, build_parser
-    from grogu.experiments.cli import command_line, options
+    from grogu.harness.experiments.cli import command_line, options
 
     assert "eval" in EXTRA_COMMANDS
     args = build_parser().parse_args(["eval", "layout", "--model", "a", "--model", "b", "--limit", "3"])
@@ -120,7 +120,7 @@ def test_cli_registry_and_command_line():
 
 # ---------------------------------------------------------------- experiments on real data, tiny model
 def _run(name: str, tmp_path, **kw) -> tuple[dict, dict]:
-    from grogu.experiments import run
+    from grogu.harness.experiments import run
 
     result = with_shared_data(run, name, out_dir=str(tmp_path / name), **kw)
     for kind in ("json", "md", "png"):
@@ -135,8 +135,8 @@ def _run(name: str, tmp_path, **kw) -> tuple[dict, dict]:
 
 def test_winrate(tiny_engine, tmp_path):
     from grogu import UtilityScorer
-    from grogu.experiments.retrieval import BM25Retriever
-    from grogu.experiments.winrate import METRICS, OTHERS
+    from grogu.harness.experiments.negatives import BM25Retriever
+    from grogu.harness.experiments.winrate import METRICS, OTHERS
 
     result, saved = _run("winrate", tmp_path, model=tiny_engine, limit=4, max_new_tokens=TOKENS, batch=3)
     assert saved["n"] == 4
@@ -179,7 +179,7 @@ def test_winrate(tiny_engine, tmp_path):
 
 
 def test_noise(tiny_engine, tmp_path):
-    from grogu.experiments.noise import CONTEXTS, METRICS
+    from grogu.harness.experiments.noise import CONTEXTS, METRICS
 
     _, saved = _run("noise", tmp_path, model=tiny_engine, limit=3, max_new_tokens=TOKENS, batch=2)
     paragraphs, _ = C.squad_data()
@@ -207,7 +207,7 @@ def test_noise(tiny_engine, tmp_path):
 
 def test_layout_two_models(tiny_engine, tokenizer, tmp_path):
     from grogu import Engine
-    from grogu.experiments.layout import LAYOUTS
+    from grogu.harness.experiments.layout import LAYOUTS
     from grogu.testing import tiny_model
 
     other = Engine(tiny_model("qwen2", seed=3), tokenizer, device="cpu")

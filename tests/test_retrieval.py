@@ -1,4 +1,4 @@
-"""grogu.retrieval: the one BM25 (bm25s index, BM25Okapi scores) checked against rank_bm25 on real SQuAD
+"""grogu.harness.retrieval: the one BM25 (bm25s index, BM25Okapi scores) checked against rank_bm25 on real SQuAD
 paragraphs and against the formula by hand; the tokenizer; the missing-extra error."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from grogu import testing
-from grogu.retrieval import BM25Retriever, bm25_tokenize
+from grogu.harness.retrieval import BM25Retriever, bm25_tokenize
 from grogu.selection import order_by as ranked
 
 

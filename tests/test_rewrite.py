@@ -1,4 +1,4 @@
-"""GROGU-ranked query-rewrite preference data (grogu.rewrite) and the rewriter trainer.
+"""GROGU-ranked query-rewrite preference data (grogu.harness.rewrite) and the rewriter trainer.
 
 Pair selection and the drop-smallest-gap rule against hand-computed values; TRL-loadable JSONL;
 BM25, dense, LlamaIndex and LangChain retrievers (real framework objects, tiny local embeddings);
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from grogu import Engine, UtilityScorer, testing
-from grogu.rewrite import (
+from grogu.harness.rewrite import (
     BM25Retriever, DenseRetriever, LangChainRetriever, LlamaIndexRetriever, PreferencePair, RewritePairs,
     ScoredRewrite, Turn, TurnResult, as_retriever, best_and_worst, build_rewrite_pairs, clean_rewrite,
     dedupe_candidates, drop_smallest_gaps, generate_candidates, read_turns, rewrite_prompt, summarize,
@@ -348,7 +348,7 @@ def test_cli_rewrite_pairs(pairs_dir):
 
 
 def test_train_rewriter_needs_the_train_extra(monkeypatch):
-    from grogu import train_rewriter
+    from grogu.harness.rewrite import train as train_rewriter
 
     monkeypatch.setitem(sys.modules, "trl", None)
     with pytest.raises(ImportError, match=r'pip install -e "\.\[train\]"'):
@@ -376,6 +376,6 @@ def test_train_rewriter_end_to_end(pairs_dir, tiny_dir, tmp_path):
 
 
 def test_modules_are_light_to_import():
-    code = ("import sys, grogu.rewrite, grogu.train_rewriter; "
+    code = ("import sys, grogu.harness.rewrite, grogu.harness.rewrite.train; "
             "print([m for m in ('trl', 'datasets', 'sentence_transformers', 'bm25s') if m in sys.modules])")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

@@ -17,21 +17,22 @@ import importlib
 import json
 import sys
 from importlib import resources
+from dataclasses import fields
 from typing import Any, Iterator
 
 from . import checks as C
 from . import metrics as M
 from .files import read_documents
 from .models import DEFAULT_MODEL
-from .rerank import DEFAULT_FAMILY, DEFAULT_MARGIN, DEFAULT_MODE, DEFAULT_WEIGHT
-from .selection import CANDIDATE_FAMILIES, RERANK_MODES
+from . import batch
+from .rerank import ModeSettings
 
 # Subcommands that live in their own module: name -> module with ``add_arguments(parser)`` and
 # ``run(args) -> int``. Imported lazily (only the chosen one), so ``grogu score`` stays light.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
-    "eval": (".experiments.cli", "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)"),
-    "rewrite-pairs": (".rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
-    "train-rewriter": (".train_rewriter", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
+    "eval": (".harness.experiments.cli", "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)"),
+    "rewrite-pairs": (".harness.rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
+    "train-rewriter": (".harness.rewrite.train", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
     "serve": (".serve.cli", "the shared scoring service on Ray Serve (HTTP API; pip install 'grogu[serve]')"),
 }
 
@@ -60,6 +61,18 @@ FRACTION = _setting(float, C.check_fraction, "value")
 PROBABILITY = _setting(float, C.check_probability, "value")
 
 
+def _flag(text: str) -> bool:
+    if text.lower() in ("true", "yes", "1", "on"):
+        return True
+    if text.lower() in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not true or false: {text!r}")
+
+
+#: an argparse ``type`` per type of rerank setting (the settings are checked by ModeSettings itself)
+_SETTING_TYPES = {str: str, int: int, float: float, bool: _flag}
+
+
 def iter_queries(args: argparse.Namespace) -> Iterator[dict]:
     if args.example:
         yield json.loads(resources.files("grogu").joinpath("data/example.json").read_text())
@@ -81,17 +94,6 @@ def _snippet(doc: Any, width: int) -> str:
     text = doc if isinstance(doc, str) else (doc.get("title") and f"[{doc['title']}] " or "") + doc.get("text", "")
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _record(item: dict, results: list, scorer: Any, mode: str) -> dict:
-    return {
-        "query": item["query"], "model": scorer.model_name, "metric": scorer.metric, "mode": mode,
-        "results": [{
-            "index": r.index, "score": r.score, "confidence": r.confidence, "n_tokens": r.n_tokens,
-            "n_key_tokens": r.n_key_tokens, "answer": r.answer, "variants": r.variants,
-            "document": r.document, "rank_score": r.rank_score,
-        } for r in results],
-    }
 
 
 def _table(record: dict) -> str:
@@ -136,19 +138,6 @@ def _add_server_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY)")
 
 
-def target_of(args: argparse.Namespace | dict[str, Any]) -> Any:
-    """The target LLM the parsed arguments name: a ServerTarget with --server, else the --model spec."""
-    a = vars(args) if isinstance(args, argparse.Namespace) else args
-    if not a.get("server"):
-        return a["model"]
-    if a.get("device") is not None or a.get("dtype") is not None:
-        raise SystemExit("--device/--dtype apply to a model loaded here, not to one behind --server")
-    from .servers import ServerTarget
-
-    return ServerTarget(a["server"], a.get("served_model"), api=a.get("server_api", "auto"), tokenizer=a["model"],
-                        top_logprobs=a.get("top_logprobs", 20), api_key=a.get("api_key"))
-
-
 def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     """Arguments of ``grogu score`` and ``grogu rerank``."""
     src = p.add_argument_group("input")
@@ -178,13 +167,10 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     if rerank:
         p.add_argument("--top-n", type=TOP_N, default=None, help="keep the best n (a positive int)")
         p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
-        p.add_argument("--mode", default=None, choices=RERANK_MODES,
-                       help=f"rerank mode (default {DEFAULT_MODE}; see the README, 'Which rerank mode')")
-        p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT, help="fusion: weight of the utility rank")
-        p.add_argument("--family", default=DEFAULT_FAMILY, choices=CANDIDATE_FAMILIES,
-                       help="context: candidate contexts")
-        p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                       help="context: how much a candidate must beat the retriever's own context")
+        settings = p.add_argument_group("rerank settings (grogu.ModeSettings; default: its defaults)")
+        for f in fields(ModeSettings):
+            settings.add_argument(f"--{f.name.replace('_', '-')}", type=_SETTING_TYPES[type(f.default)], default=None,
+                                  choices=f.metadata["choices"], help=f"{f.metadata['help']} (default {f.default})")
 
 
 def _add_metric_commands(sub: Any) -> None:
@@ -267,7 +253,7 @@ def other_metric(args: argparse.Namespace) -> int:
     if args.command == "influence":
         from .influence import InfluenceScorer
 
-        r = InfluenceScorer(target_of(args), embedder=args.embedder, max_new_tokens=args.max_new_tokens,
+        r = InfluenceScorer(batch.target_of(args), embedder=args.embedder, max_new_tokens=args.max_new_tokens,
                             device=args.device, dtype=args.dtype, method=args.method, n_ablations=args.ablations,
                             seed=args.seed).score(args.query, docs, answer=args.answer)
         _print_rows(f"query: {args.query}\nanswer: {r.answer}\nmethod: {r.method}", ["doc", "influence", "document"],
@@ -278,7 +264,7 @@ def other_metric(args: argparse.Namespace) -> int:
         return 0
     from .seper import SePerScorer
 
-    scorer = SePerScorer(target_of(args), entailment=args.nli, n_samples=args.samples, tau=args.tau, seed=args.seed,
+    scorer = SePerScorer(batch.target_of(args), entailment=args.nli, n_samples=args.samples, tau=args.tau, seed=args.seed,
                          max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
     res = scorer.score(args.query, docs, args.reference)
     _print_rows(f"query: {args.query}   references: {args.reference}", ["doc", "dSePer_S", "dSePer_H", "document"],
@@ -289,7 +275,13 @@ def other_metric(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "rerank":  # the settings together, as the Python API checks them: a usage error here
+        try:
+            ModeSettings.from_arguments(None, vars(args)).check_threshold(args.threshold)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.command in ("influence", "seper", "acu"):
         return other_metric(args)
     if args.command in EXTRA_COMMANDS:
@@ -297,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     from .scorer import UtilityScorer
     from tqdm import tqdm
 
-    from .serve.offline import completed_prefix, scorer_options
+    from .batch import completed_prefix, score_chunk, scorer_options
 
     items = list(iter_queries(args))
     done = completed_prefix(args.out, items) if args.out else 0
@@ -306,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--ray needs --queries FILE and --out FILE (records are written in input order)")
         if args.server:
             raise SystemExit("--ray runs engines on Ray workers; with --server, the server does the batching")
-        from .serve.offline import score_on_ray
+        from .batch import score_on_ray
 
         return score_on_ray(args, items, done)
     scorer = UtilityScorer(**scorer_options(args))
@@ -327,20 +319,6 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         out.close()
     return 0
-
-
-def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list[dict]:
-    """The records of a chunk of queries scored together (``grogu score``: one engine batch;
-    ``grogu rerank``: each query's mode runs its own batch). ``options``: the parsed arguments."""
-    if options["command"] == "rerank":
-        scored = [scorer.rerank(it["query"], it["documents"], options["top_n"], options["threshold"],
-                                mode=options["mode"], weight=options["weight"], family=options["family"],
-                                margin=options["margin"]) for it in chunk]
-        mode = options["mode"] or DEFAULT_MODE
-    else:
-        scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
-        mode = "document"
-    return [_record(item, results, scorer, mode) for item, results in zip(chunk, scored)]
 
 
 if __name__ == "__main__":

@@ -23,21 +23,30 @@ DEFAULT_RULE = "confidence"
 DEFAULT_CONFIDENCE_WEIGHT = 0.5
 
 
+def _setting(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
+    """A field of :class:`ModeSettings` with its description (the command line's ``--help`` reads it)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
 @dataclass(kw_only=True, frozen=True)
 class ModeSettings:
     """Settings of the rerank modes (each used by the mode named in its comment): the one settings
     object of reranking. The scorer, both integrations and the service hold one, built and checked
     here (:meth:`build`); a setting added here travels everywhere without further code."""
 
-    mode: str = DEFAULT_MODE
-    weight: float = DEFAULT_WEIGHT        # fusion: weight of the utility rank (1 - weight: retrieval rank)
-    family: str = DEFAULT_FAMILY          # context: candidate family (grogu.selection.context_candidates)
-    swaps: int = 2                        # context/swap: how many next documents try the last slot
-    margin: float = DEFAULT_MARGIN        # context: how much a candidate must beat the retriever's own context
-    rule: str = DEFAULT_RULE              # context: how the candidate is chosen (grogu.selection.selection_scores)
-    confidence_weight: float = DEFAULT_CONFIDENCE_WEIGHT  # context/combined: weight of the confidence term
-    supported: bool = True                # context: among candidates giving the chosen answer, the one whose
-                                          # documents hold it (grogu.selection.prefer_supported)
+    mode: str = _setting(DEFAULT_MODE, "rerank mode (see the README, 'Which rerank mode')", S.RERANK_MODES)
+    weight: float = _setting(DEFAULT_WEIGHT, "fusion: weight of the utility rank (1 - weight: retrieval rank)")
+    family: str = _setting(DEFAULT_FAMILY, "context: the candidate contexts (grogu.selection.context_candidates)",
+                           S.CANDIDATE_FAMILIES)
+    swaps: int = _setting(2, "context: how many next documents try the last slot of the top-n")
+    margin: float = _setting(DEFAULT_MARGIN, "context: how much a candidate must beat the retriever's own context "
+                                             "on the rule's score")
+    rule: str = _setting(DEFAULT_RULE, "context: how the candidate is chosen (grogu.selection.selection_scores)",
+                         S.SELECTION_RULES)
+    confidence_weight: float = _setting(DEFAULT_CONFIDENCE_WEIGHT, "context, rule 'combined': weight of the "
+                                                                   "confidence against the answers' agreement")
+    supported: bool = _setting(True, "context: among candidates giving the chosen answer, hand over the one whose "
+                                     "documents hold it (grogu.selection.prefer_supported)")
 
     def __post_init__(self) -> None:
         S.check_mode(self.mode)

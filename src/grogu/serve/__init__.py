@@ -1,7 +1,7 @@
 """The shared scoring service: ``grogu serve`` runs engines on Ray Serve (``pip install "grogu[serve]"``);
 :class:`RemoteScorer` and :class:`RemoteInfluenceScorer` use it from any process with the in-process
 classes' methods and results. The client needs only ``httpx``; Ray is imported by the server side
-(:mod:`grogu.serve.service`, :mod:`grogu.serve.offline`) alone."""
+(:mod:`grogu.serve.service`) alone; ``grogu score --ray`` runs Ray Data from :mod:`grogu.batch`."""
 
 from .client import RemoteACUScorer, RemoteInfluenceScorer, RemoteScorer, RemoteSePerScorer
 from .transport import (ServiceAuthError, ServiceError, ServiceTypeError, ServiceUnavailable, ServiceValueError,

@@ -17,7 +17,7 @@ import random
 from typing import Any
 
 from . import common as C
-from .retrieval import BM25Retriever, DenseRetriever, hard_negatives, make_retriever
+from .negatives import BM25Retriever, DenseRetriever, hard_negatives, make_retriever
 
 OTHERS = ("distractor", "random")
 DOCS = ("gold",) + OTHERS

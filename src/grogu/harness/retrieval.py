@@ -1,5 +1,5 @@
 """Retrievers over a fixed list of passages, shared by the evaluation harness
-(:mod:`grogu.experiments`) and the rewrite pairs (:mod:`grogu.rewrite`).
+(:mod:`grogu.harness.experiments`) and the rewrite pairs (:mod:`grogu.harness.rewrite`).
 
 - :func:`bm25_tokenize`: the one BM25 analyzer, lower-cased word tokens (``\\w+``).
 - :class:`BM25Retriever`: Okapi BM25 indexed and scored with ``bm25s``, with the scores of
@@ -23,9 +23,9 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .checks import check_positive_int
-from .extras import require
-from .selection import order_by
+from ..checks import check_positive_int
+from ..extras import require
+from ..selection import order_by
 
 DEFAULT_EMBEDDER = "all-minilm-l6-v2"
 _WORD = re.compile(r"\w+")
@@ -156,7 +156,7 @@ class DenseRetriever:
 
     def __init__(self, passages: Iterable[Any] | None = None, embedder: Any = DEFAULT_EMBEDDER, *,
                  device: str | None = None, batch_size: int = 64, cache: bool = False) -> None:
-        from .influence import load_embedder
+        from ..influence import load_embedder
 
         self.embedder = load_embedder(embedder, device)
         self.embedder_name = embedder if isinstance(embedder, str) else type(embedder).__name__

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from . import common as C
-from ..testing import shared_data_path
+from ...testing import shared_data_path
 
 LABELS = ("SUPPORTS", "REFUTES")
 
@@ -65,7 +65,7 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 300, seed: int = 0,
         write: bool = True, command: str | None = None) -> dict:
     """ACU of sufficient vs insufficient evidence for the first ``limit`` claims (file order; ``seed``,
     ``max_new_tokens`` and ``retriever`` are accepted and unused: ACU reads next-token probabilities)."""
-    from ..acu import ACUScorer
+    from ...acu import ACUScorer
 
     clock = C.Clock()
     C.set_threads(threads)

@@ -1,11 +1,11 @@
-"""``grogu rewrite-pairs``: the command line of :func:`~grogu.rewrite.build_rewrite_pairs`."""
+"""``grogu rewrite-pairs``: the command line of :func:`~grogu.harness.rewrite.build_rewrite_pairs`."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..files import read_documents
-from ..models import DEFAULT_MODEL
+from ...files import read_documents
+from ...models import DEFAULT_MODEL
 from ..retrieval import BM25Retriever, DenseRetriever
 from .candidates import DEFAULT_N_CANDIDATES
 from .pairs import DEFAULT_DROP_RATIO
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                  else DenseRetriever(corpus, args.embedder, device=args.device))
     rewriter = None
     if args.rewriter:
-        from ..engine import get_engine
+        from ...engine import get_engine
 
         rewriter = get_engine(args.rewriter, device=args.device, dtype=args.dtype)
     pairs = build_rewrite_pairs(

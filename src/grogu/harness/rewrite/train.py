@@ -4,12 +4,12 @@
     grogu train-rewriter --pairs pairs/ --model smollm2-135m-instruct --output rewriter/
 
 Reads ``sft.jsonl`` (``{"prompt", "completion"}``) and ``dpo.jsonl`` (``{"prompt", "chosen",
-"rejected"}``) as written by :mod:`grogu.rewrite`; runs TRL's ``SFTTrainer`` on the SFT records, then
+"rejected"}``) as written by :mod:`grogu.harness.rewrite`; runs TRL's ``SFTTrainer`` on the SFT records, then
 ``DPOTrainer`` on the pairs with the SFT model as policy and (a frozen copy of it) as reference;
 saves the final model and tokenizer to ``<output>/final`` and the loss logs to
 ``<output>/train_log.json``. When the tokenizer has a chat template the records are trained in TRL's
 conversational format (the prompt as the user turn, the rewrite as the assistant turn), which is how
-:func:`grogu.rewrite.generate_candidates` prompted the rewriter.
+:func:`grogu.harness.rewrite.generate_candidates` prompted the rewriter.
 
 Needs the ``train`` extra (TRL + datasets): ``pip install -e ".[train]"``. Nothing here is imported
 until a function runs, so ``grogu`` itself stays light.
@@ -23,7 +23,7 @@ import json
 import os
 from typing import Any, Sequence
 
-from .models import DEFAULT_MODEL
+from ...models import DEFAULT_MODEL
 
 TRAIN_EXTRA_HINT = ('grogu train-rewriter needs TRL and datasets, the "train" extra: pip install -e ".[train]" '
                     '(or pip install "grogu[train]")')
@@ -158,7 +158,7 @@ def train_rewriter(
 
 def _trainable(model: Any, tokenizer: Any, on_gpu: bool) -> tuple[Any, Any]:
     """The model (loaded from a spec in float32, GGUF quantizer detached) and its tokenizer with a pad token."""
-    from .models import load_model
+    from ...models import load_model
 
     if isinstance(model, (str, tuple)):
         model, tokenizer = load_model(model, device="cuda" if on_gpu else "cpu", dtype="float32")

@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from ...extras import require
+from ....extras import require
 
 METRIC_LABELS = {"ppl": "PPL", "key_ppl": "KeyPPL", "entropy": "Entropy", "key_entropy": "KeyEntropy",
                  "bm25": "BM25 (relevance)", "minilm": "MiniLM (relevance)"}

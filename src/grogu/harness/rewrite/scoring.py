@@ -7,15 +7,15 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..checks import check_positive_int
+from ...checks import check_positive_int
 from ..retrieval import Retriever, as_retriever, retrieve_all
-from ..selection import argmax
+from ...selection import argmax
 from .candidates import text_key
 from .pairs import PreferencePair, best_and_worst
 from .turns import DEFAULT_INSTRUCTION, Turn, rewrite_prompt
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..scorer import UtilityScorer
+    from ...scorer import UtilityScorer
 
 DEFAULT_K = 10
 

@@ -17,7 +17,7 @@ import argparse
 import os
 import shlex
 
-from ..models import DEFAULT_MODEL
+from ...models import DEFAULT_MODEL
 from . import EXPERIMENTS
 
 DEFAULT_LIMITS = {"winrate": 100, "noise": 100, "layout": 30, "seper": 10, "acu": 300}
@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options(args: argparse.Namespace) -> dict:
-    """Keyword arguments of ``grogu.experiments.run`` from the parsed command line."""
+    """Keyword arguments of ``grogu.harness.experiments.run`` from the parsed command line."""
     name = args.experiment
     opts = {"model": args.model if args.model and len(args.model) > 1 else (args.model or [DEFAULT_MODEL])[0],
             "limit": args.limit if args.limit is not None else DEFAULT_LIMITS[name], "seed": args.seed,

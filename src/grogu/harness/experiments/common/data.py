@@ -6,7 +6,7 @@ import json
 import random
 from typing import Any, Sequence
 
-from ...testing import shared_data_path
+from ....testing import shared_data_path
 from .answers import holds_answer
 
 

@@ -1,4 +1,5 @@
-"""Offline scoring: ``grogu score|rerank --queries in.jsonl --out out.jsonl [--ray]``.
+"""Scoring many queries from the command line (``grogu score|rerank``): the target the arguments name,
+one output record per query, resumable ``--out`` files and Ray Data.
 
 The output holds one JSON record per input query, in input order, exactly as the sequential command
 writes them. It is resumable: a rerun keeps the complete records already in ``--out`` (checked against
@@ -18,12 +19,53 @@ import json
 import os
 from typing import Any
 
+from .rerank import ModeSettings
+
+
+def target_of(args: argparse.Namespace | dict[str, Any]) -> Any:
+    """The target LLM the parsed arguments name: a ServerTarget with --server, else the --model spec."""
+    a = vars(args) if isinstance(args, argparse.Namespace) else args
+    if not a.get("server"):
+        return a["model"]
+    if a.get("device") is not None or a.get("dtype") is not None:
+        raise SystemExit("--device/--dtype apply to a model loaded here, not to one behind --server")
+    from .servers import ServerTarget
+
+    return ServerTarget(a["server"], a.get("served_model"), api=a.get("server_api", "auto"), tokenizer=a["model"],
+                        top_logprobs=a.get("top_logprobs", 20), api_key=a.get("api_key"))
+
+
+def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list[dict]:
+    """The records of a chunk of queries scored together (``grogu score``: one engine batch;
+    ``grogu rerank``: each query's mode runs its own batch). ``options``: the parsed arguments."""
+    if options["command"] == "rerank":
+        settings = ModeSettings.from_arguments(None, options)
+        scored = [scorer.rerank(it["query"], it["documents"], options["top_n"], options["threshold"],
+                                settings=settings) for it in chunk]
+        mode = settings.mode
+    else:
+        scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
+        mode = "document"
+    return [record(item, results, scorer, mode) for item, results in zip(chunk, scored)]
+
+
+
+def record(item: dict, results: list, scorer: Any, mode: str) -> dict:
+    """The output record of one query: its results in the order of the mode, with each document."""
+    return {
+        "query": item["query"], "model": scorer.model_name, "metric": scorer.metric, "mode": mode,
+        "results": [{
+            "index": r.index, "score": r.score, "confidence": r.confidence, "n_tokens": r.n_tokens,
+            "n_key_tokens": r.n_key_tokens, "answer": r.answer, "variants": r.variants,
+            "document": r.document, "rank_score": r.rank_score,
+        } for r in results],
+    }
+
+
 
 def scorer_options(args: argparse.Namespace | dict[str, Any]) -> dict[str, Any]:
     """:class:`grogu.UtilityScorer` keyword arguments from the parsed ``score`` / ``rerank`` arguments."""
     a = vars(args) if isinstance(args, argparse.Namespace) else args
-    from ..cli import target_of
-
     return dict(model=target_of(a), metric=a["metric"], alpha=a["alpha"], top_k_frac=a["top_k_frac"],
                 max_new_tokens=a["max_new_tokens"], device=a["device"], dtype=a["dtype"],
                 answer_style=a["answer_style"])
@@ -60,15 +102,13 @@ class ChunkScorer:
     """A Ray Data actor: one engine (loaded once), scoring chunks of queries into their records."""
 
     def __init__(self, options: dict[str, Any]) -> None:
-        from ..scorer import UtilityScorer
+        from .scorer import UtilityScorer
 
         self.options = options
         self.scorer = UtilityScorer(**scorer_options(options))
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
-
-        from ..cli import score_chunk
 
         out = []
         for payload in batch["payload"]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..selection import argmax
+from ...selection import argmax
 from . import common as C
-from .retrieval import hard_negatives, make_retriever
+from .negatives import hard_negatives, make_retriever
 
 LAYOUTS = {"first": 0, "fifth": 4, "last": 9}
 N_PARAGRAPHS = 10

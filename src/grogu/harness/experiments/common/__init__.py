@@ -11,7 +11,7 @@ answer the question.
 
 from __future__ import annotations
 
-from ...models import DEFAULT_MODEL
+from ....models import DEFAULT_MODEL
 from .answers import (
     answer_tokens, best_over, exact_match, holds_answer, is_correct, normalize_answer, normalize_spaced,
     rouge_l, token_f1,

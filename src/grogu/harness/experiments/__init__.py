@@ -1,6 +1,6 @@
 """The evaluation harness: the papers' experiments on the real data in ``../shared/data``.
 
->>> from grogu.experiments import run
+>>> from grogu.harness.experiments import run
 >>> result = run("winrate", model="smollm2-135m-instruct", limit=100, out_dir="runs/eval/winrate")
 >>> result["summary"]["win_rate"]["distractor"]["key_entropy"]["rate"]
 

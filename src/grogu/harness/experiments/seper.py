@@ -27,7 +27,7 @@ import random
 from typing import Any, Callable, Sequence
 
 from . import common as C
-from ..testing import shared_data_path
+from ...testing import shared_data_path
 
 KERNELS: dict[str, Callable[[str, str], float]] = {"token-f1": C.token_f1, "rouge-l": C.rouge_l}
 MEASURES = {
@@ -108,7 +108,7 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 10, seed: int = 0, 
         command: str | None = None) -> dict:
     """ΔSePer vs ground truth on ``limit`` MuSiQue questions; ``nli`` (hub id / path) or the lexical
     ``kernel`` ('token-f1' / 'rouge-l'). ``retriever`` is accepted and unused (the paragraphs are given)."""
-    from ..seper import NLIEntailment, SePerScorer
+    from ...seper import NLIEntailment, SePerScorer
 
     clock = C.Clock()
     C.set_threads(threads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ...extras import require
+from ....extras import require
 
 
 def _scipy_stats():

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from ..checks import check_positive_int
-from ..models import DEFAULT_MODEL
+from ...checks import check_positive_int
+from ...models import DEFAULT_MODEL
 from ..retrieval import as_retriever
 from .candidates import DEFAULT_N_CANDIDATES, candidates_for_turns
 from .pairs import DEFAULT_DROP_RATIO, PreferencePair, check_drop_ratio, drop_smallest_gaps
@@ -17,7 +17,7 @@ from .scoring import DEFAULT_K, TurnResult, score_turns
 from .turns import DEFAULT_INSTRUCTION, Turn, turn_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..scorer import UtilityScorer
+    from ...scorer import UtilityScorer
 
 
 @dataclass
@@ -105,7 +105,7 @@ def summarize(results: Sequence[TurnResult], kept: Sequence[PreferencePair], dro
 
 
 def _scorer(model: Any, **kwargs: Any) -> "UtilityScorer":
-    from ..scorer import UtilityScorer
+    from ...scorer import UtilityScorer
 
     if isinstance(model, UtilityScorer):
         return model
@@ -133,7 +133,7 @@ def build_rewrite_pairs(
     turns_per_batch: int = 8,
     progress: bool = False,
 ) -> RewritePairs:
-    """GROGU-ranked SFT and DPO data for a query rewriter; see the :mod:`grogu.rewrite` docstring.
+    """GROGU-ranked SFT and DPO data for a query rewriter; see the :mod:`grogu.harness.rewrite` docstring.
 
     Args:
         turns: :class:`Turn` objects or ``{"question", "history"?, "candidates"?, "id"?}`` mappings.

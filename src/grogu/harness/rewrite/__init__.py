@@ -27,12 +27,12 @@ This package is light to import: torch, transformers and sentence-transformers l
 Modules: :mod:`.turns` (input and prompt), :mod:`.candidates` (sampling, cleaning), :mod:`.pairs`
 (pair selection, plain logic), :mod:`.scoring` (retrieval + GROGU per rewrite), :mod:`.pipeline`
 (:func:`build_rewrite_pairs` and the files), :mod:`.command` (``grogu rewrite-pairs``); the retrievers
-are :mod:`grogu.retrieval`'s.
+are :mod:`grogu.harness.retrieval`'s.
 """
 
 from __future__ import annotations
 
-# Every name the single-module grogu.rewrite had stays importable from here.
+# Every name the single-module grogu.harness.rewrite had stays importable from here.
 from ..retrieval import (  # noqa: F401
     BM25Retriever, DenseRetriever, LangChainRetriever, LlamaIndexRetriever, Retriever, as_retriever, bm25_tokenize,
     retrieve_all,

@@ -1,0 +1,90 @@
+"""The package's layering, read from the source (no import is run): no import cycle between grogu's
+modules, the plug-in never imports the research harness (grogu.harness), and no module imports another
+module's private name."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "src")
+
+
+def _modules() -> dict[str, str]:
+    out = {}
+    for folder, _, files in os.walk(os.path.join(SRC, "grogu")):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, SRC)[:-3].replace(os.sep, ".")
+                out[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(module: str, path: str) -> list[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import in the file, lazy ones included."""
+    package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.split(".")[0] == "grogu"]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+            target = ".".join(p for p in (base, node.module or "") if p)
+            if target.split(".")[0] != "grogu":
+                continue
+            for alias in node.names:  # "from package import submodule" imports the submodule
+                sub = f"{target}.{alias.name}"
+                found.append((sub, []) if sub in MODULES else (target, [alias.name]))
+    out = []
+    for target, names in found:
+        while target not in MODULES and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target in MODULES and target != module:
+            out.append((target, names))
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def test_the_graph_was_read():
+    assert len(MODULES) > 50
+    assert {"grogu.batch", "grogu.scorer"} <= {t for t, _ in GRAPH["grogu.cli"]}   # lazy imports included
+    assert ("grogu.checks", ["check_query"]) in GRAPH["grogu.scorer"] or \
+        any(t == "grogu.checks" and "check_query" in n for t, n in GRAPH["grogu.scorer"])
+
+
+def test_no_import_cycle():
+    edges = {m: {t for t, _ in deps} for m, deps in GRAPH.items()}
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(edges[m]):
+            if state.get(t) == 1:
+                pytest.fail("import cycle: " + " -> ".join(path[path.index(t):] + [t]))
+            if t not in state:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_the_plug_in_never_imports_the_harness():
+    up = sorted(f"{m} imports {t}" for m, deps in GRAPH.items() for t, _ in deps
+                if t.startswith("grogu.harness") and not m.startswith("grogu.harness"))
+    assert up == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    private = sorted(f"{m} imports {t}.{n}" for m, deps in GRAPH.items() for t, names in deps for n in names
+                     if n.startswith("_") and not n.startswith("__"))
+    assert private == []
