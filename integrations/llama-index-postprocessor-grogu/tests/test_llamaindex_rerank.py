@@ -138,12 +138,19 @@ def test_layout_only_orders_the_retrieved_top_n(index, llm, scorer, questions):
     docs = texts(retrieved)
     layouts = list(grogu.standard_layouts(list(range(3))).items())
     choice = scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts])
-    out = GroguRerank(top_n=3, model=llm, layout="only", max_new_tokens=TOKENS, mode="document").postprocess_nodes(
+    with pytest.warns(DeprecationWarning, match="family='orders'"):
+        only = GroguRerank(top_n=3, model=llm, layout="only", max_new_tokens=TOKENS, mode="document")
+    out = only.postprocess_nodes(
         retrieve(index, query), query_str=query)
     order = layouts[choice.best][1]
     assert [n.node.node_id for n in out] == [retrieved[i].node.node_id for i in order]
     assert [n.score for n in out] == pytest.approx([retrieved[i].score for i in order])  # retrieval scores kept
     assert out[0].node.metadata["grogu"]["layout"]["context_score"] == pytest.approx(choice.scores[choice.best].score)
+    # what replaces it: the context mode's orders family chooses the same order
+    orders = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, family="orders", rule="confidence",
+                         supported=False, qa_template=None)
+    assert [n.node.node_id for n in orders.postprocess_nodes(retrieve(index, query), query_str=query)] == \
+        [n.node.node_id for n in out]
 
 
 def test_async_equals_sync_and_concurrent_queries_share_batches(index, llm, questions):

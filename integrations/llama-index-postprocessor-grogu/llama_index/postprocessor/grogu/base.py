@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
+import warnings
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -69,7 +70,8 @@ class GroguRerank(BaseNodePostprocessor):
         threshold: keep only nodes with utility >= threshold (applied before ``top_n``).
         metric: a name from ``grogu.METRICS``: 'key_entropy' (default, the paper's), 'entropy', 'ppl',
             'key_ppl', or a small-model variant (see ``grogu.metrics``).
-        layout: None (default) for per-node reranking only; 'after' to then pick, among orders of the
+        layout: deprecated (goes in the next release; use ``mode='context', family='orders'``). None
+            (default) for per-node reranking only; 'after' to then pick, among orders of the
             kept nodes (utility, retrieval, reversed, LongContextReorder), the one whose context-level
             GROGU is best; 'only' to skip per-node scoring and pick the best order of the first
             ``top_n`` retrieved nodes (retrieval, reversed, LongContextReorder).
@@ -172,6 +174,10 @@ class GroguRerank(BaseNodePostprocessor):
         if max_new_tokens is not None:
             max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         on_error = check_choice("on_error", on_error, ON_ERROR)
+        if layout is not None:
+            warnings.warn("GroguRerank(layout=...) is deprecated and goes in the next release: the context mode "
+                          "chooses among orders of the top-n itself (mode='context', family='orders', or "
+                          "family='swap_orders' with swapped documents)", DeprecationWarning, stacklevel=2)
         given = settings.mode if isinstance(settings, ModeSettings) and mode is None else mode
         layout, mode = layout_and_mode(layout, given, threshold)
         settings = ModeSettings.build(settings, mode=mode, weight=weight, family=family, swaps=swaps, margin=margin,
