@@ -285,7 +285,7 @@ def latency(args) -> None:
     from grogu.models import embedded_embedder_path
     from llama_index.core import get_response_synthesizer
     from llama_index.core.query_engine import RetrieverQueryEngine
-    from llama_index.core.schema import NodeWithScore
+    from llama_index.core.schema import MetadataMode, NodeWithScore
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
@@ -293,7 +293,8 @@ def latency(args) -> None:
     pool, questions = squad_questions("held", args.questions + args.skip, args.seed)
     questions = questions[args.skip:]
     embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
-    retriever = build_index(pool, embed_model, args.cache_dir, "squad").as_retriever(similarity_top_k=args.top_k)
+    index = build_index(pool, embed_model, args.cache_dir, "squad")
+    retriever = index.as_retriever(similarity_top_k=args.top_k)
     if args.server:
         llm = served_llm(args)
     else:
@@ -303,6 +304,9 @@ def latency(args) -> None:
                              generate_kwargs={"do_sample": False},
                              stopping_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")])
     synth = get_response_synthesizer(llm=llm, response_mode="compact")
+    # the plain pipeline: the retriever's top-3 straight to the synthesizer
+    plain_engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=3), llm=llm,
+                                                  response_synthesizer=synth)
     settings = json.load(open(args.settings))
     reranks = {}
     for name, s in settings.items():
@@ -310,14 +314,14 @@ def latency(args) -> None:
         if int(k) != args.top_k or mode == "retriever":
             continue
         mode = "document" if mode == "paper" else mode
-        kw = {key: v for key, v in s.items() if key in ("weight", "family", "margin")}
+        kw = {key: v for key, v in s.items() if key in grogu.ModeSettings.names() and key != "mode"}
         if s.get("metric"):
             kw["metric"] = s["metric"]
         qa = synth if s.get("prompt", "pipe") == "pipe" else None
         reranks[name] = GroguRerank(top_n=3, model=llm, mode=mode, qa_template=qa,
                                     max_new_tokens=args.max_new_tokens if qa is not None else 64, **kw)
     times: dict[str, list[float]] = {name: [] for name in reranks}
-    plain_q, reuse_q, plain_a = [], [], []
+    plain_q, reuse_q, plain_a, plain_query, encoded, plain_tokens = [], [], [], [], [], []
     ctx = next((r for n, r in reranks.items() if n.startswith("context")), None)
     for q in questions:
         retrieved = retriever.retrieve(q["question"])
@@ -328,14 +332,24 @@ def latency(args) -> None:
         t0 = time.perf_counter()
         synth.synthesize(q["question"], retrieved[:3])
         plain_a.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        plain_engine.query(q["question"])
+        plain_query.append(time.perf_counter() - t0)
         if ctx is not None:
+            scoring = getattr(ctx.scorer, "engine", None)
             for synthesizer, out in ((synth, plain_q), (GroguSynthesizer(synth), reuse_q)):
                 engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[ctx],
                                                         response_synthesizer=synthesizer)
+                before = getattr(scoring, "prefill_tokens", None)
                 t0 = time.perf_counter()
                 engine.query(q["question"])
                 out.append(time.perf_counter() - t0)
+                if out is reuse_q and before is not None:  # prompt tokens the engine encoded for the candidates
+                    encoded.append(scoring.prefill_tokens - before)
+                    texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in retrieved[:3]]
+                    plain_tokens.append(len(ctx.scorer.prompts.grounded_ids(q["question"], texts)))
         print(q["qid"], {n: round(t[-1], 2) for n, t in times.items()}, "answer", round(plain_a[-1], 2),
+              "plain query", round(plain_query[-1], 2),
               "query plain/reuse", round(plain_q[-1], 2) if plain_q else None, round(reuse_q[-1], 2) if reuse_q else None,
               file=sys.stderr, flush=True)
 
@@ -348,6 +362,12 @@ def latency(args) -> None:
     if ctx is not None:
         out["query_s context mode, plain synthesizer"] = stats(plain_q)
         out["query_s context mode, GroguSynthesizer"] = stats(reuse_q)
+        out["query_s plain query engine (top-3 retrieved)"] = stats(plain_query)
+        out["query ratio, context mode with GroguSynthesizer / plain query (means)"] = round(
+            statistics.mean(reuse_q) / statistics.mean(plain_query), 3)
+        if encoded:
+            out["prompt tokens encoded per query (all candidates, ungrounded prompts included)"] = stats(encoded)
+            out["prompt tokens of the retriever's top-3 prompt"] = stats(plain_tokens)
     print(json.dumps(out, indent=1))
 
 
