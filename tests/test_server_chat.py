@@ -313,6 +313,7 @@ def test_choose_api():
     assert choose_api("http://localhost:11434/v1", ["library"]) == "chat"  # Ollama
     assert choose_api("http://localhost:8000/v1", ["vllm"]) == choose_api("http://h/v1", ["sglang"]) == "vllm"
     assert choose_api("http://localhost:8000/v1", ["me"]) == "llama-cpp"  # llama-cpp-python
+    assert choose_api("http://localhost:8080/v1", ["llamacpp"]) == "chat"  # llama.cpp's llama-server
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -35,7 +35,8 @@ APIs (``api=``):
 
 ``api="auto"`` (:func:`choose_api`) takes ``"vllm"`` or ``"llama-cpp"`` when ``/v1/models`` names
 vLLM, SGLang or llama-cpp-python as the owner, and ``"chat"`` for the hosted OpenAI API (no listing
-request is made there) and for any other owner (Ollama's ``"library"``, ...). A server that does return
+request is made there) and for any other owner (Ollama's ``"library"``, llama.cpp's ``llama-server``
+``"llamacpp"``, ...). A server that does return
 prompt log-probabilities behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or
 ``"llama-cpp"`` given explicitly.
 
@@ -70,8 +71,9 @@ from ..prompts import ChatPrompt
 from .topk import DEFAULT_TAIL, TAILS, topk_entropy
 
 APIS = ("vllm", "llama-cpp", "chat")
-#: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API)
-_OWNERS = {"vllm": "vllm", "sglang": "vllm", "me": "llama-cpp", "llama-cpp": "llama-cpp", "llamacpp": "llama-cpp"}
+#: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API).
+#: llama.cpp's own ``llama-server`` ("llamacpp") returns no prompt log-probabilities: it is not here (chat)
+_OWNERS = {"vllm": "vllm", "sglang": "vllm", "me": "llama-cpp", "llama-cpp": "llama-cpp"}
 #: hosts of the hosted OpenAI API (chat only; it wants ``max_completion_tokens``)
 OPENAI_HOSTS = ("api.openai.com",)
 #: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
@@ -102,8 +104,8 @@ def choose_api(base_url: str, owners: Iterable[str]) -> str:
     """The API flavour ``api="auto"`` takes for a server: ``"vllm"`` or ``"llama-cpp"`` when its models are
     owned by vLLM, SGLang or llama-cpp-python (their completions endpoints return prompt
     log-probabilities), else ``"chat"``: the hosted OpenAI API, Ollama (owner ``"library"`` or a user's
-    namespace) and any server grogu does not know, whose chat endpoint returns generated tokens'
-    log-probabilities only."""
+    namespace), llama.cpp's ``llama-server`` (``"llamacpp"``) and any server grogu does not know, whose
+    chat endpoint returns generated tokens' log-probabilities only."""
     if is_hosted_openai(base_url):
         return "chat"
     return server_backend(owners) or "chat"
