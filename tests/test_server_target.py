@@ -20,7 +20,7 @@ import torch
 import grogu
 from grogu import testing
 from grogu.influence import InfluenceScorer
-from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, target_from_llm, topk_entropy
+from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -50,12 +50,7 @@ def target(server):
 @pytest.fixture(scope="module")
 def reference():
     """llama.cpp in process on the same GGUF: full logits at every position."""
-    import llama_cpp
-
-    from grogu.models import embedded_path
-
-    return llama_cpp.Llama(embedded_path(grogu.DEFAULT_MODEL), n_ctx=2048, logits_all=True, verbose=False,
-                           n_threads=1)
+    return testing.reference_llama()
 
 
 @pytest.fixture(scope="module")
@@ -286,18 +281,6 @@ def test_bad_settings(kwargs, message):
     args = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "tokenizer": grogu.DEFAULT_MODEL, **kwargs}
     with pytest.raises(ValueError, match=message):
         ServerTarget(args.pop("base_url"), **args)
-
-
-def test_openai_itself_is_refused():
-    class OpenAI:  # the fields LlamaIndex's OpenAI LLM has, at their defaults
-        api_base = "https://api.openai.com/v1"
-        api_key = "sk-test"
-        model = "gpt-4o-mini"
-        max_tokens = None
-
-    with pytest.raises(ValueError, match="no prompt log-probabilities"):
-        target_from_llm(OpenAI())
-    assert target_from_llm(object()) is None
 
 
 def test_topk_entropy_by_hand():

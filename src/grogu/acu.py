@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .engine import get_engine
+from .servers import ServerTarget
 from .models import DEFAULT_MODEL
 from .prompts import chat_ids
 
@@ -87,6 +88,8 @@ class ACUScorer:
         _check_prompt("prompt_with", prompt_with, ("{claim}", "{evidence}"))
         _check_prompt("prompt_without", prompt_without, ("{claim}",))
         self.engine = get_engine(model, device=device, dtype=dtype)
+        if isinstance(self.engine, ServerTarget):  # the capability error, before its tokenizer is needed
+            self.engine.next_token_logprobs([])
         self.labels = list(labels)
         self.prompt_with, self.prompt_without = prompt_with, prompt_without
         self.label_tokens = {lab: self._variants(lab) for lab in self.labels}

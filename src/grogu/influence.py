@@ -173,12 +173,14 @@ class InfluenceScorer:
         lasso_alpha = check_positive_float("lasso_alpha", lasso_alpha)
         self.method, self.n_ablations, self.seed, self.lasso_alpha = method, n_ablations, seed, float(lasso_alpha)
         self.engine = get_engine(model, device=device, dtype=dtype)
+        if method in FORWARD_METHODS and getattr(self.engine, "grounded_only", False):
+            raise self.engine.teacher_forcing_error(f"forward-only attribution (method={method!r})")
         self._embedder_spec, self._device, self._embedder = embedder, device, None
         if method in EMBEDDING_METHODS:  # forward-only methods load it only when asked for
             self._embedder = load_embedder(embedder, device=device)
         self.embedder_name = embedder if isinstance(embedder, str) else _model_path(embedder)
         self.max_new_tokens = max_new_tokens
-        self.prompts = PromptBuilder(self.engine.tokenizer, self.engine.max_context_tokens, max_new_tokens, template)
+        self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
         self._coalescer = Coalescer(self._run_jobs)
 
     @property

@@ -239,11 +239,12 @@ class AnswerStats:
     h_u / logp_u: the same tokens teacher-forced under the ungrounded prompt (q only);
     copied: True where the token lies inside an answer n-gram found verbatim in the document
     (see :func:`copied_mask`). ``logp_u`` and ``copied`` are None when the caller did not compute them;
-    the paper's four variants do not need them."""
+    the paper's four variants do not need them. ``h_u`` is None for a target that cannot teacher-force
+    (only the :data:`GROUNDED_METRICS` are computed then)."""
 
     h_g: torch.Tensor
     logp_g: torch.Tensor
-    h_u: torch.Tensor
+    h_u: torch.Tensor | None
     logp_u: torch.Tensor | None = None
     copied: torch.Tensor | None = None
 
@@ -312,6 +313,10 @@ def _copy_aware_entropy_change_metric(s, alpha, k):
     return MetricValue("copy_aware_entropy_change", entropy_change(s.h_g, s.h_u, weights=w), len(s), int(mask.sum()))
 
 
+#: the metrics computed from the grounded statistics alone (no ``h_u``): the ones a target that cannot
+#: teacher-force (``ServerTarget(api="chat")``, ``grounded_only``) can give
+GROUNDED_METRICS = ("entropy", "ppl")
+
 METRICS: dict[str, MetricFn] = {
     "key_entropy": _key_entropy_metric,
     "entropy": _entropy_metric,
@@ -341,13 +346,18 @@ def compute(metric: str, h_g, logp_g, h_u, alpha: float = ALPHA, top_k_frac: flo
             logp_u=None, copied=None) -> MetricValue:
     """Confidence of ``metric`` for one answer from its token statistics (see :class:`AnswerStats`).
     ``logp_u`` (ungrounded log-probabilities) and ``copied`` (copy mask) are needed only by the
-    small-model variants; they raise a ValueError naming what is missing."""
+    small-model variants; they raise a ValueError naming what is missing. ``h_u`` may be None for the
+    :data:`GROUNDED_METRICS` only."""
     alpha, top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
-    stats = AnswerStats(_vec(h_g), _vec(logp_g), _vec(h_u),
+    canonical = metric_name(metric)
+    if h_u is None and canonical not in GROUNDED_METRICS:
+        raise ValueError(f"metric {canonical!r} needs h_u, the ungrounded entropies; without them only "
+                         f"{' and '.join(map(repr, GROUNDED_METRICS))} can be computed")
+    stats = AnswerStats(_vec(h_g), _vec(logp_g), None if h_u is None else _vec(h_u),
                         None if logp_u is None else _vec(logp_u),
                         None if copied is None else torch.as_tensor(copied, dtype=torch.bool).flatten())
     n = len(stats.h_g)
     for name, t in (("h_u", stats.h_u), ("logp_g", stats.logp_g), ("logp_u", stats.logp_u), ("copied", stats.copied)):
         if t is not None and len(t) != n:
             raise ValueError(f"h_g has {n} tokens but {name} has {len(t)}")
-    return METRICS[metric_name(metric)](stats, alpha, top_k_frac)
+    return METRICS[canonical](stats, alpha, top_k_frac)

@@ -4,6 +4,11 @@ A grounded prompt holds the query and one document or an ordered list of documen
 given); the ungrounded prompt holds the query alone. Templates are plain ``str.format`` strings a user
 can override. Documents that do not fit the model's context window (minus the answer budget) are
 truncated, longest first, with a :class:`TruncationWarning` that says how many were cut.
+
+A target that applies its own chat template (``ServerTarget(api="chat")``, which sends chat messages to
+a chat API) takes :class:`ChatPrompt` messages instead of token ids: :meth:`PromptBuilder.for_target`
+renders the same template text as messages for it. Without a tokenizer there is nothing to count tokens
+with, so documents are not truncated there (the server refuses a prompt that does not fit).
 """
 
 from __future__ import annotations
@@ -111,17 +116,36 @@ SHORT_ANSWER_TEMPLATE = PromptTemplate(
 )
 
 
+def chat_messages(user_text: str, system: str | None = None) -> list[dict[str, str]]:
+    """The chat messages of a prompt: ``system`` (when given) and one user message."""
+    messages = [{"role": "user", "content": user_text}]
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A prompt as chat messages (an optional system message and one user message) for a target that
+    applies its own chat template, such as ``ServerTarget(api="chat")``."""
+
+    user: str
+    system: str | None = None
+
+    def messages(self) -> list[dict[str, str]]:
+        return chat_messages(self.user, self.system)
+
+
 def chat_ids(tokenizer: Any, user_text: str, *, plain_suffix: str, system: str | None = None,
              chat: bool = True) -> list[int]:
     """Token ids of ``user_text`` as the user turn of the tokenizer's chat template (after ``system``,
     when given), ready for the assistant's reply; without a chat template (or with ``chat=False``),
     the plain text followed by ``plain_suffix``, with the tokenizer's special tokens. The one place
-    grogu renders a chat prompt: the scoring prompts, ACU and the rewrite candidates use it."""
+    grogu renders a chat prompt to token ids: the scoring prompts, ACU and the rewrite candidates use
+    it (:class:`ChatPrompt` holds the same messages for a target that renders them itself)."""
     if chat and getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": user_text}]
-        if system:
-            messages.insert(0, {"role": "system", "content": system})
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(chat_messages(user_text, system), add_generation_prompt=True,
+                                             tokenize=False)
         return tokenizer.encode(text, add_special_tokens=False)
     return tokenizer.encode(user_text + plain_suffix, add_special_tokens=True)
 
@@ -130,37 +154,73 @@ class PromptBuilder:
     """Renders prompts to token ids for one tokenizer and context window.
 
     ``max_context_tokens`` is the model's window; ``max_new_tokens`` is kept free for the answer.
+    ``messages=True``: prompts are :class:`ChatPrompt` messages for a target that applies its own chat
+    template (the template's text, unchanged); ``tokenizer`` may then be None, and documents are then
+    not cut to the window.
     """
 
-    def __init__(self, tokenizer: Any, max_context_tokens: int, max_new_tokens: int,
-                 template: PromptTemplate | None = None) -> None:
+    def __init__(self, tokenizer: Any, max_context_tokens: int | None, max_new_tokens: int,
+                 template: PromptTemplate | None = None, *, messages: bool = False) -> None:
         self.tokenizer = tokenizer
         self.template = template or PromptTemplate()
         self.max_context_tokens = max_context_tokens
         self.max_new_tokens = max_new_tokens
+        self.messages = bool(messages)
+        if self.messages and not self.template.chat:
+            raise ValueError("this target takes chat messages (it applies its own chat template); a template "
+                             "with chat=False (a completion LLM's plain prompt) cannot be sent as messages: use the "
+                             "pipeline's chat LLM (LangChain ChatOpenAI, LlamaIndex is_chat_model=True) or a "
+                             "template with chat=True")
+        if not self.messages and tokenizer is None:
+            raise ValueError("rendering prompts to token ids needs the model's tokenizer")
         self.use_chat = self.template.chat and bool(getattr(tokenizer, "chat_template", None))
 
-    # -- text -> ids
-    def _wrap(self, user_text: str) -> list[int]:
+    @classmethod
+    def for_target(cls, engine: Any, max_new_tokens: int, template: PromptTemplate | None = None) -> "PromptBuilder":
+        """The builder for a target LLM: token ids, or :class:`ChatPrompt` messages when the target says
+        it takes them (``engine.takes_messages``)."""
+        return cls(engine.tokenizer, engine.max_context_tokens, max_new_tokens, template,
+                   messages=bool(getattr(engine, "takes_messages", False)))
+
+    # -- text -> prompt
+    def _ids(self, user_text: str) -> list[int]:
         return chat_ids(self.tokenizer, user_text, plain_suffix=self.template.plain_suffix,
-                        system=self.template.system, chat=self.use_chat)
+                        system=self.template.system, chat=self.use_chat or self.messages)
 
-    def ungrounded_ids(self, query: str) -> list[int]:
-        ids = self._wrap(self.template.ungrounded.format(query=query))
-        if len(ids) + self.max_new_tokens > self.max_context_tokens:
-            raise ValueError(f"the query alone takes {len(ids)} tokens; with {self.max_new_tokens} answer tokens "
-                             f"it does not fit the {self.max_context_tokens}-token context window")
-        return ids
+    def _wrap(self, user_text: str) -> Any:
+        if self.messages:
+            return ChatPrompt(user_text, self.template.system or None)
+        return self._ids(user_text)
 
-    def grounded_ids(self, query: str, docs: Sequence[Document]) -> list[int]:
-        """Token ids of the grounded prompt; documents are truncated (with a warning) to fit."""
+    @property
+    def _counts(self) -> bool:
+        """Whether prompt lengths can be counted (and documents cut to the window)."""
+        return self.tokenizer is not None and self.max_context_tokens is not None
+
+    def ungrounded_ids(self, query: str) -> Any:
+        """The ungrounded prompt: token ids (a :class:`ChatPrompt` with ``messages=True``)."""
+        text = self.template.ungrounded.format(query=query)
+        prompt = self._wrap(text)
+        if self._counts:
+            n = len(prompt if isinstance(prompt, list) else self._ids(text))
+            if n + self.max_new_tokens > self.max_context_tokens:
+                raise ValueError(f"the query alone takes {n} tokens; with {self.max_new_tokens} answer tokens "
+                                 f"it does not fit the {self.max_context_tokens}-token context window")
+        return prompt
+
+    def grounded_ids(self, query: str, docs: Sequence[Document]) -> Any:
+        """The grounded prompt: token ids (a :class:`ChatPrompt` with ``messages=True``); documents are
+        truncated (with a warning) to fit."""
         docs = self.fit(query, docs)
         return self._wrap(self.template.grounded.format(query=query, context=self.template.render_context(docs)))
 
     def fit(self, query: str, docs: Sequence[Document]) -> list[Document]:
-        """The documents, the longest ones cut (token-wise) so the grounded prompt fits the window."""
+        """The documents, the longest ones cut (token-wise) so the grounded prompt fits the window (as
+        they are when there is no tokenizer to count with)."""
+        if not self._counts:
+            return list(docs)
         empty = [Document("", d.title) for d in docs]
-        overhead = len(self._wrap(self.template.grounded.format(query=query, context=self.template.render_context(empty))))
+        overhead = len(self._ids(self.template.grounded.format(query=query, context=self.template.render_context(empty))))
         margin = 4 * len(docs)  # re-tokenising joined text can add a token or two per boundary
         budget = self.max_context_tokens - self.max_new_tokens - overhead - margin
         if budget < 0:

@@ -13,14 +13,16 @@ import torch
 
 @dataclass(kw_only=True)
 class TokenDetail:
-    """Per-token arrays of a grounded answer (float32; entropies in nats)."""
+    """Per-token arrays of a grounded answer (float32; entropies in nats). From a grounded-only target
+    (a chat API) the ungrounded arrays and the key mask are None, ``tokens`` are the server's token
+    strings and ``token_ids`` :data:`~grogu.engine.types.UNKNOWN_TOKEN_ID`."""
 
     tokens: list[str]
     token_ids: list[int]
     grounded_entropy: torch.Tensor
     grounded_logprob: torch.Tensor
-    ungrounded_entropy: torch.Tensor
-    key_mask: torch.Tensor
+    ungrounded_entropy: torch.Tensor | None
+    key_mask: torch.Tensor | None
     ungrounded_logprob: torch.Tensor | None = None
     copied: torch.Tensor | None = None
 

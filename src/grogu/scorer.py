@@ -28,6 +28,7 @@ from .checks import (check_alpha, check_choice, check_document_list, check_docum
 from .engine import Engine, Generation, get_engine
 from .models import DEFAULT_MODEL
 from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate
+from .servers.target import ServerCapabilityError
 from .results import (ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail, UngroundedScore,
                       choose_layout, long_context_order, standard_layouts)
 
@@ -54,6 +55,11 @@ class UtilityScorer:
             cut at its first line break or sentence end; a given ``template`` still wins).
         copy_ngram: n of the n-grams that mark answer tokens copied from the document (default 5).
         device, dtype: for a model given by name (default CUDA+bf16, else CPU+float32).
+
+    A grounded-only target (``target.grounded_only``: ``ServerTarget(api="chat")``, which cannot
+    teacher-force) is scored with the metrics of the grounded answer alone
+    (:data:`grogu.metrics.GROUNDED_METRICS`: ``entropy``, ``ppl``); another metric is a
+    :class:`~grogu.servers.ServerCapabilityError` here, and ``variants`` holds those metrics only.
     """
 
     def __init__(
@@ -83,7 +89,11 @@ class UtilityScorer:
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         self.alpha, self.top_k_frac, self.max_new_tokens = alpha, top_k_frac, max_new_tokens
         self.engine = get_engine(model, device=device, dtype=dtype)
-        self.prompts = PromptBuilder(self.engine.tokenizer, self.engine.max_context_tokens, max_new_tokens, template)
+        self.grounded_only = bool(getattr(self.engine, "grounded_only", False))
+        if self.grounded_only and self.metric not in M.GROUNDED_METRICS:
+            raise self.engine.teacher_forcing_error(
+                f"metric={self.metric!r} (it compares the answer's token statistics with and without the documents)")
+        self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
         self._coalescer = Coalescer(lambda jobs: self._score_contexts(jobs, details=True))
 
     @property
@@ -110,6 +120,8 @@ class UtilityScorer:
         gens = self.engine.generate(grounded, self.max_new_tokens)
         if self.answer_style == "short":
             gens = [self._first_line(g) for g in gens]
+        if self.grounded_only:  # no teacher forcing: the grounded statistics alone
+            return [self._result(g, None, None, details) for g in gens]
         conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
         u_prompts = [ungrounded[q] for q, _ in jobs]
         u_stats = self.engine.token_stats(u_prompts, conts)
@@ -121,10 +133,13 @@ class UtilityScorer:
         '?' followed by a space), once it has some text. Greedy decoding is causal, so this is exactly
         the answer a decoder stopping there would give; the cut token becomes the stop token."""
         # each token's text as it reads after the tokens before it (SentencePiece drops a leading
-        # space when a token is decoded alone)
-        prefixes = [""] + [self.engine.tokenizer.decode(gen.token_ids[:i + 1]) for i in range(len(gen.token_ids))]
-        pieces = [b[len(a):] if b.startswith(a) else self.engine.tokenizer.decode([t])
-                  for a, b, t in zip(prefixes, prefixes[1:], gen.token_ids)]
+        # space when a token is decoded alone); a chat API returns those texts itself
+        if gen.tokens is not None:
+            pieces = list(gen.tokens)
+        else:
+            prefixes = [""] + [self.engine.tokenizer.decode(gen.token_ids[:i + 1]) for i in range(len(gen.token_ids))]
+            pieces = [b[len(a):] if b.startswith(a) else self.engine.tokenizer.decode([t])
+                      for a, b, t in zip(prefixes, prefixes[1:], gen.token_ids)]
         seen_text, cut = False, None
         for i, piece in enumerate(pieces):
             if seen_text and "\n" in piece:
@@ -136,27 +151,42 @@ class UtilityScorer:
             seen_text = seen_text or bool(piece.strip())
         if cut is None:
             return gen
+        text = "".join(pieces[:cut]).strip() if gen.tokens is not None else self.engine.decode(gen.token_ids[:cut])
         return Generation(token_ids=gen.token_ids[:cut], entropy=gen.entropy[:cut], logprob=gen.logprob[:cut],
                           stop_token_id=gen.token_ids[cut], stop_entropy=float(gen.entropy[cut]),
-                          stop_logprob=float(gen.logprob[cut]), text=self.engine.decode(gen.token_ids[:cut]))
+                          stop_logprob=float(gen.logprob[cut]), text=text,
+                          tokens=None if gen.tokens is None else gen.tokens[:cut])
 
-    def _result(self, gen: Generation, u: Any, copied: torch.Tensor, details: bool) -> ScoreResult:
-        h_u, lp_u = u.entropy, u.logprob
+    def _answer_stats(self, gen: Generation) -> tuple[list[int], list[str] | None, torch.Tensor, torch.Tensor]:
+        """(token ids, token texts or None, entropies, log-probabilities) scored for an answer: its tokens,
+        or for an empty answer the end-of-turn token the model chose."""
         if gen.token_ids:
-            ids, h_g, lp_g = gen.token_ids, gen.entropy, gen.logprob
-        else:  # empty answer: score the end-of-turn token the model chose
-            ids = [gen.stop_token_id]
-            h_g = torch.tensor([gen.stop_entropy], dtype=torch.float32)
-            lp_g = torch.tensor([gen.stop_logprob], dtype=torch.float32)
+            return gen.token_ids, gen.tokens, gen.entropy, gen.logprob
+        if gen.stop_entropy is None or gen.stop_logprob is None:
+            raise ServerCapabilityError(
+                f"{self.engine!r} gave an empty answer (its end-of-turn token first) and returned no "
+                "log-probability of that token, so the answer has no statistics to score (a chat API reports "
+                "the text tokens it generates only). Check the prompt (template=), or score through a "
+                "completions API (api='vllm' or 'llama-cpp'), which teacher-forces the end-of-turn token")
+        return ([gen.stop_token_id], None if gen.tokens is None else [""],
+                torch.tensor([gen.stop_entropy], dtype=torch.float32),
+                torch.tensor([gen.stop_logprob], dtype=torch.float32))
+
+    def _result(self, gen: Generation, u: Any, copied: torch.Tensor | None, details: bool) -> ScoreResult:
+        """One context's result; ``u`` (the ungrounded statistics) None for a grounded-only target, whose
+        results hold the grounded metrics only."""
+        h_u, lp_u = (u.entropy, u.logprob) if u is not None else (None, None)
+        ids, tokens, h_g, lp_g = self._answer_stats(gen)
+        names = M.METRICS if u is not None else M.GROUNDED_METRICS
         values = {name: M.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac, logp_u=lp_u, copied=copied)
-                  for name in M.METRICS}
+                  for name in names}
         chosen = values[self.metric]
         detail = None
         if details:
             detail = TokenDetail(
-                tokens=self.engine.tokenizer.convert_ids_to_tokens(ids), token_ids=list(ids),
-                grounded_entropy=h_g, grounded_logprob=lp_g, ungrounded_entropy=h_u,
-                key_mask=M.key_token_mask(h_g, h_u, self.alpha, self.top_k_frac),
+                tokens=list(tokens) if tokens is not None else self.engine.tokenizer.convert_ids_to_tokens(ids),
+                token_ids=list(ids), grounded_entropy=h_g, grounded_logprob=lp_g, ungrounded_entropy=h_u,
+                key_mask=None if h_u is None else M.key_token_mask(h_g, h_u, self.alpha, self.top_k_frac),
                 ungrounded_logprob=lp_u, copied=copied,
             )
         return ScoreResult(
@@ -330,7 +360,7 @@ class UtilityScorer:
         gen = self.engine.generate([self.prompts.ungrounded_ids(query)], self.max_new_tokens)[0]
         if self.answer_style == "short":
             gen = self._first_line(gen)
-        h = gen.entropy if gen.token_ids else torch.tensor([gen.stop_entropy])
+        h = self._answer_stats(gen)[2]
         mask = M.ungrounded_key_mask(h, self.alpha, self.top_k_frac)
         return UngroundedScore(answer=gen.text, confidence=M.key_entropy(h, mask), n_tokens=len(gen.token_ids),
                                n_key_tokens=int(mask.sum()))

@@ -74,11 +74,17 @@ class NLIEntailment:
 
 def sample_weights(generations: Sequence[Generation]) -> torch.Tensor:
     """Softmax over the samples of each sample's mean token log-likelihood (end-of-turn token included
-    when generated). float64, sums to 1."""
+    when generated and its log-probability known: an inference server reports it only where it was
+    needed, a chat API never). float64, sums to 1."""
     means = []
-    for g in generations:
-        n = len(g.token_ids) + (1 if g.finished else 0)
-        means.append(g.sequence_logprob / n if n else 0.0)
+    for i, g in enumerate(generations):
+        n = len(g.token_ids) + (1 if g.finished and g.stop_logprob is not None else 0)
+        if n == 0:
+            raise ValueError(f"sample {i} is an empty answer whose end-of-turn log-probability the target did "
+                             "not return (a chat API returns none), so it has no likelihood to weight it by; "
+                             "ΔSePer needs a target that reports it (a model in process, or a completions API: "
+                             "api='vllm' or 'llama-cpp')")
+        means.append(g.sequence_logprob / n)
     return torch.softmax(torch.tensor(means, dtype=torch.float64), dim=0)
 
 
@@ -172,7 +178,7 @@ class SePerScorer:
         self.kernel: Kernel = entailment if callable(entailment) else NLIEntailment(entailment, device=device)
         self.n_samples, self.temperature, self.tau, self.seed = n_samples, temperature, tau, seed
         self.max_new_tokens = max_new_tokens
-        self.prompts = PromptBuilder(self.engine.tokenizer, self.engine.max_context_tokens, max_new_tokens, template)
+        self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
 
     def _beliefs(self, query: str, gens: list[Generation], refs: list[str]) -> tuple[float, float]:
         """(soft, hard) belief in the references for one set of N samples."""

@@ -110,11 +110,12 @@ class LlamaCppServer:
     loopback, serving a GGUF (default: the embedded SmolLM2) under ``alias``; a real inference server
     for tests and benchmarks of :class:`grogu.ServerTarget`. Use as a context manager; ``url`` is its
     base URL. ``api_key``: the key the server demands (none by default); ``logits_all=False`` starts it
-    without the log-probabilities grogu needs."""
+    without the log-probabilities grogu needs; ``chat_format``: llama-cpp-python's chat handler (default:
+    the GGUF's own chat template; ``"functionary"`` answers chat requests without log-probabilities)."""
 
     def __init__(self, gguf: str | None = None, alias: str | None = None, *, n_ctx: int = 2048,
                  threads: int = 1, api_key: str | None = None, logits_all: bool = True,
-                 startup_s: float = 180.0) -> None:
+                 chat_format: str | None = None, startup_s: float = 180.0) -> None:
         from .models import DEFAULT_MODEL, embedded_path
 
         self.gguf = gguf or embedded_path(DEFAULT_MODEL)
@@ -126,6 +127,8 @@ class LlamaCppServer:
                      "--port", str(self.port), "--logits_all", str(logits_all).lower(), "--verbose", "false"]
         if api_key:
             self.args += ["--api_key", api_key]
+        if chat_format:
+            self.args += ["--chat_format", chat_format]
         self.api_key, self.startup_s, self.proc = api_key, startup_s, None
 
     def __enter__(self) -> "LlamaCppServer":
@@ -174,6 +177,18 @@ def with_shared_data(load: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if os.environ.get("CI"):
             pytest.fail(f"{exc} (CI runs with ../shared beside the clone)")
         pytest.skip(str(exc))
+
+
+def reference_llama(gguf: str | None = None, n_ctx: int = 2048):
+    """llama.cpp in this process (``llama_cpp.Llama``, one thread as the server, all logits kept) on the GGUF a
+    :class:`LlamaCppServer` serves (default: the embedded SmolLM2): the reference for the numbers the
+    server returns."""
+    import llama_cpp
+
+    from .models import DEFAULT_MODEL, embedded_path
+
+    return llama_cpp.Llama(gguf or embedded_path(DEFAULT_MODEL), n_ctx=n_ctx, logits_all=True, verbose=False,
+                           n_threads=1, n_threads_batch=1)
 
 
 def require_llama_cpp() -> None:

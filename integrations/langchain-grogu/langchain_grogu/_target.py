@@ -4,7 +4,9 @@ grogu needs the target model's token log-probabilities, so the target is an open
 locally — a model name/path/hub id, a shared :class:`grogu.Engine`, a loaded ``(model, tokenizer)``
 pair, or the LangChain object that already holds one (``HuggingFacePipeline``, ``ChatHuggingFace`` over
 it, or a ``transformers`` text-generation pipeline) — or one behind a vLLM, SGLang or llama.cpp server:
-a :class:`grogu.ServerTarget`, or the pipeline's ``ChatOpenAI`` / ``OpenAI`` with ``base_url`` on it. Loaded weights are
+a :class:`grogu.ServerTarget`, or the pipeline's ``ChatOpenAI`` / ``OpenAI`` with ``base_url`` on it. A
+``ChatOpenAI`` on the OpenAI API or Ollama is a grounded-only target (its chat API returns no prompt
+log-probabilities): ``metric="entropy"`` or ``"ppl"``. Loaded weights are
 reused, never loaded a second time: one process-wide engine per model (:func:`grogu.get_engine`).
 The grogu service in place of a model is told apart by :func:`grogu.targets.remote_target`.
 """
@@ -23,7 +25,8 @@ _TARGET_HELP = (
     "grogu service (http://host:port, see grogu serve) or a grogu.RemoteScorer, a "
     "grogu.Engine, a (model, tokenizer) pair, a langchain_huggingface HuggingFacePipeline (or a "
     "ChatHuggingFace over one), a transformers text-generation pipeline, a ChatOpenAI / OpenAI "
-    "(base_url=...) on a vLLM, SGLang or llama.cpp server, or a grogu.ServerTarget"
+    "(base_url=...) on a vLLM, SGLang or llama.cpp server, a ChatOpenAI on the OpenAI API or Ollama "
+    "(grounded-only: metric='entropy' or 'ppl'), or a grogu.ServerTarget"
 )
 
 
@@ -65,7 +68,7 @@ def engine_spec(target: Any) -> Engine | ServerTarget | str | tuple[Any, Any]:
                          "remote backend?); " + _TARGET_HELP)
     raise TypeError(
         f"cannot use a {type(target).__name__} as the target LLM: grogu needs the model's token "
-        f"probabilities, so an API-hosted chat model without prompt log-probabilities cannot be scored; {_TARGET_HELP}"
+        f"log-probabilities, which grogu reads from local models and OpenAI-compatible servers; {_TARGET_HELP}"
     )
 
 

@@ -19,8 +19,9 @@ def template_from_langchain(prompt: BasePromptTemplate, llm: Any = None, *, cont
 
     ``prompt``: the chain's prompt, with the documents in ``context_key`` (joined by ``separator``, as
     the usual ``format_docs`` does) and the question in ``question_key``. A chat model
-    (``ChatHuggingFace``) reads the messages through the tokenizer's chat template; a completion LLM
-    (``HuggingFacePipeline``) reads the prompt as one string, which is scored as it is.
+    (``ChatHuggingFace``, ``ChatOpenAI``, a ``grogu.ServerTarget`` on a chat API) reads the messages
+    through its chat template; a completion LLM (``HuggingFacePipeline``) reads the prompt as one
+    string, which is scored as it is.
     """
     if not isinstance(prompt, BasePromptTemplate):
         raise TypeError(f"prompt must be a LangChain prompt template, got {type(prompt).__name__}")
@@ -28,7 +29,8 @@ def template_from_langchain(prompt: BasePromptTemplate, llm: Any = None, *, cont
     if missing:
         raise ValueError(f"the prompt has no {sorted(missing)} variable(s); its variables: {prompt.input_variables}")
     value = prompt.invoke({context_key: _CONTEXT, question_key: _QUERY})
-    if llm is not None and not isinstance(llm, BaseChatModel):
+    chat = isinstance(llm, BaseChatModel) or getattr(llm, "takes_messages", False)  # a chat-API grogu.ServerTarget too
+    if llm is not None and not chat:
         return template_from_messages([("user", value.to_string())], context=_CONTEXT, query=_QUERY,
                                       separator=separator, chat=False)
     messages = []

@@ -65,8 +65,10 @@ class GroguScoring(BaseModel):
     model: Any = DEFAULT_MODEL
     """The target LLM that will read the documents: a model name/path/hub id, a ``grogu.Engine``, a
     ``(model, tokenizer)`` pair, a ``HuggingFacePipeline`` (its model and tokenizer are reused), a
-    ``ChatHuggingFace`` over one, a transformers text-generation pipeline, or the shared scoring
-    service: its URL (``"http://host:8000"``, see ``grogu serve``) or a ``grogu.RemoteScorer``."""
+    ``ChatHuggingFace`` over one, a transformers text-generation pipeline, a ``ChatOpenAI`` / ``OpenAI``
+    on an OpenAI-compatible server or a ``grogu.ServerTarget`` (the OpenAI API and Ollama: grounded-only,
+    ``metric="entropy"`` or ``"ppl"``), or the shared scoring service: its URL (``"http://host:8000"``,
+    see ``grogu serve``) or a ``grogu.RemoteScorer``."""
     top_n: int | None = 3
     """Most documents returned, best first; None keeps every document that passes ``threshold``."""
     threshold: float | None = None

@@ -61,10 +61,14 @@ def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, 
     assert all(isinstance(d["influence"], float) for d in records[0]["documents"])
 
 
-def test_a_served_llm_without_a_known_server_is_refused_clearly():
+def test_the_hosted_openai_api_is_a_grounded_only_target():
+    """An LLM on the hosted OpenAI API becomes a chat-API target (no request is made until scoring): the
+    default metric needs prompt log-probabilities and is refused with the metrics that work."""
     from llama_index.llms.openai_like import OpenAILike
 
     hosted = OpenAILike(api_base="https://api.openai.com/v1", model="gpt-4o-mini", api_key="sk-test",
                         is_chat_model=True)
-    with pytest.raises(ValueError, match="no prompt log-probabilities"):
+    with pytest.raises(ValueError, match="metric='entropy' or metric='ppl'"):
         GroguRerank(top_n=2, model=hosted)
+    rerank = GroguRerank(top_n=2, model=hosted, metric="entropy")
+    assert rerank.scorer.engine.api == "chat" and rerank.scorer.engine.grounded_only

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
+#: the id of a token whose id the target does not report (a chat API returns token strings only; see
+#: ``Generation.tokens``)
+UNKNOWN_TOKEN_ID = -1
+
 
 @dataclass
 class TokenStats:
@@ -30,12 +34,15 @@ class Generation(TokenStats):
     The end-of-turn token is not part of ``token_ids``; when the answer ended with one, its entropy
     and log-probability are in ``stop_entropy`` / ``stop_logprob`` (None when max_new_tokens was hit).
     ``entropy``/``logprob`` are always those of the untempered model distribution, also when sampling.
+    ``tokens``: each answer token's text as the target returned it, when it returns no token ids (a chat
+    API); ``token_ids`` (and ``stop_token_id``) then hold :data:`UNKNOWN_TOKEN_ID`.
     """
 
     stop_token_id: int | None = None
     stop_entropy: float | None = None
     stop_logprob: float | None = None
     text: str = ""
+    tokens: list[str] | None = None
 
     @property
     def finished(self) -> bool:

@@ -2,11 +2,15 @@
 
 The one place both integrations read a framework LLM's connection: LlamaIndex's ``OpenAILike`` and
 ``OpenAI`` (``api_base``, ``api_key``, ``model``, ``max_tokens``) and LangChain's ``ChatOpenAI`` and
-``OpenAI`` (``openai_api_base``, ``openai_api_key``, ``model_name``, ``max_tokens``).
+``OpenAI`` (``openai_api_base``, ``openai_api_key``, ``model_name``, ``max_tokens``; no base URL means
+``OPENAI_BASE_URL`` or the hosted OpenAI API, as the ``openai`` client reads it). vLLM, SGLang and
+llama-cpp-python servers give a full target; the hosted OpenAI API, Ollama and other chat-only servers
+a grounded-only one (``api="chat"``: ``metric="entropy"`` or ``"ppl"``, see :mod:`grogu.servers.target`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -33,6 +37,8 @@ def server_connection(llm: Any) -> dict[str, Any] | None:
     """``{"base_url", "model", "api_key", "max_tokens"}`` of a framework LLM that calls an OpenAI-compatible
     server, or None when ``llm`` is not one."""
     url = _first(llm, _URL_FIELDS)
+    if url is None and hasattr(llm, "openai_api_base") and getattr(llm, "azure_endpoint", None) is None:
+        url = os.environ.get("OPENAI_BASE_URL") or _DEFAULT_OPENAI  # LangChain's OpenAI classes: the client's default
     model = _first(llm, _MODEL_FIELDS)
     if not isinstance(url, str) or not isinstance(model, str):
         return None
@@ -47,14 +53,12 @@ def server_connection(llm: Any) -> dict[str, Any] | None:
 def target_from_llm(llm: Any, **settings: Any) -> ServerTarget | None:
     """The :class:`ServerTarget` of a framework LLM that calls an OpenAI-compatible server (its URL, model
     name and key; ``settings`` go to ServerTarget: ``api``, ``tokenizer``, ``top_logprobs``...), else None.
-    The OpenAI API itself returns no prompt log-probabilities: a ValueError says so."""
+    The hosted OpenAI API and servers grogu does not know as vLLM, SGLang or llama-cpp-python (Ollama...)
+    give a grounded-only chat target (``api="chat"``, :func:`grogu.servers.target.choose_api`). One target
+    per (URL, model, key, settings) in a process."""
     conn = server_connection(llm)
     if conn is None:
         return None
-    if conn["base_url"].rstrip("/") == _DEFAULT_OPENAI:
-        raise ValueError("the OpenAI API returns no prompt log-probabilities, which every GROGU metric needs for "
-                         "the answer without the document; point the LLM at a vLLM, SGLang or llama.cpp server "
-                         "(api_base=...) or pass a grogu.ServerTarget")
     key = (conn["base_url"], conn["model"], conn["api_key"], tuple(sorted((k, repr(v)) for k, v in settings.items())))
     with _LOCK:  # one target per server, model and settings in a process (its tokenizer is loaded once)
         if key not in _TARGETS:

@@ -1,21 +1,12 @@
 """ServerTarget: the target LLM behind an inference server, scored through its token log-probabilities.
 
 A :class:`ServerTarget` stands wherever grogu takes a model (``UtilityScorer``, ``InfluenceScorer``,
-both integrations, the command line): it has the engine's primitives — :meth:`generate` (the greedy
-grounded answer with each token's entropy and log-probability) and :meth:`token_stats` (the same
-answer's statistics teacher-forced under another prompt, through the server's prompt
-log-probabilities) — computed by HTTP requests to the server the pipeline already runs. All the
-requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
+``SePerScorer``, both integrations, the command line): it has the engine's primitives —
+:meth:`generate` (the greedy grounded answer with each token's entropy and log-probability) and
+:meth:`token_stats` (the same answer's statistics teacher-forced under another prompt, through the
+server's prompt log-probabilities) — computed by HTTP requests to the server the pipeline already runs.
+All the requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
 batching and prefix cache do the work.
-
-Prompts are rendered by grogu with the model's tokenizer (its chat template), exactly as for an
-in-process model, and sent to the server's completions endpoint; the answer scored is the answer the
-server gives that prompt, which is the pipeline LLM's answer when the pipeline sends the same prompt
-through the chat endpoint (the server applies the same chat template) with greedy decoding.
-
-What is approximate: entropies are computed from the top-k log-probabilities the server returns,
-with a tail correction (:mod:`grogu.servers.topk`); log-probabilities of the answer tokens are exact
-(up to the server's numerics and quantisation).
 
 APIs (``api=``):
 
@@ -26,8 +17,40 @@ APIs (``api=``):
 - ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
   default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
   for the prompt's log-probabilities.
-Hosted chat-only APIs and Ollama return no prompt log-probabilities, so the ungrounded side of every
-GROGU metric cannot be computed there; they are not supported.
+- ``"chat"``, grounded-only: ``/v1/chat/completions`` with the prompt as messages (an optional system
+  message and one user message, the scorer's template text; the server applies its own chat template),
+  ``logprobs: true``, ``top_logprobs: k`` (at most 20), ``temperature: 0`` and the answer budget as
+  ``max_completion_tokens`` for the hosted OpenAI API, ``max_tokens`` for every other server. For the
+  hosted OpenAI API, Ollama (version 0.12.11 or later) and the chat endpoint of any OpenAI-compatible
+  server. A chat API returns the log-probabilities of the tokens it generates only, so there is no
+  teacher forcing: :attr:`grounded_only` is True, :meth:`token_stats` raises
+  :class:`ServerCapabilityError`, and the metrics that work are those of the grounded answer alone,
+  ``entropy`` and ``ppl`` (``UtilityScorer`` refuses the others when it is made); exact and ablation
+  Influence and ΔSePer need generations only and work. The tokenizer is optional there: without one,
+  documents are not cut to the context window (the server's own error says when a prompt does not
+  fit), answer tokens are the strings the server returns (their ids are
+  :data:`~grogu.engine.types.UNKNOWN_TOKEN_ID`), and the entropy's tail correction is ``"min"`` unless
+  ``vocab_size`` is given. An empty answer (the end-of-turn token first) has no statistics a chat API
+  returns, and scoring it is an error.
+
+``api="auto"`` (:func:`choose_api`) takes ``"vllm"`` or ``"llama-cpp"`` when ``/v1/models`` names
+vLLM, SGLang or llama-cpp-python as the owner, and ``"chat"`` for the hosted OpenAI API (no listing
+request is made there) and for any other owner (Ollama's ``"library"``, llama.cpp's ``llama-server``
+``"llamacpp"``, ...). A server that does return
+prompt log-probabilities behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or
+``"llama-cpp"`` given explicitly.
+
+With the completions APIs prompts are rendered by grogu with the model's tokenizer (its chat template),
+exactly as for an in-process model; the answer scored is the answer the server gives that prompt, which
+is the pipeline LLM's answer when the pipeline sends the same prompt through the chat endpoint (the
+server applies the same chat template) with greedy decoding. With ``api="chat"`` the scored answer is
+the chat endpoint's own answer to the pipeline's messages.
+
+What is approximate: entropies are computed from the top-k log-probabilities the server returns,
+with a tail correction (:mod:`grogu.servers.topk`); log-probabilities of the answer tokens are exact
+(up to the server's numerics and quantisation). Whether a hosted API reports the log-probabilities of
+the untempered distribution when sampling (ΔSePer samples at temperature 1, where both agree) is the
+API's own; llama-cpp-python reports the untempered ones.
 """
 
 from __future__ import annotations
@@ -37,17 +60,24 @@ import concurrent.futures
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
+from urllib.parse import urlparse
 
 import torch
 
 from ..checks import check_positive_int
-from ..engine.types import Generation, TokenStats
+from ..engine.types import UNKNOWN_TOKEN_ID, Generation, TokenStats
+from ..prompts import ChatPrompt
 from .topk import DEFAULT_TAIL, TAILS, topk_entropy
 
-APIS = ("vllm", "llama-cpp")
-#: ``owned_by`` of a server's ``/v1/models`` entries -> its API (``api="auto"``)
-_OWNERS = {"vllm": "vllm", "sglang": "vllm", "me": "llama-cpp", "llama-cpp": "llama-cpp", "llamacpp": "llama-cpp"}
+APIS = ("vllm", "llama-cpp", "chat")
+#: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API).
+#: llama.cpp's own ``llama-server`` ("llamacpp") returns no prompt log-probabilities: it is not here (chat)
+_OWNERS = {"vllm": "vllm", "sglang": "vllm", "me": "llama-cpp", "llama-cpp": "llama-cpp"}
+#: hosts of the hosted OpenAI API (chat only; it wants ``max_completion_tokens``)
+OPENAI_HOSTS = ("api.openai.com",)
+#: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
+CHAT_MAX_TOP_LOGPROBS = 20
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 _RETRY_STATUS = (408, 429, 500, 502, 503, 504)
 
@@ -58,6 +88,36 @@ class ServerError(RuntimeError):
 
 class ServerCapabilityError(ValueError):
     """The server (or its settings) cannot give what a metric needs (the message names what can)."""
+
+
+ACU_MESSAGE = ("ACU needs the probabilities of given label tokens, which an inference server returns only when "
+               "they are among its top-k; score ACU with a model loaded in process (GROGU, Influence and SePer "
+               "work through the server)")
+
+
+def is_hosted_openai(base_url: str) -> bool:
+    """Whether ``base_url`` is the hosted OpenAI API."""
+    return urlparse(base_url).hostname in OPENAI_HOSTS
+
+
+def choose_api(base_url: str, owners: Iterable[str]) -> str:
+    """The API flavour ``api="auto"`` takes for a server: ``"vllm"`` or ``"llama-cpp"`` when its models are
+    owned by vLLM, SGLang or llama-cpp-python (their completions endpoints return prompt
+    log-probabilities), else ``"chat"``: the hosted OpenAI API, Ollama (owner ``"library"`` or a user's
+    namespace), llama.cpp's ``llama-server`` (``"llamacpp"``) and any server grogu does not know, whose
+    chat endpoint returns generated tokens' log-probabilities only."""
+    if is_hosted_openai(base_url):
+        return "chat"
+    return server_backend(owners) or "chat"
+
+
+def server_backend(owners: Iterable[str]) -> str | None:
+    """``"vllm"`` (vLLM, SGLang) or ``"llama-cpp"`` (llama-cpp-python) from the ``owned_by`` fields of a
+    server's ``/v1/models`` entries, else None."""
+    for owner in sorted(str(o).lower() for o in owners):
+        if owner in _OWNERS:
+            return _OWNERS[owner]
+    return None
 
 
 @dataclass
@@ -75,16 +135,21 @@ class ServerTarget:
         base_url: the server's OpenAI-compatible base URL (``http://host:8000/v1``; ``/v1`` is added when
             missing).
         model: the served model name (default: the only model the server lists).
-        api: ``"auto"`` (default: told from the server's ``/v1/models`` answer, which names vLLM,
-            SGLang or llama-cpp-python as the owner), ``"vllm"`` or ``"llama-cpp"``.
+        api: ``"auto"`` (default: told from the server's ``/v1/models`` answer, see :func:`choose_api`),
+            ``"vllm"``, ``"llama-cpp"`` or ``"chat"`` (grounded-only, see the module docstring).
         tokenizer: the model's tokenizer, or what :func:`grogu.models.load_tokenizer` loads one from (an
-            embedded alias, a .gguf path, a directory, a hub id). Default: ``model``.
+            embedded alias, a .gguf path, a directory, a hub id). Default: ``model``; with ``api="chat"``
+            none (optional there: it gives the vocabulary size and cuts documents to ``context_window``).
         api_key: sent as a bearer token; default the ``OPENAI_API_KEY`` environment variable, if set.
         top_logprobs: k, how many alternatives per token the server returns (vLLM caps it with
-            ``--max-logprobs``, 20 by default). Default 20.
-        tail: the top-k entropy's tail correction, ``"uniform"`` (default), ``"min"`` or ``"none"``.
+            ``--max-logprobs``, 20 by default; the chat API at most 20). Default 20.
+        tail: the top-k entropy's tail correction, ``"uniform"``, ``"min"`` or ``"none"``. Default
+            ``"uniform"``, or ``"min"`` when the vocabulary size is unknown (``api="chat"`` with neither
+            ``tokenizer`` nor ``vocab_size``).
+        vocab_size: the model's vocabulary size, for the ``"uniform"`` tail (default: the tokenizer's).
         context_window: the served context length in tokens (default: vLLM's ``max_model_len`` from
-            ``/v1/models``, else the tokenizer's ``model_max_length``, at most 8192... pass it).
+            ``/v1/models``, else the tokenizer's ``model_max_length``, at most 8192... pass it); needs a
+            tokenizer.
         max_concurrency: most requests in flight at once (default 16).
         timeout: seconds for one request (default 120); retries: attempts after a connection error, a
             timeout, 429 or 5xx (default 4), with exponential backoff from ``backoff`` seconds.
@@ -93,16 +158,21 @@ class ServerTarget:
     device = "server"
     dtype = None
     model = None
+    #: True for a target that cannot teacher-force (``api="chat"``): only the grounded metrics work
+    grounded_only = False
+    #: True when prompts are :class:`grogu.prompts.ChatPrompt` messages (the server applies its chat template)
+    takes_messages = False
 
     def __init__(self, base_url: str, model: str | None = None, *, api: str = "auto", tokenizer: Any = None,
-                 api_key: str | None = None, top_logprobs: int = 20, tail: str = DEFAULT_TAIL,
-                 context_window: int | None = None, max_concurrency: int = 16, timeout: float = 120.0,
-                 retries: int = 4, backoff: float = 0.5, stop_token_ids: Sequence[int] | None = None) -> None:
+                 api_key: str | None = None, top_logprobs: int = 20, tail: str | None = None,
+                 vocab_size: int | None = None, context_window: int | None = None, max_concurrency: int = 16,
+                 timeout: float = 120.0, retries: int = 4, backoff: float = 0.5,
+                 stop_token_ids: Sequence[int] | None = None) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL of an OpenAI-compatible server, got {base_url!r}")
         if api not in APIS + ("auto",):
             raise ValueError(f"api must be 'auto' or one of {APIS}, got {api!r}")
-        if tail not in TAILS:
+        if tail is not None and tail not in TAILS:
             raise ValueError(f"tail must be one of {TAILS}, got {tail!r}")
         self.top_logprobs = check_positive_int("top_logprobs", top_logprobs)
         self.max_concurrency = check_positive_int("max_concurrency", max_concurrency)
@@ -113,36 +183,76 @@ class ServerTarget:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if not (isinstance(backoff, (int, float)) and math.isfinite(backoff) and backoff >= 0):
             raise ValueError(f"backoff must be a non-negative number of seconds, got {backoff!r}")
+        if vocab_size is not None:
+            vocab_size = check_positive_int("vocab_size", vocab_size)
         self.timeout, self.backoff = float(timeout), float(backoff)
         url = base_url.rstrip("/")
         self.base_url = url if url.endswith("/v1") else url + "/v1"
-        self.api, self.tail = api, tail
+        self.hosted_openai = is_hosted_openai(self.base_url)
+        if api == "auto" and self.hosted_openai:
+            api = "chat"
+        if api == "chat":
+            self._check_chat_settings(tokenizer, context_window, stop_token_ids)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._models = None
         self.requests_sent = 0
         self._echo_shift: int | None = None
         self.model_name = model if model is not None else self._only_model()
-        if self.api == "auto":
-            self.api = self._detect_api()
         if not isinstance(self.model_name, str) or not self.model_name:
             raise ValueError(f"model must be the served model's name, got {model!r}")
-        served = [m.get("id") for m in self.served_models()]
-        if self.model_name not in served:  # some servers (llama-cpp-python) answer for any name
-            raise ValueError(f"the LLM server at {self.base_url} does not serve model {self.model_name!r}; "
-                             f"it serves {served}")
-        if tokenizer is None:
+        #: the server behind the URL when its /v1/models names it ("vllm", "llama-cpp"), else None
+        self.backend: str | None = None
+        if not self.hosted_openai:  # the hosted API: no listing request (an unknown model is an error on first use)
+            entries = self.served_models()
+            served = [m.get("id") for m in entries]
+            if self.model_name not in served:  # some servers (llama-cpp-python) answer for any name
+                raise ValueError(f"the LLM server at {self.base_url} does not serve model {self.model_name!r}; "
+                                 f"it serves {served}")
+            owners = [str(m.get("owned_by", "")) for m in entries]
+            self.backend = server_backend(owners)
+            if api == "auto":
+                api = choose_api(self.base_url, owners)
+                if api == "chat":
+                    self._check_chat_settings(tokenizer, context_window, stop_token_ids)
+        self.api = api
+        if api == "chat":
+            self.grounded_only = self.takes_messages = True
+            if self.top_logprobs > CHAT_MAX_TOP_LOGPROBS:
+                raise ValueError(f"top_logprobs must be at most {CHAT_MAX_TOP_LOGPROBS} with api='chat' (the "
+                                 f"OpenAI chat API's range, which Ollama follows), got {self.top_logprobs}")
+        elif tokenizer is None:
             tokenizer = self.model_name
         if isinstance(tokenizer, (str, os.PathLike)):
             from ..models import load_tokenizer
 
             tokenizer = load_tokenizer(os.fspath(tokenizer))
         self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
+        self.vocab_size = vocab_size if vocab_size is not None else (len(tokenizer) if tokenizer is not None else None)
+        if tail is None:
+            tail = DEFAULT_TAIL if self.vocab_size is not None else "min"
+        if tail == "uniform" and self.vocab_size is None:
+            raise ValueError("tail='uniform' spreads the mass outside the top k over the rest of the vocabulary, "
+                             "whose size is unknown here: pass vocab_size= (or tokenizer=), or tail='min'")
+        self.tail = tail
+        if tokenizer is None:  # api="chat" without a tokenizer: the server ends and counts on its own
+            self.stop_token_ids: list[int] = []
+            self.max_context_tokens = None
+            return
         self.stop_token_ids = sorted(set(stop_token_ids) if stop_token_ids is not None else self._default_stops())
         if not self.stop_token_ids:
             raise ValueError("the tokenizer defines no end-of-sequence token; pass stop_token_ids=")
         self.max_context_tokens = context_window if context_window is not None else self._context_window()
         self.max_context_tokens = check_positive_int("context_window", self.max_context_tokens)
+
+    @staticmethod
+    def _check_chat_settings(tokenizer: Any, context_window: Any, stop_token_ids: Any) -> None:
+        if context_window is not None and tokenizer is None:
+            raise ValueError("context_window is used to cut documents to fit, which needs the model's tokenizer: "
+                             "pass tokenizer= too, or leave context_window out (the server then refuses a prompt "
+                             "that does not fit, with its own message)")
+        if stop_token_ids is not None:
+            raise ValueError("stop_token_ids do not apply to api='chat': the server ends the answer at the end of "
+                             "its chat turn")
 
     def __repr__(self) -> str:
         return f"ServerTarget({self.base_url!r}, model={self.model_name!r}, api={self.api!r})"
@@ -174,17 +284,9 @@ class ServerTarget:
             raise ValueError(f"the server at {self.base_url} serves {ids}; pass model= to choose one")
         return ids[0]
 
-    def _detect_api(self) -> str:
-        owners = {str(m.get("owned_by", "")).lower() for m in self.served_models()}
-        for owner in owners:
-            if owner in _OWNERS:
-                return _OWNERS[owner]
-        raise ValueError(f"cannot tell which server runs at {self.base_url} (its models are owned by "
-                         f"{sorted(owners)}); pass api= one of {APIS}")
-
     def _context_window(self) -> int:
         try:
-            entries = self.served_models()
+            entries = [] if self.hosted_openai else self.served_models()
         except ServerError:
             entries = []
         for m in entries:
@@ -194,11 +296,16 @@ class ServerTarget:
         return int(tok_max) if isinstance(tok_max, int) and 0 < tok_max < 10**7 else 2048
 
     # ------------------------------------------------------------------ text helpers (as the Engine)
+    def _need_tokenizer(self, what: str) -> Any:
+        if self.tokenizer is None:
+            raise ServerCapabilityError(f"{what} needs the model's tokenizer; pass tokenizer= to ServerTarget")
+        return self.tokenizer
+
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self._need_tokenizer("encoding text to token ids").encode(text, add_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+        return self._need_tokenizer("decoding token ids").decode(list(ids), skip_special_tokens=True).strip()
 
     def _prompt_text(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
@@ -284,6 +391,12 @@ class ServerTarget:
         low = text.lower()
         if resp.status_code == 401 or resp.status_code == 403:
             return ServerError(f"the LLM server at {url} refused the API key ({resp.status_code}): {text}")
+        if "context" in low and any(w in low for w in ("exceed", "maximum", "too long", "length", "window")):
+            cut = ("grogu cut the documents with the tokenizer given, whose count differs from the server's: "
+                   "pass a smaller context_window=" if self.tokenizer is not None else
+                   "pass tokenizer= (and context_window=) so that grogu cuts the documents to fit")
+            return ServerError(f"the LLM server at {url} refused a prompt that does not fit the model's context "
+                               f"window ({resp.status_code}: {text}); {cut}, or give fewer or shorter documents")
         if "logprob" in low or "logits_all" in low:
             return ServerCapabilityError(
                 f"the LLM server at {url} refused the log-probabilities grogu asks for (top_logprobs="
@@ -295,13 +408,14 @@ class ServerTarget:
                                f"(status {resp.status_code}: {text})" + (f"; it serves {served}" if served else ""))
         return ServerError(f"the LLM server at {url} answered {resp.status_code}: {text}")
 
-    async def _all(self, bodies: list[dict[str, Any]]) -> list[Any]:
-        """POST every body to the completions endpoint at once, at most ``max_concurrency`` in flight."""
+    async def _all(self, bodies: list[dict[str, Any]], path: str = "/completions") -> list[Any]:
+        """POST every body to the completions (or ``path``) endpoint at once, at most ``max_concurrency``
+        in flight."""
         sem = asyncio.Semaphore(self.max_concurrency)
         async with self._client() as client:
             async def one(body: dict[str, Any]) -> Any:
                 async with sem:
-                    return await self._request(client, "POST", "/completions", body)
+                    return await self._request(client, "POST", path, body)
             return await asyncio.gather(*(one(b) for b in bodies))
 
     # ------------------------------------------------------------------ request bodies and parsing
@@ -309,9 +423,17 @@ class ServerTarget:
         body: dict[str, Any] = {"temperature": 0.0 if temperature is None else float(temperature), "top_p": 1.0}
         if seed is not None:
             body["seed"] = int(seed)
-        if self.api == "llama-cpp":  # llama.cpp samples with these on by default
+        if "llama-cpp" in (self.api, self.backend):  # llama.cpp samples with these on by default
             body.update(repeat_penalty=1.0, top_k=0 if temperature is not None else 1, min_p=0.0)
         return body
+
+    def _chat_body(self, prompt: ChatPrompt, max_new_tokens: int, temperature: float | None,
+                   seed: int | None) -> dict[str, Any]:
+        # the hosted OpenAI API wants max_completion_tokens (its newer models refuse max_tokens); the
+        # OpenAI-compatible servers read max_tokens (llama-cpp-python ignores max_completion_tokens)
+        budget = "max_completion_tokens" if self.hosted_openai else "max_tokens"
+        return {"model": self.model_name, "messages": prompt.messages(), "logprobs": True,
+                "top_logprobs": self.top_logprobs, budget: max_new_tokens, **self._sampling(temperature, seed)}
 
     def _gen_body(self, prompt: list[int], max_new_tokens: int, temperature: float | None,
                   seed: int | None) -> dict[str, Any]:
@@ -332,13 +454,23 @@ class ServerTarget:
         return body
 
     def _entropy(self, top: list[float]) -> float:
-        return topk_entropy(top, self.vocab_size, self.tail)
+        return topk_entropy(top, self.vocab_size or 0, self.tail)
+
+    def _no_logprobs(self) -> ServerCapabilityError:
+        if self.api == "chat":
+            return ServerCapabilityError(
+                f"the LLM server at {self.base_url} answered the chat request without log-probabilities (it "
+                f"ignored logprobs=true, top_logprobs={self.top_logprobs}); grogu needs each generated token's "
+                "top log-probabilities, which OpenAI's chat API, Ollama from version 0.12.11, vLLM, SGLang and "
+                "llama-cpp-python (logits_all on) return on request. Update or "
+                "reconfigure the server, or serve the model with one that does")
+        return ServerCapabilityError(
+            f"the LLM server at {self.base_url} returned no top log-probabilities; grogu needs "
+            f"top_logprobs={self.top_logprobs} (vLLM: --max-logprobs; llama-cpp-python: logits_all on)")
 
     def _check_top(self, top: Any) -> list[float]:
         if not top:
-            raise ServerCapabilityError(
-                f"the LLM server at {self.base_url} returned no top log-probabilities; grogu needs "
-                f"top_logprobs={self.top_logprobs} (vLLM: --max-logprobs; llama-cpp-python: logits_all on)")
+            raise self._no_logprobs()
         values = [float(v["logprob"]) if isinstance(v, dict) else float(v)
                   for v in (top.values() if isinstance(top, dict) else top)]
         return values
@@ -358,6 +490,40 @@ class ServerTarget:
         if self.api == "vllm":
             ids = [int(t.split(":", 1)[1]) for t in tokens]
         return choice.get("text") or "", choice.get("finish_reason"), steps, ids
+
+    def _parse_chat(self, data: Any) -> Generation:
+        """A chat completion's answer: its text, and each generated token's text, log-probability and
+        top-k entropy from ``choices[0].logprobs.content``."""
+        try:
+            choice = data["choices"][0]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ServerError(f"the LLM server at {self.base_url} answered the chat request without a choice: "
+                              f"{str(data)[:200]}") from exc
+        text = (choice.get("message") or {}).get("content") or ""
+        lp = choice.get("logprobs")
+        entries = lp.get("content") if isinstance(lp, dict) else None
+        if entries is None or (not entries and text.strip()):
+            raise self._no_logprobs()
+        tokens, steps = [], []
+        for e in entries:
+            if not isinstance(e, dict) or not isinstance(e.get("logprob"), (int, float)):
+                raise self._no_logprobs()
+            tokens.append(str(e.get("token", "")))
+            steps.append(_Step(float(e["logprob"]), self._check_top(e.get("top_logprobs"))))
+        finish = choice.get("finish_reason")
+        stop = None
+        if finish == "stop" and tokens and tokens[-1] in _STOP_TOKEN_NAMES:  # a server that reports the end token
+            tokens.pop()
+            stop = steps.pop()
+        gen = Generation([UNKNOWN_TOKEN_ID] * len(steps),
+                         torch.tensor([self._entropy(st.top) for st in steps], dtype=torch.float32),
+                         torch.tensor([st.logprob for st in steps], dtype=torch.float32),
+                         text=text.strip(), tokens=tokens)
+        if finish == "stop":  # ended its turn; the end token's statistics only where the server reported them
+            gen.stop_token_id = UNKNOWN_TOKEN_ID
+            if stop is not None:
+                gen.stop_entropy, gen.stop_logprob = self._entropy(stop.top), stop.logprob
+        return gen
 
     def _parse_forced(self, data: Any, prompt: list[int], cont: list[int]) -> list[_Step]:
         """The steps of ``cont``'s tokens from a teacher-forcing response."""
@@ -429,19 +595,38 @@ class ServerTarget:
         self._echo_shift = 0 if same else 1
 
     # ------------------------------------------------------------------ the engine's primitives
-    @staticmethod
-    def _check_prompts(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+    def teacher_forcing_error(self, what: str) -> ServerCapabilityError:
+        """The error for ``what`` on a grounded-only target: it needs teacher forcing, which a chat API
+        cannot do; says what works through this target and which servers can."""
+        return ServerCapabilityError(
+            f"{what} needs teacher forcing (a given answer's log-probabilities under another prompt), which "
+            f"{self!r} cannot do: a chat API returns log-probabilities of the tokens it generates only, no "
+            "prompt log-probabilities. Through this target choose metric='entropy' or metric='ppl' "
+            "(UtilityScorer and the integrations' rerankers: the grounded answer's mean token entropy or "
+            "perplexity), InfluenceScorer with method='exact', 'ablation' or 'auto', or SePerScorer. For the "
+            "other metrics serve the model with vLLM or SGLang (api='vllm') or llama-cpp-python's server "
+            "(api='llama-cpp'), whose completions endpoints return prompt log-probabilities")
+
+    def _check_prompts(self, prompts: Sequence[Any]) -> list[Any]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-            raise TypeError("prompts must be a list of token-id lists (render text with grogu.prompts)")
+            raise TypeError("prompts must be a list of prompts (render them with grogu.prompts.PromptBuilder)")
+        if self.api == "chat":
+            if not all(isinstance(p, ChatPrompt) for p in prompts):
+                raise TypeError("a ServerTarget with api='chat' takes grogu.prompts.ChatPrompt messages (the server "
+                                "applies the chat template); PromptBuilder.for_target(target, ...) renders them")
+            return list(prompts)
+        if any(isinstance(p, ChatPrompt) for p in prompts):
+            raise TypeError(f"a ServerTarget with api={self.api!r} takes token-id prompts, not ChatPrompt messages")
         out = [[int(t) for t in p] for p in prompts]
         if any(not p for p in out):
             raise ValueError("a prompt has no tokens")
         return out
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, *,
+    def generate(self, prompts: Sequence[Any], max_new_tokens: int = 64, *,
                  temperature: float | None = None, seed: int | None = None) -> list[Generation]:
         """One answer per prompt from the server (greedy when ``temperature`` is None), with each token's
-        top-k entropy and log-probability; all prompts sent at once."""
+        top-k entropy and log-probability; all prompts sent at once. Prompts are token-id lists, or
+        :class:`~grogu.prompts.ChatPrompt` messages with ``api="chat"``."""
         return self._run(self.agenerate(prompts, max_new_tokens, temperature=temperature, seed=seed))
 
     def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
@@ -450,9 +635,7 @@ class ServerTarget:
         return self._run(self.atoken_stats(prompts, continuations))
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None):
-        raise ServerCapabilityError("ACU needs the probabilities of given label tokens, which an inference server "
-                                    "returns only when they are among its top-k; score ACU with a model loaded "
-                                    "in process (GROGU, Influence and SePer work through the server)")
+        raise ServerCapabilityError(ACU_MESSAGE)
 
     async def agenerate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, *,
                         temperature: float | None = None, seed: int | None = None) -> list[Generation]:
@@ -461,6 +644,10 @@ class ServerTarget:
         if not prompts:
             return []
         seeds = [None if seed is None else int(seed) + i for i in range(len(prompts))]
+        if self.api == "chat":
+            replies = await self._all([self._chat_body(p, max_new_tokens, temperature, s)
+                                       for p, s in zip(prompts, seeds)], "/chat/completions")
+            return [self._parse_chat(r) for r in replies]
         replies = await self._all([self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)])
         parsed = [self._parse_generation(r) for r in replies]
         if self.api == "llama-cpp":  # its answers come as text: their token ids as the server reads them
@@ -501,6 +688,8 @@ class ServerTarget:
 
     async def atoken_stats(self, prompts: Sequence[Sequence[int]],
                            continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
+        if self.grounded_only:
+            raise self.teacher_forcing_error("token_stats (the statistics of an answer under the ungrounded prompt)")
         prompts = self._check_prompts(prompts)
         conts = [[int(t) for t in c] for c in continuations]
         if len(conts) != len(prompts):
@@ -518,4 +707,5 @@ class ServerTarget:
         return out
 
 
-__all__ = ["ServerTarget", "ServerError", "ServerCapabilityError", "APIS"]
+__all__ = ["ServerTarget", "ServerError", "ServerCapabilityError", "APIS", "choose_api", "server_backend",
+           "is_hosted_openai", "CHAT_MAX_TOP_LOGPROBS"]

@@ -45,8 +45,9 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
     ``model`` may be a grogu ``Engine``, a ``UtilityScorer`` / ``InfluenceScorer`` (its engine), a model
     name/path/hub id, a loaded ``(model, tokenizer)`` pair, a LlamaIndex ``HuggingFaceLLM`` whose
     model and tokenizer are reused (no second copy is loaded), a ``grogu.ServerTarget``, or an
-    ``OpenAILike`` / ``OpenAI`` LLM pointing at a vLLM, SGLang or llama.cpp server (scored through that
-    server, :func:`grogu.servers.target_from_llm`).
+    ``OpenAILike`` / ``OpenAI`` LLM pointing at an OpenAI-compatible server (scored through that server,
+    :func:`grogu.servers.target_from_llm`; the OpenAI API and Ollama are grounded-only targets:
+    ``metric="entropy"`` or ``"ppl"``).
     """
     if isinstance(model, (grogu.Engine, grogu.ServerTarget)):
         return model
@@ -71,8 +72,9 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
             return target
         raise TypeError(
             f"{type(model).__name__} does not expose token probabilities: GROGU needs the target LLM's "
-            "token log-probabilities. Pass a HuggingFaceLLM, an OpenAILike LLM on a vLLM / SGLang / llama.cpp "
-            "server, a grogu.ServerTarget, a grogu Engine, a (model, tokenizer) pair or a model name/path."
+            "token log-probabilities. Pass a HuggingFaceLLM, an OpenAILike / OpenAI LLM on an OpenAI-compatible "
+            "server (vLLM, SGLang, llama.cpp; the OpenAI API or Ollama with metric='entropy' or 'ppl'), a "
+            "grogu.ServerTarget, a grogu Engine, a (model, tokenizer) pair or a model name/path."
         )
     raise TypeError(
         "model must be a model name/path, a grogu Engine, a (model, tokenizer) pair, a HuggingFaceLLM or a "
