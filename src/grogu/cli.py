@@ -129,11 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_server_arguments(p: argparse.ArgumentParser) -> None:
     """The target LLM behind an inference server (grogu.ServerTarget) instead of a model loaded here."""
-    g = p.add_argument_group("target LLM on an inference server (vLLM, SGLang, llama-cpp-python)")
+    from .servers.target import APIS
+
+    g = p.add_argument_group("target LLM on an inference server (vLLM, SGLang, llama.cpp, Ollama, OpenAI-compatible)")
     g.add_argument("--server", default=None, help="its OpenAI-compatible base URL (http://host:8000/v1); --model "
                                                   "then names the tokenizer (alias, path, .gguf or hub id)")
     g.add_argument("--served-model", default=None, help="the served model's name (default: the only one it lists)")
-    g.add_argument("--server-api", default="auto", choices=("auto", "vllm", "llama-cpp"), help="the server's API")
+    g.add_argument("--server-api", default="auto", choices=("auto", *APIS),
+                   help="the server's API ('chat': a chat API, grounded-only metrics entropy/ppl)")
     g.add_argument("--top-logprobs", type=POSITIVE_INT, default=20, help="alternatives per token the server returns")
     g.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY)")
 
