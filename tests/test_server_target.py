@@ -195,7 +195,9 @@ def test_influence_through_the_server(target):
     prompts = [fwd.prompts.grounded_ids(QUERY, [grogu.Document(d) for d in ds])
                for ds in (docs, docs[1:], docs[:1])]
     sums = [float(st.logprob.double().sum()) for st in target.token_stats(prompts, [target_ids] * 3)]
-    assert res.forward.logprobs == pytest.approx(sums, abs=SERVER_RTOL)
+    # sums over the answer's tokens: the server's request-order rounding (SERVER_RTOL per mean) adds up
+    # over them; a misaligned or wrong token would be off by nats
+    assert res.forward.logprobs == pytest.approx(sums, abs=max(SERVER_RTOL, 0.02 * len(target_ids)))
     lps = res.forward.logprobs
     assert res.scores == pytest.approx([lps[0] - lps[1], lps[0] - lps[2]], abs=1e-9)
     exact = InfluenceScorer(target, max_new_tokens=BUDGET)
