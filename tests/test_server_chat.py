@@ -244,7 +244,9 @@ def test_seper_samples_through_the_chat_api(target, reference):
     untempered = full[sample.tokens[0]]
     tempered = untempered / 1.5 - math.log(sum(math.exp(v / 1.5) for v in full.values()))
     got = float(sample.logprob[0])
-    assert got == pytest.approx(untempered, abs=EXACT) and abs(got - untempered) < abs(got - tempered)
+    # the server's prefix cache rounds a token this unlikely by up to a few tenths of a nat (seen: 0.21,
+    # depending on the requests before it); tempering would move it by nats
+    assert abs(got - untempered) < 0.5 and abs(got - untempered) < abs(got - tempered) / 4
 
 
 def test_what_needs_teacher_forcing_is_refused(target):
