@@ -378,7 +378,6 @@ def langchain_arm(args) -> None:
     torch.set_num_threads(1)
     import grogu
     from grogu.models import embedded_embedder_path
-    from langchain_core.documents import Document
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import RunnablePassthrough

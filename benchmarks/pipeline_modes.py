@@ -7,17 +7,15 @@ context, generated with the pipeline's own prompt. The mode logic is ``grogu.sel
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-import statistics
 import sys
 from types import SimpleNamespace
 from typing import Any, Iterable
 
 from grogu.rerank import ModeSettings, decide, plan
 from grogu.results import long_context_order
-from grogu.selection import choose_context, context_candidates, fuse, kept_relative_to_none, order_by
+from grogu.selection import context_candidates, fuse, kept_relative_to_none, order_by
 
 TOP_N = 3
 DOC_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl")

@@ -13,7 +13,6 @@ higher means the document makes this LLM surer of its grounded answer.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Sequence
 
@@ -25,7 +24,7 @@ from . import selection as S
 from .batching import Coalescer
 from .checks import (check_alpha, check_choice, check_document_list, check_documents, check_fraction,
                      check_pairs, check_positive_int, check_query, check_relevance, check_threshold, check_top_n)
-from .engine import Engine, Generation, get_engine
+from .engine import Generation, get_engine
 from .models import DEFAULT_MODEL
 from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate
 from .servers.target import ServerCapabilityError

@@ -1,19 +1,54 @@
 """The target LLM as the integrations receive it: the parts that do not depend on the framework.
 
 A user passes ``model=`` to a reranker or an influence handler as a model name, a grogu engine, a
-framework LLM wrapper (which each integration resolves to an engine itself), a ready scorer, or the
+framework LLM wrapper (which each integration resolves to an engine, or to a
+:class:`grogu.ServerTarget` for an LLM behind an inference server, itself), a ready scorer, or the
 shared scoring service (a URL, a :class:`grogu.RemoteScorer` or a :class:`grogu.RemoteInfluenceScorer`).
-This module tells the service apart (:func:`remote_target`), names an engine's model
-(:func:`engine_label`) and builds the Influence scorer from any of them (:func:`build_influence_scorer`).
+This module says what a scorer is (:class:`Scorer`), tells the service apart (:func:`remote_target`),
+names an engine's model (:func:`engine_label`) and builds the utility scorer
+(:func:`build_scorer`) and the Influence scorer (:func:`build_influence_scorer`) from any of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from .engine import Engine
+from .engine.config import configure_engine
 from .influence import InfluenceScorer
+from .prompts import PromptTemplate
+from .rerank import ModeSettings
+from .scorer import UtilityScorer
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """What the integrations score with: :class:`grogu.UtilityScorer` (in this process, on an engine or
+    a ServerTarget) and :class:`grogu.RemoteScorer` (the ``grogu serve`` service) both are one."""
+
+    model_name: str
+    metric: str
+
+    @property
+    def template(self) -> PromptTemplate: ...
+
+    def score(self, query: str, documents: Sequence[Any], *, return_details: bool = False) -> list: ...
+
+    def score_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
+                       return_details: bool = False) -> list: ...
+
+    def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
+               threshold: float | None = None, *, settings: ModeSettings | None = None,
+               relevance: Sequence[float] | None = None, return_details: bool = False) -> list: ...
+
+    async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
+                      threshold: float | None = None, *, settings: ModeSettings | None = None,
+                      relevance: Sequence[float] | None = None, return_details: bool = False) -> list: ...
+
+    def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> Any: ...
+
+    async def abest_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> Any: ...
 
 
 def remote_target(model: Any) -> Any:
@@ -33,6 +68,39 @@ def engine_label(engine: Engine) -> str:
     if isinstance(name, str) and name:
         return name
     return type(engine.model).__name__
+
+
+def build_scorer(model: Any, *, resolve_engine: Callable[[Any, str | None, str | None], Any],
+                 model_label: Callable[[Any, Any], str], device: str | None = None, dtype: str | None = None,
+                 batch_size: int | None = None, engine_config: Any = None, **options: Any) -> tuple[Scorer, str]:
+    """The utility :class:`Scorer` for ``model`` and a readable name of the target LLM: the one place an
+    integration's ``model=`` becomes a scorer.
+
+    ``model``: a service URL or a ``grogu.RemoteScorer`` (the service's client, with ``options``; node and
+    document metadata stay in this process), else anything ``resolve_engine(model, device, dtype)`` turns
+    into an engine or a ServerTarget (the framework's own resolution of its LLM objects), scored here.
+    ``options``: :class:`grogu.UtilityScorer`'s settings (``metric``, ``max_new_tokens``, ``template``...).
+    ``batch_size`` / ``engine_config`` configure the process-wide engine of a model run here
+    (:func:`grogu.engine.config.configure_engine`); for anything else they are an error.
+    """
+    if batch_size is not None and engine_config is not None:
+        raise ValueError("give batch_size or engine_config (which holds max_batch_size), not both")
+    remote = remote_target(model)
+    if remote is not None:
+        if device is not None or dtype is not None:
+            raise ValueError("device/dtype apply to a model loaded here; the grogu service chooses its own")
+        if batch_size is not None or engine_config is not None:
+            raise ValueError("batch_size/engine_config apply to a model run here; the grogu service chooses its own")
+        from .serve import RemoteScorer
+
+        scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**options)
+        return scorer, scorer.model_name
+    engine = resolve_engine(model, device, dtype)
+    if batch_size is not None or engine_config is not None:
+        if not hasattr(engine, "config"):
+            raise ValueError(f"batch_size/engine_config apply to a model run here, not to {type(engine).__name__}")
+        configure_engine(engine, batch_size=batch_size, config=engine_config)
+    return UtilityScorer(engine, **options), model_label(model, engine)
 
 
 def build_influence_scorer(model: Any, *, resolve_engine: Callable[[Any, str | None, str | None], Engine],
@@ -71,4 +139,4 @@ def _remote_influence_scorer(remote: Any, device: str | None, dtype: str | None,
     return scorer, scorer.model_name
 
 
-__all__ = ["remote_target", "engine_label", "build_influence_scorer"]
+__all__ = ["Scorer", "remote_target", "engine_label", "build_scorer", "build_influence_scorer"]

@@ -19,13 +19,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from grogu import DEFAULT_METRIC, DocumentScore, EngineConfig, PromptTemplate, UtilityScorer
-from grogu.serve import RemoteScorer
-from grogu.targets import remote_target
+from grogu import DEFAULT_METRIC, DocumentScore, EngineConfig, PromptTemplate
+from grogu.targets import Scorer, build_scorer, remote_target
 from grogu.checks import check_alpha, check_fraction, check_positive_int, check_threshold, check_top_n
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
 from grogu.models import DEFAULT_MODEL
-from grogu.engine.config import configure_engine
 from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import check_score_scale, probability, utility_threshold
 from langchain_core.callbacks import Callbacks
@@ -191,15 +189,13 @@ class GroguScoring(BaseModel):
     def _check_batch_size(cls, value: Any) -> int | None:
         return None if value is None else check_positive_int("batch_size", value)
 
-    _scorer: UtilityScorer = PrivateAttr()
+    _scorer: Scorer = PrivateAttr()
     _model_label: str = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
         self.settings.check_threshold(self.threshold)
         if self.score_scale == "probability":
             utility_threshold(self.metric, self.threshold)  # a ValueError unless in [0, 1]
-        if self.batch_size is not None and self.engine_config is not None:
-            raise ValueError("give batch_size or engine_config (which holds max_batch_size), not both")
         template = self.template
         if self.qa_prompt is not None:
             if template is not None:
@@ -207,24 +203,12 @@ class GroguScoring(BaseModel):
             llm = None if remote_target(self.model) is not None else self.model  # a service: chat messages
             template = template_from_langchain(self.qa_prompt, llm, context_key=self.context_key,
                                                question_key=self.question_key)
-        settings = dict(metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
-                        max_new_tokens=self.max_new_tokens, template=template, answer_style=self.answer_style)
-        remote = remote_target(self.model)
-        if remote is not None:  # the shared scoring service: documents' metadata stay here
-            if self.device is not None or self.dtype is not None:
-                raise ValueError("device/dtype apply to a model loaded here; the service chooses its own")
-            if self.batch_size is not None or self.engine_config is not None:
-                raise ValueError("batch_size/engine_config apply to a model run here; the service chooses its own")
-            self._scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**settings)
-            self._model_label = self._scorer.model_name
-            return
-        engine = resolve_engine(self.model, self.device, self.dtype)
-        if self.batch_size is not None or self.engine_config is not None:
-            if not hasattr(engine, "config"):
-                raise ValueError(f"batch_size/engine_config apply to a model run here, not to {type(engine).__name__}")
-            configure_engine(engine, batch_size=self.batch_size, config=self.engine_config)
-        self._scorer = UtilityScorer(engine, **settings)
-        self._model_label = model_label(self.model, engine)
+        options = dict(metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
+                       max_new_tokens=self.max_new_tokens, template=template, answer_style=self.answer_style)
+        # a service (documents' metadata stay here), or the model / server run for this process
+        self._scorer, self._model_label = build_scorer(
+            self.model, resolve_engine=resolve_engine, model_label=model_label, device=self.device, dtype=self.dtype,
+            batch_size=self.batch_size, engine_config=self.engine_config, **options)
 
     @property
     def mode(self) -> str:
@@ -237,8 +221,9 @@ class GroguScoring(BaseModel):
         return self._model_label
 
     @property
-    def scorer(self) -> UtilityScorer:
-        """The :class:`grogu.UtilityScorer` used (its ``engine`` is the shared engine of the model)."""
+    def scorer(self) -> Scorer:
+        """The scorer used: a :class:`grogu.UtilityScorer` (its ``engine`` is the shared engine of the model,
+        or the ServerTarget of a served LLM) or a :class:`grogu.RemoteScorer` (the grogu service)."""
         return self._scorer
 
     # ------------------------------------------------------------------ helpers

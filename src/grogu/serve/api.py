@@ -6,7 +6,6 @@ value is a 422 with the message it has in Python, before any work. Templates are
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator

@@ -261,7 +261,7 @@ def test_bad_arguments(llm):
         InfluenceCallbackHandler(model=llm, on_error="ignore")
     with pytest.raises(TypeError, match="influence sink"):
         InfluenceCallbackHandler(model=llm, sinks=[42])
-    with pytest.raises(TypeError, match="API-hosted"):
+    with pytest.raises(TypeError, match="cannot use a float as the target LLM"):
         InfluenceCallbackHandler(model=3.14)
 
 

@@ -11,11 +11,11 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import grogu
 from grogu.checks import check_choice, check_positive_int, check_query, check_threshold, check_top_n
-from grogu.engine.config import configure_engine
 from grogu.metrics import metric_name
 from grogu.rerank import ModeSettings
 from grogu.scales import check_score_scale, probability, utility_threshold
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
+from grogu.targets import Scorer, build_scorer
 from llama_index.core.llms import LLM
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
@@ -25,9 +25,9 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from . import _tracing
-from .options import layout_and_mode, scoring_prompt, utility_scorer
+from .options import layout_and_mode, scoring_prompt
 from .synthesizer import prompt_fingerprint
-from .utils import check_nodes, hide_from_llm, node_text
+from .utils import check_nodes, hide_from_llm, model_label, node_text, resolve_engine
 
 dispatcher = get_dispatcher(__name__)
 logger = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class GroguRerank(BaseNodePostprocessor):
     score_scale: str = Field(default="utility", description="'utility' (nats) or 'probability' ([0, 1]).")
     batch_size: Optional[int] = Field(default=None, description="Most prompts in one forward pass of the engine.")
 
-    _scorer: grogu.UtilityScorer = PrivateAttr()
+    _scorer: Scorer = PrivateAttr()
     _fingerprint: str = PrivateAttr()
 
     def __init__(
@@ -169,8 +169,6 @@ class GroguRerank(BaseNodePostprocessor):
             utility_threshold(metric_name(metric), threshold)  # a ValueError unless in [0, 1]
         if batch_size is not None:
             batch_size = check_positive_int("batch_size", batch_size)
-            if engine_config is not None:
-                raise ValueError("give batch_size or engine_config (which holds max_batch_size), not both")
         if max_new_tokens is not None:
             max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         on_error = check_choice("on_error", on_error, ON_ERROR)
@@ -187,13 +185,9 @@ class GroguRerank(BaseNodePostprocessor):
         llm = model if isinstance(model, LLM) else None
         template, max_new_tokens = scoring_prompt(qa_template, template, settings.mode, llm, max_new_tokens)
         options = dict(metric=metric, max_new_tokens=max_new_tokens, template=template, answer_style=answer_style)
-        scorer, label = utility_scorer(model, device, dtype, options)
-        if batch_size is not None or engine_config is not None:
-            engine = getattr(scorer, "engine", None)
-            if engine is None or not hasattr(engine, "config"):
-                raise ValueError("batch_size/engine_config apply to a model run here; the grogu service "
-                                 "chooses its own")
-            configure_engine(engine, batch_size=batch_size, config=engine_config)
+        # a service (node metadata stay here), or the model / server run for this process
+        scorer, label = build_scorer(model, resolve_engine=resolve_engine, model_label=model_label, device=device,
+                                     dtype=dtype, batch_size=batch_size, engine_config=engine_config, **options)
         super().__init__(
             model=label,
             top_n=top_n,
@@ -223,7 +217,7 @@ class GroguRerank(BaseNodePostprocessor):
         return self.settings.mode
 
     @property
-    def scorer(self) -> grogu.UtilityScorer:
+    def scorer(self) -> Scorer:
         """The grogu scorer (and through ``.engine`` the shared engine) this reranker uses; a
         ``grogu.RemoteScorer`` when it scores with a grogu service."""
         return self._scorer

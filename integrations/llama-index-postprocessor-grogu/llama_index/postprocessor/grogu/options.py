@@ -1,20 +1,18 @@
-"""GroguRerank's settings: the checks that tie them together, the prompt it scores with and the scorer
-they build (in process, or the grogu service's client)."""
+"""GroguRerank's settings: the checks that tie them together and the prompt it scores with (the scorer
+itself comes from grogu.targets.build_scorer)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import grogu
 from grogu.checks import check_choice
 from grogu.rerank import DEFAULT_MODE
-from grogu.serve import RemoteScorer
-from grogu.targets import remote_target
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 
 from .prompts import template_from_llama_index
-from .utils import answer_budget, model_label, resolve_engine
+from .utils import answer_budget
 
 LAYOUT_MODES = ("after", "only")
 
@@ -51,18 +49,3 @@ def scoring_prompt(qa_template: Any, template: Optional[grogu.PromptTemplate], m
         if max_new_tokens is None and answer_budget(llm) is not None:
             max_new_tokens = answer_budget(llm)  # the answer the LLM gives, so GroguSynthesizer can reuse it
     return template, 64 if max_new_tokens is None else max_new_tokens
-
-
-def utility_scorer(model: Any, device: Optional[str], dtype: Optional[str],
-                    options: Dict[str, Any]) -> Tuple[Any, str]:
-    """The scorer of the target LLM (in process, or the grogu service's client) and its label."""
-    remote = remote_target(model)
-    if remote is None:
-        engine = resolve_engine(model, device=device, dtype=dtype)
-        return grogu.UtilityScorer(engine, **options), model_label(model, engine)
-    if device is not None or dtype is not None:
-        raise ValueError("device/dtype apply to a model loaded here; the grogu service chooses its own")
-    # the shared scoring service: node metadata stay here
-    scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**options)
-    return scorer, scorer.model_name
-
