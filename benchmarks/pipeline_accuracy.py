@@ -489,6 +489,9 @@ def main() -> None:
     r.add_argument("--ks", type=int, nargs="*", default=[5, 10], help="retrieved documents the modes choose from")
     r.add_argument("--settings", default=None)
     r.add_argument("--save-settings", default=None)
+    r.add_argument("--tune-by", choices=["accuracy", "maximin"], default="accuracy",
+                   help="maximin: never lose on any tuning data set, then the best worst-set gain (pipeline_modes.tune)")
+    r.add_argument("--modes", nargs="*", default=None, help="tune only these modes (the others need --settings)")
     args = parser.parse_args()
     if args.cmd == "collect":
         collect(args)

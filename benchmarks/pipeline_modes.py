@@ -23,7 +23,10 @@ CTX_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl", "key_entropy_adaptive
                "adaptive_entropy_change", "copy_aware_key_entropy", "copy_aware_entropy_change")
 WEIGHTS = (0.2, 0.4, 0.6, 0.8)
 MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
-FAMILIES = ("swap", "drop", "orders")
+FAMILIES = ("swap", "swap_reversed", "swap_orders", "orders", "drop")
+RULE_METRICS = ("key_entropy", "entropy", "ppl", "entropy_change")  # the combined rule's confidence terms
+WEIGHTS_COMBINED = (0.25, 0.5, 0.75)
+MARGINS_AGREEMENT = (0.0, 0.05, 0.1, 0.2)
 
 
 def key(order: Iterable[int]) -> str:
@@ -104,8 +107,15 @@ def grid(mode: str, k: int) -> list[dict]:
         return [{"k": k, "prompt": p, "metric": m, "weight": w} for p in prompts for m in DOC_METRICS for w in WEIGHTS]
     if mode == "prune":
         return [{"k": k, "metric": m} for m in DOC_METRICS]
-    families = FAMILIES
-    return [{"k": k, "family": f, "metric": m, "margin": g} for f in families for m in CTX_METRICS for g in MARGINS]
+    out = []
+    for f in FAMILIES:  # each rule of grogu.selection; the support tie-break on (it never changes the answer)
+        out += [{"k": k, "family": f, "rule": "confidence", "metric": m, "margin": g}
+                for m in CTX_METRICS for g in MARGINS]
+        out += [{"k": k, "family": f, "rule": "agreement", "metric": "key_entropy", "margin": g}
+                for g in MARGINS_AGREEMENT]
+        out += [{"k": k, "family": f, "rule": "combined", "metric": m, "confidence_weight": w, "margin": g}
+                for m in RULE_METRICS for w in WEIGHTS_COMBINED for g in MARGINS_AGREEMENT[:3]]
+    return out
 
 
 def needed_contexts(rec: dict, k: int, settings: dict[str, dict] | None = None) -> list[list[int]]:
@@ -179,16 +189,34 @@ def evaluate(records: list[dict], mode: str, s: dict) -> dict:
             "gold_first": sum(first) / n}
 
 
-def tune(records: list[dict], mode: str, k: int) -> dict:
-    """The setting with the best tuning accuracy (ties: fewer changes from the retriever, then grid order)."""
+def tune(records: list[dict], mode: str, k: int, by: str = "accuracy") -> dict:
+    """The setting chosen on tuning records. ``by="accuracy"``: the best tuning accuracy (ties: fewer
+    changes from the retriever, then grid order). ``by="maximin"``, over the records grouped by data set:
+    a setting that never loses to the retriever on any set (wins >= losses on each) first, then the best
+    worst-set gain in accuracy, then the best mean gain, then the fewest candidate contexts (the cost),
+    then fewer changes."""
+    sets: dict[str, list[dict]] = {}
+    for r in records:
+        sets.setdefault(r.get("data", "all") if by == "maximin" else "all", []).append(r)
     best = None
     for s in grid(mode, k):
         if s.get("prompt") == "own" and not all(r.get("docs_own") for r in records):
             continue
-        r = evaluate(records, mode, s)
-        score = (r["accuracy"], -(r["wins"] + r["losses"]))
+        res = [evaluate(recs, mode, s) for recs in sets.values()]
+        if any(r["n"] == 0 for r in res):
+            continue
+        gains = [r["accuracy"] - r["retriever_accuracy"] for r in res]
+        changes = -sum(r["wins"] + r["losses"] for r in res)
+        if by == "maximin":
+            cost = -len(context_candidates(k, TOP_N, s["family"])) if mode == "context" else 0
+            score = (all(r["wins"] >= r["losses"] for r in res), round(min(gains), 9),
+                     round(sum(gains) / len(gains), 9), cost, changes)
+        else:
+            score = (res[0]["accuracy"], changes)
         if best is None or score > best[0]:
             best = (score, s)
+    if best is None:
+        raise ValueError(f"no setting of {mode} can be evaluated on these records")
     return best[1]
 
 
@@ -203,7 +231,7 @@ def load(paths: list[str]) -> list[dict]:
 
 def fmt_row(r: dict) -> str:
     s = ", ".join(f"{k}={v}" for k, v in r["setting"].items() if k != "k")
-    return (f"| {r['mode']} ({s}) | {r['n']} | {100 * r['accuracy']:.1f} % | {100 * r['retriever_accuracy']:.1f} % | "
+    return (f"| {r.get('data', '')} | {r['mode']} ({s}) | {r['n']} | {100 * r['accuracy']:.1f} % | {100 * r['retriever_accuracy']:.1f} % | "
             f"{r['wins']} / {r['losses']} | {r['p']:.3g} | {100 * r['gold_given']:.1f} % | {100 * r['gold_first']:.1f} % |")
 
 
@@ -218,16 +246,20 @@ def report(args: Any) -> None:
         e = [r for r in eval_recs if r["top_k"] >= k]
         for mode in [*MODES, *(n.split("@")[0] for n in settings if n.split("@")[0] not in MODES)]:
             name = f"{mode}@{k}"
-            if name not in settings and t:
-                settings[name] = tune(t, mode, k)
+            if name not in settings and t and (args.modes is None or mode in args.modes):
+                try:
+                    settings[name] = tune(t, mode, k, by=args.tune_by)
+                except ValueError:
+                    continue
             if name not in settings:
                 continue
-            if t:
-                out["tuning"][name] = evaluate(t, mode, settings[name])
-            if e and evaluate(e, mode, settings[name])["n"]:
-                out["held_out"][name] = evaluate(e, mode, settings[name])
-    header = ("| mode (setting) | n | accuracy | retriever | wins / losses | sign p | gold given | gold first |\n"
-              "|---|---|---|---|---|---|---|---|")
+            for part, recs in (("tuning", t), ("held_out", e)):
+                for data in sorted({r.get("data", "all") for r in recs}):
+                    res = evaluate([r for r in recs if r.get("data", "all") == data], mode, settings[name])
+                    if res["n"]:
+                        out[part][f"{name} {data}"] = {**res, "data": data}
+    header = ("| data | mode (setting) | n | accuracy | retriever | wins / losses | sign p | gold given | gold first |\n"
+              "|---|---|---|---|---|---|---|---|---|")
     for part in ("tuning", "held_out"):
         if out[part]:
             print(f"\n{part}\n{header}")
