@@ -8,7 +8,6 @@ logits turned into statistics (:func:`~.stats.continuation_stats`). Each primiti
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from typing import Any, Sequence
 
@@ -17,7 +16,7 @@ import torch
 from ..checks import check_positive_int, check_seed, check_temperature
 from ..models import DEFAULT_MODEL, load_model
 from .config import NOT_GIVEN, Configured, EngineConfig, engine_config
-from .decode import Decoder, Sampling
+from .decode import Decoder, Sampling, row_generators
 from .drafting import PromptLookup
 from .kernels import CpuLinears
 from .planning import BatchPlanner
@@ -27,20 +26,6 @@ from .types import Generation, TokenStats
 
 
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
-
-
-def _row_generators(prompts: Sequence[Sequence[int]], seed: int) -> list[torch.Generator]:
-    """One CPU generator per prompt, seeded from (seed, the prompt's tokens, how many identical prompts
-    come before it): each prompt's samples are reproducible whatever else is in the call."""
-    seen: dict[tuple[int, ...], int] = {}
-    out = []
-    for p in prompts:
-        key = tuple(p)
-        nth = seen.get(key, 0)
-        seen[key] = nth + 1
-        digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
-        out.append(torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
-    return out
 
 
 def _part_counter(part: str, name: str, doc: str) -> property:
@@ -226,7 +211,7 @@ class Engine(Configured):
             config = self.config
             generators = None
             if temperature is not None:
-                generators = _row_generators(prompts, seed if seed is not None else torch.seed())
+                generators = row_generators(prompts, seed if seed is not None else torch.seed())
             lengths = [len(p) + max_new_tokens for p in prompts]
             batches = self.planner.plan(lengths, config, prompts=prompts, padding=self.prefill.stackable)
 

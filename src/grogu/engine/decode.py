@@ -5,6 +5,7 @@ themselves."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -24,6 +25,21 @@ class Sampling:
 
     temperature: float
     generators: list[torch.Generator]  # one per row of the batch
+
+
+def row_generators(prompts: Sequence[Sequence[int]], seed: int) -> list[torch.Generator]:
+    """One CPU generator per prompt (for :class:`Sampling`), seeded from (seed, the prompt's tokens, how
+    many identical prompts come before it): each prompt's samples are reproducible whatever else is in
+    the call, and whatever batches the call is split into."""
+    seen: dict[tuple[int, ...], int] = {}
+    out = []
+    for p in prompts:
+        key = tuple(p)
+        nth = seen.get(key, 0)
+        seen[key] = nth + 1
+        digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
+        out.append(torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
+    return out
 
 
 class Decoder:
