@@ -8,6 +8,7 @@ logits turned into statistics (:func:`~.stats.continuation_stats`). Each primiti
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Sequence
 
@@ -26,6 +27,11 @@ from .types import Generation, TokenStats
 
 
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+def _text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """An answer's text: its tokens decoded, special tokens skipped, whitespace stripped."""
+    return tokenizer.decode(list(ids), skip_special_tokens=True).strip()
 
 
 def _part_counter(part: str, name: str, doc: str) -> property:
@@ -129,7 +135,7 @@ class Engine(Configured):
         self.planner = BatchPlanner(logit_bytes=self.vocab_size * max(self.dtype.itemsize, 4))
         self.prefill = PrefixPrefill(self.model, pad_token_id=self.pad_token_id)
         self.decoder = Decoder(self.model, pad_token_id=self.pad_token_id, stop_token_ids=self.stop_token_ids,
-                               detokenize=self.decode)
+                               detokenize=functools.partial(_text, self.tokenizer))  # no cycle back to self
 
     # ------------------------------------------------------------------ setup helpers
     def _pad_token_id(self) -> int:
@@ -170,7 +176,7 @@ class Engine(Configured):
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+        return _text(self.tokenizer, ids)
 
     # ------------------------------------------------------------------ public primitives
     def _check_prompts(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
