@@ -47,5 +47,5 @@ def test_masked_prompts_over_several_batches_equal_one_at_a_time(tokenizer):
     seqs = [p + c[:-1] for p, c in zip(prompts, conts)]
     by_length = plan_batches([len(s) for s in seqs], prompts=prompts, **_limits(engine))
     for batch in by_length:
-        list(engine._encode([seqs[i] for i in batch], 4, [len(prompts[i]) - 1 for i in batch]))
+        list(engine.prefill.encode([seqs[i] for i in batch], 4, engine.config, [len(prompts[i]) - 1 for i in batch]))
     assert encoded < engine.prefill_tokens

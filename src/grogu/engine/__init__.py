@@ -22,19 +22,26 @@ and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`gro
 Thread safety: one re-entrant lock serialises the model work, so any number of threads can share an
 engine and each gets exactly the result it would get alone.
 
-The parts — the plain logic in functions that need no model, each testable alone:
+The parts. The Engine (:mod:`.core`) owns three objects and hands each its inputs explicitly (the
+configuration in use, token lists, small dataclasses), one module per mechanism:
 
-- :mod:`.config` — :class:`EngineConfig`, every tuned constant as a documented, validated setting,
-  with per-device defaults (``engine.config``);
-- :mod:`.planning` — :func:`~.planning.plan_batches` (which rows run together under the size, token
-  and logits budgets), :func:`~.planning.split_unpadded`, and the out-of-memory retry;
-- :mod:`.prefixtree` — :func:`~.prefixtree.common_prefix` and :func:`~.prefixtree.prefix_groups` (a
-  batch split into groups sharing a prefix, by dynamic programming);
-- :mod:`.prefill` — group prefill continuing earlier groups' prefixes, and cache stacking;
-- :mod:`.drafting` — :class:`~.drafting.PromptLookup`, ``propose(history) -> draft``;
-- :mod:`.decode` — the decode loop (verifying drafts) and teacher forcing;
-- :mod:`.kvcache` (decode cache with reserved room), :mod:`.kernels` (CPU linear kernels), :mod:`.types`
-  (results) and :mod:`.core` (the Engine, built from the parts above, and ``get_engine``).
+- :mod:`.planning` — :class:`~.planning.BatchPlanner`: which rows run together under the size, token
+  and logits budgets (:func:`~.planning.plan_batches`, :func:`~.planning.split_unpadded`), and running
+  the plan with the out-of-memory retry;
+- :mod:`.prefill` — :class:`~.prefill.PrefixPrefill`: a batch encoded group by group
+  (:class:`~.prefill.EncodedGroup` per group), for its logits alone or, the groups' caches stacked
+  (:func:`~.prefill.stack_groups`), as a :class:`~.prefill.PrefilledBatch` to decode from;
+- :mod:`.decode` — :class:`~.decode.Decoder`: the decode loop from a :class:`~.prefill.PrefilledBatch`,
+  greedy (verifying prompt-lookup drafts) or sampled (:class:`~.decode.Sampling`).
+
+And the plain logic and helpers they use, each testable without a model: :mod:`.config`
+(:class:`EngineConfig`, every tuned constant as a documented, validated setting, with per-device
+defaults: ``engine.config``), :mod:`.prefixtree` (:func:`~.prefixtree.common_prefix`,
+:func:`~.prefixtree.prefix_groups`: a batch split into groups sharing a prefix, by dynamic
+programming), :mod:`.drafting` (:class:`~.drafting.PromptLookup`, ``propose(history) -> draft``),
+:mod:`.stats` (entropies and log-probabilities from logits; teacher-forced statistics),
+:mod:`.kvcache` (decode cache with reserved room), :mod:`.kernels` (CPU linear kernels) and
+:mod:`.types` (results).
 """
 
 from .config import EngineConfig

@@ -1,9 +1,14 @@
-"""The Engine: one causal LM on one device, its public primitives, and the process-wide registry."""
+"""The Engine: one causal LM on one device, its public primitives, and the process-wide registry.
+
+The Engine owns its parts and passes each its inputs explicitly: a :class:`~.planning.BatchPlanner`
+(which rows run together; the out-of-memory retry), a :class:`~.prefill.PrefixPrefill` (encoding with
+shared prefixes) and a :class:`~.decode.Decoder` (the decode loop); teacher forcing is the prefill's
+logits turned into statistics (:func:`~.stats.continuation_stats`). Each primitive reads
+``engine.config`` once, under the lock, and hands it to the parts."""
 
 from __future__ import annotations
 
-import hashlib
-import inspect
+import functools
 import threading
 from typing import Any, Sequence
 
@@ -12,31 +17,36 @@ import torch
 from ..checks import check_positive_int, check_seed, check_temperature
 from ..models import DEFAULT_MODEL, load_model
 from .config import NOT_GIVEN, Configured, EngineConfig, engine_config
-from .decode import Decoding
+from .decode import Decoder, Sampling, row_generators
+from .drafting import PromptLookup
 from .kernels import CpuLinears
-from .planning import BatchPlanning
+from .planning import BatchPlanner
 from .prefill import PrefixPrefill
+from .stats import continuation_stats
 from .types import Generation, TokenStats
 
 
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
 
-def _row_generators(prompts: Sequence[Sequence[int]], seed: int) -> list[torch.Generator]:
-    """One CPU generator per prompt, seeded from (seed, the prompt's tokens, how many identical prompts
-    come before it): each prompt's samples are reproducible whatever else is in the call."""
-    seen: dict[tuple[int, ...], int] = {}
-    out = []
-    for p in prompts:
-        key = tuple(p)
-        nth = seen.get(key, 0)
-        seen[key] = nth + 1
-        digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
-        out.append(torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
-    return out
+def _text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """An answer's text: its tokens decoded, special tokens skipped, whitespace stripped."""
+    return tokenizer.decode(list(ids), skip_special_tokens=True).strip()
 
 
-class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
+def _part_counter(part: str, name: str, doc: str) -> property:
+    """An Engine attribute that reads and assigns the counter ``name`` of its part ``part``."""
+
+    def get(self: "Engine") -> int:
+        return getattr(getattr(self, part), name)
+
+    def set_(self: "Engine", value: int) -> None:
+        setattr(getattr(self, part), name, value)
+
+    return property(get, set_, doc=doc)
+
+
+class Engine(Configured):
     """Batched token statistics for one causal LM on one device.
 
     Args:
@@ -65,7 +75,17 @@ class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
             ``min_batch_fill``, ``prompt_lookup_min_ngram``, ``entropy_chunk_rows``,
             ``cpu_linear_pack_limit_mb``). Not together with the setting keyword arguments above (a
             TypeError). ``engine.config`` is the configuration in use, defaults resolved for the device.
+
+    Its parts (see :mod:`grogu.engine`): ``planner`` (:class:`~grogu.engine.planning.BatchPlanner`),
+    ``prefill`` (:class:`~grogu.engine.prefill.PrefixPrefill`), ``decoder``
+    (:class:`~grogu.engine.decode.Decoder`). Diagnostics (assignable, e.g. reset to 0):
+    ``prefill_tokens``, ``lookup_steps``, ``lookup_drafted``, ``oom_backoffs``.
     """
+
+    prefill_tokens = _part_counter("prefill", "encoded_tokens",
+                                   "Prompt tokens actually encoded, padding excluded (diagnostics).")
+    lookup_steps = _part_counter("decoder", "steps", "Decode forward passes run (diagnostics).")
+    lookup_drafted = _part_counter("decoder", "drafted", "Drafted tokens fed to decode steps (diagnostics).")
 
     def __init__(
         self,
@@ -100,24 +120,22 @@ class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
         self.config = config  # resolved for the device: engine.max_batch_size ... read it
-        self._stack_ok: bool | None = None  # whether group caches can be stacked (see _stackable)
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
-        self._logit_bytes = self.vocab_size * max(self.dtype.itemsize, 4)  # model logits + float32 copy
         self.pad_token_id = self._pad_token_id()
         self.stop_token_ids = sorted(set(stop_token_ids) if stop_token_ids is not None else self._default_stops())
         if not self.stop_token_ids:
             raise ValueError("the tokenizer defines no end-of-sequence token; pass stop_token_ids=")
-        self._stop_tensor = torch.tensor(self.stop_token_ids, device=self.device)
         self.max_context_tokens = self._context_window()
         self._lock = threading.RLock()
-        self._cache_takes_config = "config" in inspect.signature(self._cache_cls().__init__).parameters
-        self.oom_backoffs = 0
-        self._stop_set = set(self.stop_token_ids)
+        self.oom_backoffs = 0  # batches split in two on out-of-memory (diagnostics)
         self._linears = CpuLinears(self.model, self.config.cpu_linear if self.device.type != "cuda" else "default",
                                    pack_limit_mb=self.config.cpu_linear_pack_limit_mb)
         self.linear_backend = self._linears.backend
-        self.prefill_tokens = 0  # prompt tokens actually encoded, padding excluded (diagnostics)
-        self.lookup_steps = self.lookup_drafted = 0  # decode forwards run, drafted tokens fed (diagnostics)
+        # the parts; the logits budget counts the model's logits plus their float32 copy
+        self.planner = BatchPlanner(logit_bytes=self.vocab_size * max(self.dtype.itemsize, 4))
+        self.prefill = PrefixPrefill(self.model, pad_token_id=self.pad_token_id)
+        self.decoder = Decoder(self.model, pad_token_id=self.pad_token_id, stop_token_ids=self.stop_token_ids,
+                               detokenize=functools.partial(_text, self.tokenizer))  # no cycle back to self
 
     # ------------------------------------------------------------------ setup helpers
     def _pad_token_id(self) -> int:
@@ -144,16 +162,6 @@ class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
             window = min(window, tok_max)
         return int(window)
 
-    @staticmethod
-    def _cache_cls():
-        from transformers import DynamicCache
-
-        return DynamicCache
-
-    def _new_cache(self):
-        cls = self._cache_cls()
-        return cls(config=self.model.config) if self._cache_takes_config else cls()
-
     def __repr__(self) -> str:
         return f"Engine(model={self.model_name!r}, device={self.device}, dtype={self.dtype})"
 
@@ -168,7 +176,7 @@ class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True).strip()
+        return _text(self.tokenizer, ids)
 
     # ------------------------------------------------------------------ public primitives
     def _check_prompts(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -206,14 +214,19 @@ class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
         if not prompts:
             return []
         with self._lock, self.kernels():
+            config = self.config
             generators = None
             if temperature is not None:
-                generators = _row_generators(prompts, seed if seed is not None else torch.seed())
+                generators = row_generators(prompts, seed if seed is not None else torch.seed())
             lengths = [len(p) + max_new_tokens for p in prompts]
-            batches = self._unpadded(self._plan(lengths, prompts=prompts), lengths)
-            res = self._run(batches, lambda b: dict(zip(b, self._generate_batch(
-                [prompts[i] for i in b], max_new_tokens, temperature,
-                None if generators is None else [generators[i] for i in b]))))
+            batches = self.planner.plan(lengths, config, prompts=prompts, padding=self.prefill.stackable)
+
+            def run(batch: list[int]) -> dict[int, Generation]:
+                sampling = None if generators is None else Sampling(temperature, [generators[i] for i in batch])
+                return dict(zip(batch, self._generate_batch([prompts[i] for i in batch], max_new_tokens,
+                                                            sampling, config)))
+
+            res = self.planner.run(batches, run, self._split_batches)
         return [res[i] for i in range(len(prompts))]
 
     def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
@@ -232,11 +245,12 @@ class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
         if todo:
             lengths = [len(prompts[i]) + len(conts[i]) for i in todo]
             with self._lock, self.kernels():
-                batches = self._unpadded(self._plan(lengths, logit_rows=[len(conts[i]) for i in todo],
-                                                    prompts=[prompts[i] for i in todo]), lengths)
+                config = self.config
+                batches = self.planner.plan(lengths, config, logit_rows=[len(conts[i]) for i in todo],
+                                            prompts=[prompts[i] for i in todo], padding=self.prefill.stackable)
                 batches = [[todo[j] for j in b] for b in batches]
-                res.update(self._run(batches, lambda b: dict(zip(b, self._token_stats_batch(
-                    [prompts[i] for i in b], [conts[i] for i in b])))))
+                res.update(self.planner.run(batches, lambda b: dict(zip(b, self._token_stats_batch(
+                    [prompts[i] for i in b], [conts[i] for i in b], config))), self._split_batches))
         return [res[i] for i in range(len(prompts))]
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]],
@@ -250,16 +264,51 @@ class Engine(Configured, BatchPlanning, PrefixPrefill, Decoding):
 
         @torch.inference_mode()
         def run(batch: list[int]) -> dict[int, torch.Tensor]:
-            logits = self._prefill_logits([prompts[i] for i in batch], logits_to_keep=1)
-            logp = torch.log_softmax(torch.stack([row[-1] for row in logits]).float(), dim=-1).cpu()
+            logits = self.prefill.logits([prompts[i] for i in batch], 1, config)  # per row [1, vocab]
+            logp = torch.log_softmax(torch.stack([row[-1] for row in logits]).float(), dim=-1).cpu()  # [rows, vocab]
             if cols is not None:
                 logp = logp[:, cols]
             return dict(zip(batch, logp))
 
         with self._lock, self.kernels():
+            config = self.config
             lengths = [len(p) for p in prompts]
-            res = self._run(self._unpadded(self._plan(lengths), lengths), run)
+            res = self.planner.run(self.planner.plan(lengths, config, padding=self.prefill.stackable), run,
+                                   self._split_batches)
         return torch.stack([res[i] for i in range(len(prompts))])
+
+    # ------------------------------------------------------------------ one batch, through the parts
+    @torch.inference_mode()
+    def _generate_batch(self, seqs: list[list[int]], max_new_tokens: int, sampling: Sampling | None,
+                        config: EngineConfig) -> list[Generation]:
+        """Prefill then decode one planned batch. Greedy decoding takes prompt-lookup drafts where
+        ``config.prompt_lookup`` > 0 and the model's caches can be stacked (see
+        :attr:`~grogu.engine.prefill.PrefixPrefill.stackable`); the cache gets room for the answer and
+        the longest draft, as decoding writes it in place."""
+        drafter = None
+        if sampling is None and config.prompt_lookup > 0 and self.prefill.stackable:
+            drafter = PromptLookup(config.prompt_lookup, config.prompt_lookup_ngram, config.prompt_lookup_min_ngram)
+        room = max_new_tokens + (drafter.max_draft if drafter is not None else 0)
+        start = self.prefill.for_decoding(seqs, room, config)
+        return self.decoder.decode(start, seqs, max_new_tokens, sampling=sampling, drafter=drafter,
+                                   entropy_chunk_rows=config.entropy_chunk_rows)
+
+    @torch.inference_mode()
+    def _token_stats_batch(self, prompts: list[list[int]], conts: list[list[int]],
+                           config: EngineConfig) -> list[TokenStats]:
+        """Teacher forcing of one planned batch: prompt + continuation (but its last token) encoded for
+        the logits at the continuation's positions, a row reusing at most its prompt but the last token."""
+        seqs = [p + c[:-1] for p, c in zip(prompts, conts)]
+        logits = self.prefill.logits(seqs, max(len(c) for c in conts), config,
+                                     limits=[len(p) - 1 for p in prompts])  # per row [<= keep, vocab]
+        return continuation_stats(logits, conts, config.entropy_chunk_rows)
+
+    def _split_batches(self, half: int) -> None:
+        """The planner split a batch on out-of-memory: cap the batch size at ``half`` for later calls."""
+        self.oom_backoffs += 1
+        self.max_batch_size = max(1, min(self.max_batch_size, half))
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 _SHARED: dict[tuple, Engine] = {}

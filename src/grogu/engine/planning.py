@@ -1,4 +1,6 @@
-"""Batch planning: which rows go through the model together, and the out-of-memory retry."""
+"""Batch planning: which rows go through the model together (:func:`plan_batches`, plain logic on
+lengths and token lists), and :class:`BatchPlanner`, which plans under an engine's settings and runs the
+plan with the out-of-memory retry."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import logging
 from typing import Any, Callable, Sequence
 
 import torch
+
+from .config import EngineConfig
 
 logger = logging.getLogger("grogu.engine")
 
@@ -67,29 +71,35 @@ def split_unpadded(batches: list[list[int]], lengths: Sequence[int]) -> list[lis
     return out
 
 
-class BatchPlanning:
-    """Engine part: plans batches of rows under the engine's size, token and logits budgets."""
+class BatchPlanner:
+    """Plans which rows of a call go through the model together, and runs the plan, splitting a batch
+    that runs out of memory.
 
-    # ------------------------------------------------------------------ batching
-    def _plan(self, lengths: Sequence[int], logit_rows: Sequence[int] | None = None,
-              prompts: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
-        """:func:`plan_batches` under this engine's settings."""
-        return plan_batches(lengths, logit_rows=logit_rows, prompts=prompts, max_batch_size=self.max_batch_size,
-                            max_batch_tokens=self.max_batch_tokens, min_batch_fill=self.min_batch_fill,
-                            logit_bytes=self._logit_bytes, logits_budget_bytes=self.logits_budget_bytes)
+    Args:
+        logit_bytes: the memory one logit position takes (the model's logits plus their float32 copy:
+            vocabulary x max(dtype size, 4)), which the logits budget counts.
+    """
 
-    def _unpadded(self, batches: list[list[int]], lengths: Sequence[int]) -> list[list[int]]:
-        """Batches whose rows need no padding (:func:`split_unpadded`), for models whose caches cannot
-        be stacked.
+    def __init__(self, logit_bytes: int) -> None:
+        self.logit_bytes = logit_bytes
 
-        Sliding-window layers (Gemma 2/3, Mistral) count their window in cache slots, not in token
-        positions, so a padding slot or a rejected draft inside the window hides a real token, and a
-        recurrent layer reads padding as input: for those models a batch holds rows of one length only
-        (their prefix is still shared) and decoding uses no drafts (:meth:`_generate_batch`)."""
-        return batches if self._stackable() else split_unpadded(batches, lengths)
+    def plan(self, lengths: Sequence[int], config: EngineConfig, *, logit_rows: Sequence[int] | None = None,
+             prompts: Sequence[Sequence[int]] | None = None, padding: bool = True) -> list[list[int]]:
+        """:func:`plan_batches` under ``config``'s size, token and logits budgets. ``padding`` False:
+        rows of different lengths never share a batch (:func:`split_unpadded`), for models whose caches
+        cannot be padded and stacked (:attr:`grogu.engine.prefill.PrefixPrefill.stackable`)."""
+        batches = plan_batches(lengths, logit_rows=logit_rows, prompts=prompts, max_batch_size=config.max_batch_size,
+                               max_batch_tokens=config.max_batch_tokens, min_batch_fill=config.min_batch_fill,
+                               logit_bytes=self.logit_bytes, logits_budget_bytes=config.logits_budget_mb * 2**20)
+        return batches if padding else split_unpadded(batches, lengths)
 
-    def _run(self, batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]]) -> dict[int, Any]:
-        """Run fn on each batch; on out-of-memory split the batch in two and retry."""
+    @staticmethod
+    def run(batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]],
+            on_split: Callable[[int], None]) -> dict[int, Any]:
+        """Run ``fn`` on each batch (it returns a result per row index) and merge the results. On
+        out-of-memory the batch is split in two and both halves retried (first the first);
+        ``on_split(half)`` is told first, with the size of the first half (the engine then caps its
+        batch size and counts the back-off). Other errors, and out-of-memory on a single row, raise."""
         results: dict[int, Any] = {}
         queue = list(batches)
         while queue:
@@ -99,12 +109,9 @@ class BatchPlanning:
             except Exception as exc:  # noqa: BLE001 - only OOM is handled, the rest re-raised
                 if not _is_oom(exc) or len(batch) == 1:
                     raise
-                self.oom_backoffs += 1
                 half = len(batch) // 2
-                self.max_batch_size = max(1, min(self.max_batch_size, half))
+                on_split(half)
                 logger.warning("grogu engine: out of memory on a batch of %d, retrying as %d + %d",
                                len(batch), half, len(batch) - half)
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
                 queue[:0] = [batch[:half], batch[half:]]
         return results

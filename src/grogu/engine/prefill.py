@@ -1,155 +1,232 @@
 """Prefill with shared prefixes: rows grouped by common prefix (a prefix tree), each group's prefix
 encoded once and continued by later groups, the groups' caches stacked to decode together. Which rows
-form a group is plain logic on token lists, in :mod:`grogu.engine.prefixtree`."""
+form a group is plain logic on token lists, in :mod:`grogu.engine.prefixtree`.
+
+:class:`PrefixPrefill` runs the model. It gives, per batch of token lists:
+
+- :meth:`~PrefixPrefill.encode`: an :class:`EncodedGroup` per prefix group (its rows' logits, KV
+  cache and attention mask);
+- :meth:`~PrefixPrefill.logits`: each row's logits alone (teacher forcing, next-token distributions);
+- :meth:`~PrefixPrefill.for_decoding`: a :class:`PrefilledBatch`, the groups stacked into one cache
+  with room reserved for the answer, which is what the decode loop (:mod:`grogu.engine.decode`) starts
+  from.
+"""
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
+from typing import Any, Iterator
+
 import torch
 
-from .kvcache import ReservedLayer
-from .prefixtree import common_prefix, prefix_groups
+from .config import EngineConfig
+from .kvcache import ReservedLayer, reserve
+from .prefixtree import PrefixGroup, common_prefix, prefix_groups
+
+
+@dataclass
+class EncodedGroup:
+    """Rows of a batch encoded together (one prefix group, or the stack of all of them).
+
+    Each row's tokens are right-aligned: a row shorter than the group's widest has masked padding
+    slots before its rest (after the shared prefix)."""
+
+    rows: list[int]          # indices into the batch; row j of the tensors below is batch row rows[j]
+    logits: torch.Tensor     # [rows, <= logits_to_keep, vocab]: the logits of the last positions
+    cache: Any               # a transformers Cache; per layer keys/values [rows, kv_heads, width, head_dim]
+    attention: torch.Tensor  # [rows, width]: 1 where the cache holds a row's token, 0 at padding
+
+
+@dataclass
+class PrefilledBatch:
+    """A batch encoded for decoding: what the decode loop (:mod:`grogu.engine.decode`) starts from."""
+
+    logits: torch.Tensor     # [rows, 1, vocab]: the logits after each row's last token
+    cache: Any               # a transformers Cache with room for the answer; keys/values [rows, kv_heads, width, head_dim]
+    attention: torch.Tensor  # [rows, width]: 1 where the cache holds a row's token, 0 at padding
+    last_pos: torch.Tensor   # [rows]: the position id of each row's last token
+
+
+@dataclass
+class _StoredPrefix:
+    """A prefix encoded earlier in the batch, kept for later groups to continue."""
+
+    tokens: list[int]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values) [1, kv_heads, len(tokens), head_dim]
 
 
 class PrefixPrefill:
-    """Engine part: encodes a batch group by group, sharing prefixes (see the module docstring)."""
+    """Encodes batches of token lists with ``model``, group by group, sharing prefixes (see the module
+    docstring). Runs ``model`` as it is: the caller provides the context (inference mode, kernels).
 
-    # ------------------------------------------------------------------ forward passes
-    def _prefix_groups(self, seqs: list[list[int]], limits: list[int]) -> list[tuple[list[int], int]]:
-        """:func:`~grogu.engine.prefixtree.prefix_groups` under this engine's settings."""
-        return prefix_groups(seqs, limits, min_shared_prefix=self.min_shared_prefix,
-                             group_overhead_tokens=self.group_overhead_tokens)
+    Args:
+        model: the causal LM (a transformers ``PreTrainedModel``).
+        pad_token_id: the token written into padding slots (masked, so never attended to).
 
-    def _prefill_group(self, seqs: list[list[int]], logits_to_keep: int, prefix: int, encoded=None):
+    Attributes:
+        encoded_tokens: prompt tokens encoded so far, padding excluded (diagnostics; may be reset).
+    """
+
+    def __init__(self, model: Any, pad_token_id: int) -> None:
+        from transformers import DynamicCache
+
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.pad_token_id = pad_token_id
+        self.encoded_tokens = 0
+        self._cache_takes_config = "config" in inspect.signature(DynamicCache.__init__).parameters
+        self._stackable: bool | None = None  # found on first use (it takes a forward pass)
+
+    def _new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config) if self._cache_takes_config else DynamicCache()
+
+    @property
+    def stackable(self) -> bool:
+        """Whether this model's caches can be padded and stacked (plain full-attention layers only).
+
+        Sliding-window layers (Gemma 2/3, Mistral) count their window in cache slots, not in token
+        positions, so a padding slot or a rejected draft inside the window hides a real token, and a
+        recurrent layer reads padding as input: for those models a batch must hold rows of one length
+        only (their prefix is still shared, as one group) and decoding must use no drafts."""
+        if self._stackable is None:
+            from transformers.cache_utils import DynamicLayer
+
+            cache = self._new_cache()
+            with torch.inference_mode():
+                self.model(input_ids=torch.tensor([[self.pad_token_id]], device=self.device), past_key_values=cache,
+                           use_cache=True, logits_to_keep=1)
+            layers = getattr(cache, "layers", None)
+            self._stackable = bool(layers) and all(
+                type(layer) is DynamicLayer and isinstance(getattr(layer, "keys", None), torch.Tensor)
+                for layer in layers)
+        return self._stackable
+
+    # ------------------------------------------------------------------ one group
+    def _encode_group(self, seqs: list[list[int]], logits_to_keep: int, prefix: int,
+                      stored: list[_StoredPrefix] | None = None) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Encode rows whose first ``prefix`` tokens are equal: the prefix once (its cache repeated for
-        every row), then each row's rest right-aligned with padding masked. ``encoded``: a list of
-        (tokens, per-layer (keys, values)) of prefixes already encoded (rows in token order); the
-        longest agreement is continued rather than recomputed, this group's prefix is added, and the
-        prefixes no later group can agree with better are dropped. Returns (logits of the last
-        ``logits_to_keep`` positions, cache, attention mask)."""
+        every row), then each row's rest right-aligned with padding masked. ``stored``: prefixes already
+        encoded (rows in token order); the longest agreement is continued rather than recomputed, this
+        group's prefix is added, and the prefixes no later group can agree with better are dropped.
+        Returns (logits [rows, logits_to_keep, vocab], cache, attention mask [rows, prefix + rest])."""
         n, dev = len(seqs), self.device
         cache, done = self._new_cache(), 0
         head = seqs[0][:prefix]
-        if prefix and encoded:
-            tokens, stored = max(encoded, key=lambda e: common_prefix(e[0], head))
-            done = common_prefix(tokens, head)
-            for i, (k, v) in enumerate(stored if done else []):  # cache layers only ever concatenate and
-                cache.update(k[..., :done, :], v[..., :done, :], i)  # index, so stored tensors stay intact
+        if prefix and stored:
+            best = max(stored, key=lambda e: common_prefix(e.tokens, head))
+            done = common_prefix(best.tokens, head)
+            for i, (k, v) in enumerate(best.layers if done else []):  # cache layers only ever concatenate and
+                cache.update(k[..., :done, :], v[..., :done, :], i)   # index, so stored tensors stay intact
         if prefix > done:
             self.model(input_ids=torch.tensor([head[done:]], device=dev),
                        attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
                        position_ids=torch.arange(done, prefix, device=dev)[None],
                        past_key_values=cache, use_cache=True, logits_to_keep=1)
-        if encoded is not None:
+        if stored is not None:
             # a stored prefix stays useful only where it agrees with this group's last row beyond `prefix`
-            encoded[:] = [e for e in encoded if common_prefix(e[0], seqs[-1]) > prefix]
+            stored[:] = [e for e in stored if common_prefix(e.tokens, seqs[-1]) > prefix]
             if prefix:
-                encoded.append((head, [(layer.keys, layer.values) for layer in cache.layers]))
+                stored.append(_StoredPrefix(head, [(layer.keys, layer.values) for layer in cache.layers]))
         if prefix and n > 1:
             cache.batch_repeat_interleave(n)
         width = max(len(s) for s in seqs) - prefix
-        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
+        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)  # [rows, width]
+        mask = torch.zeros((n, width), dtype=torch.long)                   # [rows, width]
         for i, s in enumerate(seqs):
             rest = s[prefix:]
             ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
             mask[i, width - len(rest):] = 1
         ids, mask = ids.to(dev), mask.to(dev)
-        position_ids = prefix + (mask.cumsum(-1) - 1).clamp(min=0)
+        position_ids = prefix + (mask.cumsum(-1) - 1).clamp(min=0)  # [rows, width]
         attention = torch.cat([torch.ones((n, prefix), dtype=torch.long, device=dev), mask], dim=1)
         out = self.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
                          past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
-        self.prefill_tokens += prefix - done + sum(len(s) - prefix for s in seqs)
+        self.encoded_tokens += prefix - done + sum(len(s) - prefix for s in seqs)
         return out.logits, cache, attention
 
-    def _encode(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None):
-        """Encode a batch group by group; yields (row indices, logits of the group's last
-        ``logits_to_keep`` positions, its cache, its attention mask) per group.
+    # ------------------------------------------------------------------ a batch
+    def encode(self, seqs: list[list[int]], logits_to_keep: int, config: EngineConfig,
+               limits: list[int] | None = None) -> Iterator[EncodedGroup]:
+        """Encode a batch group by group; yields an :class:`EncodedGroup` per group, whose logits are
+        those of its rows' last ``logits_to_keep`` positions.
 
-        Prefix reuse (:meth:`_prefix_groups`): rows are encoded in groups that share a prefix, each
-        group's prefix once. A row reuses at most ``limits[j]`` prompt tokens (default len -
-        logits_to_keep). Caches that cannot be stacked (sliding-window or recurrent layers) are encoded as
-        one group with the prefix common to all rows."""
+        Rows are encoded in groups that share a prefix (:func:`~grogu.engine.prefixtree.prefix_groups`
+        under ``config.min_shared_prefix`` and ``config.group_overhead_tokens``), each group's prefix
+        once. A row reuses at most ``limits[j]`` prompt tokens (default len - logits_to_keep). Caches
+        that cannot be stacked (:attr:`stackable`) are encoded as one group with the prefix common to
+        all rows."""
         n = len(seqs)
         lens = [len(s) for s in seqs]
         limits = [l - logits_to_keep for l in lens] if limits is None else limits
-        groups = self._prefix_groups(seqs, limits) if n > 1 else [([0], 0)]
-        if len(groups) > 1 and self._stackable():
-            encoded: list = []  # the prefixes encoded so far, continued by later groups
+        groups = prefix_groups(seqs, limits, min_shared_prefix=config.min_shared_prefix,
+                               group_overhead_tokens=config.group_overhead_tokens) if n > 1 else [PrefixGroup([0], 0)]
+        if len(groups) > 1 and self.stackable:
+            stored: list[_StoredPrefix] = []  # the prefixes encoded so far, continued by later groups
             for rows, prefix in groups:
-                yield (rows, *self._prefill_group([seqs[i] for i in rows], logits_to_keep, prefix, encoded))
+                yield EncodedGroup(rows, *self._encode_group([seqs[i] for i in rows], logits_to_keep, prefix, stored))
             return
         common = 0  # one group: the prefix common to all rows
         if n > 1:
             common = max(0, min(min(limits), min(lens), *(common_prefix(seqs[0], s) for s in seqs[1:])))
-            if (n - 1) * common < self.min_shared_prefix:
+            if (n - 1) * common < config.min_shared_prefix:
                 common = 0
-        yield (list(range(n)), *self._prefill_group(seqs, logits_to_keep, common))
+        yield EncodedGroup(list(range(n)), *self._encode_group(seqs, logits_to_keep, common))
 
-    def _prefill(self, seqs: list[list[int]], logits_to_keep: int, limits: list[int] | None = None,
-                 room: int = 0):
-        """Encode a batch for decoding (:meth:`_encode`); returns (logits of the last `logits_to_keep`
-        positions, cache, attention mask, position of each row's last token). Several groups' caches are
-        left-padded to one width (padding masked) and stacked, so decoding runs over the whole batch at
-        once; ``room``: positions to reserve in stacked caches for decoding."""
-        parts = list(self._encode(seqs, logits_to_keep, limits))
-        last_pos = torch.tensor([len(s) for s in seqs], device=self.device) - 1
-        if len(parts) == 1:
-            return (*parts[0][1:], last_pos)
-        return (*self._merge(parts, len(seqs), room), last_pos)
+    def for_decoding(self, seqs: list[list[int]], room: int, config: EngineConfig) -> PrefilledBatch:
+        """Encode a batch for decoding (:meth:`encode`, the last position's logits): several groups'
+        caches are left-padded to one width (padding masked) and stacked (:func:`stack_groups`), so
+        decoding runs over the whole batch at once; the cache has room for ``room`` more positions."""
+        groups = list(self.encode(seqs, 1, config))
+        batch = groups[0] if len(groups) == 1 else stack_groups(groups, len(seqs), room)
+        reserve(batch.cache, room)  # a cache not stacked from groups (those have their room already)
+        last_pos = torch.tensor([len(s) for s in seqs], device=self.device) - 1  # [rows]
+        return PrefilledBatch(batch.logits, batch.cache, batch.attention, last_pos)
 
-    def _prefill_logits(self, seqs: list[list[int]], logits_to_keep: int,
-                        limits: list[int] | None = None) -> list[torch.Tensor]:
+    def logits(self, seqs: list[list[int]], logits_to_keep: int, config: EngineConfig,
+               limits: list[int] | None = None) -> list[torch.Tensor]:
         """Encode a batch for its logits alone (teacher forcing, next-token distributions): per row, the
-        logits of its last positions ([<= logits_to_keep, V]; at least as many as the row has tokens past
-        its ``limits`` entry), views of its group's output. Nothing is stacked: no decode cache and no
-        zero-padded [n, logits_to_keep, V] tensor, and each group's cache is freed once encoded."""
+        logits of its last positions ([<= logits_to_keep, vocab]; at least as many as the row has tokens
+        past its ``limits`` entry), views of its group's output. Nothing is stacked: no decode cache and
+        no zero-padded [rows, logits_to_keep, vocab] tensor, and each group's cache is freed once encoded."""
         rows: list = [None] * len(seqs)
-        for idx, logits, *_ in self._encode(seqs, logits_to_keep, limits):
-            for j, i in enumerate(idx):
-                rows[i] = logits[j]
+        for group in self.encode(seqs, logits_to_keep, config, limits):
+            for j, i in enumerate(group.rows):
+                rows[i] = group.logits[j]
         return rows
 
-    def _stackable(self) -> bool:
-        """Whether this model's caches can be padded and stacked (plain full-attention layers only)."""
-        if self._stack_ok is None:
-            from transformers.cache_utils import DynamicLayer
 
-            cache = self._new_cache()
-            self.model(input_ids=torch.tensor([[self.pad_token_id]], device=self.device), past_key_values=cache,
-                       use_cache=True, logits_to_keep=1)
-            layers = getattr(cache, "layers", None)
-            self._stack_ok = bool(layers) and all(
-                type(layer) is DynamicLayer and isinstance(getattr(layer, "keys", None), torch.Tensor)
-                for layer in layers)
-        return self._stack_ok
+def stack_groups(groups: list[EncodedGroup], n: int, room: int = 0) -> EncodedGroup:
+    """The groups of a batch of ``n`` rows as one group in row order: caches left-padded to the widest
+    and stacked, logits and masks likewise. Each tensor is written once into its final buffer; the
+    cache layers become :class:`~grogu.engine.kvcache.ReservedLayer` s with room for ``room`` more
+    positions (the answer to decode). The first group's cache object is reused."""
+    device = groups[0].attention.device
+    width = max(g.attention.shape[1] for g in groups)
+    index = [torch.tensor(g.rows, device=device) for g in groups]
+    cache = groups[0].cache
 
-    def _merge(self, parts, n: int, room: int = 0):
-        """Stack group caches (left-padded to one width), logits and masks into the caller's row order.
-        Each is written once into its final buffer; the caches become :class:`ReservedLayer` s with
-        room for ``room`` more positions (the answer to decode)."""
-        width = max(attention.shape[1] for _, _, _, attention in parts)
-        index = [torch.tensor(rows, device=self.device) for rows, _, _, _ in parts]
-        cache = parts[0][2]
+    def stack(tensors: list[torch.Tensor], extra: int = 0) -> torch.Tensor:  # [rows, ..., s, d] each
+        t0 = tensors[0]
+        out = t0.new_empty(n, *t0.shape[1:-2], width + extra, t0.shape[-1])  # [n, ..., width + extra, d]
+        for idx, t in zip(index, tensors):
+            s = t.shape[-2]
+            out[idx, ..., width - s: width, :] = t
+            if s < width:  # padding slots are masked, but must hold finite numbers
+                out[idx, ..., : width - s, :] = 0
+        return out
 
-        def stack(tensors: list[torch.Tensor], extra: int = 0) -> torch.Tensor:  # [rows, ..., s, d] each
-            t0 = tensors[0]
-            out = t0.new_empty(n, *t0.shape[1:-2], width + extra, t0.shape[-1])
-            for idx, t in zip(index, tensors):
-                s = t.shape[-2]
-                out[idx, ..., width - s: width, :] = t
-                if s < width:  # padding slots are masked, but must hold finite numbers
-                    out[idx, ..., : width - s, :] = 0
-            return out
-
-        for l in range(len(cache.layers)):
-            keys = stack([c.layers[l].keys for _, _, c, _ in parts], room)
-            values = stack([c.layers[l].values for _, _, c, _ in parts], room)
-            cache.layers[l] = ReservedLayer.of_buffers(keys, values, width)
-        keep = max(lg.shape[1] for _, lg, _, _ in parts)  # a group narrower than logits_to_keep has fewer
-        logits = parts[0][1].new_zeros(n, keep, parts[0][1].shape[-1])
-        for idx, (_, lg, _, _) in zip(index, parts):
-            logits[idx, keep - lg.shape[1]:] = lg
-        attention = torch.zeros(n, width, dtype=parts[0][3].dtype, device=self.device)
-        for idx, (_, _, _, a) in zip(index, parts):
-            attention[idx, width - a.shape[1]:] = a
-        return logits, cache, attention
+    for l in range(len(cache.layers)):
+        keys = stack([g.cache.layers[l].keys for g in groups], room)
+        values = stack([g.cache.layers[l].values for g in groups], room)
+        cache.layers[l] = ReservedLayer.of_buffers(keys, values, width)
+    keep = max(g.logits.shape[1] for g in groups)  # a group narrower than logits_to_keep has fewer
+    logits = groups[0].logits.new_zeros(n, keep, groups[0].logits.shape[-1])  # [n, keep, vocab]
+    for idx, g in zip(index, groups):
+        logits[idx, keep - g.logits.shape[1]:] = g.logits
+    attention = torch.zeros(n, width, dtype=groups[0].attention.dtype, device=device)  # [n, width]
+    for idx, g in zip(index, groups):
+        attention[idx, width - g.attention.shape[1]:] = g.attention
+    return EncodedGroup(list(range(n)), logits, cache, attention)

@@ -7,7 +7,14 @@ once (:mod:`grogu.engine.prefill` encodes them).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
+
+
+class PrefixGroup(NamedTuple):
+    """Rows of a batch encoded together: their ``prefix`` first tokens are equal and encoded once."""
+
+    rows: list[int]  # indices into the batch, in token order
+    prefix: int      # tokens shared by every row of the group
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -37,9 +44,9 @@ def _run_tables(seqs: Sequence[Sequence[int]], order: list[int], cap: list[int],
 
 
 def prefix_groups(seqs: Sequence[Sequence[int]], limits: Sequence[int], *, min_shared_prefix: int,
-                  group_overhead_tokens: int) -> list[tuple[list[int], int]]:
-    """Split a batch into groups of rows that share a prefix: returns [(row indices, prefix length)],
-    in token order. Each group's prefix is encoded once (at batch size 1), continuing the cache of
+                  group_overhead_tokens: int) -> list[PrefixGroup]:
+    """Split a batch into groups of rows that share a prefix: returns the :class:`PrefixGroup` s
+    (row indices, prefix length) in token order. Each group's prefix is encoded once (at batch size 1), continuing the cache of
     the earlier groups' prefixes where they agree, and its rows' rests are encoded together, padded
     to the group's longest. Rows are sorted by their tokens, so long common prefixes are neighbours;
     the split of that order into runs minimises (dynamic programming) the tokens computed —
@@ -74,7 +81,7 @@ def prefix_groups(seqs: Sequence[Sequence[int]], limits: Sequence[int], *, min_s
     a = min(range(n), key=lambda i: best[i][n - 1])
     groups, b = [], n - 1
     while True:
-        groups.append(([order[i] for i in range(a, b + 1)], prefix[a][b]))
+        groups.append(PrefixGroup([order[i] for i in range(a, b + 1)], prefix[a][b]))
         if a == 0:
             break
         a, b = back[a][b], a - 1
