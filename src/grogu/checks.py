@@ -129,6 +129,16 @@ def check_relevance(values: Any, n_documents: int) -> list[float]:
     return [float(v) for v in values]
 
 
+def check_continuations(continuations: Any, n_prompts: int) -> list[list[int]]:
+    """Teacher-forced continuations: one token-id list per prompt (an empty one gives empty statistics)."""
+    if isinstance(continuations, (str, bytes)) or not isinstance(continuations, Sequence):
+        raise TypeError("continuations must be a list of token-id lists, one per prompt")
+    conts = [[int(t) for t in c] for c in continuations]
+    if len(conts) != n_prompts:
+        raise ValueError(f"{n_prompts} prompts but {len(conts)} continuations")
+    return conts
+
+
 def check_alpha(value: Any, name: str = "alpha") -> float:
     """The key-token threshold on |H_g - H_u| in nats: finite and >= 0."""
     return check_float(name, value, minimum=0.0)

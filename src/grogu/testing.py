@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Callable, TypeVar
 
@@ -189,6 +190,50 @@ def reference_llama(gguf: str | None = None, n_ctx: int = 2048):
 
     return llama_cpp.Llama(gguf or embedded_path(DEFAULT_MODEL), n_ctx=n_ctx, logits_all=True, verbose=False,
                            n_threads=1, n_threads_batch=1)
+
+
+@contextmanager
+def traced(instrumentor: Any = None):
+    """In a test: a real OpenTelemetry SDK ``TracerProvider`` with an in-memory exporter (yielded), set as
+    grogu's tracer provider, and ``instrumentor``'s (an OpenInference instrumentor, e.g. LangChain's or
+    LlamaIndex's), for the block only. Needs the test extra's ``opentelemetry-sdk``."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from . import tracing
+
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.set_tracer_provider(provider)
+    if instrumentor is not None:
+        instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield exporter
+    finally:
+        if instrumentor is not None:
+            instrumentor.uninstrument()
+        tracing.set_tracer_provider(None)
+
+
+def one_span(spans: Any, name: str) -> Any:
+    """The one finished span of that name (an assertion error when there are none or several)."""
+    (span,) = [s for s in spans if s.name == name]
+    return span
+
+
+def parent_span(span: Any, spans: Any) -> Any:
+    return next(s for s in spans if s.context.span_id == span.parent.span_id)
+
+
+def span_documents(attributes: Any, prefix: str) -> list[dict[str, Any]]:
+    """OpenInference's flattened documents under ``prefix`` (``reranker.input_documents`` ...) as dicts of
+    their id, content, score and metadata attributes."""
+    from openinference.semconv.trace import DocumentAttributes as D
+
+    fields = (D.DOCUMENT_ID, D.DOCUMENT_CONTENT, D.DOCUMENT_SCORE, D.DOCUMENT_METADATA)
+    n = len({k.split(".")[2] for k in attributes if k.startswith(prefix + ".")})
+    return [{field: attributes.get(f"{prefix}.{i}.{field}") for field in fields} for i in range(n)]
 
 
 def require_llama_cpp() -> None:

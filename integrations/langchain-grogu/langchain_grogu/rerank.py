@@ -16,7 +16,9 @@ LangChain's rerankers put theirs); ``score_scale="probability"`` puts it, and ``
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from grogu import DEFAULT_METRIC, DocumentScore, EngineConfig, PromptTemplate
@@ -319,18 +321,9 @@ class GroguScoring(BaseModel):
         top_n = self._top_n(top_n)
         if not docs:
             return []
-        with _tracing.rerank_span(self, docs, query, top_n, callbacks) as span:
-            try:
-                ranked = self._scorer.rerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
-            except Exception as exc:  # noqa: BLE001 - on_error decides
-                if self.on_error == "raise":
-                    raise
-                span.fail(exc)
-                out = self._passthrough(docs, query, exc)
-            else:
-                out = self._annotate(docs, ranked)
-            _tracing.finish(span, self, out, METADATA_KEY)
-            return out
+        with self._reranking(docs, query, top_n, callbacks) as run:
+            run.ranked = self._scorer.rerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
+        return run.out
 
     async def arerank_documents(self, documents: Sequence[Document], query: str,
                                 top_n: Any = _DEFAULT, callbacks: Any = None) -> list[Document]:
@@ -340,19 +333,26 @@ class GroguScoring(BaseModel):
         top_n = self._top_n(top_n)
         if not docs:
             return []
+        with self._reranking(docs, query, top_n, callbacks) as run:
+            run.ranked = await self._scorer.arerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
+        return run.out
+
+    @contextmanager
+    def _reranking(self, docs: list[Document], query: str, top_n: int | None, callbacks: Any) -> Iterator[Any]:
+        """One rerank inside its ``grogu.rerank`` span: the body sets ``run.ranked``; ``run.out`` is then
+        the annotated documents, or, when scoring failed and ``on_error`` is 'passthrough', every input."""
+        run = SimpleNamespace(ranked=None, out=None)
         with _tracing.rerank_span(self, docs, query, top_n, callbacks) as span:
             try:
-                ranked = await self._scorer.arerank(query, self._grogu_docs(docs),
-                                                    **self._rerank_kwargs(docs, top_n))
+                yield run
             except Exception as exc:  # noqa: BLE001 - on_error decides
                 if self.on_error == "raise":
                     raise
                 span.fail(exc)
-                out = self._passthrough(docs, query, exc)
+                run.out = self._passthrough(docs, query, exc)
             else:
-                out = self._annotate(docs, ranked)
-            _tracing.finish(span, self, out, METADATA_KEY)
-            return out
+                run.out = self._annotate(docs, run.ranked)
+            _tracing.finish(span, self, run.out, METADATA_KEY)
 
 
 class GroguCompressor(GroguScoring, BaseDocumentCompressor):

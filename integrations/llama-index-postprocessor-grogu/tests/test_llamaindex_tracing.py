@@ -10,13 +10,14 @@ import pytest
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 from openinference.semconv.trace import (DocumentAttributes, OpenInferenceSpanKindValues, RerankerAttributes,
                                          SpanAttributes)
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 import grogu
 from grogu import tracing
+from grogu.testing import one_span as one
+from grogu.testing import parent_span as parent_of
+from grogu.testing import span_documents as documents
+from grogu.testing import traced
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode
 from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank
@@ -32,29 +33,8 @@ SCORE, METADATA = DocumentAttributes.DOCUMENT_SCORE, DocumentAttributes.DOCUMENT
 def exporter():
     """A real SDK TracerProvider with an in-memory exporter, used by grogu and by OpenInference's
     LlamaIndex instrumentor for this test only."""
-    exporter, provider = InMemorySpanExporter(), TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.set_tracer_provider(provider)
-    instrumentor = LlamaIndexInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    yield exporter
-    instrumentor.uninstrument()
-    tracing.set_tracer_provider(None)
-
-
-def one(spans, name):
-    (span,) = [s for s in spans if s.name == name]
-    return span
-
-
-def parent_of(span, spans):
-    return next(s for s in spans if s.context.span_id == span.parent.span_id)
-
-
-def documents(attributes, prefix):
-    n = len({k.split(".")[2] for k in attributes if k.startswith(prefix + ".")})
-    return [{field: attributes.get(f"{prefix}.{i}.{field}") for field in (ID, CONTENT, SCORE, METADATA)}
-            for i in range(n)]
+    with traced(LlamaIndexInstrumentor()) as exporter:
+        yield exporter
 
 
 def test_rerank_and_influence_spans_in_a_query_engine(index, llm, embed_model, questions, attach, exporter):

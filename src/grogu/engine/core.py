@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..checks import check_positive_int, check_seed, check_temperature
+from ..checks import check_continuations, check_positive_int, check_seed, check_temperature
 from ..models import DEFAULT_MODEL, load_model
 from .config import NOT_GIVEN, Configured, EngineConfig, engine_config
 from .decode import Decoder, Sampling, row_generators
@@ -236,9 +236,7 @@ class Engine(Configured):
         given prompt + c_<j. Empty continuations give empty statistics.
         """
         prompts = self._check_prompts(prompts)
-        conts = [[int(t) for t in c] for c in continuations]
-        if len(conts) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(conts)} continuations")
+        conts = check_continuations(continuations, len(prompts))
         todo = [i for i, c in enumerate(conts) if c]
         empty = torch.zeros(0, dtype=torch.float32)
         res: dict[int, TokenStats] = {i: TokenStats([], empty, empty) for i, c in enumerate(conts) if not c}

@@ -65,7 +65,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from ..checks import check_positive_int
+from ..checks import check_continuations, check_positive_int
 from ..engine.types import UNKNOWN_TOKEN_ID, Generation, TokenStats
 from ..prompts import ChatPrompt
 from .topk import DEFAULT_TAIL, TAILS, topk_entropy
@@ -691,9 +691,7 @@ class ServerTarget:
         if self.grounded_only:
             raise self.teacher_forcing_error("token_stats (the statistics of an answer under the ungrounded prompt)")
         prompts = self._check_prompts(prompts)
-        conts = [[int(t) for t in c] for c in continuations]
-        if len(conts) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(conts)} continuations")
+        conts = check_continuations(continuations, len(prompts))
         todo = [i for i, c in enumerate(conts) if c]
         empty = torch.zeros(0, dtype=torch.float32)
         out: list[TokenStats] = [TokenStats([], empty, empty) for _ in conts]

@@ -15,12 +15,13 @@ from langchain_core.runnables import RunnablePassthrough
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from openinference.semconv.trace import (DocumentAttributes, OpenInferenceSpanKindValues, RerankerAttributes,
                                          SpanAttributes)
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from grogu import tracing
+from grogu.testing import one_span as one
+from grogu.testing import parent_span as parent_of
+from grogu.testing import span_documents as documents
+from grogu.testing import traced
 from langchain_grogu import GroguCompressor, GroguRetriever, InfluenceCallbackHandler
 from langchain_grogu.rerank import grogu_documents
 
@@ -44,29 +45,8 @@ def rag(retriever, llm):
 def exporter():
     """A real SDK TracerProvider with an in-memory exporter, used by grogu and by OpenInference's
     LangChain instrumentor for this test only."""
-    exporter, provider = InMemorySpanExporter(), TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.set_tracer_provider(provider)
-    instrumentor = LangChainInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    yield exporter
-    instrumentor.uninstrument()
-    tracing.set_tracer_provider(None)
-
-
-def one(spans, name):
-    (span,) = [s for s in spans if s.name == name]
-    return span
-
-
-def parent_of(span, spans):
-    return next(s for s in spans if s.context.span_id == span.parent.span_id)
-
-
-def documents(attributes, prefix):
-    n = len({k.split(".")[2] for k in attributes if k.startswith(prefix + ".")})
-    return [{field: attributes.get(f"{prefix}.{i}.{field}") for field in (ID, CONTENT, SCORE, METADATA)}
-            for i in range(n)]
+    with traced(LangChainInstrumentor()) as exporter:
+        yield exporter
 
 
 def test_rerank_and_influence_spans_in_a_chain(vectorstore, llm, paragraphs, exporter):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import math
 import warnings
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import grogu
@@ -282,18 +284,9 @@ class GroguRerank(BaseNodePostprocessor):
         query, nodes = self._check(nodes, query_bundle)
         if not nodes:
             return []
-        self._start(nodes, query_bundle)
-        with _tracing.rerank_span(self, nodes, query) as span, \
-                self.callback_manager.event(CBEventType.RERANKING, payload=self._payload(nodes, query)) as event:
-            try:
-                new_nodes = self._rank_sync(query, nodes)
-            except Exception as exc:
-                span.fail(exc)
-                new_nodes = self._failed(nodes, exc)
-            _tracing.finish(span, nodes, new_nodes)
-            event.on_end(payload={EventPayload.NODES: new_nodes})
-        dispatcher.event(ReRankEndEvent(nodes=new_nodes))
-        return new_nodes
+        with self._reranking(nodes, query_bundle, query) as run:
+            run.nodes = self._rank_sync(query, nodes)
+        return run.nodes
 
     async def _apostprocess_nodes(
         self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None
@@ -301,47 +294,54 @@ class GroguRerank(BaseNodePostprocessor):
         query, nodes = self._check(nodes, query_bundle)
         if not nodes:
             return []
+        with self._reranking(nodes, query_bundle, query) as run:
+            run.nodes = await self._rank_async(query, nodes)
+        return run.nodes
+
+    @contextmanager
+    def _reranking(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle],
+                   query: str) -> Iterator[SimpleNamespace]:
+        """One rerank's events around its scoring (LlamaIndex's start/end events, the callback event, the
+        OpenTelemetry span): the body sets ``run.nodes``; a failure goes to the ``on_error`` policy."""
         self._start(nodes, query_bundle)
+        run = SimpleNamespace(nodes=None)
         with _tracing.rerank_span(self, nodes, query) as span, \
                 self.callback_manager.event(CBEventType.RERANKING, payload=self._payload(nodes, query)) as event:
             try:
-                new_nodes = await self._rank_async(query, nodes)
+                yield run
             except Exception as exc:
                 span.fail(exc)
-                new_nodes = self._failed(nodes, exc)
-            _tracing.finish(span, nodes, new_nodes)
-            event.on_end(payload={EventPayload.NODES: new_nodes})
-        dispatcher.event(ReRankEndEvent(nodes=new_nodes))
-        return new_nodes
+                run.nodes = self._failed(nodes, exc)
+            _tracing.finish(span, nodes, run.nodes)
+            event.on_end(payload={EventPayload.NODES: run.nodes})
+        dispatcher.event(ReRankEndEvent(nodes=run.nodes))
 
     # ------------------------------------------------------------------ scoring (sync / async twins)
     def _rank_sync(self, query: str, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
-        if self.layout is None:
-            ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
-                                         relevance=self._relevance(nodes), settings=self.settings)
-            return self._build(nodes, ranked, [r.index for r in ranked], [], None)
-        ranked, kept = None, self._first_n(len(docs))
-        if self.layout != "only":
-            ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(), mode="document")
-            kept = [r.index for r in ranked]
-        layouts = self._layouts(kept)
-        choice = self._scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts]) if layouts else None
-        return self._build(nodes, ranked, kept, layouts, choice)
+        if self.layout is not None:
+            return self._rank_layouts(query, nodes, docs)
+        ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
+                                     relevance=self._relevance(nodes), settings=self.settings)
+        return self._build(nodes, ranked, [r.index for r in ranked], [], None)
 
     async def _rank_async(self, query: str, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
-        if self.layout is None:
-            ranked = await self._scorer.arerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
-                                                relevance=self._relevance(nodes), settings=self.settings)
-            return self._build(nodes, ranked, [r.index for r in ranked], [], None)
+        if self.layout is not None:  # deprecated: scored off the event loop, not coalesced with other calls
+            return await asyncio.to_thread(self._rank_layouts, query, nodes, docs)
+        ranked = await self._scorer.arerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
+                                            relevance=self._relevance(nodes), settings=self.settings)
+        return self._build(nodes, ranked, [r.index for r in ranked], [], None)
+
+    def _rank_layouts(self, query: str, nodes: List[NodeWithScore], docs: List[str]) -> List[NodeWithScore]:
+        """The deprecated ``layout=``: per-node ranking ('after'; none for 'only'), then the best order."""
         ranked, kept = None, self._first_n(len(docs))
         if self.layout != "only":
-            ranked = await self._scorer.arerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
-                                                mode="document")
+            ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
+                                         mode="document")
             kept = [r.index for r in ranked]
         layouts = self._layouts(kept)
-        choice = await self._scorer.abest_layout(query, [[docs[i] for i in o] for _, o in layouts]) if layouts else None
+        choice = self._scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts]) if layouts else None
         return self._build(nodes, ranked, kept, layouts, choice)
 
     @staticmethod
