@@ -224,3 +224,19 @@ def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
     margin = decide(ModeSettings(rule="agreement", margin=0.6), base, contexts,
                     _scores(-0.1, -0.9, -0.5, answers=["Perth", "Canberra", "Canberra"]), 2, None, None, texts)
     assert margin.chosen == 0                                       # 0.5 does not beat 0.0 by more than 0.6
+
+
+def test_every_setting_is_a_keyword_of_rerank():
+    """rerank's settings are visible in its signature: each ModeSettings setting is a keyword argument of the
+    in-process and the service client's rerank and arerank, with None (not given) as its default."""
+    import inspect
+
+    from grogu import UtilityScorer
+    from grogu.serve import RemoteScorer
+
+    for fn in (UtilityScorer.rerank, UtilityScorer.arerank, RemoteScorer.rerank, RemoteScorer.arerank):
+        params = inspect.signature(fn).parameters
+        for name in ModeSettings.names():
+            assert name in params, f"{fn.__qualname__} lacks {name}"
+            assert params[name].kind is inspect.Parameter.KEYWORD_ONLY and params[name].default is None
+        assert params["settings"].default is None

@@ -250,6 +250,7 @@ class UtilityScorer:
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                family: str | None = None, swaps: int | None = None, margin: float | None = None,
+               rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
                settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
                return_details: bool = False) -> list[DocumentScore]:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
@@ -323,6 +324,7 @@ class UtilityScorer:
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                       threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                       family: str | None = None, swaps: int | None = None, margin: float | None = None,
+                      rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
                       settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
                       return_details: bool = False) -> list[DocumentScore]:
         """Async :meth:`rerank`."""

@@ -209,10 +209,12 @@ class RemoteScorer(_Remote):
     def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]):
         return self._run(*self._layout_call(query, layouts))
 
-    def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None, threshold: float | None = None,
-               *, mode: str | None = None, weight: float | None = None, family: str | None = None,
-               swaps: int | None = None, margin: float | None = None, settings: ModeSettings | None = None,
-               relevance: Sequence[float] | None = None, return_details: bool = False):
+    def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
+               threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
+               family: str | None = None, swaps: int | None = None, margin: float | None = None,
+               rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
+               settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
+               return_details: bool = False):
         """The documents to give the LLM, in order (``UtilityScorer.rerank``; the server computes the
         MiniLM relevance when none is given)."""
         settings = ModeSettings.from_arguments(settings, locals())
@@ -243,6 +245,7 @@ class RemoteScorer(_Remote):
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                       threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                       family: str | None = None, swaps: int | None = None, margin: float | None = None,
+                      rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
                       settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
                       return_details: bool = False):
         settings = ModeSettings.from_arguments(settings, locals())
