@@ -190,8 +190,10 @@ def test_the_rerank_settings_are_one_grogu_settings_object(llm):
     # the settings reach the scorer: the orders family's choice equals the scorer's own
     texts = ["Paris is the capital of France.", "Berlin is in Germany.", "The Seine flows through Paris."]
     nodes = [NodeWithScore(node=TextNode(text=t, id_=str(i)), score=1.0 - i / 10) for i, t in enumerate(texts)]
-    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, family="orders", qa_template=None)
-    got = rerank.postprocess_nodes(nodes, query_str="What is the capital of France?")
-    want = rerank.scorer.rerank("What is the capital of France?", texts, top_n=3, family="orders",
-                                relevance=[n.score for n in nodes])
-    assert [n.node.node_id for n in got] == [str(r.index) for r in want]
+    for named in ({"family": "orders"}, {"family": "swap_orders", "rule": "combined", "confidence_weight": 0.25},
+                  {"family": "swap_reversed", "rule": "agreement", "supported": False}):
+        rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, qa_template=None, **named)
+        got = rerank.postprocess_nodes(nodes, query_str="What is the capital of France?")
+        want = rerank.scorer.rerank("What is the capital of France?", texts, top_n=2, relevance=[n.score for n in nodes],
+                                    settings=grogu.ModeSettings(**named))
+        assert [n.node.node_id for n in got] == [str(r.index) for r in want]
