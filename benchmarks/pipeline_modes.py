@@ -74,7 +74,8 @@ CONTEXT_KEYS = ("family", "margin", "rule", "confidence_weight", "supported", "s
 
 
 def context_settings(s: dict) -> ModeSettings:
-    return ModeSettings(mode="context", **{k: s[k] for k in CONTEXT_KEYS if k in s})
+    """The ModeSettings of a setting dict: its ``metric`` is the context mode's ``context_metric``."""
+    return ModeSettings(mode="context", context_metric=s["metric"], **{k: s[k] for k in CONTEXT_KEYS if k in s})
 
 
 def mode_context(rec: dict, s: dict) -> list[int]:
@@ -83,13 +84,13 @@ def mode_context(rec: dict, s: dict) -> list[int]:
     settings = context_settings(s)
     k = k_of(rec, s["k"])
     cands = plan(settings, list(range(k)), TOP_N)
-    scored = [SimpleNamespace(score=rec["contexts"][key(c)]["variants"][s["metric"]], metric=s["metric"],
+    scored = [SimpleNamespace(score=None, metric=None, variants=rec["contexts"][key(c)]["variants"],
                               answer=rec["contexts"][key(c)]["answer"]) for c in cands]
     return decide(settings, list(range(k)), cands, scored, TOP_N, None, None, rec.get("texts")).order
 
 
 MODES = {"retriever": mode_retriever, "document": mode_document, "fusion": mode_fusion, "prune": mode_prune,
-         "context": mode_context, "paper": mode_document}
+         "context": mode_context, "paper": mode_document, "former": mode_context}
 #: the paper's per-document GROGU as GroguRerank did it before the modes: grogu's prompt, KeyEntropy
 PAPER = {"prompt": "own", "metric": "key_entropy"}
 

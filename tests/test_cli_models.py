@@ -20,6 +20,7 @@ def model_dir(tmp_path_factory, tokenizer):
     return str(out)
 
 
+@pytest.mark.slow
 def test_unknown_model_says_what_was_tried():
     with pytest.raises(ValueError) as err:
         get_engine("no-such-org/no-such-model-xyz", device="cpu")
@@ -27,6 +28,7 @@ def test_unknown_model_says_what_was_tried():
     assert "no-such-org/no-such-model-xyz" in msg and "embedded aliases" in msg and "hub id" in msg
 
 
+@pytest.mark.slow
 def test_model_specs(model_dir):
     assert resolve_spec("SmolLM2-135M-Instruct").gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert resolve_spec("default").name == "smollm2-135m-instruct"

@@ -62,11 +62,13 @@ def test_batched_equals_one_at_a_time_other_architectures(tokenizer, arch):
     _compare(engine, 4, max_new_tokens=8, seed=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 3, 10])
 def test_batched_equals_one_at_a_time_smollm2(smol_engine, k):
     _compare(smol_engine, k, max_new_tokens=24, seed=2)
 
 
+@pytest.mark.slow
 def test_rows_finish_at_different_steps(smol_engine):
     # real model, prompts whose answers end at different lengths: exercises leaving the decode batch
     gens = _compare(smol_engine, 6, max_new_tokens=40, seed=3)
@@ -74,6 +76,7 @@ def test_rows_finish_at_different_steps(smol_engine):
     assert len(lengths) >= 2
 
 
+@pytest.mark.slow
 def test_prompt_lookup_decoding_is_exactly_greedy_smollm2(smol_engine):
     # drafts verified by the model: same answers and statistics as the naive loop, in fewer steps
     engine = Engine((smol_engine.model, smol_engine.tokenizer), prompt_lookup=4)
@@ -254,6 +257,7 @@ def test_out_of_memory_backoff_gives_same_results(tokenizer):
         torch.testing.assert_close(g.entropy, e.entropy, atol=TOL, rtol=0)
 
 
+@pytest.mark.slow
 def test_threads_share_one_engine(tokenizer):
     engine = Engine(tiny_model("llama", seed=3), tokenizer, device="cpu")
     scorer = UtilityScorer(engine, max_new_tokens=6)

@@ -10,7 +10,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
+
+pytestmark = pytest.mark.slow  # the examples in fresh processes: not in the fast subset (-m 'not slow')
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -178,6 +178,7 @@ def test_winrate(tiny_engine, tmp_path):
     assert "KeyEntropy" in result["markdown"] and "90.7 / 95.8" in result["markdown"]
 
 
+@pytest.mark.slow
 def test_noise(tiny_engine, tmp_path):
     from grogu.harness.experiments.noise import CONTEXTS, METRICS
 

@@ -14,6 +14,7 @@ def tokenizer():
     return embedded_tokenizer()
 
 
+@pytest.mark.slow
 def test_renders_the_pipeline_prompt_exactly(tokenizer):
     system = "You answer from {the} context."        # braces in the text are kept as they are
     user = f"Context:\n{C}\n---\nQuery: {Q}\nAnswer: "

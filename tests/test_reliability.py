@@ -490,6 +490,7 @@ def _runs(script: str, env: dict, out_dir: str) -> list[tuple[str, int, str, str
     return runs
 
 
+@pytest.mark.slow
 def test_scripts_exit_cleanly(saved_tokenizer, tmp_path):
     """Each script (sync, threaded, async, mixed) run 20 times, each run its own process, plus once
     as a fresh ``python SCRIPT``; at most two script processes at a time. Every run must print "ok"
@@ -505,6 +506,7 @@ def test_scripts_exit_cleanly(saved_tokenizer, tmp_path):
     assert not failed, "runs that did not exit cleanly (script: [(run, exit status, stderr)]): " + repr(failed)
 
 
+@pytest.mark.slow
 def test_exit_with_requests_in_flight(saved_tokenizer):
     """A process that ends while async requests are being scored exits cleanly (status 0, no error on
     stderr): the worker finishes the batch in flight at exit instead of being killed inside torch."""

@@ -40,6 +40,7 @@ def test_bm25_scores_are_rank_bm25_okapi_on_squad(squad):
     assert ours.score_ids(q, [3, 1]) == list(ref.get_batch_scores(bm25_tokenize(q), [3, 1]))
 
 
+@pytest.mark.slow
 def test_bm25s_own_robertson_variant_differs_only_on_terms_in_most_paragraphs(squad):
     """What the BM25Retriever docstring says of bm25s's variants: "robertson" is BM25Okapi but for the
     (k1 + 1) factor and for terms in more than half of the paragraphs, which it weighs 0."""

@@ -355,6 +355,7 @@ def test_train_rewriter_needs_the_train_extra(monkeypatch):
         train_rewriter.require_trl()
 
 
+@pytest.mark.slow
 def test_train_rewriter_end_to_end(pairs_dir, tiny_dir, tmp_path):
     pytest.importorskip("trl")
     pytest.importorskip("datasets")

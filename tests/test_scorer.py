@@ -162,18 +162,25 @@ def test_ungrounded_appendix_c(scorer):
 def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
     from grogu import rerank as R
     from grogu import selection as S
+    from grogu.prompts import as_document
 
     assert R.DEFAULT_MODE == "context"
     relevance = R.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
     base = S.order_by(relevance)
-    candidates = [[base[i] for i in c] for c in S.context_candidates(len(DOCS), 2, "swap")]
+    # the defaults by hand: swap_orders candidates, their PPL utility, margin 0.3, then the support tie-break
+    candidates = [[base[i] for i in c] for c in S.context_candidates(len(DOCS), 2, "swap_orders")]
     scored = scorer.score_contexts(QUERY, [[DOCS[i] for i in c] for c in candidates])
-    chosen = candidates[S.choose_context([s.score for s in scored])]
+    chosen = S.choose_context([s.variants["ppl"] for s in scored], margin=0.3)
+    answers = [s.answer for s in scored]
+    texts = [f"{d.title or ''} {d.text}" for d in map(as_document, DOCS)]
+    chosen = S.prefer_supported(chosen, answers, S.support_scores(answers, [" ".join(texts[i] for i in c)
+                                                                            for c in candidates]))
     got = scorer.rerank(QUERY, DOCS, top_n=2)
-    assert [r.index for r in got] == chosen
+    assert [r.index for r in got] == candidates[chosen]
     assert all(r.context is not None and r.answer == got[0].answer for r in got)
-    # given relevance sets the retrieval order: candidates [1, 2], [1, 3], [1, 0]
-    assert scorer.rerank(QUERY, DOCS, top_n=2, relevance=[0.1, 0.9, 0.5, 0.2])[0].index == 1
+    # given relevance sets the retrieval order (1, 2, 3, 0): the candidates are built from it
+    given = scorer.rerank(QUERY, DOCS, top_n=2, relevance=[0.1, 0.9, 0.5, 0.2])
+    assert [r.index for r in given] in [[1, 2], [1, 3], [1, 0], [2, 1], [3, 1], [0, 1]]
     assert scorer.rerank(QUERY, []) == []
     with pytest.raises(ValueError, match="relevance"):
         scorer.rerank(QUERY, DOCS, relevance=[1.0])

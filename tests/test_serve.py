@@ -23,6 +23,8 @@ from grogu.influence import InfluenceScorer  # noqa: E402
 from grogu.serve import (RemoteACUScorer, RemoteInfluenceScorer, RemoteScorer, RemoteSePerScorer,  # noqa: E402
                          ServiceAuthError, ServiceUnavailable, ServiceValueError)
 
+pytestmark = pytest.mark.slow  # Ray Serve: not in the fast subset (-m 'not slow')
+
 TOKEN = "test-token"
 N = 8  # answer tokens: keeps the tiny model fast
 TOL = 1e-4

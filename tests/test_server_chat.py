@@ -30,7 +30,8 @@ from grogu.prompts import ChatPrompt
 from grogu.seper import SePerScorer
 from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, choose_api, target_from_llm, topk_entropy
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# a real server: not in the fast subset (-m "not slow")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 
 QUERY = "What is the capital city of Australia?"
 DOCS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",

@@ -22,7 +22,8 @@ from grogu import testing
 from grogu.influence import InfluenceScorer
 from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# a real server: not in the fast subset (-m "not slow")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 
 QUERY = "What is the capital city of Australia?"
 DOCS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",

@@ -13,14 +13,18 @@ from typing import Any, Mapping, Sequence
 
 from . import selection as S
 from .checks import check_choice, check_float, check_int
+from .metrics import metric_name
 
 #: the mode used when none is given (see README, "Which rerank mode")
 DEFAULT_MODE = "context"
-DEFAULT_FAMILY = "swap"
+DEFAULT_FAMILY = "swap_orders"
 DEFAULT_WEIGHT = 0.6
-DEFAULT_MARGIN = 0.0
+DEFAULT_MARGIN = 0.3
 DEFAULT_RULE = "confidence"
 DEFAULT_CONFIDENCE_WEIGHT = 0.5
+#: the context mode's defaults (family, rule, context_metric, margin) were chosen on the tuning splits of three
+#: data sets (benchmarks/context_settings.json; README, "Which rerank mode")
+DEFAULT_CONTEXT_METRIC = "ppl"
 
 
 def _setting(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -40,7 +44,10 @@ class ModeSettings:
                            S.CANDIDATE_FAMILIES)
     swaps: int = _setting(2, "context: how many next documents try the last slot of the top-n")
     margin: float = _setting(DEFAULT_MARGIN, "context: how much a candidate must beat the retriever's own context "
-                                             "on the rule's score")
+                                             "on the rule's score (the default is tuned for the default rule "
+                                             "and context_metric: 0.3 of perplexity)")
+    context_metric: str = _setting(DEFAULT_CONTEXT_METRIC, "context: the GROGU metric whose utility is the "
+                                                           "candidates' confidence (grogu.metrics.METRICS)")
     rule: str = _setting(DEFAULT_RULE, "context: how the candidate is chosen (grogu.selection.selection_scores)",
                          S.SELECTION_RULES)
     confidence_weight: float = _setting(DEFAULT_CONFIDENCE_WEIGHT, "context, rule 'combined': weight of the "
@@ -56,6 +63,7 @@ class ModeSettings:
         set_(self, "swaps", check_int("swaps", self.swaps, minimum=0))
         set_(self, "margin", check_float("margin", self.margin, minimum=0.0))
         check_choice("rule", self.rule, S.SELECTION_RULES)
+        set_(self, "context_metric", metric_name(self.context_metric))
         set_(self, "confidence_weight", S.check_unit("confidence_weight", self.confidence_weight))
         if not isinstance(self.supported, bool):
             raise ValueError(f"supported must be True or False, got {self.supported!r}")
@@ -171,7 +179,8 @@ def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], s
         if not contexts:
             return Selection(mode=mode, order=[])
         answers = [s.answer for s in scored]
-        rule_scores = S.selection_scores(settings.rule, [s.score for s in scored], answers, scored[0].metric,
+        utilities = [_utility(s, settings.context_metric) for s in scored]
+        rule_scores = S.selection_scores(settings.rule, utilities, answers, settings.context_metric,
                                          settings.confidence_weight)
         chosen = S.choose_context(rule_scores, settings.margin)
         if settings.supported and texts is not None:
@@ -199,6 +208,17 @@ def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], s
     if top_n is not None:
         order = order[:top_n]
     return Selection(mode=mode, order=order, scores=per_doc, fused=fused, none=none)
+
+
+def _utility(scored: Any, metric: str) -> float:
+    """A scored context's utility under ``metric`` (its variants hold every metric the target gives)."""
+    variants = getattr(scored, "variants", None) or {}
+    if metric in variants:
+        return float(variants[metric])
+    if getattr(scored, "metric", None) == metric:
+        return float(scored.score)
+    raise ValueError(f"the context mode compares candidates by context_metric={metric!r}, which this target does "
+                     f"not give (it gives {sorted(variants) or [scored.metric]}); choose one of those")
 
 
 @lru_cache(maxsize=2)

@@ -250,6 +250,7 @@ class UtilityScorer:
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                family: str | None = None, swaps: int | None = None, margin: float | None = None,
+               context_metric: str | None = None,
                rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
                settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
                return_details: bool = False) -> list[DocumentScore]:
@@ -324,6 +325,7 @@ class UtilityScorer:
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                       threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                       family: str | None = None, swaps: int | None = None, margin: float | None = None,
+                      context_metric: str | None = None,
                       rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
                       settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
                       return_details: bool = False) -> list[DocumentScore]:

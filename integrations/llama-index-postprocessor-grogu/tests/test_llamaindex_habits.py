@@ -49,6 +49,7 @@ def restore_engine(llm):
     engine.config = before
 
 
+@pytest.mark.slow
 def test_per_call_top_n(index, llm, questions, attach):
     query = questions[1]
     rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")

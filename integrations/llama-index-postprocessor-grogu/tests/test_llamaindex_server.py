@@ -13,6 +13,8 @@ from llama_index.core import Document, VectorStoreIndex, get_response_synthesize
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank, GroguSynthesizer
 
+pytestmark = pytest.mark.slow  # a real llama-cpp-python server: not in the fast subset (-m 'not slow')
+
 QUERY = "What is the capital city of Australia?"
 TEXTS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
          "Paris is the capital of France."]

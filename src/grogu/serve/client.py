@@ -212,6 +212,7 @@ class RemoteScorer(_Remote):
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                family: str | None = None, swaps: int | None = None, margin: float | None = None,
+               context_metric: str | None = None,
                rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
                settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
                return_details: bool = False):
@@ -245,6 +246,7 @@ class RemoteScorer(_Remote):
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                       threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                       family: str | None = None, swaps: int | None = None, margin: float | None = None,
+                      context_metric: str | None = None,
                       rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
                       settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
                       return_details: bool = False):

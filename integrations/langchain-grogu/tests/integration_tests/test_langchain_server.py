@@ -15,6 +15,8 @@ import grogu
 from grogu import testing
 from langchain_grogu import GroguRetriever
 
+pytestmark = pytest.mark.slow  # a real llama-cpp-python server: not in the fast subset (-m 'not slow')
+
 QUERY = "What is the capital city of Australia?"
 TEXTS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
          "Paris is the capital of France."]

@@ -85,6 +85,7 @@ class EventCollector(BaseCallbackHandler):
         self.events.append((name, run_id, data))
 
 
+@pytest.mark.slow
 def test_one_record_per_run_to_every_sink(chain, retriever, llm, influence, questions, tmp_path, caplog):
     records: list[dict] = []
     path = tmp_path / "logs" / "influence.jsonl"
