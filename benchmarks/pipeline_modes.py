@@ -130,7 +130,8 @@ def needed_contexts(rec: dict, k: int, settings: dict[str, dict] | None = None) 
     for mode, s in runs:
         if s.get("prompt") == "own" and not rec.get("docs_own"):
             continue
-        cands = context_candidates(k_of(rec, k), TOP_N, s["family"]) if mode == "context" else [MODES[mode](rec, s)]
+        cands = (context_candidates(k_of(rec, k), TOP_N, s["family"]) if MODES[mode] is mode_context
+                 else [MODES[mode](rec, s)])
         out += [c for c in cands if c not in out]
     return out
 
