@@ -313,9 +313,11 @@ def latency(args) -> None:
         mode, k = name.split("@")
         if int(k) != args.top_k or mode == "retriever":
             continue
-        mode = "document" if mode == "paper" else mode
+        mode = {"paper": "document", "former": "context", "four": "context"}.get(mode, mode)
         kw = {key: v for key, v in s.items() if key in grogu.ModeSettings.names() and key != "mode"}
-        if s.get("metric"):
+        if s.get("metric") and mode == "context":
+            kw["context_metric"] = s["metric"]  # the context mode compares candidates by this metric
+        elif s.get("metric"):
             kw["metric"] = s["metric"]
         qa = synth if s.get("prompt", "pipe") == "pipe" else None
         reranks[name] = GroguRerank(top_n=3, model=llm, mode=mode, qa_template=qa,
