@@ -323,8 +323,15 @@ def latency(args) -> None:
         reranks[name] = GroguRerank(top_n=3, model=llm, mode=mode, qa_template=qa,
                                     max_new_tokens=args.max_new_tokens if qa is not None else 64, **kw)
     times: dict[str, list[float]] = {name: [] for name in reranks}
-    plain_q, reuse_q, plain_a, plain_query, encoded, plain_tokens = [], [], [], [], [], []
-    ctx = next((r for n, r in reranks.items() if n.startswith("context")), None)
+    plain_a, plain_query, plain_tokens = [], [], []
+    # each context-mode setting's whole query with GroguSynthesizer (the chosen context's answer reused), and
+    # the prompt tokens the engine encoded for its candidates; the default's whole query with the plain
+    # synthesizer too (the answer generated a second time)
+    contexts = {n: r for n, r in reranks.items() if r.mode == "context"}
+    reuse_q: dict[str, list[float]] = {n: [] for n in contexts}
+    encoded: dict[str, list[int]] = {n: [] for n in contexts}
+    plain_q: list[float] = []
+    default = next((n for n in contexts if n.startswith("context")), None)
     for q in questions:
         retrieved = retriever.retrieve(q["question"])
         for name, rr in reranks.items():
@@ -337,22 +344,26 @@ def latency(args) -> None:
         t0 = time.perf_counter()
         plain_engine.query(q["question"])
         plain_query.append(time.perf_counter() - t0)
-        if ctx is not None:
-            scoring = getattr(ctx.scorer, "engine", None)
-            for synthesizer, out in ((synth, plain_q), (GroguSynthesizer(synth), reuse_q)):
-                engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[ctx],
-                                                        response_synthesizer=synthesizer)
-                before = getattr(scoring, "prefill_tokens", None)
+        texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in retrieved[:3]]
+        for name, rr in contexts.items():
+            scoring = getattr(rr.scorer, "engine", None)
+            engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[rr],
+                                                    response_synthesizer=GroguSynthesizer(synth))
+            before = getattr(scoring, "prefill_tokens", None)
+            t0 = time.perf_counter()
+            engine.query(q["question"])
+            reuse_q[name].append(time.perf_counter() - t0)
+            if before is not None:
+                encoded[name].append(scoring.prefill_tokens - before)
+            if name == default:
+                plain_tokens.append(len(rr.scorer.prompts.grounded_ids(q["question"], [grogu.Document(t) for t in texts])))
+                engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[rr],
+                                                        response_synthesizer=synth)
                 t0 = time.perf_counter()
                 engine.query(q["question"])
-                out.append(time.perf_counter() - t0)
-                if out is reuse_q and before is not None:  # prompt tokens the engine encoded for the candidates
-                    encoded.append(scoring.prefill_tokens - before)
-                    texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in retrieved[:3]]
-                    plain_tokens.append(len(ctx.scorer.prompts.grounded_ids(q["question"], texts)))
+                plain_q.append(time.perf_counter() - t0)
         print(q["qid"], {n: round(t[-1], 2) for n, t in times.items()}, "answer", round(plain_a[-1], 2),
-              "plain query", round(plain_query[-1], 2),
-              "query plain/reuse", round(plain_q[-1], 2) if plain_q else None, round(reuse_q[-1], 2) if reuse_q else None,
+              "plain query", round(plain_query[-1], 2), "queries", {n: round(t[-1], 2) for n, t in reuse_q.items()},
               file=sys.stderr, flush=True)
 
     def stats(xs):
@@ -360,16 +371,18 @@ def latency(args) -> None:
         return {"mean": round(statistics.mean(xs), 3), "p90": round(xs[int(0.9 * (len(xs) - 1))], 3)}
 
     out = {"questions": len(questions), "top_k": args.top_k, "postprocess_s": {n: stats(t) for n, t in times.items()},
-           "answer_s (synthesizer, retriever top-3)": stats(plain_a)}
-    if ctx is not None:
-        out["query_s context mode, plain synthesizer"] = stats(plain_q)
-        out["query_s context mode, GroguSynthesizer"] = stats(reuse_q)
-        out["query_s plain query engine (top-3 retrieved)"] = stats(plain_query)
-        out["query ratio, context mode with GroguSynthesizer / plain query (means)"] = round(
-            statistics.mean(reuse_q) / statistics.mean(plain_query), 3)
-        if encoded:
-            out["prompt tokens encoded per query (all candidates, ungrounded prompts included)"] = stats(encoded)
-            out["prompt tokens of the retriever's top-3 prompt"] = stats(plain_tokens)
+           "answer_s (synthesizer, retriever top-3)": stats(plain_a),
+           "query_s plain query engine (top-3 retrieved)": stats(plain_query)}
+    for name in contexts:
+        candidates = len(grogu.selection.context_candidates(args.top_k, 3, contexts[name].settings.family,
+                                                            contexts[name].settings.swaps))
+        out[f"{name} ({candidates} candidates)"] = {
+            "query_s with GroguSynthesizer": stats(reuse_q[name]),
+            "ratio to the plain query (means)": round(statistics.mean(reuse_q[name]) / statistics.mean(plain_query), 3),
+            "prompt tokens encoded per query (candidates and ungrounded prompts)": stats(encoded[name]) if encoded[name] else None}
+    if default is not None:
+        out[f"{default}: query_s with the plain synthesizer answering again"] = stats(plain_q)
+        out["prompt tokens of the retriever's top-3 prompt"] = stats(plain_tokens)
     print(json.dumps(out, indent=1))
 
 
