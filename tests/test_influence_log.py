@@ -15,7 +15,7 @@ import pytest
 
 from grogu import get_engine, testing
 from grogu.influence import InfluenceScorer
-from grogu.influence_log import (CONTEXT_FIELDS, DOCUMENT_FIELDS, RECORD_FIELDS, InfluenceJob, InfluenceRecorder,
+from grogu.influence_log import (CONTEXT_FIELDS, DOCUMENT_FIELDS, RECORD_FIELDS, AnsweredQuery, InfluenceRecorder,
                                  check_on_error, grogu_utility)
 from grogu.targets import build_influence_scorer, engine_label, remote_target
 
@@ -46,7 +46,7 @@ def scorer(tiny, tokenizer):
 
 def job(query=QUERY, answer="At Mile High.", texts=TEXTS, **kwargs):
     fields = [{"id": f"d{i}", "page_content": t, "metadata": {"grogu": {"score": -0.5 * i}}} for i, t in enumerate(texts)]
-    return InfluenceJob(query=query, answer=answer, documents=list(texts), fields=fields, **kwargs)
+    return AnsweredQuery(query=query, answer=answer, documents=list(texts), fields=fields, **kwargs)
 
 
 def test_record_of_a_job(scorer):
@@ -143,13 +143,13 @@ def test_arguments_and_jobs():
     with pytest.raises(ValueError, match="on_error"):
         check_on_error("ignore")
     with pytest.raises(ValueError, match="not fields"):
-        InfluenceJob(query=QUERY, answer=None, documents=["a"], fields=[{"node_id": "x"}])
+        AnsweredQuery(query=QUERY, answer=None, documents=["a"], fields=[{"node_id": "x"}])
     with pytest.raises(ValueError, match="not fields"):
-        InfluenceJob(query=QUERY, answer=None, documents=[], fields=[], context={"trace": 1})
+        AnsweredQuery(query=QUERY, answer=None, documents=[], fields=[], context={"trace": 1})
     with pytest.raises(ValueError, match="1 document fields for 2"):
-        InfluenceJob(query=QUERY, answer=None, documents=["a", "b"], fields=[{}])
+        AnsweredQuery(query=QUERY, answer=None, documents=["a", "b"], fields=[{}])
     with pytest.raises(ValueError, match="answer_source"):
-        InfluenceJob(query=QUERY, answer=None, documents=[], fields=[], answer_source="mine")
+        AnsweredQuery(query=QUERY, answer=None, documents=[], fields=[], answer_source="mine")
     assert set(CONTEXT_FIELDS) < set(RECORD_FIELDS)
     assert grogu_utility({"grogu": {"score": -1}}) == -1.0 and grogu_utility({"grogu": {"score": None}}) is None
     assert grogu_utility(None) is None and grogu_utility({"grogu": "x"}) is None

@@ -120,7 +120,7 @@ def leave_one_out_drops(full: float, leave_one_out: Sequence[float]) -> list[flo
 
 # ---------------------------------------------------------------------------------------- on the engine
 @dataclass
-class ForwardJob:
+class AttributionRequest:
     """One query to attribute: the answer as target token ids; masks for contextcite (None: drawn)."""
 
     query: str
@@ -136,29 +136,29 @@ def context_masks(method: str, k: int, given: np.ndarray | None, n_ablations: in
     return given if given is not None else contextcite_masks(k, n_ablations, seed)
 
 
-def attribute(engine: Any, prompt: Callable[[str, list[Document]], list[int]], jobs: Sequence[ForwardJob],
+def attribute(engine: Any, prompt: Callable[[str, list[Document]], list[int]], requests: Sequence[AttributionRequest],
               method: str, *, n_ablations: int, seed: int, alpha: float) -> list[tuple[list[float], ForwardData]]:
-    """Scores and data of many jobs, every context of every job teacher-forced in one engine call."""
+    """Scores and data of many requests, every context of every request teacher-forced in one engine call."""
     prompts, targets, plans = [], [], []
-    for job in jobs:
-        masks = context_masks(method, len(job.docs), job.masks, n_ablations, seed)
+    for req in requests:
+        masks = context_masks(method, len(req.docs), req.masks, n_ablations, seed)
         for row in masks:
-            p = prompt(job.query, [d for d, keep in zip(job.docs, row) if keep])
-            if len(p) + len(job.target) > engine.max_context_tokens:
-                raise ValueError(f"a prompt of {len(p)} tokens plus the {len(job.target)}-token answer does not "
+            p = prompt(req.query, [d for d, keep in zip(req.docs, row) if keep])
+            if len(p) + len(req.target) > engine.max_context_tokens:
+                raise ValueError(f"a prompt of {len(p)} tokens plus the {len(req.target)}-token answer does not "
                                  f"fit the {engine.max_context_tokens}-token context window: give a shorter answer")
             prompts.append(p)
-            targets.append(job.target)
+            targets.append(req.target)
         plans.append(masks)
     stats = iter(engine.token_stats(prompts, targets)) if prompts else iter(())
     out = []
-    for job, masks in zip(jobs, plans):
+    for req, masks in zip(requests, plans):
         logps = [float(next(stats).logprob.double().sum()) for _ in range(len(masks))]
         if method == "leave_one_out_logprob":
             scores, ys, bias = leave_one_out_drops(logps[0], logps[1:]), logps, None
         else:
             ys = [logit_probability(lp) for lp in logps]
-            scores, bias = fit_contextcite(masks, ys, len(job.target), alpha)
+            scores, bias = fit_contextcite(masks, ys, len(req.target), alpha)
         out.append((scores, ForwardData(masks=masks.tolist(), logprobs=logps, targets=ys,
-                                        target_token_ids=list(job.target), intercept=bias)))
+                                        target_token_ids=list(req.target), intercept=bias)))
     return out

@@ -30,7 +30,7 @@ import torch
 
 from .batching import Coalescer
 from . import attribution
-from .attribution import FORWARD_METHODS, ForwardData, ForwardJob
+from .attribution import FORWARD_METHODS, AttributionRequest, ForwardData
 from .checks import (check_choice, check_documents, check_influence_items, check_masks, check_positive_float,
                      check_positive_int, check_query, check_seed)
 from .engine import get_engine
@@ -57,6 +57,18 @@ class Ablations:
     similarities: list[float]
     answers: list[str]
     intercept: float
+
+
+@dataclass
+class InfluenceRequest:
+    """One query to score, checked: its documents, the answer (None: generated from all the documents),
+    whether to keep the ablations, and contextcite masks given by the caller (None: drawn)."""
+
+    query: str
+    documents: list[Document]
+    answer: str | None
+    return_ablations: bool = False
+    masks: Any = None
 
 
 @dataclass(kw_only=True)
@@ -181,7 +193,7 @@ class InfluenceScorer:
         self.embedder_name = embedder if isinstance(embedder, str) else _model_path(embedder)
         self.max_new_tokens = max_new_tokens
         self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
-        self._coalescer = Coalescer(self._run_jobs)
+        self._coalescer = Coalescer(self._run_requests)
 
     @property
     def embedder(self):
@@ -212,10 +224,9 @@ class InfluenceScorer:
         """[n_ablations, k] bool: each document kept with probability 1/2, drawn from ``seed``."""
         return np.random.default_rng(self.seed).random((self.n_ablations, k)) < 0.5
 
-    def _run_jobs(self, jobs: list[tuple]) -> list[InfluenceResult]:
-        if self.forward_only:
-            return self._run_forward(jobs)
-        return self._run_generative([job[:4] for job in jobs])
+    def _run_requests(self, requests: list[InfluenceRequest]) -> list[InfluenceResult]:
+        """Many requests' engine work in one call (the coalescer's function: concurrent async calls too)."""
+        return self._run_forward(requests) if self.forward_only else self._run_generative(requests)
 
     def _target(self, answer: str) -> list[int]:
         """A given answer's tokens plus the end-of-turn token (the tokenizer's EOS when it is a stop
@@ -224,39 +235,40 @@ class InfluenceScorer:
         eot = eos if eos in self.engine.stop_token_ids else self.engine.stop_token_ids[0]
         return self.engine.encode(answer) + [int(eot)]
 
-    def _run_forward(self, jobs: list[tuple]) -> list[InfluenceResult]:
-        """Forward-only attribution of many (query, documents, answer-or-None, _, masks-or-None) jobs:
-        one generation call for the answers not given, one teacher-forced call for every context."""
-        todo = [i for i, (_, docs, answer, _, _) in enumerate(jobs) if answer is None]
-        gens = dict(zip(todo, self.engine.generate([self._prompt(jobs[i][0], jobs[i][1]) for i in todo],
-                                                   self.max_new_tokens))) if todo else {}
-        answers, fjobs = [], []
-        for i, (query, docs, answer, _, masks) in enumerate(jobs):
+    def _run_forward(self, requests: list[InfluenceRequest]) -> list[InfluenceResult]:
+        """Forward-only attribution of many requests: one generation call for the answers not given, one
+        teacher-forced call for every context."""
+        todo = [i for i, r in enumerate(requests) if r.answer is None]
+        gens = dict(zip(todo, self.engine.generate([self._prompt(requests[i].query, requests[i].documents)
+                                                    for i in todo], self.max_new_tokens))) if todo else {}
+        answers, attributed = [], []
+        for i, r in enumerate(requests):
+            answer = r.answer
             if i in gens:
                 g = gens[i]
                 answer, target = g.text, g.token_ids + ([g.stop_token_id] if g.finished else [])
             else:
                 target = self._target(answer)
             answers.append(answer)
-            if docs:
-                fjobs.append(ForwardJob(query, docs, target, masks))
+            if r.documents:
+                attributed.append(AttributionRequest(r.query, r.documents, target, r.masks))
         seed = self.seed if self.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
-        done = iter(attribution.attribute(self.engine, self._prompt, fjobs, self.method, n_ablations=self.n_ablations,
-                                          seed=seed, alpha=self.lasso_alpha))
+        done = iter(attribution.attribute(self.engine, self._prompt, attributed, self.method,
+                                          n_ablations=self.n_ablations, seed=seed, alpha=self.lasso_alpha))
         out = []
-        for (query, docs, *_), answer in zip(jobs, answers):
-            scores, data = next(done) if docs else ([], None)
+        for r, answer in zip(requests, answers):
+            scores, data = next(done) if r.documents else ([], None)
             out.append(InfluenceResult(scores=scores, answer=answer, leave_one_out_answers=[], single_answers=[],
                                        model=str(self.engine.model_name), embedder=None, method=self.method,
                                        forward=data))
         return out
 
-    def _run_generative(self, jobs: list[tuple[str, list[Document], str | None, bool]]) -> list[InfluenceResult]:
-        """All generations of many (query, documents, answer-or-None, return_ablations) jobs in one
-        engine call, and one embedding call."""
-        plans = []  # per job: (method, masks or None)
+    def _run_generative(self, requests: list[InfluenceRequest]) -> list[InfluenceResult]:
+        """All generations of many requests in one engine call, and one embedding call."""
+        plans = []  # per request: (method, masks or None)
         prompts: list[list[int]] = []
-        for query, docs, answer, _ in jobs:
+        for r in requests:
+            query, docs, answer = r.query, r.documents, r.answer
             k = len(docs)
             method, masks = self.method_for(k), None
             if method == "exact":
@@ -269,16 +281,16 @@ class InfluenceScorer:
             prompts += [self._prompt(query, c) for c in contexts]
             plans.append((method, masks))
         texts = iter(g.text for g in self.engine.generate(prompts, self.max_new_tokens))
-        answers = []  # per job: [full, *generated answers]
-        for (query, docs, answer, _), (method, masks) in zip(jobs, plans):
-            full = answer if answer is not None else next(texts)
-            n = 2 * len(docs) if method == "exact" else len(masks)
+        answers = []  # per request: [full, *generated answers]
+        for r, (method, masks) in zip(requests, plans):
+            full = r.answer if r.answer is not None else next(texts)
+            n = 2 * len(r.documents) if method == "exact" else len(masks)
             answers.append([full] + [next(texts) for _ in range(n)])
         flat = [t for block in answers for t in block]
         emb = self.embedder.encode(flat, convert_to_tensor=True, show_progress_bar=False).cpu() if flat else None
         out, start = [], 0
-        for (query, docs, answer, want_ablations), (method, masks), block_texts in zip(jobs, plans, answers):
-            k, full, rest = len(docs), block_texts[0], block_texts[1:]
+        for r, (method, masks), block_texts in zip(requests, plans, answers):
+            k, full, rest = len(r.documents), block_texts[0], block_texts[1:]
             block = emb[start:start + len(block_texts)]
             start += len(block_texts)
             common = dict(answer=full, model=str(self.engine.model_name), embedder=str(self.embedder_name))
@@ -290,13 +302,13 @@ class InfluenceScorer:
             sims = (normed[1:] @ normed[0]).tolist()
             weights, intercept = fit_ablation_surrogate(masks, sims, self.lasso_alpha)
             ablations = Ablations(masks=masks.tolist(), similarities=sims, answers=rest,
-                                  intercept=intercept) if want_ablations else None
+                                  intercept=intercept) if r.return_ablations else None
             out.append(InfluenceResult(scores=weights, leave_one_out_answers=[], single_answers=[],
                                        method="ablation", ablations=ablations, **common))
         return out
 
-    def _job(self, query: str, documents: Sequence[Any], answer: str | None, return_ablations: bool = False,
-             masks: Any = None):
+    def _request(self, query: str, documents: Sequence[Any], answer: str | None, return_ablations: bool = False,
+                 masks: Any = None) -> InfluenceRequest:
         query, docs = check_query(query), check_documents(documents)
         if answer is not None and not isinstance(answer, str):
             raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
@@ -304,7 +316,7 @@ class InfluenceScorer:
             if self.method != "contextcite":
                 raise ValueError(f"masks are taken by method='contextcite' only, this scorer's method is {self.method!r}")
             masks = check_masks(masks, len(docs))
-        return (query, docs, answer, bool(return_ablations), masks)
+        return InfluenceRequest(query, docs, answer, bool(return_ablations), masks)
 
     def score(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
               return_ablations: bool = False, masks: Any = None) -> InfluenceResult:
@@ -313,15 +325,16 @@ class InfluenceScorer:
         ``return_ablations=True`` keeps the masks, similarities and answers in ``result.ablations``.
         With method "contextcite", ``masks`` ([m, k] bools, True = document kept) replaces the drawn
         masks (e.g. to compare with another implementation on the same ablations)."""
-        return self._run_jobs([self._job(query, documents, answer, return_ablations, masks)])[0]
+        return self._run_requests([self._request(query, documents, answer, return_ablations, masks)])[0]
 
     def score_batch(self, items: Sequence[tuple[str, Sequence[Any], str | None]], *,
                     return_ablations: bool = False) -> list[InfluenceResult]:
         """Influence Scores of many (query, documents, answer-or-None) triples in one engine call (a
         (query, documents) pair means answer=None)."""
-        return self._run_jobs([self._job(*item, return_ablations=return_ablations) for item in check_influence_items(items)])
+        return self._run_requests([self._request(*item, return_ablations=return_ablations)
+                                   for item in check_influence_items(items)])
 
     async def ascore(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
                      return_ablations: bool = False) -> InfluenceResult:
         """Async :meth:`score`: runs off the event loop, batched with concurrent requests."""
-        return (await self._coalescer.run([self._job(query, documents, answer, return_ablations)]))[0]
+        return (await self._coalescer.run([self._request(query, documents, answer, return_ablations)]))[0]

@@ -4,7 +4,7 @@ After a RAG query has answered, :class:`InfluenceRecorder` computes each documen
 on that answer (:class:`grogu.influence.InfluenceScorer`, or the service's
 :class:`grogu.RemoteInfluenceScorer`), times it, builds one record and writes it to every sink
 (:mod:`grogu.sinks`). The LlamaIndex and LangChain integrations only read their framework's query,
-answer and documents into an :class:`InfluenceJob`; so one log pipeline reads the records of both.
+answer and documents into an :class:`AnsweredQuery`; so one log pipeline reads the records of both.
 
 The record (a JSON-ready dict; every key is always present, :data:`RECORD_FIELDS`):
 
@@ -102,7 +102,7 @@ def grogu_utility(metadata: Any) -> float | None:
 
 
 @dataclass
-class InfluenceJob:
+class AnsweredQuery:
     """What a framework hands the recorder for one answered query.
 
     ``documents``: what the target LLM read, as grogu documents (str or ``{"text", "title"}``);
@@ -135,7 +135,7 @@ class InfluenceJob:
 
 
 class InfluenceRecorder:
-    """Scores :class:`InfluenceJob` s, builds their records and writes them to the sinks.
+    """Scores :class:`AnsweredQuery` s, builds their records and writes them to the sinks.
 
     Args:
         scorer: an ``InfluenceScorer`` or ``RemoteInfluenceScorer`` (see
@@ -167,7 +167,7 @@ class InfluenceRecorder:
         return f"InfluenceRecorder(model={self.model!r}, sinks={self.sinks!r}, on_error={self.on_error!r})"
 
     # ------------------------------------------------------------------ entry points
-    def record(self, job: InfluenceJob) -> None:
+    def record(self, job: AnsweredQuery) -> None:
         """Score ``job`` and write its record: as an event-loop task, on the worker thread or now
         (see the module docstring)."""
         if job.trace_context is None:  # the query's span stays the parent on another thread or later
@@ -183,7 +183,7 @@ class InfluenceRecorder:
         else:
             self.run(job)
 
-    def _kept_sync(self, job: InfluenceJob) -> Record:
+    def _kept_sync(self, job: AnsweredQuery) -> Record:
         try:
             return self.run(job)
         except Exception as exc:  # kept for flush() before the future is done
@@ -199,7 +199,7 @@ class InfluenceRecorder:
                 self._failed.append(exc)
             raise
 
-    def run(self, job: InfluenceJob) -> Record:
+    def run(self, job: AnsweredQuery) -> Record:
         """Score ``job`` here and now; its record (written to the sinks)."""
         with tracing.influence_span(job.trace_context) as span:
             start = time.perf_counter()
@@ -209,7 +209,7 @@ class InfluenceRecorder:
                 return self._fail(job, exc, time.perf_counter() - start, span)
             return self._deliver(job, result, time.perf_counter() - start, span)
 
-    async def arun(self, job: InfluenceJob) -> Record:
+    async def arun(self, job: AnsweredQuery) -> Record:
         """Async :meth:`run`: the scoring runs off the event loop (``scorer.ascore``)."""
         with tracing.influence_span(job.trace_context) as span:
             start = time.perf_counter()
@@ -225,13 +225,13 @@ class InfluenceRecorder:
                 return self._fail(job, exc, time.perf_counter() - start, span)
             return self._deliver(job, result, time.perf_counter() - start, span)
 
-    def _score(self, job: InfluenceJob) -> Any:
+    def _score(self, job: AnsweredQuery) -> Any:
         if not job.documents and job.answer is not None:  # nothing to score
             return None
         return self.scorer.score(job.query, job.documents, answer=job.answer)
 
     # ------------------------------------------------------------------ records
-    def build_record(self, job: InfluenceJob, result: Any, elapsed: float, error: str | None = None) -> Record:
+    def build_record(self, job: AnsweredQuery, result: Any, elapsed: float, error: str | None = None) -> Record:
         """The record of ``job`` from its InfluenceResult (None: failed, or no documents)."""
         failed = error is not None
         record: Record = {
@@ -250,7 +250,7 @@ class InfluenceRecorder:
         })
         return record
 
-    def _deliver(self, job: InfluenceJob, result: Any, elapsed: float, span: Any = None) -> Record:
+    def _deliver(self, job: AnsweredQuery, result: Any, elapsed: float, span: Any = None) -> Record:
         if result is not None and job.on_result is not None:
             job.on_result(result)
         record = self.build_record(job, result, elapsed)
@@ -259,7 +259,7 @@ class InfluenceRecorder:
         self.write(record, job)
         return record
 
-    def _fail(self, job: InfluenceJob, exc: Exception, elapsed: float, span: Any = None) -> Record:
+    def _fail(self, job: AnsweredQuery, exc: Exception, elapsed: float, span: Any = None) -> Record:
         error = f"{type(exc).__name__}: {exc}"
         self.logger.warning("grogu influence failed for query %r: %s", job.query, error, exc_info=exc)
         record = self.build_record(job, None, elapsed, error)
@@ -270,7 +270,7 @@ class InfluenceRecorder:
             raise exc
         return record
 
-    def write(self, record: Record, job: InfluenceJob | None = None) -> None:
+    def write(self, record: Record, job: AnsweredQuery | None = None) -> None:
         """Write ``record`` to every sink, then ``job.on_record``. A failing sink raises under
         on_error="raise", else it is logged (with the record) and the other sinks still get it."""
         for sink in self.sinks:
@@ -330,7 +330,7 @@ class InfluenceRecorder:
         self._raise_failed()
 
 
-def _documents(job: InfluenceJob, result: Any) -> list[dict[str, Any]]:
+def _documents(job: AnsweredQuery, result: Any) -> list[dict[str, Any]]:
     """The record's documents: the framework's fields plus each document's scores and answers."""
     scores = result.scores if result is not None else None
     singles = result.single_answers if result is not None and result.single_answers else None
@@ -346,4 +346,4 @@ def _documents(job: InfluenceJob, result: Any) -> list[dict[str, Any]]:
 
 
 __all__ = ["EVENT", "RECORD_FIELDS", "DOCUMENT_FIELDS", "DOCUMENT_INPUT_FIELDS", "CONTEXT_FIELDS", "ON_ERROR",
-           "check_on_error", "grogu_utility", "InfluenceJob", "InfluenceRecorder"]
+           "check_on_error", "grogu_utility", "AnsweredQuery", "InfluenceRecorder"]

@@ -35,6 +35,8 @@ from .results import (ContextScore, DocumentScore, LayoutChoice, ScoreResult, To
 #: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
 ANSWER_STYLES = ("long", "short")
 DEFAULT_MAX_NEW_TOKENS = {"long": 64, "short": 16}
+#: one context to score: a query and the ordered documents given with it (the scorer's unit of engine work)
+QueryContext = tuple[str, list[Document]]
 
 
 class UtilityScorer:
@@ -93,7 +95,7 @@ class UtilityScorer:
             raise self.engine.teacher_forcing_error(
                 f"metric={self.metric!r} (it compares the answer's token statistics with and without the documents)")
         self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
-        self._coalescer = Coalescer(lambda jobs: self._score_contexts(jobs, details=True))
+        self._coalescer = Coalescer(lambda contexts: self._score_contexts(contexts, details=True))
 
     @property
     def model_name(self) -> str:
@@ -110,19 +112,19 @@ class UtilityScorer:
         return self._coalescer.batches_run
 
     # ------------------------------------------------------------------ core
-    def _score_contexts(self, jobs: Sequence[tuple[str, list[Document]]], details: bool) -> list[ScoreResult]:
+    def _score_contexts(self, contexts: Sequence[QueryContext], details: bool) -> list[ScoreResult]:
         """Score (query, ordered documents) contexts, all in one batched engine pass."""
-        if not jobs:
+        if not contexts:
             return []
-        grounded = [self.prompts.grounded_ids(q, docs) for q, docs in jobs]
-        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in jobs)}
+        grounded = [self.prompts.grounded_ids(q, docs) for q, docs in contexts]
+        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in contexts)}
         gens = self.engine.generate(grounded, self.max_new_tokens)
         if self.answer_style == "short":
             gens = [self._first_line(g) for g in gens]
         if self.grounded_only:  # no teacher forcing: the grounded statistics alone
             return [self._result(g, None, None, details) for g in gens]
         conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
-        u_prompts = [ungrounded[q] for q, _ in jobs]
+        u_prompts = [ungrounded[q] for q, _ in contexts]
         u_stats = self.engine.token_stats(u_prompts, conts)
         return [self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
                 for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)]
@@ -206,8 +208,8 @@ class UtilityScorer:
         for query, documents in check_pairs("items", items, "(query, documents)"):
             originals, docs = check_document_list(documents)
             checked.append((check_query(query), docs, originals))
-        jobs = [(q, [d]) for q, docs, _ in checked for d in docs]
-        flat = iter(self._score_contexts(jobs, return_details))
+        contexts = [(q, [d]) for q, docs, _ in checked for d in docs]
+        flat = iter(self._score_contexts(contexts, return_details))
         return [
             [DocumentScore(index=i, document=orig, **vars(next(flat))) for i, orig in enumerate(originals)]
             for _, _, originals in checked
@@ -308,8 +310,8 @@ class UtilityScorer:
     # Each coroutine runs its engine work in a worker thread (the event loop is not blocked) and is
     # batched together with every other request waiting at the same time (see grogu.batching).
     # Answers equal the sync calls; scores agree to float32 rounding (~1e-6), as padding may differ.
-    async def _ajobs(self, jobs: list[tuple[str, list[Document]]], details: bool) -> list[ScoreResult]:
-        results = await self._coalescer.run(jobs)
+    async def _acontexts(self, contexts: list[QueryContext], details: bool) -> list[ScoreResult]:
+        results = await self._coalescer.run(contexts)
         if not details:
             results = [ScoreResult(**{**vars(r), "details": None}) for r in results]
         return results
@@ -318,7 +320,7 @@ class UtilityScorer:
         """Async :meth:`score`."""
         query = check_query(query)
         originals, docs = check_document_list(documents)
-        results = await self._ajobs([(query, [d]) for d in docs], return_details)
+        results = await self._acontexts([(query, [d]) for d in docs], return_details)
         return [DocumentScore(index=i, document=o, **vars(r))
                 for i, (o, r) in enumerate(zip(originals, results, strict=True))]
 
@@ -342,7 +344,7 @@ class UtilityScorer:
         if isinstance(contexts, (str, bytes)):
             raise TypeError("contexts must be a list of document lists")
         pairs = [check_document_list(c) for c in contexts]
-        results = await self._ajobs([(query, docs) for _, docs in pairs], return_details)
+        results = await self._acontexts([(query, docs) for _, docs in pairs], return_details)
         return [ContextScore(documents=orig, **vars(r)) for (orig, _), r in zip(pairs, results, strict=True)]
 
     async def ascore_context(self, query: str, documents: Sequence[Any], *,

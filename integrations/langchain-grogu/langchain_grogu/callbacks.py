@@ -32,7 +32,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from grogu import PromptTemplate
-from grogu.influence_log import EVENT, InfluenceJob, InfluenceRecorder, check_on_error, grogu_utility
+from grogu.influence_log import EVENT, AnsweredQuery, InfluenceRecorder, check_on_error, grogu_utility
 from grogu.models import DEFAULT_MODEL
 from grogu.targets import build_influence_scorer
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, CallbackManager
@@ -248,17 +248,17 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
             answer, source = tree.llm_answer, "llm"
         if answer is None:
             source = "grogu"
-        self.recorder.record(self._job(tree, answer, source))
+        self.recorder.record(self._answered(tree, answer, source))
 
     def _abort(self, run_id: UUID, error: BaseException) -> None:
         if self._pop_if_root(run_id) is not None:
             logger.debug("grogu influence: run %s failed (%r); no answer to record", run_id, error)
 
     # ------------------------------------------------------------------ the record
-    def _job(self, tree: _RunTree, answer: str | None, source: str) -> InfluenceJob:
+    def _answered(self, tree: _RunTree, answer: str | None, source: str) -> AnsweredQuery:
         query = tree.query if tree.query is not None else next(iter(tree.outer_queries.values()))
         context = {"run_id": str(tree.root), "run_name": tree.name, "tags": tree.tags, "metadata": tree.metadata}
-        return InfluenceJob(query=query, answer=answer, documents=grogu_documents(tree.documents, self.title_key),
+        return AnsweredQuery(query=query, answer=answer, documents=grogu_documents(tree.documents, self.title_key),
                             fields=[self._fields(d) for d in tree.documents], answer_source=source,
                             context=context, on_record=lambda record: self._dispatch(tree, record),
                             trace_context=tree.trace_context or _tracing.run_span_context(tree.manager, tree.root))

@@ -84,7 +84,7 @@ def _option(name: str) -> str:
 
 
 @dataclasses.dataclass(eq=False)
-class _Job:
+class _Work:
     """One request's engine work under one scorer's settings, as units (each scored in one engine
     call, with the generation budget ``costs[i]``); ``results`` holds one entry per unit done."""
 
@@ -98,7 +98,7 @@ class _Job:
     future: Any = None
 
 
-def _run_call(picked: list[tuple[_Job, list]]) -> list[Any]:
+def _run_call(picked: list[tuple[_Work, list]]) -> list[Any]:
     """One engine call (on the worker thread): the units of jobs with the same settings together,
     results split back per job. When it fails, each job is retried alone, so only the failing request
     gets the error (returned in its slot)."""
@@ -129,11 +129,11 @@ class _Scheduler:
 
     def __init__(self, max_requests: int, max_tokens: int, wait_s: float, on_call: Callable[[int, int], None]) -> None:
         self.max_requests, self.max_tokens, self.wait_s, self.on_call = max_requests, max_tokens, wait_s, on_call
-        self.queue: list[_Job] = []
+        self.queue: list[_Work] = []
         self._wake: Optional[asyncio.Event] = None
         self._task: Optional[asyncio.Task] = None
 
-    async def submit(self, job: _Job) -> list[Any]:
+    async def submit(self, job: _Work) -> list[Any]:
         loop = asyncio.get_running_loop()
         job.future = loop.create_future()
         if self._task is None or self._task.done():
@@ -143,7 +143,7 @@ class _Scheduler:
         self._wake.set()
         return await job.future
 
-    def _take(self) -> list[tuple[_Job, list]]:
+    def _take(self) -> list[tuple[_Work, list]]:
         head, budget, picked = self.queue[0], self.max_tokens, []
         for job in self.queue:
             if len(picked) >= self.max_requests or budget <= 0:
@@ -296,7 +296,7 @@ class GroguService:
             for start in range(0, max(len(contexts), 1), per_call):
                 units.append((query, contexts[start:start + per_call]))
                 owners.append(i)
-        done = await self._scheduler.submit(_Job(key, scorer, units, [len(c) * tokens for _, c in units], details,
+        done = await self._scheduler.submit(_Work(key, scorer, units, [len(c) * tokens for _, c in units], details,
                                                  lambda sc, us, want: sc.score_contexts_batch(us, return_details=want)))
         out: list[list[Any]] = [[] for _ in items]
         for i, rows in zip(owners, done):
@@ -426,7 +426,7 @@ class GroguService:
         items = [(check_query(it.query), A.plain_docs(it.documents), it.answer) for it in body.items]
         # an item's budget: its answer, and one per document left out and per document alone
         costs = [(2 * len(docs) + 1) * body.max_new_tokens for _, docs, _ in items]
-        result = await self._scheduler.submit(_Job(key, scorer, items, costs, body.return_ablations,
+        result = await self._scheduler.submit(_Work(key, scorer, items, costs, body.return_ablations,
                                                    lambda sc, us, want: sc.score_batch(us, return_ablations=want)))
         return {"results": [W.encode_influence(r) for r in result]}
 

@@ -29,7 +29,7 @@ import weakref
 from typing import Any, Dict, List, Optional
 
 from grogu import influence_log
-from grogu.influence_log import InfluenceJob, grogu_utility
+from grogu.influence_log import AnsweredQuery, grogu_utility
 from grogu.models import DEFAULT_MODEL
 from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 from grogu.sinks import as_sink as _as_sink
@@ -111,7 +111,7 @@ class InfluenceRecorder(influence_log.InfluenceRecorder):
             pass
         self.record(job)
 
-    def job(self, query: Any, response: Any, context: Optional[Dict[str, Any]] = None) -> Optional[InfluenceJob]:
+    def job(self, query: Any, response: Any, context: Optional[Dict[str, Any]] = None) -> Optional[AnsweredQuery]:
         """The job of one query and its response; None when there is nothing to score yet."""
         query_str = query.query_str if isinstance(query, QueryBundle) else query
         nodes = getattr(response, "source_nodes", None)
@@ -124,7 +124,7 @@ class InfluenceRecorder(influence_log.InfluenceRecorder):
                            "handler.score_response(query, response) after reading it")
             return None
         nodes = list(nodes)
-        return InfluenceJob(query=query_str, answer=answer, documents=[node_text(n.node, self.metadata_mode)
+        return AnsweredQuery(query=query_str, answer=answer, documents=[node_text(n.node, self.metadata_mode)
                                                                        for n in nodes],
                             fields=[node_fields(n) for n in nodes], context=context or {},
                             on_result=lambda result: write_influence(nodes, result.scores))
