@@ -507,7 +507,7 @@ def test_every_limit_is_a_413_naming_its_option(service, remote):
          "max_new_tokens is 500", "--max-new-tokens"),
         ("/seper", {"query": QUERY, "documents": ["d"], "references": ["x"], "max_new_tokens": 101},
          "max_new_tokens is 101", "--max-new-tokens"),
-        ("/rerank", {**body, "documents": [f"doc {i}" for i in range(12)], "mode": "context", "top_n": 10},
+        ("/rerank", {**body, "documents": [f"doc {i}" for i in range(12)], "mode": "context", "family": "orders", "top_n": 10},
          "3 candidate contexts holding 30 documents", "--max-rerank-contexts"),
         ("/score", {**body, "documents": ["d"] * 13}, "13 documents", "--max-docs"),
         ("/score", {**body, "documents": ["x" * 401]}, "401 characters", "--max-doc-chars"),
