@@ -15,8 +15,9 @@ LangChain's rerankers put theirs); ``score_scale="probability"`` puts it, and ``
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -30,12 +31,20 @@ from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import check_score_scale, probability, utility_threshold
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from typing_extensions import override
 
 from . import _tracing
 from ._target import model_label, resolve_engine
 from .prompts import template_from_langchain
+
+#: each scalar field's check (grogu's own, so a bad value is the same error here as in grogu)
+_FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "top_n": check_top_n, "threshold": check_threshold, "alpha": check_alpha, "metric": metric_name,
+    "top_k_frac": functools.partial(check_fraction, "top_k_frac"), "score_scale": check_score_scale,
+    "max_new_tokens": functools.partial(check_positive_int, "max_new_tokens"),
+    "batch_size": lambda value: None if value is None else check_positive_int("batch_size", value),
+}
 
 logger = logging.getLogger(__name__)
 
@@ -151,45 +160,10 @@ class GroguScoring(BaseModel):
             rest["settings"] = ModeSettings.build(rest.get("settings"), **named)
         return rest
 
-    @field_validator("top_n", mode="before")
+    @field_validator(*_FIELD_CHECKS, mode="before")
     @classmethod
-    def _check_top_n(cls, value: Any) -> int | None:
-        return check_top_n(value)
-
-    @field_validator("threshold", mode="before")
-    @classmethod
-    def _check_threshold(cls, value: Any) -> float | None:
-        return check_threshold(value)
-
-    @field_validator("alpha", mode="before")
-    @classmethod
-    def _check_alpha(cls, value: Any) -> float:
-        return check_alpha(value)
-
-    @field_validator("top_k_frac", mode="before")
-    @classmethod
-    def _check_top_k_frac(cls, value: Any) -> float:
-        return check_fraction("top_k_frac", value)
-
-    @field_validator("max_new_tokens", mode="before")
-    @classmethod
-    def _check_max_new_tokens(cls, value: Any) -> int:
-        return check_positive_int("max_new_tokens", value)
-
-    @field_validator("metric", mode="before")
-    @classmethod
-    def _check_metric(cls, value: Any) -> str:
-        return metric_name(value)
-
-    @field_validator("score_scale", mode="before")
-    @classmethod
-    def _check_score_scale(cls, value: Any) -> str:
-        return check_score_scale(value)
-
-    @field_validator("batch_size", mode="before")
-    @classmethod
-    def _check_batch_size(cls, value: Any) -> int | None:
-        return None if value is None else check_positive_int("batch_size", value)
+    def _check_field(cls, value: Any, info: ValidationInfo) -> Any:
+        return _FIELD_CHECKS[info.field_name](value)
 
     _scorer: Scorer = PrivateAttr()
     _model_label: str = PrivateAttr()

@@ -31,6 +31,7 @@ from ..models import DEFAULT_MODEL
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..cli import POSITIVE_INT
+    from .config import ServeConfig
 
     p.add_argument("--model", action="append", default=None,
                    help=f"target LLM (alias, path, .gguf or hub id); repeat to serve several (default {DEFAULT_MODEL})")
@@ -41,31 +42,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-replicas", type=POSITIVE_INT, default=None, help="autoscaling: most replicas (turns it on)")
     p.add_argument("--gpus-per-replica", type=float, default=0.0, help="GPUs per replica (fractions share a GPU)")
     p.add_argument("--cpus-per-replica", type=float, default=1.0, help="CPUs per replica (default 1)")
-    p.add_argument("--max-batch-size", type=POSITIVE_INT, default=16, help="requests gathered into one engine call")
-    p.add_argument("--max-batch-tokens", type=POSITIVE_INT, default=2_048,
+    p.add_argument("--max-batch-size", type=POSITIVE_INT, default=ServeConfig.default("max_batch_size"),
+                   help="requests gathered into one engine call (default %(default)s)")
+    p.add_argument("--max-batch-tokens", type=POSITIVE_INT, default=ServeConfig.default("max_batch_tokens"),
                    help="generation budget of one engine call, contexts x answer tokens; a larger request is "
-                        "scored in several calls, taking turns with the others (default 2048)")
-    p.add_argument("--batch-wait-ms", type=float, default=10.0, help="how long an idle replica waits for a call to fill (ms)")
+                        "scored in several calls, taking turns with the others (default %(default)s)")
+    p.add_argument("--batch-wait-ms", type=float, default=1000 * ServeConfig.default("batch_wait_s"),
+                   help="how long an idle replica waits for a call to fill (ms, default %(default)s)")
     limits = p.add_argument_group("limits (413 above each, naming the option)")
-    limits.add_argument("--max-docs", type=POSITIVE_INT, default=256, help="documents per request (default 256)")
-    limits.add_argument("--max-doc-chars", type=POSITIVE_INT, default=20_000, help="characters per document (default 20000)")
-    limits.add_argument("--max-query-chars", type=POSITIVE_INT, default=4_000, help="characters per query (default 4000)")
-    limits.add_argument("--max-template-chars", type=POSITIVE_INT, default=8_000,
-                        help="characters of a request's prompt template, all fields (default 8000)")
-    limits.add_argument("--max-request-chars", type=POSITIVE_INT, default=1_000_000,
-                        help="characters of all of a request's text together (default 1000000)")
-    limits.add_argument("--max-new-tokens", type=POSITIVE_INT, default=512,
-                        help="answer tokens a request may ask for per context (default 512)")
-    limits.add_argument("--max-rerank-contexts", type=POSITIVE_INT, default=1_024,
-                        help="contexts a rerank may score, candidates x documents (default 1024)")
-    limits.add_argument("--max-body-bytes", type=POSITIVE_INT, default=8 * 2**20,
-                        help="request body bytes, checked by Content-Length and while the body streams in, "
-                             "before it is parsed (default 8388608, 8 MiB)")
+    for name, default, text in ServeConfig.size_limits():
+        limits.add_argument("--" + name.replace("_", "-"), type=POSITIVE_INT, default=default,
+                            help=f"{text} (default {default})")
     http = p.add_argument_group("slow clients (seconds)")
     http.add_argument("--header-timeout-s", type=float, default=10.0,
                       help="a connection's request headers must be complete within this (default 10)")
-    http.add_argument("--body-timeout-s", type=float, default=30.0,
-                      help="a request body must arrive within this after its headers (408; default 30)")
+    http.add_argument("--body-timeout-s", type=float, default=ServeConfig.default("body_timeout_s"),
+                      help="a request body must arrive within this after its headers (408; default %(default)s)")
     http.add_argument("--keep-alive-timeout-s", type=POSITIVE_INT, default=5,
                       help="an idle keep-alive connection is closed after this (default 5)")
     http.add_argument("--request-timeout-s", type=float, default=600.0,
@@ -115,14 +107,13 @@ def resolve_token(args: argparse.Namespace) -> str | None:
 
 
 def config_kwargs(args: argparse.Namespace) -> dict:
-    """The :class:`grogu.serve.service.ServeConfig` fields the command line sets (all but the model)."""
-    return dict(device=args.device, dtype=args.dtype, max_docs=args.max_docs, max_doc_chars=args.max_doc_chars,
-                max_query_chars=args.max_query_chars, max_template_chars=args.max_template_chars,
-                max_request_chars=args.max_request_chars, max_new_tokens=args.max_new_tokens,
-                max_rerank_contexts=args.max_rerank_contexts, max_body_bytes=args.max_body_bytes,
-                body_timeout_s=args.body_timeout_s, max_batch_size=args.max_batch_size,
-                max_batch_tokens=args.max_batch_tokens, batch_wait_s=args.batch_wait_ms / 1000.0,
-                embedder=args.embedder, nli=args.nli, stats_pids=args.stats_pids)
+    """The :class:`grogu.serve.config.ServeConfig` fields the command line sets (all but the model)."""
+    from .config import ServeConfig
+
+    return dict(device=args.device, dtype=args.dtype, body_timeout_s=args.body_timeout_s,
+                max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens,
+                batch_wait_s=args.batch_wait_ms / 1000.0, embedder=args.embedder, nli=args.nli,
+                stats_pids=args.stats_pids, **{name: getattr(args, name) for name, _, _ in ServeConfig.size_limits()})
 
 
 def start(args: argparse.Namespace) -> list[tuple[str, str]]:

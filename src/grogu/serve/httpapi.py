@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from .config import ServeConfig
 
 logger = logging.getLogger("grogu.serve")
 
@@ -83,7 +84,8 @@ OPEN_PATHS = ("/health", "/docs", "/openapi.json", "/redoc")
 
 #: this process's replica settings the guard needs (a replica is a process of its own). Set through a
 #: function: Ray pickles the ingress class by value, and its module globals with it.
-_REPLICA: dict[str, Any] = {"token": None, "max_body_bytes": 8 * 2**20, "body_timeout_s": 30.0}
+_REPLICA: dict[str, Any] = {"token": None, "max_body_bytes": ServeConfig.default("max_body_bytes"),
+                            "body_timeout_s": ServeConfig.default("body_timeout_s")}
 
 
 def set_replica_token(token: Optional[str]) -> None:

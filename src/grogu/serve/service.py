@@ -36,7 +36,6 @@ from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
 from ..checks import check_query
 from ..engine import get_engine
 from ..influence import EMBEDDING_METHODS, InfluenceScorer, load_embedder
-from ..models import DEFAULT_MODEL
 from ..results import choose_layout
 from ..scorer import UtilityScorer
 from ..selection import RERANK_MODES
@@ -44,43 +43,11 @@ from ..seper import NLIEntailment, SePerScorer
 from . import api as A
 from . import wire as W
 from .. import rerank as R
+from .config import ServeConfig, option
 from .httpapi import LimitError, app, set_replica_limits, set_replica_token
 
 #: scorers (one per distinct settings) a replica keeps; they share the replica's engine
 SCORER_CACHE = 32
-
-
-@dataclasses.dataclass
-class ServeConfig:
-    """What one deployment serves and the limits it enforces (see ``grogu serve --help``)."""
-
-    model: str = DEFAULT_MODEL
-    device: Optional[str] = None
-    dtype: Optional[str] = None
-    token: Optional[str] = None
-    max_docs: int = 256            # documents per request, over all its lists
-    max_doc_chars: int = 20_000    # characters per document (text + title)
-    max_query_chars: int = 4_000   # characters per query
-    max_template_chars: int = 8_000  # characters of a request's prompt template (all its fields)
-    max_request_chars: int = 1_000_000  # characters of every string of a request together
-    max_new_tokens: int = 512      # answer tokens a request may ask for
-    max_rerank_contexts: int = 1_024  # a rerank's candidate contexts x their documents
-    max_body_bytes: int = 8 * 2**20  # request body bytes (also enforced by the proxy, by Content-Length)
-    body_timeout_s: float = 30.0   # seconds a request body may take to arrive
-    max_batch_size: int = 16       # requests gathered into one engine call
-    max_batch_tokens: int = 2_048  # generation budget (contexts x answer tokens) of one engine call
-    batch_wait_s: float = 0.01     # how long an idle replica waits for a call to fill
-    embedder: str = "all-minilm-l6-v2"
-    nli: Optional[str] = None      # NLI model for ΔSePer (none: /seper answers 422)
-    stats_pids: bool = False       # /stats shows the replica's process id (benchmarks kill it)
-
-    #: the limits, with the option of each (what /info lists and the 413 messages name)
-    LIMITS = ("max_docs", "max_doc_chars", "max_query_chars", "max_template_chars", "max_request_chars",
-              "max_new_tokens", "max_rerank_contexts", "max_body_bytes", "body_timeout_s")
-
-
-def _option(name: str) -> str:
-    return "grogu serve --" + name.replace("_", "-")
 
 
 @dataclasses.dataclass(eq=False)
@@ -236,30 +203,30 @@ class GroguService:
         total = A.text_chars(body)
         if total > c.max_request_chars:
             raise LimitError(f"the request holds {total} characters in all; this service takes at most "
-                             f"{c.max_request_chars} per request ({_option('max_request_chars')}): split it")
+                             f"{c.max_request_chars} per request ({option('max_request_chars')}): split it")
         for i, query in enumerate(A.queries_of(body)):
             if len(query) > c.max_query_chars:
                 raise LimitError(f"query {i} has {len(query)} characters; this service takes at most "
-                                 f"{c.max_query_chars} per query ({_option('max_query_chars')})")
+                                 f"{c.max_query_chars} per query ({option('max_query_chars')})")
         for name, size in A.templates_of(body):
             if size > c.max_template_chars:
                 raise LimitError(f"the {name} has {size} characters; this service takes at most "
-                                 f"{c.max_template_chars} ({_option('max_template_chars')})")
+                                 f"{c.max_template_chars} ({option('max_template_chars')})")
         tokens = body.answer_tokens() if isinstance(body, A.ScorerSettings) else getattr(body, "max_new_tokens", None)
         if tokens is not None and tokens > c.max_new_tokens:
             raise LimitError(f"max_new_tokens is {tokens}; this service generates at most {c.max_new_tokens} "
-                             f"answer tokens per context ({_option('max_new_tokens')})")
+                             f"answer tokens per context ({option('max_new_tokens')})")
         lists = A.docs_of(body)
         n = sum(len(docs) for docs in lists)
         if n > c.max_docs:
             raise LimitError(f"the request holds {n} documents; this service takes at most {c.max_docs} "
-                             f"per request ({_option('max_docs')}): split it into several requests")
+                             f"per request ({option('max_docs')}): split it into several requests")
         for docs in lists:
             for i, d in enumerate(docs):
                 size = len(d) if isinstance(d, str) else len(d.text) + len(d.title or "")
                 if size > c.max_doc_chars:
                     raise LimitError(f"document {i} has {size} characters; this service takes at most "
-                                     f"{c.max_doc_chars} per document ({_option('max_doc_chars')})")
+                                     f"{c.max_doc_chars} per document ({option('max_doc_chars')})")
 
     def _cached(self, key: str, build: Callable[[], Any]) -> Any:
         if key not in self._scorers:
@@ -388,7 +355,7 @@ class GroguService:
         if slots > self.config.max_rerank_contexts:
             raise LimitError(f"this rerank would score {len(planned)} candidate contexts holding {slots} documents "
                              f"in all (candidates x documents); this service scores at most "
-                             f"{self.config.max_rerank_contexts} per rerank ({_option('max_rerank_contexts')})")
+                             f"{self.config.max_rerank_contexts} per rerank ({option('max_rerank_contexts')})")
         _, scorer = self._utility(body)
         # checks, and the MiniLM relevance when none is given (model work: on the worker thread)
         rerank_plan = await self._on_worker(

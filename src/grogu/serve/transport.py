@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from ..checks import check_positive_int
 
@@ -97,46 +97,54 @@ class Transport:
             _raise_for(response.status_code, data)
         return data
 
+    def _waits(self) -> Iterator[float]:
+        """The wait before each attempt (none before the first), counting the retries."""
+        yield 0.0
+        for attempt in range(self.retries):
+            self.retried += 1
+            yield self._delay(attempt)
+
+    def _outcome(self, response: Any) -> tuple[bool, Any]:
+        """One attempt's response (or transport error) as (done, the decoded result or why it is sent again)."""
+        import httpx
+
+        if isinstance(response, httpx.TransportError):
+            return False, f"{type(response).__name__}: {response}"
+        if _retriable(response):
+            return False, f"HTTP {response.status_code}: {response.text[:200]}"
+        return True, self._result(response)
+
+    def _unreachable(self, path: str, last: str) -> ServiceUnavailable:
+        return ServiceUnavailable(None, f"{self.url}{path} unreachable after {self.retries + 1} attempts ({last})")
+
     def request(self, method: str, path: str, body: Any = None) -> Any:
         import httpx
 
         if self._client is None:
             self._client = httpx.Client(base_url=self.url, headers=self._headers, timeout=self._timeout)
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.retried += 1
-                time.sleep(self._delay(attempt - 1))
+        for wait in self._waits():
+            time.sleep(wait)
             try:
-                response = self._client.request(method, path, json=body)
+                done, value = self._outcome(self._client.request(method, path, json=body))
             except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if _retriable(response):
-                last = f"HTTP {response.status_code}: {response.text[:200]}"
-                continue
-            return self._result(response)
-        raise ServiceUnavailable(None, f"{self.url}{path} unreachable after {self.retries + 1} attempts ({last})")
+                done, value = self._outcome(exc)
+            if done:
+                return value
+        raise self._unreachable(path, value)
 
     async def arequest(self, method: str, path: str, body: Any = None) -> Any:
         import httpx
 
-        last = ""
         async with httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout) as client:
-            for attempt in range(self.retries + 1):
-                if attempt:
-                    self.retried += 1
-                    await asyncio.sleep(self._delay(attempt - 1))
+            for wait in self._waits():
+                await asyncio.sleep(wait)
                 try:
-                    response = await client.request(method, path, json=body)
+                    done, value = self._outcome(await client.request(method, path, json=body))
                 except httpx.TransportError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                    continue
-                if _retriable(response):
-                    last = f"HTTP {response.status_code}: {response.text[:200]}"
-                    continue
-                return self._result(response)
-        raise ServiceUnavailable(None, f"{self.url}{path} unreachable after {self.retries + 1} attempts ({last})")
+                    done, value = self._outcome(exc)
+                if done:
+                    return value
+        raise self._unreachable(path, value)
 
     def close(self) -> None:
         """Close the pooled sync connections (also done when the transport is garbage-collected)."""

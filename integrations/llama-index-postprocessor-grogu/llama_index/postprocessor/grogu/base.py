@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import math
@@ -190,22 +191,11 @@ class GroguRerank(BaseNodePostprocessor):
         # a service (node metadata stay here), or the model / server run for this process
         scorer, label = build_scorer(model, resolve_engine=resolve_engine, model_label=model_label, device=device,
                                      dtype=dtype, batch_size=batch_size, engine_config=engine_config, **options)
-        super().__init__(
-            model=label,
-            top_n=top_n,
-            threshold=threshold,
-            metric=metric,
-            layout=layout,
-            on_error=on_error,
-            keep_retrieval_score=keep_retrieval_score,
-            metadata_mode=metadata_mode,
-            max_new_tokens=max_new_tokens,
-            answer_style=answer_style,
-            settings=settings,
-            score_scale=score_scale,
-            batch_size=batch_size,
-            callback_manager=callback_manager or CallbackManager([]),
-        )
+        super().__init__(model=label, top_n=top_n, threshold=threshold, metric=metric, layout=layout,
+                         on_error=on_error, keep_retrieval_score=keep_retrieval_score, metadata_mode=metadata_mode,
+                         max_new_tokens=max_new_tokens, answer_style=answer_style, settings=settings,
+                         score_scale=score_scale, batch_size=batch_size,
+                         callback_manager=callback_manager or CallbackManager([]))
         self._scorer = scorer
         self._fingerprint = prompt_fingerprint(scorer.template, max_new_tokens)
 
@@ -239,32 +229,19 @@ class GroguRerank(BaseNodePostprocessor):
         finally:
             _CALL_SETTINGS.reset(token)
 
-    def postprocess_nodes(
-        self,
-        nodes: List[NodeWithScore],
-        query_bundle: Optional[QueryBundle] = None,
-        query_str: Optional[str] = None,
-        *,
-        top_n: Any = _UNSET,
-    ) -> List[NodeWithScore]:
+    def _per_call(self, top_n: Any):
+        return contextlib.nullcontext() if top_n is _UNSET else self.using(top_n=top_n)
+
+    def postprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None,
+                          query_str: Optional[str] = None, *, top_n: Any = _UNSET) -> List[NodeWithScore]:
         """LlamaIndex's ``postprocess_nodes``, with an optional per-call ``top_n`` (None: every node)."""
-        if top_n is _UNSET:
-            return super().postprocess_nodes(nodes, query_bundle, query_str)
-        with self.using(top_n=top_n):
+        with self._per_call(top_n):
             return super().postprocess_nodes(nodes, query_bundle, query_str)
 
-    async def apostprocess_nodes(
-        self,
-        nodes: List[NodeWithScore],
-        query_bundle: Optional[QueryBundle] = None,
-        query_str: Optional[str] = None,
-        *,
-        top_n: Any = _UNSET,
-    ) -> List[NodeWithScore]:
+    async def apostprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None,
+                                 query_str: Optional[str] = None, *, top_n: Any = _UNSET) -> List[NodeWithScore]:
         """Async :meth:`postprocess_nodes`."""
-        if top_n is _UNSET:
-            return await super().apostprocess_nodes(nodes, query_bundle, query_str)
-        with self.using(top_n=top_n):
+        with self._per_call(top_n):
             return await super().apostprocess_nodes(nodes, query_bundle, query_str)
 
     def _top_n(self) -> Optional[int]:
