@@ -175,7 +175,8 @@ def test_llama_index_openailike_chat_model(server):
     assert target is target_from_llm(llm, api="chat") and target.api == "chat" and target.tokenizer is None
     synth = get_response_synthesizer(llm=llm, response_mode="compact")
     with pytest.raises(ValueError, match="metric='entropy' or metric='ppl'"):
-        GroguRerank(top_n=2, model=target)
+        GroguRerank(top_n=2, model=target, metric="key_entropy")
+    assert GroguRerank(top_n=2, model=target).metric == "ppl"  # the default of a grounded-only target
     rerank = GroguRerank(top_n=2, model=target, metric="entropy", template=template_from_llama_index(synth, llm),
                          max_new_tokens=BUDGET)
     nodes = [NodeWithScore(node=TextNode(text=t), score=s) for t, s in zip(DOCS, (0.9, 0.5, 0.1))]
@@ -188,8 +189,8 @@ def test_llama_index_openailike_chat_model(server):
 
 def test_langchain_chat_openai(server, monkeypatch):
     """LangChain: a ChatOpenAI's chat-API target with metric="entropy" scores each document with the
-    answer the ChatOpenAI itself gives; the hosted API (no base_url) is a chat target, refused with the
-    default metric."""
+    answer the ChatOpenAI itself gives; the hosted API (no base_url) is a chat target whose default
+    metric is ppl (KeyEntropy is refused)."""
     pytest.importorskip("langchain_grogu")
     from langchain_core.documents import Document
     from langchain_core.prompts import ChatPromptTemplate
@@ -210,7 +211,8 @@ def test_langchain_chat_openai(server, monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     hosted = ChatOpenAI(model="gpt-4o-mini", api_key="sk-test")
     with pytest.raises(ValueError, match="metric='entropy' or metric='ppl'"):
-        GroguCompressor(model=hosted)
+        GroguCompressor(model=hosted, metric="key_entropy")
+    assert GroguCompressor(model=hosted).metric == "ppl"  # a grounded-only target's default
     assert GroguCompressor(model=hosted, metric="ppl").scorer.engine.base_url == "https://api.openai.com/v1"
 
 
@@ -252,7 +254,8 @@ def test_seper_samples_through_the_chat_api(target, reference):
 
 def test_what_needs_teacher_forcing_is_refused(target):
     with pytest.raises(ServerCapabilityError, match=r"metric='entropy' or metric='ppl'.*api='vllm'.*api='llama-cpp'"):
-        grogu.UtilityScorer(target)  # the default key_entropy
+        grogu.UtilityScorer(target, metric="key_entropy")  # the default of a target that teacher-forces
+    assert grogu.UtilityScorer(target).metric == "ppl"  # a grounded-only target's default
     with pytest.raises(ServerCapabilityError, match="metric='copy_aware_key_entropy'"):
         grogu.UtilityScorer(target, metric="copy_aware_key_entropy")
     with pytest.raises(ServerCapabilityError, match="token_stats .*no prompt log-probabilities"):

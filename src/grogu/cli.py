@@ -149,7 +149,8 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     src.add_argument("--queries", help="JSONL file of {'query', 'documents'} objects")
     src.add_argument("--example", action="store_true", help="use the small bundled example")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM: alias, path, .gguf or hub id (default {DEFAULT_MODEL})")
-    p.add_argument("--metric", default=M.DEFAULT_METRIC, choices=sorted(M.METRICS))
+    p.add_argument("--metric", default=None, choices=sorted(M.METRICS),
+                   help=f"GROGU variant (default {M.DEFAULT_METRIC}; {M.GROUNDED_DEFAULT_METRIC} with --server-api chat)")
     p.add_argument("--alpha", type=ALPHA, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
     p.add_argument("--top-k-frac", type=FRACTION, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
     p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=None, help="longest scored answer (default 64; 16 with --answer-style short)")

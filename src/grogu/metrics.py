@@ -317,6 +317,15 @@ def _copy_aware_entropy_change_metric(s, alpha, k):
 #: teacher-force (``ServerTarget(api="chat")``, ``grounded_only``) can give
 GROUNDED_METRICS = ("entropy", "ppl")
 
+#: the default metric of a grounded-only target (the context mode's default confidence, ``context_metric``)
+GROUNDED_DEFAULT_METRIC = "ppl"
+
+
+def default_metric(grounded_only: bool) -> str:
+    """The metric a scorer uses when none is given: the paper's KeyEntropy, or perplexity for a target
+    that cannot teacher-force (a chat API), where KeyEntropy cannot be computed."""
+    return GROUNDED_DEFAULT_METRIC if grounded_only else DEFAULT_METRIC
+
 METRICS: dict[str, MetricFn] = {
     "key_entropy": _key_entropy_metric,
     "entropy": _entropy_metric,

@@ -59,7 +59,8 @@ class UtilityScorer:
 
     A grounded-only target (``target.grounded_only``: ``ServerTarget(api="chat")``, which cannot
     teacher-force) is scored with the metrics of the grounded answer alone
-    (:data:`grogu.metrics.GROUNDED_METRICS`: ``entropy``, ``ppl``); another metric is a
+    (:data:`grogu.metrics.GROUNDED_METRICS`: ``entropy``, ``ppl``; ``metric=None``, the default, is
+    ``ppl`` there and ``key_entropy`` elsewhere); another metric is a
     :class:`~grogu.servers.ServerCapabilityError` here, and ``variants`` holds those metrics only.
     """
 
@@ -67,7 +68,7 @@ class UtilityScorer:
         self,
         model: Any = DEFAULT_MODEL,
         *,
-        metric: str = M.DEFAULT_METRIC,
+        metric: str | None = None,
         alpha: float = M.ALPHA,
         top_k_frac: float = M.TOP_K_FRAC,
         max_new_tokens: int | None = None,
@@ -77,7 +78,7 @@ class UtilityScorer:
         answer_style: str = "long",
         copy_ngram: int = M.COPY_NGRAM,
     ) -> None:
-        self.metric = M.metric_name(metric)
+        metric = None if metric is None else M.metric_name(metric)
         alpha, top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
         self.answer_style = check_choice("answer_style", answer_style, ANSWER_STYLES)
         self.copy_ngram = check_positive_int("copy_ngram", copy_ngram)
@@ -91,6 +92,7 @@ class UtilityScorer:
         self.alpha, self.top_k_frac, self.max_new_tokens = alpha, top_k_frac, max_new_tokens
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.grounded_only = bool(getattr(self.engine, "grounded_only", False))
+        self.metric = M.default_metric(self.grounded_only) if metric is None else metric
         if self.grounded_only and self.metric not in M.GROUNDED_METRICS:
             raise self.engine.teacher_forcing_error(
                 f"metric={self.metric!r} (it compares the answer's token statistics with and without the documents)")

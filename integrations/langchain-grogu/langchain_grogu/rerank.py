@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, Literal
 
-from grogu import DEFAULT_METRIC, DocumentScore, EngineConfig, PromptTemplate
+from grogu import DocumentScore, EngineConfig, PromptTemplate
 from grogu.targets import Scorer, build_scorer, remote_target
 from grogu.checks import check_alpha, check_fraction, check_positive_int, check_threshold, check_top_n
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
@@ -40,7 +40,8 @@ from .prompts import template_from_langchain
 
 #: each scalar field's check (grogu's own, so a bad value is the same error here as in grogu)
 _FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "top_n": check_top_n, "threshold": check_threshold, "alpha": check_alpha, "metric": metric_name,
+    "top_n": check_top_n, "threshold": check_threshold, "alpha": check_alpha,
+    "metric": lambda value: None if value is None else metric_name(value),
     "top_k_frac": functools.partial(check_fraction, "top_k_frac"), "score_scale": check_score_scale,
     "max_new_tokens": functools.partial(check_positive_int, "max_new_tokens"),
     "batch_size": lambda value: None if value is None else check_positive_int("batch_size", value),
@@ -84,9 +85,10 @@ class GroguScoring(BaseModel):
     """Keep only documents whose utility is >= threshold (minus key-token entropy in nats for the
     default metric: e.g. -1.5 keeps documents whose answer key tokens have at most 1.5 nats); with
     ``score_scale='probability'`` a number in [0, 1] on that scale."""
-    metric: str = DEFAULT_METRIC
-    """A name from ``grogu.METRICS``: 'key_entropy' (default), 'entropy', 'ppl', 'key_ppl' (the GROGU
-    paper's four variants), or a small-model variant (see ``grogu.metrics``)."""
+    metric: str | None = None
+    """A name from ``grogu.METRICS``: 'key_entropy', 'entropy', 'ppl', 'key_ppl' (the GROGU paper's four
+    variants), or a small-model variant (see ``grogu.metrics``). None (default): 'key_entropy', or 'ppl'
+    for an LLM behind a chat API (which cannot teacher-force); after construction, the metric used."""
     alpha: float = ALPHA
     """Key-token threshold on |H_grounded - H_ungrounded| in nats."""
     top_k_frac: float = TOP_K_FRAC
@@ -170,8 +172,6 @@ class GroguScoring(BaseModel):
 
     def model_post_init(self, context: Any, /) -> None:
         self.settings.check_threshold(self.threshold)
-        if self.score_scale == "probability":
-            utility_threshold(self.metric, self.threshold)  # a ValueError unless in [0, 1]
         template = self.template
         if self.qa_prompt is not None:
             if template is not None:
@@ -185,6 +185,9 @@ class GroguScoring(BaseModel):
         self._scorer, self._model_label = build_scorer(
             self.model, resolve_engine=resolve_engine, model_label=model_label, device=self.device, dtype=self.dtype,
             batch_size=self.batch_size, engine_config=self.engine_config, **options)
+        self.metric = self._scorer.metric  # None: the target's default
+        if self.score_scale == "probability":
+            utility_threshold(self.metric, self.threshold)  # a ValueError unless in [0, 1]
 
     @property
     def mode(self) -> str:

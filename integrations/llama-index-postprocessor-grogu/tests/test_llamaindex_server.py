@@ -64,13 +64,15 @@ def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, 
 
 
 def test_the_hosted_openai_api_is_a_grounded_only_target():
-    """An LLM on the hosted OpenAI API becomes a chat-API target (no request is made until scoring): the
-    default metric needs prompt log-probabilities and is refused with the metrics that work."""
+    """An LLM on the hosted OpenAI API becomes a chat-API target (no request is made until scoring): its
+    default metric is ppl; KeyEntropy needs prompt log-probabilities and is refused with the metrics
+    that work."""
     from llama_index.llms.openai_like import OpenAILike
 
     hosted = OpenAILike(api_base="https://api.openai.com/v1", model="gpt-4o-mini", api_key="sk-test",
                         is_chat_model=True)
     with pytest.raises(ValueError, match="metric='entropy' or metric='ppl'"):
-        GroguRerank(top_n=2, model=hosted)
+        GroguRerank(top_n=2, model=hosted, metric="key_entropy")
+    assert GroguRerank(top_n=2, model=hosted).metric == "ppl"
     rerank = GroguRerank(top_n=2, model=hosted, metric="entropy")
     assert rerank.scorer.engine.api == "chat" and rerank.scorer.engine.grounded_only

@@ -103,12 +103,12 @@ class RemoteScorer(_Remote):
     """
 
     def __init__(self, url: Any, token: str | None = None, *, timeout: float = 120.0, retries: int = 4,
-                 backoff: float = 0.25, metric: str = M.DEFAULT_METRIC, alpha: float = M.ALPHA,
+                 backoff: float = 0.25, metric: str | None = None, alpha: float = M.ALPHA,
                  top_k_frac: float = M.TOP_K_FRAC, max_new_tokens: int | None = None,
                  template: PromptTemplate | None = None, answer_style: str = "long",
                  copy_ngram: int = M.COPY_NGRAM) -> None:
         super().__init__(url, token, timeout, retries, backoff)
-        self.metric = M.metric_name(metric)
+        self.metric = M.DEFAULT_METRIC if metric is None else M.metric_name(metric)
         self.alpha, self.top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
         self.answer_style = check_choice("answer_style", answer_style, ANSWER_STYLES)
         self.copy_ngram = check_positive_int("copy_ngram", copy_ngram)

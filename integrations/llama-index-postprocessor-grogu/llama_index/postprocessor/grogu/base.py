@@ -122,7 +122,8 @@ class GroguRerank(BaseNodePostprocessor):
     model: str = Field(description="Target LLM whose utility is measured.")
     top_n: Optional[int] = Field(default=None, description="Number of nodes to return (None: all).")
     threshold: Optional[float] = Field(default=None, description="Minimum utility of a kept node.")
-    metric: str = Field(default=grogu.DEFAULT_METRIC, description="GROGU variant: key_entropy, entropy, ppl, key_ppl.")
+    metric: str = Field(default=grogu.DEFAULT_METRIC, description="GROGU variant: key_entropy, entropy, ppl, key_ppl "
+                        "(given None: key_entropy, or ppl for an LLM behind a chat API).")
     layout: Optional[str] = Field(default=None, description="None, 'after' or 'only' (see the class docstring).")
     on_error: str = Field(default="raise", description="'raise' or 'passthrough' on a scoring failure.")
     keep_retrieval_score: bool = Field(default=True, description="Keep the retrieval score in metadata.")
@@ -143,7 +144,7 @@ class GroguRerank(BaseNodePostprocessor):
         model: Any = grogu.DEFAULT_MODEL,
         *,
         threshold: Optional[float] = None,
-        metric: str = grogu.DEFAULT_METRIC,
+        metric: Optional[str] = None,
         layout: Optional[str] = None,
         on_error: str = "raise",
         keep_retrieval_score: bool = True,
@@ -168,8 +169,6 @@ class GroguRerank(BaseNodePostprocessor):
     ) -> None:
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
         score_scale = check_score_scale(score_scale)
-        if score_scale == "probability":
-            utility_threshold(metric_name(metric), threshold)  # a ValueError unless in [0, 1]
         if batch_size is not None:
             batch_size = check_positive_int("batch_size", batch_size)
         if max_new_tokens is not None:
@@ -184,13 +183,16 @@ class GroguRerank(BaseNodePostprocessor):
         settings = ModeSettings.build(settings, mode=mode, weight=weight, family=family, swaps=swaps, margin=margin,
                                       **more_settings)
         settings.check_threshold(threshold)
-        metric = metric_name(metric)
+        metric = None if metric is None else metric_name(metric)
         llm = model if isinstance(model, LLM) else None
         template, max_new_tokens = scoring_prompt(qa_template, template, settings.mode, llm, max_new_tokens)
         options = dict(metric=metric, max_new_tokens=max_new_tokens, template=template, answer_style=answer_style)
         # a service (node metadata stay here), or the model / server run for this process
         scorer, label = build_scorer(model, resolve_engine=resolve_engine, model_label=model_label, device=device,
                                      dtype=dtype, batch_size=batch_size, engine_config=engine_config, **options)
+        metric = scorer.metric  # None: the target's default
+        if score_scale == "probability":
+            utility_threshold(metric, threshold)  # a ValueError unless in [0, 1]
         super().__init__(model=label, top_n=top_n, threshold=threshold, metric=metric, layout=layout,
                          on_error=on_error, keep_retrieval_score=keep_retrieval_score, metadata_mode=metadata_mode,
                          max_new_tokens=max_new_tokens, answer_style=answer_style, settings=settings,

@@ -47,7 +47,7 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
     model and tokenizer are reused (no second copy is loaded), a ``grogu.ServerTarget``, or an
     ``OpenAILike`` / ``OpenAI`` LLM pointing at an OpenAI-compatible server (scored through that server,
     :func:`grogu.servers.target_from_llm`; the OpenAI API and Ollama are grounded-only targets:
-    ``metric="entropy"`` or ``"ppl"``).
+    ``metric="ppl"``, their default, or ``"entropy"``).
     """
     if isinstance(model, (grogu.Engine, grogu.ServerTarget)):
         return model
@@ -73,7 +73,7 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
         raise TypeError(
             f"{type(model).__name__} does not expose token probabilities: GROGU needs the target LLM's "
             "token log-probabilities. Pass a HuggingFaceLLM, an OpenAILike / OpenAI LLM on an OpenAI-compatible "
-            "server (vLLM, SGLang, llama.cpp; the OpenAI API or Ollama with metric='entropy' or 'ppl'), a "
+            "server (vLLM, SGLang, llama.cpp; the OpenAI API or Ollama, grounded-only: metric 'ppl' or 'entropy'), a "
             "grogu.ServerTarget, a grogu Engine, a (model, tokenizer) pair or a model name/path."
         )
     raise TypeError(
