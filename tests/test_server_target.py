@@ -279,6 +279,8 @@ def test_log_probabilities_switched_off_is_a_clear_error():
     (dict(top_logprobs=0), "top_logprobs"),
     (dict(timeout=float("nan")), "timeout"),
     (dict(max_concurrency=0), "max_concurrency"),
+    (dict(retries=-1), "retries must be an int >= 0"),
+    (dict(backoff=float("inf")), "backoff"),
 ])
 def test_bad_settings(kwargs, message):
     args = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "tokenizer": grogu.DEFAULT_MODEL, **kwargs}

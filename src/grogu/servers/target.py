@@ -56,8 +56,6 @@ API's own; llama-cpp-python reports the untempered ones.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import math
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -68,6 +66,7 @@ import torch
 from ..checks import check_continuations, check_positive_int
 from ..engine.types import UNKNOWN_TOKEN_ID, Generation, TokenStats
 from ..prompts import ChatPrompt
+from .http import Connection, ServerCapabilityError, ServerError, run
 from .topk import DEFAULT_TAIL, TAILS, topk_entropy
 
 APIS = ("vllm", "llama-cpp", "chat")
@@ -79,15 +78,6 @@ OPENAI_HOSTS = ("api.openai.com",)
 #: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
 CHAT_MAX_TOP_LOGPROBS = 20
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
-_RETRY_STATUS = (408, 429, 500, 502, 503, 504)
-
-
-class ServerError(RuntimeError):
-    """The inference server could not be reached or refused a request (the message says which and why)."""
-
-
-class ServerCapabilityError(ValueError):
-    """The server (or its settings) cannot give what a metric needs (the message names what can)."""
 
 
 ACU_MESSAGE = ("ACU needs the probabilities of given label tokens, which an inference server returns only when "
@@ -175,17 +165,8 @@ class ServerTarget:
         if tail is not None and tail not in TAILS:
             raise ValueError(f"tail must be one of {TAILS}, got {tail!r}")
         self.top_logprobs = check_positive_int("top_logprobs", top_logprobs)
-        self.max_concurrency = check_positive_int("max_concurrency", max_concurrency)
-        self.retries = int(retries)
-        if self.retries < 0:
-            raise ValueError("retries must be >= 0")
-        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if not (isinstance(backoff, (int, float)) and math.isfinite(backoff) and backoff >= 0):
-            raise ValueError(f"backoff must be a non-negative number of seconds, got {backoff!r}")
         if vocab_size is not None:
             vocab_size = check_positive_int("vocab_size", vocab_size)
-        self.timeout, self.backoff = float(timeout), float(backoff)
         url = base_url.rstrip("/")
         self.base_url = url if url.endswith("/v1") else url + "/v1"
         self.hosted_openai = is_hosted_openai(self.base_url)
@@ -194,8 +175,9 @@ class ServerTarget:
         if api == "chat":
             self._check_chat_settings(tokenizer, context_window, stop_token_ids)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.http = Connection(self.base_url, self.api_key, timeout=timeout, retries=retries, backoff=backoff,
+                               max_concurrency=max_concurrency, explain=self._http_error)
         self._models = None
-        self.requests_sent = 0
         self._echo_shift: int | None = None
         self.model_name = model if model is not None else self._only_model()
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -254,6 +236,11 @@ class ServerTarget:
             raise ValueError("stop_token_ids do not apply to api='chat': the server ends the answer at the end of "
                              "its chat turn")
 
+    @property
+    def requests_sent(self) -> int:
+        """HTTP requests this target has sent (retries included)."""
+        return self.http.requests_sent
+
     def __repr__(self) -> str:
         return f"ServerTarget({self.base_url!r}, model={self.model_name!r}, api={self.api!r})"
 
@@ -274,7 +261,7 @@ class ServerTarget:
     def served_models(self) -> list[dict[str, Any]]:
         """The server's ``/v1/models`` entries."""
         if self._models is None:
-            data = self._run(self._get("/models"))
+            data = run(self.http.get("/models"))
             self._models = list(data.get("data", [])) if isinstance(data, dict) else []
         return self._models
 
@@ -311,39 +298,20 @@ class ServerTarget:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
     # ------------------------------------------------------------------ HTTP
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    def _client(self):
-        import httpx
-
-        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
-        return httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self._headers())
-
-    @staticmethod
-    def _run(coro):
-        """Run a coroutine to completion from sync code, also when called inside a running event loop."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, coro).result()
-
     async def _answer_ids(self, items: list[tuple[list[int], str]]) -> list[list[int]]:
         """llama-cpp-python: the token ids of each answer text as the server reads it after its prompt
         (``/extras/tokenize`` of prompt + answer, the prompt's own tokens taken off), so that the answer
         echoed back under another prompt ending the same way has exactly these tokens."""
         root = self.base_url[: -len("/v1")]
-        sem = asyncio.Semaphore(self.max_concurrency)
+        sem = asyncio.Semaphore(self.http.max_concurrency)
 
         async def tokens(client: Any, text: str) -> list[int]:
             async with sem:
-                data = await self._request(client, "POST", "", {"input": text, "model": self.model_name},
+                data = await self.http.request(client, "POST", "", {"input": text, "model": self.model_name},
                                            url=root + "/extras/tokenize")
             return [int(t) for t in data["tokens"]]
 
-        async with self._client() as client:
+        async with self.http.client() as client:
             out = []
             for prompt, answer in items:
                 text = self._prompt_text(prompt)
@@ -354,46 +322,15 @@ class ServerTarget:
                 out.append(full[len(head):])
             return out
 
-    async def _get(self, path: str) -> Any:
-        async with self._client() as client:
-            return await self._request(client, "GET", path, None)
-
-    async def _request(self, client: Any, method: str, path: str, body: Any, url: str | None = None) -> Any:
-        import httpx
-
-        url = url or self.base_url + path
-        for attempt in range(self.retries + 1):
-            wait = self.backoff * 2 ** attempt
-            try:
-                resp = await client.request(method, url, json=body)
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                if attempt == self.retries:
-                    raise ServerError(f"cannot reach the LLM server at {url} ({type(exc).__name__}: {exc}) "
-                                      f"after {attempt + 1} attempt(s); is it running?") from exc
-                await asyncio.sleep(wait)
-                continue
-            self.requests_sent += 1
-            if resp.status_code in _RETRY_STATUS and attempt < self.retries:
-                retry_after = resp.headers.get("retry-after", "")
-                await asyncio.sleep(float(retry_after) if retry_after.replace(".", "", 1).isdigit() else wait)
-                continue
-            if resp.status_code >= 400:
-                raise self._http_error(resp, url)
-            try:
-                return resp.json()
-            except ValueError as exc:
-                raise ServerError(f"the LLM server at {url} answered with something that is not JSON: "
-                                  f"{resp.text[:200]!r}") from exc
-        raise AssertionError("unreachable")
-
     def _http_error(self, resp: Any, url: str) -> Exception:
+        """What a refused request means, in this target's terms (:class:`Connection`'s ``explain``)."""
         text = resp.text[:500]
         low = text.lower()
         if resp.status_code == 401 or resp.status_code == 403:
             return ServerError(f"the LLM server at {url} refused the API key ({resp.status_code}): {text}")
         if "context" in low and any(w in low for w in ("exceed", "maximum", "too long", "length", "window")):
             cut = ("grogu cut the documents with the tokenizer given, whose count differs from the server's: "
-                   "pass a smaller context_window=" if self.tokenizer is not None else
+                   "pass a smaller context_window=" if getattr(self, "tokenizer", None) is not None else
                    "pass tokenizer= (and context_window=) so that grogu cuts the documents to fit")
             return ServerError(f"the LLM server at {url} refused a prompt that does not fit the model's context "
                                f"window ({resp.status_code}: {text}); {cut}, or give fewer or shorter documents")
@@ -407,16 +344,6 @@ class ServerTarget:
             return ServerError(f"the LLM server at {url} does not serve model {self.model_name!r} "
                                f"(status {resp.status_code}: {text})" + (f"; it serves {served}" if served else ""))
         return ServerError(f"the LLM server at {url} answered {resp.status_code}: {text}")
-
-    async def _all(self, bodies: list[dict[str, Any]], path: str = "/completions") -> list[Any]:
-        """POST every body to the completions (or ``path``) endpoint at once, at most ``max_concurrency``
-        in flight."""
-        sem = asyncio.Semaphore(self.max_concurrency)
-        async with self._client() as client:
-            async def one(body: dict[str, Any]) -> Any:
-                async with sem:
-                    return await self._request(client, "POST", path, body)
-            return await asyncio.gather(*(one(b) for b in bodies))
 
     # ------------------------------------------------------------------ request bodies and parsing
     def _sampling(self, temperature: float | None, seed: int | None) -> dict[str, Any]:
@@ -584,9 +511,10 @@ class ServerTarget:
         against the same token forced by echo."""
         if self.api != "llama-cpp" or self._echo_shift is not None:
             return
-        gen = (await self._all([self._gen_body(prompt, 1, None, None)]))[0]
+        gen = (await self.http.post_all([self._gen_body(prompt, 1, None, None)]))[0]
         text, _, steps, _ = self._parse_generation(gen)
-        forced = (await self._all([{**self._forced_body(prompt, []), "prompt": self._prompt_text(prompt) + text}]))[0]
+        body = {**self._forced_body(prompt, []), "prompt": self._prompt_text(prompt) + text}
+        forced = (await self.http.post_all([body]))[0]
         lp = forced["choices"][0]["logprobs"]
         if not steps or len(lp.get("token_logprobs") or []) < 3:
             self._echo_shift = 0
@@ -627,12 +555,12 @@ class ServerTarget:
         """One answer per prompt from the server (greedy when ``temperature`` is None), with each token's
         top-k entropy and log-probability; all prompts sent at once. Prompts are token-id lists, or
         :class:`~grogu.prompts.ChatPrompt` messages with ``api="chat"``."""
-        return self._run(self.agenerate(prompts, max_new_tokens, temperature=temperature, seed=seed))
+        return run(self.agenerate(prompts, max_new_tokens, temperature=temperature, seed=seed))
 
     def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
         """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]`` from the server's prompt
         log-probabilities; all requests at once."""
-        return self._run(self.atoken_stats(prompts, continuations))
+        return run(self.atoken_stats(prompts, continuations))
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None):
         raise ServerCapabilityError(ACU_MESSAGE)
@@ -645,10 +573,11 @@ class ServerTarget:
             return []
         seeds = [None if seed is None else int(seed) + i for i in range(len(prompts))]
         if self.api == "chat":
-            replies = await self._all([self._chat_body(p, max_new_tokens, temperature, s)
+            replies = await self.http.post_all([self._chat_body(p, max_new_tokens, temperature, s)
                                        for p, s in zip(prompts, seeds)], "/chat/completions")
             return [self._parse_chat(r) for r in replies]
-        replies = await self._all([self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)])
+        replies = await self.http.post_all([self._gen_body(p, max_new_tokens, temperature, s)
+                                            for p, s in zip(prompts, seeds)])
         parsed = [self._parse_generation(r) for r in replies]
         if self.api == "llama-cpp":  # its answers come as text: their token ids as the server reads them
             answer_ids = await self._answer_ids([(p, text) for p, (text, *_) in zip(prompts, parsed)])
@@ -697,7 +626,7 @@ class ServerTarget:
         out: list[TokenStats] = [TokenStats([], empty, empty) for _ in conts]
         if todo:
             await self._probe_echo(prompts[todo[0]])
-        replies = await self._all([self._forced_body(prompts[i], conts[i]) for i in todo])
+        replies = await self.http.post_all([self._forced_body(prompts[i], conts[i]) for i in todo])
         for i, data in zip(todo, replies):
             steps = self._parse_forced(data, prompts[i], conts[i])
             out[i] = TokenStats(conts[i], torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32),
