@@ -292,6 +292,20 @@ def test_client_retries_then_fails_clearly():
         RemoteScorer("localhost:8000")
 
 
+def test_a_metric_not_given_keeps_the_scorers_own():
+    """The integrations pass metric=None when the user named none: a RemoteScorer given as the model keeps
+    its own metric then (no request is made: the service is not running)."""
+    scorer = RemoteScorer(f"http://127.0.0.1:{_free_port()}", retries=0, metric="ppl")
+    assert scorer.with_settings(metric=None, alpha=0.1).metric == "ppl"
+    assert scorer.with_settings(metric="entropy").metric == "entropy"
+    assert RemoteScorer(scorer.url).metric == grogu.DEFAULT_METRIC
+    pytest.importorskip("langchain_grogu")
+    from langchain_grogu import GroguCompressor
+
+    assert GroguCompressor(model=scorer).metric == "ppl"
+    assert GroguCompressor(model=scorer, metric="key_ppl").metric == "key_ppl"
+
+
 # ---------------------------------------------------------------------------------------------- frameworks
 def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
     pytest.importorskip("llama_index.postprocessor.grogu")

@@ -326,6 +326,7 @@ def default_metric(grounded_only: bool) -> str:
     that cannot teacher-force (a chat API), where KeyEntropy cannot be computed."""
     return GROUNDED_DEFAULT_METRIC if grounded_only else DEFAULT_METRIC
 
+
 METRICS: dict[str, MetricFn] = {
     "key_entropy": _key_entropy_metric,
     "entropy": _entropy_metric,

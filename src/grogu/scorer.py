@@ -119,12 +119,12 @@ class UtilityScorer:
         if not contexts:
             return []
         grounded = [self.prompts.grounded_ids(q, docs) for q, docs in contexts]
-        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in contexts)}
         gens = self.engine.generate(grounded, self.max_new_tokens)
         if self.answer_style == "short":
             gens = [self._first_line(g) for g in gens]
         if self.grounded_only:  # no teacher forcing: the grounded statistics alone
             return [self._result(g, None, None, details) for g in gens]
+        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in contexts)}
         conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
         u_prompts = [ungrounded[q] for q, _ in contexts]
         u_stats = self.engine.token_stats(u_prompts, conts)

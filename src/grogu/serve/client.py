@@ -117,7 +117,10 @@ class RemoteScorer(_Remote):
         self._template = _check_template(template)
 
     def with_settings(self, **settings: Any) -> "RemoteScorer":
-        """A scorer on the same service and connection with other settings (those not given are kept)."""
+        """A scorer on the same service and connection with other settings (those not given are kept;
+        ``metric=None`` keeps this scorer's metric)."""
+        if settings.get("metric", "") is None:
+            del settings["metric"]
         current = dict(metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
                        max_new_tokens=self.max_new_tokens, template=self._template,
                        answer_style=self.answer_style, copy_ngram=self.copy_ngram)
