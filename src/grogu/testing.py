@@ -135,19 +135,23 @@ class LlamaCppServer:
     def __enter__(self) -> "LlamaCppServer":
         import subprocess
         import sys
+        import tempfile
         import time
         import urllib.request
 
         if importlib_util_find("llama_cpp") is None:
             raise ImportError("the llama-cpp-python server is not installed: pip install 'llama-cpp-python[server]' "
                               "(compiled at install; the README's test set-up command does it)")
+        # stderr to a file, not a pipe nobody reads while the server runs (a full pipe would stall it)
+        self._log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", *self.args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=self._log, text=True)
         deadline = time.monotonic() + self.startup_s
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the llama-cpp-python server exited at start: {self.proc.stderr.read()[-2000:]}")
+                self._log.seek(0)
+                raise RuntimeError(f"the llama-cpp-python server exited at start: {self._log.read()[-2000:]}")
             try:
                 with urllib.request.urlopen(urllib.request.Request(self.url + "/models", headers=headers), timeout=2):
                     return self
@@ -164,6 +168,8 @@ class LlamaCppServer:
             except Exception:
                 self.proc.kill()
                 self.proc.wait()
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
 
 
 def with_shared_data(load: Callable[..., T], *args: Any, **kwargs: Any) -> T:
