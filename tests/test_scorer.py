@@ -188,3 +188,68 @@ def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
         scorer.rerank(QUERY, DOCS, threshold=-1.0)
     with pytest.raises(ValueError, match="mode"):
         scorer.rerank(QUERY, DOCS, mode="best")
+
+
+def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
+    """With a context_metric of the grounded answer alone the choice needs no ungrounded statistics: only
+    the chosen candidate's answer is teacher-forced, and the result equals scoring every candidate fully."""
+    from grogu import rerank as R
+    from grogu import selection as S
+
+    relevance = [0.9, 0.7, 0.5, 0.3]
+    candidates = S.context_candidates(len(DOCS), 2, "swap_orders")
+    full = scorer.score_contexts(QUERY, [[DOCS[i] for i in c] for c in candidates], return_details=True)
+    forced_rows = []
+    real = scorer.engine.token_stats
+
+    def counting(prompts, continuations):  # the real teacher forcing, its rows counted
+        forced_rows.append(len(prompts))
+        return real(prompts, continuations)
+
+    scorer.engine.token_stats = counting
+    try:
+        for metric, margin in (("ppl", 0.0), ("entropy", 0.3), ("ppl", 0.3)):
+            for rule in ("confidence", "combined"):
+                settings = R.ModeSettings(context_metric=metric, margin=margin, rule=rule)
+                assert R.grounded_choice(settings)
+                forced_rows.clear()
+                got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings,
+                                    return_details=True)
+                assert forced_rows == [1]  # the chosen context only, not all six
+                plan = scorer.plan_rerank(QUERY, DOCS, 2, settings=settings, relevance=relevance)
+                sel = R.decide(settings, plan.base, plan.contexts, full, 2, None, relevance, plan.support_texts())
+                assert [r.index for r in got] == sel.order
+                want, ctx = full[sel.chosen], got[0].context
+                assert (ctx.answer, ctx.metric, ctx.n_key_tokens) == (want.answer, "key_entropy", want.n_key_tokens)
+                # teacher-forced alone rather than in a batch of six: equal to float32 rounding
+                assert ctx.score == pytest.approx(want.score, abs=1e-5)
+                assert ctx.variants == pytest.approx(want.variants, abs=1e-5)
+                assert ctx.details.ungrounded_entropy.tolist() == pytest.approx(want.details.ungrounded_entropy.tolist(),
+                                                                               abs=1e-5)
+                assert got[0].score == pytest.approx(want.score, abs=1e-5)
+        # a context_metric that needs the ungrounded statistics: every candidate is teacher-forced
+        settings = R.ModeSettings(context_metric="key_entropy")
+        assert not R.grounded_choice(settings)
+        forced_rows.clear()
+        got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings)
+        assert forced_rows == [len(candidates)]
+        chosen = S.choose_context([s.variants["key_entropy"] for s in full], settings.margin)
+        assert got[0].context.answer == full[chosen].answer  # the support tie-break keeps the chosen answer
+        # async: concurrent reranks share one engine batch, and equal the sync ones
+        queries = [QUERY, "Who wrote the Odyssey?", "What is potassium?"]
+        sync = [scorer.rerank(q, DOCS, top_n=2, relevance=relevance) for q in queries]
+
+        async def main():
+            return await asyncio.gather(*(scorer.arerank(q, DOCS, top_n=2, relevance=relevance) for q in queries))
+
+        forced_rows.clear()
+        before = scorer.async_batches_run
+        got = asyncio.run(main())
+        assert scorer.async_batches_run - before < len(queries)
+        assert sum(forced_rows) == len(queries)  # one chosen context per query
+        for s, a in zip(sync, got):
+            assert [r.index for r in s] == [r.index for r in a]
+            assert a[0].context.answer == s[0].context.answer and a[0].details is None
+            assert a[0].score == pytest.approx(s[0].score, abs=1e-5)
+    finally:
+        del scorer.engine.token_stats

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from . import selection as S
 from .checks import check_choice, check_float, check_int
-from .metrics import metric_name
+from .metrics import GROUNDED_METRICS, metric_name
 
 #: the mode used when none is given (see README, "Which rerank mode")
 DEFAULT_MODE = "context"
@@ -158,6 +158,10 @@ class RerankPlan:
         """The documents of each candidate context, in context order."""
         return [[self.documents[i] for i in c] for c in self.contexts]
 
+    def support_texts(self) -> list[str]:
+        """Each input document's text as the context mode's support tie-break reads it."""
+        return [f"{d.title or ''} {d.text}" for d in self.documents]
+
 
 def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[list[int]]:
     """The contexts (lists of input indices) the mode needs scored, in one batch. ``base``: the input
@@ -167,6 +171,14 @@ def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[lis
         return [[base[i] for i in c] for c in S.context_candidates(len(base), n, settings.family, settings.swaps)]
     singles = [[i] for i in range(len(base))]
     return singles + [[]] if settings.mode == "prune" else singles
+
+
+def grounded_choice(settings: ModeSettings) -> bool:
+    """Whether the mode's choice reads the grounded answers alone (their text and a metric of the
+    grounded statistics, :data:`grogu.metrics.GROUNDED_METRICS`): the context mode with such a
+    ``context_metric``, under any rule. Then only the chosen context needs the ungrounded statistics
+    (its reported score under the scorer's metric)."""
+    return settings.mode == "context" and settings.context_metric in GROUNDED_METRICS
 
 
 def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], scored: Sequence[Any],
@@ -238,4 +250,4 @@ def relevance_scores(query: str, texts: Sequence[str], embedder: str = "all-mini
     return [float(v @ vectors[0]) for v in vectors[1:]]
 
 
-__all__ = ["ModeSettings", "split_settings", "Selection", "plan", "decide", "relevance_scores", "DEFAULT_MODE"]
+__all__ = ["ModeSettings", "split_settings", "Selection", "plan", "grounded_choice", "decide", "relevance_scores", "DEFAULT_MODE"]

@@ -98,6 +98,8 @@ class UtilityScorer:
                 f"metric={self.metric!r} (it compares the answer's token statistics with and without the documents)")
         self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
         self._coalescer = Coalescer(lambda contexts: self._score_contexts(contexts, details=True))
+        # concurrent areranks: their plans scored together (the context mode's choice needs a plan whole)
+        self._plan_coalescer = Coalescer(lambda plans: self._score_plans(plans, details=True))
 
     @property
     def model_name(self) -> str:
@@ -111,25 +113,72 @@ class UtilityScorer:
     @property
     def async_batches_run(self) -> int:
         """How many coalesced engine batches the async API has run (concurrent calls share one)."""
-        return self._coalescer.batches_run
+        return self._coalescer.batches_run + self._plan_coalescer.batches_run
 
     # ------------------------------------------------------------------ core
     def _score_contexts(self, contexts: Sequence[QueryContext], details: bool) -> list[ScoreResult]:
         """Score (query, ordered documents) contexts, all in one batched engine pass."""
         if not contexts:
             return []
+        grounded, gens = self._generate(contexts)
+        return self._results(contexts, grounded, gens, details)
+
+    def _generate(self, contexts: Sequence[QueryContext]) -> tuple[list[list[int]], list[Generation]]:
+        """Each context's grounded prompt and its greedy answer (cut at its first line in the short style)."""
         grounded = [self.prompts.grounded_ids(q, docs) for q, docs in contexts]
         gens = self.engine.generate(grounded, self.max_new_tokens)
         if self.answer_style == "short":
             gens = [self._first_line(g) for g in gens]
-        if self.grounded_only:  # no teacher forcing: the grounded statistics alone
-            return [self._result(g, None, None, details) for g in gens]
-        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in contexts)}
-        conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
-        u_prompts = [ungrounded[q] for q, _ in contexts]
-        u_stats = self.engine.token_stats(u_prompts, conts)
-        return [self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
-                for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)]
+        return grounded, gens
+
+    def _results(self, contexts: Sequence[QueryContext], grounded: list[list[int]], gens: list[Generation],
+                 details: bool, full: Sequence[int] | None = None,
+                 grounded_metrics: Sequence[str] | None = None) -> list[ScoreResult]:
+        """The contexts' results from their answers. Those in ``full`` (default: all) are scored under the
+        scorer's metric, their answers teacher-forced under the ungrounded prompt in one batch (every
+        metric; a grounded-only target teacher-forces none); the others on their grounded statistics
+        alone, each under its ``grounded_metrics`` entry (one of :data:`grogu.metrics.GROUNDED_METRICS`)."""
+        full = set(range(len(gens)) if full is None else full)
+        forced = [] if self.grounded_only else sorted(full)
+        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(contexts[i][0] for i in forced)}
+        conts = {i: gens[i].token_ids or [gens[i].stop_token_id] for i in forced}
+        u_prompts = {i: ungrounded[contexts[i][0]] for i in forced}
+        u_stats = dict(zip(forced, self.engine.token_stats([u_prompts[i] for i in forced], [conts[i] for i in forced])
+                                if forced else []))
+        out = []
+        for i, g in enumerate(gens):
+            if i in u_stats:
+                copied = M.copied_mask(conts[i], grounded[i], u_prompts[i], self.copy_ngram)
+                out.append(self._result(g, u_stats[i], copied, details))
+            else:
+                out.append(self._result(g, None, None, details, None if i in full else grounded_metrics[i]))
+        return out
+
+    def _score_plans(self, plans: Sequence[R.RerankPlan], details: bool) -> list[list[ContextScore]]:
+        """The scores of each rerank plan's contexts, every plan's in one engine batch. Where the context
+        mode compares its candidates on the grounded answers alone (:func:`grogu.rerank.grounded_choice`),
+        only the chosen candidate's answer is teacher-forced under the ungrounded prompt (its result holds
+        every metric); the others keep the grounded metrics, reported under the ``context_metric``. The
+        choice is the same either way; the question-only prompts of the unchosen candidates are not run."""
+        contexts = [(p.query, docs) for p in plans for docs in p.context_documents()]
+        if not contexts:
+            return [[] for _ in plans]
+        grounded, gens = self._generate(contexts)
+        full: list[int] = []  # the contexts scored under the scorer's metric
+        start = 0
+        for p in plans:
+            rows = range(start, start + len(p.contexts))
+            if R.grounded_choice(p.settings) and p.contexts:
+                first = [self._result(gens[i], None, None, False, p.settings.context_metric) for i in rows]
+                full.append(start + R.decide(p.settings, p.base, p.contexts, first, p.top_n, p.threshold,
+                                             p.relevance, p.support_texts()).chosen)
+            else:
+                full.extend(rows)
+            start += len(p.contexts)
+        metrics = [p.settings.context_metric for p in plans for _ in p.contexts]
+        results = iter(zip(contexts, self._results(contexts, grounded, gens, details, full, metrics)))
+        return [[ContextScore(documents=docs, **vars(r)) for (_, docs), r in (next(results) for _ in p.contexts)]
+                for p in plans]
 
     def _first_line(self, gen: Generation) -> Generation:
         """The answer cut before its first line break, or after its first sentence end ('.', '!' or
@@ -175,15 +224,18 @@ class UtilityScorer:
                 torch.tensor([gen.stop_entropy], dtype=torch.float32),
                 torch.tensor([gen.stop_logprob], dtype=torch.float32))
 
-    def _result(self, gen: Generation, u: Any, copied: torch.Tensor | None, details: bool) -> ScoreResult:
-        """One context's result; ``u`` (the ungrounded statistics) None for a grounded-only target, whose
-        results hold the grounded metrics only."""
+    def _result(self, gen: Generation, u: Any, copied: torch.Tensor | None, details: bool,
+                metric: str | None = None) -> ScoreResult:
+        """One context's result under ``metric`` (default: the scorer's); ``u`` (the ungrounded statistics)
+        None for an answer not teacher-forced (a grounded-only target), whose result holds the grounded
+        metrics only."""
         h_u, lp_u = (u.entropy, u.logprob) if u is not None else (None, None)
         ids, tokens, h_g, lp_g = self._answer_stats(gen)
         names = M.METRICS if u is not None else M.GROUNDED_METRICS
         values = {name: M.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac, logp_u=lp_u, copied=copied)
                   for name in names}
-        chosen = values[self.metric]
+        metric = metric or self.metric
+        chosen = values[metric]
         detail = None
         if details:
             detail = TokenDetail(
@@ -193,7 +245,7 @@ class UtilityScorer:
                 ungrounded_logprob=lp_u, copied=copied,
             )
         return ScoreResult(
-            score=chosen.utility, metric=self.metric, confidence=chosen.confidence, answer=gen.text,
+            score=chosen.utility, metric=metric, confidence=chosen.confidence, answer=gen.text,
             n_tokens=len(gen.token_ids), n_key_tokens=chosen.n_key_tokens,
             variants={k: v.utility for k, v in values.items()}, answer_finished=gen.finished, details=detail,
         )
@@ -275,8 +327,7 @@ class UtilityScorer:
         """
         settings = R.ModeSettings.from_arguments(settings, locals())
         plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
-        scored = self.score_contexts(plan.query, plan.context_documents(), return_details=return_details)
-        return self.finish_rerank(plan, scored)
+        return self.finish_rerank(plan, self._score_plans([plan], return_details)[0])
 
     def plan_rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
                     threshold: float | None = None, *, settings: R.ModeSettings | None = None,
@@ -298,8 +349,8 @@ class UtilityScorer:
     def finish_rerank(self, plan: R.RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:
         """The second half of :meth:`rerank`: the result, given the scores of ``plan.contexts``."""
         settings, originals = plan.settings, plan.originals
-        texts = [f"{d.title or ''} {d.text}" for d in plan.documents]  # what the support tie-break reads
-        sel = R.decide(settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance, texts)
+        sel = R.decide(settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance,
+                       plan.support_texts())
         if sel.mode == "context":
             ctx = sel.context
             fields = {k: v for k, v in vars(ctx).items() if k != "documents"} if ctx is not None else {}
@@ -336,7 +387,9 @@ class UtilityScorer:
         """Async :meth:`rerank`."""
         settings = R.ModeSettings.from_arguments(settings, locals())
         plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
-        scored = await self.ascore_contexts(plan.query, plan.context_documents(), return_details=return_details)
+        [scored] = await self._plan_coalescer.run([plan])
+        if not return_details:
+            scored = [ContextScore(**{**vars(r), "details": None}) for r in scored]
         return self.finish_rerank(plan, scored)
 
     async def ascore_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
