@@ -27,6 +27,8 @@ FAMILIES = ("swap", "swap_reversed", "swap_orders", "orders", "drop")
 RULE_METRICS = ("key_entropy", "entropy", "ppl", "entropy_change")  # the combined rule's confidence terms
 WEIGHTS_COMBINED = (0.25, 0.5, 0.75)
 MARGINS_AGREEMENT = (0.0, 0.05, 0.1, 0.2)
+SUPPORT_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl")  # the confidence_support rule's confidence terms
+SUPPORT_WEIGHTS = (0.1, 0.3, 1.0, 3.0)
 
 
 def key(order: Iterable[int]) -> str:
@@ -70,7 +72,7 @@ def mode_prune(rec: dict, s: dict) -> list[int]:
 
 
 #: the context mode's settings a record replay takes from a setting dict (the rest are the product's defaults)
-CONTEXT_KEYS = ("family", "margin", "rule", "confidence_weight", "supported", "swaps")
+CONTEXT_KEYS = ("family", "margin", "rule", "confidence_weight", "support_weight", "supported", "swaps")
 
 
 def context_settings(s: dict) -> ModeSettings:
@@ -116,6 +118,8 @@ def grid(mode: str, k: int) -> list[dict]:
                 for g in MARGINS_AGREEMENT]
         out += [{"k": k, "family": f, "rule": "combined", "metric": m, "confidence_weight": w, "margin": g}
                 for m in RULE_METRICS for w in WEIGHTS_COMBINED for g in MARGINS_AGREEMENT[:3]]
+        out += [{"k": k, "family": f, "rule": "confidence_support", "metric": m, "support_weight": b, "margin": g}
+                for m in SUPPORT_METRICS for b in SUPPORT_WEIGHTS for g in MARGINS]
     return out
 
 

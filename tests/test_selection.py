@@ -111,7 +111,8 @@ def test_plan_and_decide_each_mode():
     ({"margin": math.inf}, "margin"), ({"margin": -0.1}, "margin"), ({"margin": "0.1"}, "margin"),
     ({"rule": "vote"}, "rule"), ({"confidence_weight": 2.0}, "confidence_weight"),
     ({"confidence_weight": math.nan}, "confidence_weight"), ({"supported": 1}, "supported"),
-    ({"context_metric": "bleu"}, "metric"),
+    ({"context_metric": "bleu"}, "metric"), ({"support_weight": -1.0}, "support_weight"),
+    ({"support_weight": math.nan}, "support_weight"), ({"support_weight": "1"}, "support_weight"),
 ])
 def test_mode_settings_reject_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -200,6 +201,16 @@ def test_selection_rules_by_hand():
         S.selection_scores("vote", utilities, answers, "entropy", 0.5)
     with pytest.raises(ValueError, match="confidence_weight"):
         S.selection_scores("combined", utilities, answers, "entropy", 1.5)
+    # confidence_support: utility + weight * support
+    support = [1.0, 0.0, 0.5]
+    assert S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support) == \
+        pytest.approx([0.0, -0.2, -0.1])
+    assert S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support, 0.4) == \
+        pytest.approx([-0.6, -0.2, -0.4])
+    with pytest.raises(ValueError, match="support"):
+        S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5)
+    with pytest.raises(ValueError, match="support_weight"):
+        S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support, float("nan"))
 
 
 def test_prefer_supported_keeps_the_answer_and_moves_to_the_documents_that_hold_it():
@@ -226,6 +237,16 @@ def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
     margin = decide(ModeSettings(rule="agreement", margin=0.6, context_metric="entropy"), base, contexts,
                     _scores(-0.1, -0.9, -0.5, answers=["Perth", "Canberra", "Canberra"]), 2, None, None, texts)
     assert margin.chosen == 0                                       # 0.5 does not beat 0.0 by more than 0.6
+    # confidence_support: the surest answer ("Canberra" from [0, 1], support 0) against the supported ones:
+    # [0, 2] holds "Canberra" (-0.9 + 1 = 0.1), [0, 3] does not hold "Perth" (-0.5 + 0 = -0.5)
+    S_ = {"rule": "confidence_support", "context_metric": "entropy", "supported": False}
+    sup = decide(ModeSettings(margin=0.1, **S_), base, contexts, scored, 2, None, None, texts)
+    assert sup.rule_scores == pytest.approx([-0.1, 0.1, -0.5]) and sup.chosen == 1 and sup.order == [0, 2]
+    assert decide(ModeSettings(margin=0.3, **S_), base, contexts, scored, 2, None, None, texts).chosen == 0
+    assert decide(ModeSettings(margin=0.1, support_weight=0.5, **S_), base, contexts, scored, 2, None, None,
+                  texts).chosen == 0                                # -0.9 + 0.5 = -0.4 < -0.1
+    with pytest.raises(ValueError, match="texts"):
+        decide(ModeSettings(**S_), base, contexts, scored, 2, None, None, None)
 
 
 def test_every_setting_is_a_keyword_of_rerank():

@@ -52,6 +52,8 @@ class ModeSettings:
                          S.SELECTION_RULES)
     confidence_weight: float = _setting(DEFAULT_CONFIDENCE_WEIGHT, "context, rule 'combined': weight of the "
                                                                    "confidence against the answers' agreement")
+    support_weight: float = _setting(1.0, "context, rule 'confidence_support': weight of the share of the answer's "
+                                          "words found in the candidate's own documents, added to its confidence")
     supported: bool = _setting(True, "context: among candidates giving the chosen answer, hand over the one whose "
                                      "documents hold it (grogu.selection.prefer_supported)")
 
@@ -65,6 +67,7 @@ class ModeSettings:
         check_choice("rule", self.rule, S.SELECTION_RULES)
         set_(self, "context_metric", metric_name(self.context_metric))
         set_(self, "confidence_weight", S.check_unit("confidence_weight", self.confidence_weight))
+        set_(self, "support_weight", check_float("support_weight", self.support_weight, minimum=0.0))
         if not isinstance(self.supported, bool):
             raise ValueError(f"supported must be True or False, got {self.supported!r}")
 
@@ -185,18 +188,21 @@ def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], s
            top_n: int | None, threshold: float | None, relevance: Sequence[float] | None,
            texts: Sequence[str] | None = None) -> Selection:
     """The selection from the scored contexts of :func:`plan`. ``texts``: each input document's text
-    (the context mode's support tie-break reads them; without them it is skipped)."""
+    (the context mode's support reads them: the ``confidence_support`` rule needs them, the support
+    tie-break is skipped without them)."""
     mode = settings.mode
     if mode == "context":
         if not contexts:
             return Selection(mode=mode, order=[])
         answers = [s.answer for s in scored]
         utilities = [_utility(s, settings.context_metric) for s in scored]
+        support = None if texts is None else S.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
+        if support is None and settings.rule == "confidence_support":
+            raise ValueError("rule 'confidence_support' reads the documents' texts; pass texts=")
         rule_scores = S.selection_scores(settings.rule, utilities, answers, settings.context_metric,
-                                         settings.confidence_weight)
+                                         settings.confidence_weight, support, settings.support_weight)
         chosen = S.choose_context(rule_scores, settings.margin)
-        if settings.supported and texts is not None:
-            support = S.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
+        if settings.supported and support is not None:
             chosen = S.prefer_supported(chosen, answers, support)
         return Selection(mode=mode, order=list(contexts[chosen]), candidates=contexts,
                          candidate_scores=list(scored), chosen=chosen, rule_scores=rule_scores)

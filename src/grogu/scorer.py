@@ -307,14 +307,16 @@ class UtilityScorer:
                threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                family: str | None = None, swaps: int | None = None, margin: float | None = None,
                context_metric: str | None = None,
-               rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
+               rule: str | None = None, confidence_weight: float | None = None,
+               support_weight: float | None = None, supported: bool | None = None,
                settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
                return_details: bool = False) -> list[DocumentScore]:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
 
-        - ``"context"`` (default): candidate contexts of ``top_n`` documents from the retrieval order (the
-          top-n, and the top-n with its last document swapped for each of the next ``swaps``), each
-          scored as one context; the best if it beats the top-n by more than ``margin``, in retrieval order;
+        - ``"context"`` (default): candidate contexts of ``top_n`` documents from the retrieval order (by
+          default, ``family="swap_orders"``: the top-n, the top-n with its last document swapped for each
+          of the next ``swaps``, and each of those reversed), each scored as one context; the best under
+          the selection ``rule`` if it beats the top-n by more than ``margin``, in its own order;
         - ``"document"``: each document alone, sorted by utility (ties keep input order), those with
           score >= threshold, at most top_n (the paper's per-document GROGU);
         - ``"fusion"``: utility rank fused with the relevance rank (``weight`` on utility), sorted;
@@ -381,7 +383,8 @@ class UtilityScorer:
                       threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                       family: str | None = None, swaps: int | None = None, margin: float | None = None,
                       context_metric: str | None = None,
-                      rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
+                      rule: str | None = None, confidence_weight: float | None = None,
+                      support_weight: float | None = None, supported: bool | None = None,
                       settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
                       return_details: bool = False) -> list[DocumentScore]:
         """Async :meth:`rerank`."""

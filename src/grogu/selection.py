@@ -28,7 +28,7 @@ from .checks import check_choice, check_float
 
 RERANK_MODES = ("document", "fusion", "context", "prune")
 #: how the context mode chooses among its candidates (see :func:`selection_scores`)
-SELECTION_RULES = ("confidence", "agreement", "combined")
+SELECTION_RULES = ("confidence", "agreement", "combined", "confidence_support")
 #: candidate families of the context mode (see :func:`context_candidates`)
 CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders", "swap_reversed", "swap_orders")
 
@@ -182,20 +182,30 @@ def support_scores(answers: Sequence[str], contexts: Sequence[str]) -> list[floa
 
 
 def selection_scores(rule: str, utilities: Sequence[float], answers: Sequence[str], metric: str,
-                     confidence_weight: float) -> list[float]:
+                     confidence_weight: float, support: Sequence[float] | None = None,
+                     support_weight: float = 1.0) -> list[float]:
     """Each candidate context's score under a selection rule (higher is better):
 
     - ``"confidence"``: its GROGU utility (how sure the LLM is of the answer it gives from it);
     - ``"agreement"``: how much its answer agrees with the other candidates' answers
       (:func:`agreement_scores`, in [0, 1]); no model confidence at all;
     - ``"combined"``: ``(1 - w) * agreement + w * confidence``, with the confidence on the bounded [0, 1]
-      scale of :func:`grogu.scales.probability` (``w`` = ``confidence_weight``).
+      scale of :func:`grogu.scales.probability` (``w`` = ``confidence_weight``);
+    - ``"confidence_support"``: ``utility + support_weight * support``, ``support`` the share of its
+      answer's words found in its own documents (:func:`support_scores`, in [0, 1]): a confident answer
+      the documents do not hold counts less.
     """
     rule = check_choice("rule", rule, SELECTION_RULES)
     if len(utilities) != len(answers):
         raise ValueError(f"{len(utilities)} utilities but {len(answers)} answers")
     if rule == "confidence":
         return [float(u) for u in utilities]
+    if rule == "confidence_support":
+        if support is None or len(support) != len(utilities):
+            raise ValueError("rule 'confidence_support' needs each candidate's support (grogu.selection.support_scores "
+                             "of its answer in its own documents' text)")
+        weight = check_float("support_weight", support_weight, minimum=0.0)
+        return [float(u) + weight * float(x) for u, x in zip(utilities, support)]
     agreement = agreement_scores(answers)
     if rule == "agreement":
         return agreement

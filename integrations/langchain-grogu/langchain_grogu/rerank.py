@@ -109,10 +109,11 @@ class GroguScoring(BaseModel):
     settings: ModeSettings = Field(default_factory=ModeSettings)
     """How utility becomes the documents the LLM reads (``grogu.ModeSettings``). Its settings can also be
     given by name, e.g. ``GroguCompressor(mode="fusion", weight=0.4)``: ``mode`` 'context' (default):
-    candidate contexts of ``top_n`` documents from the retrieval order (the retriever's own top-n, and
-    the top-n with its last document swapped for the next ``swaps`` ones; ``family`` names other
-    candidate sets), each scored as one context; the most useful is kept if it beats the retriever's own
-    by ``margin``, in retrieval order. 'document': each document scored alone and sorted by utility (the
+    candidate contexts of ``top_n`` documents from the retrieval order (by default, ``family``
+    'swap_orders': the retriever's own top-n, the top-n with its last document swapped for each of the
+    next ``swaps`` ones, and each of those reversed; ``family`` names other candidate sets), each scored
+    as one context; the one the LLM answers from most confidently is kept, in its own order, if it beats
+    the retriever's own by ``margin``. 'document': each document scored alone and sorted by utility (the
     paper's per-document GROGU). 'fusion': utility rank fused with retrieval rank (``weight`` on
     utility). 'prune': documents that leave the LLM less sure than no document are dropped. Which to
     pick: the package README."""

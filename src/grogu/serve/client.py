@@ -216,7 +216,8 @@ class RemoteScorer(_Remote):
                threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                family: str | None = None, swaps: int | None = None, margin: float | None = None,
                context_metric: str | None = None,
-               rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
+               rule: str | None = None, confidence_weight: float | None = None,
+               support_weight: float | None = None, supported: bool | None = None,
                settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
                return_details: bool = False):
         """The documents to give the LLM, in order (``UtilityScorer.rerank``; the server computes the
@@ -250,7 +251,8 @@ class RemoteScorer(_Remote):
                       threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
                       family: str | None = None, swaps: int | None = None, margin: float | None = None,
                       context_metric: str | None = None,
-                      rule: str | None = None, confidence_weight: float | None = None, supported: bool | None = None,
+                      rule: str | None = None, confidence_weight: float | None = None,
+                      support_weight: float | None = None, supported: bool | None = None,
                       settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
                       return_details: bool = False):
         settings = ModeSettings.from_arguments(settings, locals())

@@ -93,9 +93,10 @@ class GroguRerank(BaseNodePostprocessor):
             synthesizer gives for the chosen nodes.
         mode: 'context' (default), 'document', 'fusion' or 'prune' (see above).
         weight: fusion: weight of the utility rank in [0, 1].
-        family, swaps, margin: context: the candidate contexts ('swap', 'drop', 'orders'; see
-            ``grogu.selection.context_candidates``), how many next nodes try the last slot, and how much
-            (in utility) a candidate must beat the retriever's own context.
+        family, swaps, margin: context: the candidate contexts ('swap_orders' by default, 'swap',
+            'swap_reversed', 'orders', 'drop', 'all'; see ``grogu.selection.context_candidates``), how
+            many next nodes try the last slot, and how much (on the selection rule's score) a candidate
+            must beat the retriever's own context.
         settings: a ``grogu.ModeSettings`` holding the mode's settings (the keyword arguments above,
             and any other setting of ``grogu.ModeSettings`` given by name, replace its values); the
             reranker keeps them as ``self.settings``.
