@@ -313,7 +313,7 @@ def latency(args) -> None:
         mode, k = name.split("@")
         if int(k) != args.top_k or mode == "retriever":
             continue
-        mode = {"paper": "document", "former": "context", "four": "context"}.get(mode, mode)
+        mode = {"paper": "document", "former": "context", "four": "context", "confidence": "context"}.get(mode, mode)
         kw = {key: v for key, v in s.items() if key in grogu.ModeSettings.names() and key != "mode"}
         if s.get("metric") and mode == "context":
             kw["context_metric"] = s["metric"]  # the context mode compares candidates by this metric

@@ -92,7 +92,7 @@ def mode_context(rec: dict, s: dict) -> list[int]:
 
 
 MODES = {"retriever": mode_retriever, "document": mode_document, "fusion": mode_fusion, "prune": mode_prune,
-         "context": mode_context, "paper": mode_document, "former": mode_context}
+         "context": mode_context, "paper": mode_document, "former": mode_context, "confidence": mode_context}
 #: the paper's per-document GROGU as GroguRerank did it before the modes: grogu's prompt, KeyEntropy
 PAPER = {"prompt": "own", "metric": "key_entropy"}
 

@@ -167,14 +167,15 @@ def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
     assert R.DEFAULT_MODE == "context"
     relevance = R.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
     base = S.order_by(relevance)
-    # the defaults by hand: swap_orders candidates, their PPL utility, margin 0.3, then the support tie-break
+    # the defaults by hand: swap_orders candidates; KeyEntropy utility plus the share of the answer's words in
+    # the candidate's documents, margin 0.3; then the support tie-break
     candidates = [[base[i] for i in c] for c in S.context_candidates(len(DOCS), 2, "swap_orders")]
     scored = scorer.score_contexts(QUERY, [[DOCS[i] for i in c] for c in candidates])
-    chosen = S.choose_context([s.variants["ppl"] for s in scored], margin=0.3)
     answers = [s.answer for s in scored]
     texts = [f"{d.title or ''} {d.text}" for d in map(as_document, DOCS)]
-    chosen = S.prefer_supported(chosen, answers, S.support_scores(answers, [" ".join(texts[i] for i in c)
-                                                                            for c in candidates]))
+    support = S.support_scores(answers, [" ".join(texts[i] for i in c) for c in candidates])
+    chosen = S.choose_context([s.variants["key_entropy"] + x for s, x in zip(scored, support)], margin=0.3)
+    chosen = S.prefer_supported(chosen, answers, support)
     got = scorer.rerank(QUERY, DOCS, top_n=2)
     assert [r.index for r in got] == candidates[chosen]
     assert all(r.context is not None and r.answer == got[0].answer for r in got)
@@ -209,7 +210,7 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
     scorer.engine.token_stats = counting
     try:
         for metric, margin in (("ppl", 0.0), ("entropy", 0.3), ("ppl", 0.3)):
-            for rule in ("confidence", "combined"):
+            for rule in ("confidence", "combined", "confidence_support"):
                 settings = R.ModeSettings(context_metric=metric, margin=margin, rule=rule)
                 assert R.grounded_choice(settings)
                 forced_rows.clear()
@@ -228,7 +229,7 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
                                                                                abs=1e-5)
                 assert got[0].score == pytest.approx(want.score, abs=1e-5)
         # a context_metric that needs the ungrounded statistics: every candidate is teacher-forced
-        settings = R.ModeSettings(context_metric="key_entropy")
+        settings = R.ModeSettings(context_metric="key_entropy", rule="confidence")
         assert not R.grounded_choice(settings)
         forced_rows.clear()
         got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings)
@@ -237,10 +238,12 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
         assert got[0].context.answer == full[chosen].answer  # the support tie-break keeps the chosen answer
         # async: concurrent reranks share one engine batch, and equal the sync ones
         queries = [QUERY, "Who wrote the Odyssey?", "What is potassium?"]
-        sync = [scorer.rerank(q, DOCS, top_n=2, relevance=relevance) for q in queries]
+        by_ppl = R.ModeSettings(context_metric="ppl", rule="confidence_support")
+        sync = [scorer.rerank(q, DOCS, top_n=2, relevance=relevance, settings=by_ppl) for q in queries]
 
         async def main():
-            return await asyncio.gather(*(scorer.arerank(q, DOCS, top_n=2, relevance=relevance) for q in queries))
+            return await asyncio.gather(*(scorer.arerank(q, DOCS, top_n=2, relevance=relevance, settings=by_ppl)
+                                          for q in queries))
 
         forced_rows.clear()
         before = scorer.async_batches_run

@@ -80,7 +80,7 @@ def _scores(*values, answers=None):
 
 def test_plan_and_decide_each_mode():
     base = [0, 1, 2, 3, 4]
-    ctx = ModeSettings(mode="context", family="swap", swaps=2, context_metric="entropy", margin=0.0)
+    ctx = ModeSettings(mode="context", family="swap", swaps=2, context_metric="entropy", margin=0.0, rule="confidence")
     contexts = plan(ctx, base, 3)
     assert contexts == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
     sel = decide(ctx, base, contexts, _scores(-1.0, -0.2, -0.4), 3, None, None)
@@ -225,14 +225,14 @@ def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
     base, texts = [0, 1, 2, 3], ["Sydney is big.", "Platypus swim.", "Canberra is the capital.", "Koalas."]
     contexts = [[0, 1], [0, 2], [0, 3]]
     scored = _scores(-0.1, -0.9, -0.5, answers=["Canberra", "Canberra", "Perth"])
-    E = {"context_metric": "entropy", "margin": 0.0}
+    E = {"context_metric": "entropy", "margin": 0.0, "rule": "confidence"}
     confident = decide(ModeSettings(**E), base, contexts, scored, 2, None, None, texts)
     # the retriever's context is the surest, but its documents do not hold "Canberra": the candidate
     # with the same answer whose documents do is handed over instead
     assert confident.chosen == 1 and confident.order == [0, 2] and confident.rule_scores == [-0.1, -0.9, -0.5]
     no_support = decide(ModeSettings(supported=False, **E), base, contexts, scored, 2, None, None, texts)
     assert no_support.chosen == 0
-    agree = decide(ModeSettings(rule="agreement", supported=False, **E), base, contexts, scored, 2, None, None, texts)
+    agree = decide(ModeSettings(supported=False, **{**E, "rule": "agreement"}), base, contexts, scored, 2, None, None, texts)
     assert agree.chosen == 0 and agree.rule_scores == [0.5, 0.5, 0.0]
     margin = decide(ModeSettings(rule="agreement", margin=0.6, context_metric="entropy"), base, contexts,
                     _scores(-0.1, -0.9, -0.5, answers=["Perth", "Canberra", "Canberra"]), 2, None, None, texts)
@@ -271,12 +271,19 @@ def test_the_context_metric_is_read_from_the_variants():
     base, contexts = [0, 1, 2], [[0, 1], [0, 2]]
     scored = [SimpleNamespace(score=-1.0, metric="key_entropy", answer="a", variants={"ppl": -3.0, "key_entropy": -1.0}),
               SimpleNamespace(score=-2.0, metric="key_entropy", answer="b", variants={"ppl": -1.5, "key_entropy": -2.0})]
-    by_ppl = decide(ModeSettings(family="swap"), base, contexts, scored, 2, None, None)   # the default: ppl, 0.3
+    C = {"family": "swap", "rule": "confidence"}
+    by_ppl = decide(ModeSettings(context_metric="ppl", **C), base, contexts, scored, 2, None, None)
     assert by_ppl.chosen == 1 and by_ppl.rule_scores == [-3.0, -1.5]
-    assert decide(ModeSettings(family="swap", context_metric="key_entropy"), base, contexts, scored, 2, None,
-                  None).chosen == 0
-    assert decide(ModeSettings(family="swap", margin=2.0), base, contexts, scored, 2, None, None).chosen == 0
+    assert decide(ModeSettings(context_metric="key_entropy", **C), base, contexts, scored, 2, None, None).chosen == 0
+    assert decide(ModeSettings(context_metric="ppl", margin=2.0, **C), base, contexts, scored, 2, None, None).chosen == 0
     with pytest.raises(ValueError, match="context_metric='entropy', which this target does not give"):
-        decide(ModeSettings(family="swap", context_metric="entropy"), base, contexts, scored, 2, None, None)
+        decide(ModeSettings(context_metric="entropy", **C), base, contexts, scored, 2, None, None)
+    # the default, 'auto', is the target's default metric: key_entropy, or ppl on a grounded-only target
+    assert ModeSettings().context_metric == "auto"
+    assert ModeSettings().for_target(False).context_metric == "key_entropy"
+    assert ModeSettings().for_target(True).context_metric == "ppl"
+    assert ModeSettings(context_metric="entropy").for_target(False).context_metric == "entropy"
+    with pytest.raises(ValueError, match="auto"):
+        decide(ModeSettings(**C), base, contexts, scored, 2, None, None)
     with pytest.raises(ValueError, match="metric"):
         ModeSettings(context_metric="bleu")

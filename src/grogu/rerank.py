@@ -7,24 +7,25 @@ turns the scores into a :class:`Selection`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from . import selection as S
 from .checks import check_choice, check_float, check_int
-from .metrics import GROUNDED_METRICS, metric_name
+from .metrics import GROUNDED_METRICS, default_metric, metric_name
 
 #: the mode used when none is given (see README, "Which rerank mode")
 DEFAULT_MODE = "context"
 DEFAULT_FAMILY = "swap_orders"
 DEFAULT_WEIGHT = 0.6
 DEFAULT_MARGIN = 0.3
-DEFAULT_RULE = "confidence"
+DEFAULT_RULE = "confidence_support"
 DEFAULT_CONFIDENCE_WEIGHT = 0.5
-#: the context mode's defaults (family, rule, context_metric, margin) were chosen on the tuning splits of three
-#: data sets (benchmarks/context_settings.json; README, "Which rerank mode")
-DEFAULT_CONTEXT_METRIC = "ppl"
+#: the context mode's defaults (family, rule, context_metric, support_weight, margin) were chosen on the tuning
+#: splits of three data sets (benchmarks/context_settings.json; README, "Which rerank mode"). "auto": KeyEntropy,
+#: or perplexity on a grounded-only target, which cannot teacher-force (grogu.metrics.default_metric)
+DEFAULT_CONTEXT_METRIC = "auto"
 
 
 def _setting(default: Any, help: str, choices: tuple[str, ...] | None = None) -> Any:
@@ -45,9 +46,10 @@ class ModeSettings:
     swaps: int = _setting(2, "context: how many next documents try the last slot of the top-n")
     margin: float = _setting(DEFAULT_MARGIN, "context: how much a candidate must beat the retriever's own context "
                                              "on the rule's score (the default is tuned for the default rule "
-                                             "and context_metric: 0.3 of perplexity)")
+                                             "and context_metric: 0.3 of KeyEntropy plus support)")
     context_metric: str = _setting(DEFAULT_CONTEXT_METRIC, "context: the GROGU metric whose utility is the "
-                                                           "candidates' confidence (grogu.metrics.METRICS)")
+                                                           "candidates' confidence (grogu.metrics.METRICS), or 'auto': "
+                                                           "key_entropy, or ppl on a grounded-only target")
     rule: str = _setting(DEFAULT_RULE, "context: how the candidate is chosen (grogu.selection.selection_scores)",
                          S.SELECTION_RULES)
     confidence_weight: float = _setting(DEFAULT_CONFIDENCE_WEIGHT, "context, rule 'combined': weight of the "
@@ -65,7 +67,8 @@ class ModeSettings:
         set_(self, "swaps", check_int("swaps", self.swaps, minimum=0))
         set_(self, "margin", check_float("margin", self.margin, minimum=0.0))
         check_choice("rule", self.rule, S.SELECTION_RULES)
-        set_(self, "context_metric", metric_name(self.context_metric))
+        if self.context_metric != "auto":
+            set_(self, "context_metric", metric_name(self.context_metric))
         set_(self, "confidence_weight", S.check_unit("confidence_weight", self.confidence_weight))
         set_(self, "support_weight", check_float("support_weight", self.support_weight, minimum=0.0))
         if not isinstance(self.supported, bool):
@@ -96,6 +99,13 @@ class ModeSettings:
         """:meth:`build` from the settings among a call's arguments (its ``locals()``): each setting is a
         keyword argument of ``rerank``, None when not given."""
         return cls.build(base, **{name: arguments[name] for name in cls.names() if name in arguments})
+
+    def for_target(self, grounded_only: bool) -> "ModeSettings":
+        """These settings for a target: ``context_metric="auto"`` becomes the target's default metric
+        (:func:`grogu.metrics.default_metric`: key_entropy, or ppl where the target cannot teacher-force)."""
+        if self.context_metric != "auto":
+            return self
+        return replace(self, context_metric=default_metric(grounded_only))
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as plain values (JSON-ready), by name."""
@@ -192,6 +202,8 @@ def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], s
     tie-break is skipped without them)."""
     mode = settings.mode
     if mode == "context":
+        if settings.context_metric == "auto":
+            raise ValueError("context_metric='auto' is chosen per target: decide on ModeSettings.for_target(...)")
         if not contexts:
             return Selection(mode=mode, order=[])
         answers = [s.answer for s in scored]

@@ -337,7 +337,7 @@ class UtilityScorer:
         """The first half of :meth:`rerank`: checks its inputs, sets the retrieval order (computing the
         MiniLM relevance when none is given) and plans the contexts to score (:class:`grogu.rerank.RerankPlan`)."""
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
-        settings = R.ModeSettings.build(settings)
+        settings = R.ModeSettings.build(settings).for_target(self.grounded_only)
         settings.check_threshold(threshold)
         query, docs, originals = check_query(query), check_documents(documents), list(documents)
         if relevance is not None:

@@ -112,8 +112,9 @@ class GroguScoring(BaseModel):
     candidate contexts of ``top_n`` documents from the retrieval order (by default, ``family``
     'swap_orders': the retriever's own top-n, the top-n with its last document swapped for each of the
     next ``swaps`` ones, and each of those reversed; ``family`` names other candidate sets), each scored
-    as one context; the one the LLM answers from most confidently is kept, in its own order, if it beats
-    the retriever's own by ``margin``. 'document': each document scored alone and sorted by utility (the
+    as one context; the best under ``rule`` (by default the LLM's confidence in its answer plus the share of
+    the answer's words found in the candidate's documents) is kept, in its own order, if it beats the
+    retriever's own by ``margin``. 'document': each document scored alone and sorted by utility (the
     paper's per-document GROGU). 'fusion': utility rank fused with retrieval rank (``weight`` on
     utility). 'prune': documents that leave the LLM less sure than no document are dropped. Which to
     pick: the package README."""

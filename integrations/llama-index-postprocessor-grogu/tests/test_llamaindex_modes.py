@@ -63,7 +63,8 @@ def test_context_mode_answer_is_the_synthesizers_answer(index, llm, synthesizer,
         best = best if scored[best].score > scored[0].score else 0
 
         rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="context", qa_template=synthesizer,
-                             family="swap", context_metric="key_entropy", margin=0.0, supported=False)
+                             family="swap", rule="confidence", context_metric="key_entropy", margin=0.0,
+                             supported=False)
         response = query_engine(index, llm, rerank).query(query)
         got = response.source_nodes
         assert [n.node.node_id for n in got] == [retrieved[i].node.node_id for i in candidates[best]]

@@ -48,7 +48,7 @@ def test_context_mode_in_an_lcel_chain_answers_what_scoring_answered(base, llm, 
     scorer = grogu.UtilityScorer(engine, max_new_tokens=N, template=template_from_langchain(PROMPT, llm))
     # the swap candidates chosen by their KeyEntropy, as computed by hand below (the defaults: test_selection)
     retriever = GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="context",
-                               qa_prompt=PROMPT, family="swap", context_metric="key_entropy", margin=0.0,
+                               qa_prompt=PROMPT, family="swap", rule="confidence", context_metric="key_entropy", margin=0.0,
                                supported=False)
     chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser()
     for p in paragraphs[:3]:
@@ -125,7 +125,7 @@ def test_qa_chain_returns_the_scored_answer_without_a_second_generation(base, ll
 
     # the swap candidates chosen by their KeyEntropy, as computed by hand below (the defaults: test_selection)
     retriever = GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="context",
-                               qa_prompt=PROMPT, family="swap", context_metric="key_entropy", margin=0.0,
+                               qa_prompt=PROMPT, family="swap", rule="confidence", context_metric="key_entropy", margin=0.0,
                                supported=False)
     chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser()
     qa = retriever.as_qa_chain()
