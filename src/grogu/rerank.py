@@ -22,6 +22,7 @@ DEFAULT_WEIGHT = 0.6
 DEFAULT_MARGIN = 0.3
 DEFAULT_RULE = "confidence_support"
 DEFAULT_CONFIDENCE_WEIGHT = 0.5
+DEFAULT_SUPPORT_WEIGHT = 1.0
 #: the context mode's defaults (family, rule, context_metric, support_weight, margin) were chosen on the tuning
 #: splits of three data sets (benchmarks/context_settings.json; README, "Which rerank mode"). "auto": KeyEntropy,
 #: or perplexity on a grounded-only target, which cannot teacher-force (grogu.metrics.default_metric)
@@ -54,8 +55,9 @@ class ModeSettings:
                          S.SELECTION_RULES)
     confidence_weight: float = _setting(DEFAULT_CONFIDENCE_WEIGHT, "context, rule 'combined': weight of the "
                                                                    "confidence against the answers' agreement")
-    support_weight: float = _setting(1.0, "context, rule 'confidence_support': weight of the share of the answer's "
-                                          "words found in the candidate's own documents, added to its confidence")
+    support_weight: float = _setting(DEFAULT_SUPPORT_WEIGHT, "context, rule 'confidence_support': weight of the share "
+                                                             "of the answer's words found in the candidate's own "
+                                                             "documents, added to its confidence")
     supported: bool = _setting(True, "context: among candidates giving the chosen answer, hand over the one whose "
                                      "documents hold it (grogu.selection.prefer_supported)")
 
@@ -172,7 +174,7 @@ class RerankPlan:
         return [[self.documents[i] for i in c] for c in self.contexts]
 
     def support_texts(self) -> list[str]:
-        """Each input document's text as the context mode's support tie-break reads it."""
+        """Each input document's text as the context mode's support (rule and tie-break) reads it."""
         return [f"{d.title or ''} {d.text}" for d in self.documents]
 
 
@@ -268,4 +270,5 @@ def relevance_scores(query: str, texts: Sequence[str], embedder: str = "all-mini
     return [float(v @ vectors[0]) for v in vectors[1:]]
 
 
-__all__ = ["ModeSettings", "split_settings", "Selection", "plan", "grounded_choice", "decide", "relevance_scores", "DEFAULT_MODE"]
+__all__ = ["ModeSettings", "split_settings", "Selection", "plan", "grounded_choice", "decide", "relevance_scores",
+           "DEFAULT_MODE"]
