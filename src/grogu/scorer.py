@@ -132,51 +132,43 @@ class UtilityScorer:
         return grounded, gens
 
     def _results(self, contexts: Sequence[QueryContext], grounded: list[list[int]], gens: list[Generation],
-                 details: bool, full: Sequence[int] | None = None,
-                 grounded_metrics: Sequence[str] | None = None) -> list[ScoreResult]:
-        """The contexts' results from their answers. Those in ``full`` (default: all) are scored under the
-        scorer's metric, their answers teacher-forced under the ungrounded prompt in one batch (every
-        metric; a grounded-only target teacher-forces none); the others on their grounded statistics
-        alone, each under its ``grounded_metrics`` entry (one of :data:`grogu.metrics.GROUNDED_METRICS`)."""
-        full = set(range(len(gens)) if full is None else full)
-        forced = [] if self.grounded_only else sorted(full)
-        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(contexts[i][0] for i in forced)}
-        conts = {i: gens[i].token_ids or [gens[i].stop_token_id] for i in forced}
-        u_prompts = {i: ungrounded[contexts[i][0]] for i in forced}
-        u_stats = dict(zip(forced, self.engine.token_stats([u_prompts[i] for i in forced], [conts[i] for i in forced])
-                                if forced else []))
-        out = []
-        for i, g in enumerate(gens):
-            if i in u_stats:
-                copied = M.copied_mask(conts[i], grounded[i], u_prompts[i], self.copy_ngram)
-                out.append(self._result(g, u_stats[i], copied, details))
-            else:
-                out.append(self._result(g, None, None, details, None if i in full else grounded_metrics[i]))
-        return out
+                 details: bool) -> list[ScoreResult]:
+        """The contexts' results from their answers: each answer teacher-forced under the ungrounded prompt
+        (query only), all in one batch; a grounded-only target teacher-forces none."""
+        if self.grounded_only or not gens:  # no teacher forcing: the grounded statistics alone
+            return [self._result(g, None, None, details) for g in gens]
+        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in contexts)}
+        conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
+        u_prompts = [ungrounded[q] for q, _ in contexts]
+        u_stats = self.engine.token_stats(u_prompts, conts)
+        return [self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
+                for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)]
 
     def _score_plans(self, plans: Sequence[R.RerankPlan], details: bool) -> list[list[ContextScore]]:
-        """The scores of each rerank plan's contexts, every plan's in one engine batch. Where the context
-        mode compares its candidates on the grounded answers alone (:func:`grogu.rerank.grounded_choice`),
-        only the chosen candidate's answer is teacher-forced under the ungrounded prompt (its result holds
-        every metric); the others keep the grounded metrics, reported under the ``context_metric``. The
-        choice is the same either way; the question-only prompts of the unchosen candidates are not run."""
+        """The scores of each rerank plan's contexts, every plan's answers generated in one engine batch.
+        Where the context mode compares its candidates on the grounded answers alone
+        (:func:`grogu.rerank.grounded_choice`), the candidates are scored on their grounded statistics under
+        the ``context_metric``, and only the chosen one's answer is then teacher-forced under the ungrounded
+        prompt and scored under the scorer's metric (the one result the rerank reports): the choice is the
+        same as with every candidate teacher-forced. The other plans' contexts are all teacher-forced."""
         contexts = [(p.query, docs) for p in plans for docs in p.context_documents()]
-        if not contexts:
-            return [[] for _ in plans]
-        grounded, gens = self._generate(contexts)
-        full: list[int] = []  # the contexts scored under the scorer's metric
+        grounded, gens = self._generate(contexts) if contexts else ([], [])
+        out: list[ScoreResult | None] = [None] * len(contexts)  # None: to be scored under the scorer's metric
         start = 0
         for p in plans:
             rows = range(start, start + len(p.contexts))
             if R.grounded_choice(p.settings) and p.contexts:
-                first = [self._result(gens[i], None, None, False, p.settings.context_metric) for i in rows]
-                full.append(start + R.decide(p.settings, p.base, p.contexts, first, p.top_n, p.threshold,
-                                             p.relevance, p.support_texts()).chosen)
-            else:
-                full.extend(rows)
+                first = [self._result(gens[i], None, None, details, p.settings.context_metric) for i in rows]
+                chosen = R.decide(p.settings, p.base, p.contexts, first, p.top_n, p.threshold, p.relevance,
+                                  p.support_texts()).chosen
+                out[start:start + len(first)] = first
+                out[start + chosen] = None
             start += len(p.contexts)
-        metrics = [p.settings.context_metric for p in plans for _ in p.contexts]
-        results = iter(zip(contexts, self._results(contexts, grounded, gens, details, full, metrics)))
+        todo = [i for i, r in enumerate(out) if r is None]
+        for i, r in zip(todo, self._results([contexts[i] for i in todo], [grounded[i] for i in todo],
+                                            [gens[i] for i in todo], details)):
+            out[i] = r
+        results = iter(zip(contexts, out))
         return [[ContextScore(documents=docs, **vars(r)) for (_, docs), r in (next(results) for _ in p.contexts)]
                 for p in plans]
 
