@@ -146,6 +146,32 @@ def nq_questions(split: str, n: int, seed: int, path: str | None) -> tuple[list[
     return pool, questions
 
 
+#: HotpotQA (distractor setting; CC BY-SA 4.0): the 100-question sample of github.com/OSU-NLP-Group/HippoRAG
+#: (MIT), ``data/hotpotqa_train.json`` with ``data/hotpotqa_train_corpus.json`` beside it (commit 3d95d25),
+#: passed with ``--data-file``. No setting was chosen on it: every question is held out.
+HOTPOTQA_FILE = "hotpotqa_train.json"
+
+
+def hotpotqa_questions(split: str, n: int, path: str | None) -> tuple[list[dict], list[dict]]:
+    """HotpotQA questions (multi-hop: bridge and comparison questions over Wikipedia paragraphs; pool =
+    the sample's 994 paragraphs, each question's 2 supporting and 8 distractor paragraphs among them).
+    Evaluation only (``held`` or ``all``: the whole sample). Questions answered yes or no are left out:
+    the answer check (a gold string inside the answer) cannot tell "no" from "not" or "know"."""
+    if split == "tune":
+        raise SystemExit("hotpotqa is evaluation data only: --split held")
+    if path is None:
+        raise SystemExit(f"hotpotqa: pass the path of {HOTPOTQA_FILE} with --data-file (its *_corpus.json beside it)")
+    items = json.load(open(path))
+    corpus = json.load(open(path.replace(".json", "_corpus.json")))
+    pool = [{"id": f"hotpotqa-{i}", "title": title, "text": "".join(sentences).strip()}
+            for i, (title, sentences) in enumerate(corpus.items())]
+    ids = {p["title"]: p["id"] for p in pool}
+    questions = [{"qid": it["_id"], "question": it["question"], "article": None, "answers": [it["answer"]],
+                  "gold": sorted({ids[t] for t, _ in it["supporting_facts"] if t in ids})}
+                 for it in items if normalize(it["answer"]) not in ("yes", "no")]
+    return pool, questions[:n]
+
+
 def build_index(pool: list[dict], embed_model, cache_dir: str, name: str):
     """VectorStoreIndex over the pool (title as LLM-visible metadata, as the LlamaIndex benchmark did);
     embeddings computed once and cached."""
@@ -204,6 +230,8 @@ def collect(args) -> None:
         pool, questions = squad_questions(args.split, args.questions, args.seed)
     elif args.data == "nq":
         pool, questions = nq_questions(args.split, args.questions, args.seed, args.data_file)
+    elif args.data == "hotpotqa":
+        pool, questions = hotpotqa_questions(args.split, args.questions, args.data_file)
     else:
         pool, questions = musique_questions(args.split, args.questions)
     questions = questions[:args.limit] if args.limit else questions
@@ -469,8 +497,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
-    c.add_argument("--data", choices=["squad", "nq", "musique"], default="squad")
-    c.add_argument("--data-file", default=None, help=f"nq: the path of {NQ_FILE} when it is not in ../shared/data")
+    c.add_argument("--data", choices=["squad", "nq", "musique", "hotpotqa"], default="squad")
+    c.add_argument("--data-file", default=None, help=f"nq: the path of {NQ_FILE} when it is not in ../shared/data; "
+                                                        f"hotpotqa: the path of {HOTPOTQA_FILE}")
     c.add_argument("--split", choices=["tune", "held", "all"], default="tune", help="all: musique only")
     c.add_argument("--contexts", choices=["settings", "wide"], default="settings",
                    help="wide: also every context of pipeline_modes.wide_contexts (each selection rule replayed)")

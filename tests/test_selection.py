@@ -111,7 +111,7 @@ def test_plan_and_decide_each_mode():
     ({"margin": math.inf}, "margin"), ({"margin": -0.1}, "margin"), ({"margin": "0.1"}, "margin"),
     ({"rule": "vote"}, "rule"), ({"confidence_weight": 2.0}, "confidence_weight"),
     ({"confidence_weight": math.nan}, "confidence_weight"), ({"supported": 1}, "supported"),
-    ({"context_metric": "bleu"}, "metric"), ({"support_weight": -1.0}, "support_weight"),
+    ({"context_metric": "bleu"}, "context_metric: unknown metric 'bleu'.*or 'auto'"), ({"context_metric": 3}, "context_metric"), ({"support_weight": -1.0}, "support_weight"),
     ({"support_weight": math.nan}, "support_weight"), ({"support_weight": "1"}, "support_weight"),
 ])
 def test_mode_settings_reject_bad_values(kwargs, match):
@@ -279,7 +279,8 @@ def test_the_context_metric_is_read_from_the_variants():
     with pytest.raises(ValueError, match="context_metric='entropy', which this target does not give"):
         decide(ModeSettings(context_metric="entropy", **C), base, contexts, scored, 2, None, None)
     # the default, 'auto', is the target's default metric: key_entropy, or ppl on a grounded-only target
-    assert ModeSettings().context_metric == "auto"
+    assert ModeSettings().context_metric == "auto" and ModeSettings(context_metric=" Auto").context_metric == "auto"
+    assert ModeSettings(context_metric="KeyEntropy").context_metric == "key_entropy"
     assert ModeSettings().for_target(False).context_metric == "key_entropy"
     assert ModeSettings().for_target(True).context_metric == "ppl"
     assert ModeSettings(context_metric="entropy").for_target(False).context_metric == "entropy"

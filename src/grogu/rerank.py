@@ -34,6 +34,16 @@ def _setting(default: Any, help: str, choices: tuple[str, ...] | None = None) ->
     return field(default=default, metadata={"help": help, "choices": choices})
 
 
+def _context_metric(name: Any) -> str:
+    """A context_metric setting, checked: 'auto' (any case) or a metric's canonical name."""
+    if isinstance(name, str) and name.strip().lower() == "auto":
+        return "auto"
+    try:
+        return metric_name(name)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"context_metric: {e}; or 'auto' (key_entropy, or ppl on a grounded-only target)") from None
+
+
 @dataclass(kw_only=True, frozen=True)
 class ModeSettings:
     """Settings of the rerank modes (each used by the mode named in its comment): the one settings
@@ -69,8 +79,7 @@ class ModeSettings:
         set_(self, "swaps", check_int("swaps", self.swaps, minimum=0))
         set_(self, "margin", check_float("margin", self.margin, minimum=0.0))
         check_choice("rule", self.rule, S.SELECTION_RULES)
-        if self.context_metric != "auto":
-            set_(self, "context_metric", metric_name(self.context_metric))
+        set_(self, "context_metric", _context_metric(self.context_metric))
         set_(self, "confidence_weight", S.check_unit("confidence_weight", self.confidence_weight))
         set_(self, "support_weight", check_float("support_weight", self.support_weight, minimum=0.0))
         if not isinstance(self.supported, bool):
