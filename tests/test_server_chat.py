@@ -197,8 +197,10 @@ def test_langchain_chat_openai(server, monkeypatch):
     from langchain_grogu import GroguCompressor
     from langchain_openai import ChatOpenAI
 
+    # ChatOpenAI sends max_tokens as max_completion_tokens, which llama-cpp-python ignores: the budget goes
+    # in the body too
     chat = ChatOpenAI(base_url=server.url, model=grogu.DEFAULT_MODEL, api_key="none", temperature=0,
-                      max_tokens=BUDGET, extra_body={"repeat_penalty": 1.0})
+                      max_tokens=BUDGET, extra_body={"repeat_penalty": 1.0, "max_tokens": BUDGET})
     prompt = ChatPromptTemplate.from_messages([("human", "Answer from the context.\n\n{context}\n\nQuestion: {question}")])
     compressor = GroguCompressor(model=target_from_llm(chat, api="chat"), metric="entropy", mode="document", top_n=1,
                                  qa_prompt=prompt, max_new_tokens=BUDGET)

@@ -37,8 +37,10 @@ def test_chatopenai_chain_answers_with_the_servers_scored_answer(server):
 
     from grogu.models import embedded_embedder_path
 
+    # ChatOpenAI sends max_tokens as max_completion_tokens, which llama-cpp-python ignores: the budget goes
+    # in the body too, so that the direct call below answers within it as the scored answer does
     chat = ChatOpenAI(base_url=server.url, model=grogu.DEFAULT_MODEL, api_key="none", temperature=0.0,
-                      max_tokens=BUDGET, extra_body={"repeat_penalty": 1.0})
+                      max_tokens=BUDGET, extra_body={"repeat_penalty": 1.0, "max_tokens": BUDGET})
     store = InMemoryVectorStore.from_documents([Document(page_content=t) for t in TEXTS],
                                                HuggingFaceEmbeddings(model_name=embedded_embedder_path()))
     retriever = GroguRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), model=chat, top_n=2,
