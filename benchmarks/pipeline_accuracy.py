@@ -25,7 +25,9 @@ given / given first.
 GroguSynthesizer. ``langchain``: a real LCEL chain with and without GroguRetriever.
 
 Data: SQuAD v1.1 dev split by article (every fourth article is the tuning split, the rest held out;
-the first question of each sampled paragraph) and the MuSiQue sample (pool = its 1,890 paragraphs).
+the first question of each sampled paragraph), the MuSiQue sample (pool = its 1,890 paragraphs), NQ-open
+(``--data nq``) and, for evaluation only, HippoRAG's HotpotQA sample (``--data hotpotqa --data-file
+hotpotqa_train.json``; pool = its 994 paragraphs).
 
     OMP_NUM_THREADS=1 python benchmarks/pipeline_accuracy.py collect --data squad --split tune --questions 100 \
         --out runs/pipeline/squad_tune.jsonl --shard 0/2
