@@ -164,7 +164,7 @@ def hotpotqa_questions(split: str, n: int, path: str | None) -> tuple[list[dict]
     if path is None:
         raise SystemExit(f"hotpotqa: pass the path of {HOTPOTQA_FILE} with --data-file (its *_corpus.json beside it)")
     items = json.load(open(path))
-    corpus = json.load(open(path.replace(".json", "_corpus.json")))
+    corpus = json.load(open(os.path.splitext(path)[0] + "_corpus.json"))
     pool = [{"id": f"hotpotqa-{i}", "title": title, "text": "".join(sentences).strip()}
             for i, (title, sentences) in enumerate(corpus.items())]
     ids = {p["title"]: p["id"] for p in pool}
@@ -502,7 +502,7 @@ def main() -> None:
     c.add_argument("--data", choices=["squad", "nq", "musique", "hotpotqa"], default="squad")
     c.add_argument("--data-file", default=None, help=f"nq: the path of {NQ_FILE} when it is not in ../shared/data; "
                                                         f"hotpotqa: the path of {HOTPOTQA_FILE}")
-    c.add_argument("--split", choices=["tune", "held", "all"], default="tune", help="all: musique only")
+    c.add_argument("--split", choices=["tune", "held", "all"], default="tune", help="all: musique and hotpotqa only")
     c.add_argument("--contexts", choices=["settings", "wide"], default="settings",
                    help="wide: also every context of pipeline_modes.wide_contexts (each selection rule replayed)")
     c.add_argument("--questions", type=int, default=100)

@@ -111,7 +111,8 @@ def test_plan_and_decide_each_mode():
     ({"margin": math.inf}, "margin"), ({"margin": -0.1}, "margin"), ({"margin": "0.1"}, "margin"),
     ({"rule": "vote"}, "rule"), ({"confidence_weight": 2.0}, "confidence_weight"),
     ({"confidence_weight": math.nan}, "confidence_weight"), ({"supported": 1}, "supported"),
-    ({"context_metric": "bleu"}, "context_metric: unknown metric 'bleu'.*or 'auto'"), ({"context_metric": 3}, "context_metric"), ({"support_weight": -1.0}, "support_weight"),
+    ({"context_metric": "bleu"}, "context_metric: unknown metric 'bleu'.*or 'auto'"),
+    ({"context_metric": 3}, "context_metric"), ({"support_weight": -1.0}, "support_weight"),
     ({"support_weight": math.nan}, "support_weight"), ({"support_weight": "1"}, "support_weight"),
 ])
 def test_mode_settings_reject_bad_values(kwargs, match):
