@@ -73,12 +73,56 @@ def normalize(text: str) -> str:
 
 
 def answered(output: str, golds: list[str]) -> bool:
+    """The former check: a gold string inside the answer, characters not words ("no" is in "not")."""
     out = normalize(output)
     return any(normalize(g) and normalize(g) in out for g in golds)
 
 
+def answered_words(output: str, golds: list[str]) -> bool:
+    """A gold answer's words, in order, among the answer's words (SQuAD normalisation): "1" is not
+    found in "1908", nor "no" in "not"."""
+    out = normalize(output).split()
+    for g in golds:
+        words = normalize(g).split()
+        if words and any(out[i:i + len(words)] == words for i in range(len(out) - len(words) + 1)):
+            return True
+    return False
+
+
+def answer_f1(output: str, golds: list[str]) -> float:
+    """SQuAD's token F1 of the answer against the best-matching gold answer."""
+    from grogu.selection import token_f1
+
+    out = normalize(output).split()
+    return max((token_f1(out, normalize(g).split()) for g in golds), default=0.0)
+
+
+def judgeable(golds: list[str]) -> bool:
+    """Whether words can judge the question: not when every gold answer is yes or no (an answer can
+    say "no" while meaning something else); such questions are left out of every table."""
+    return any(normalize(g) not in ("", "yes", "no") for g in golds)
+
+
 # ---------------------------------------------------------------------------------------------- data
-def squad_questions(split: str, n: int, seed: int) -> tuple[list[dict], list[dict]]:
+def excluded_ids(paths: list[str]) -> set[str]:
+    """The question ids of earlier samples: each file a JSONL of records with a ``qid``, or one id a line
+    (lines starting with '#' are comments). A fresh sample leaves them all out before it is drawn."""
+    ids: set[str] = set()
+    for path in paths:
+        for line in open(path):
+            line = line.strip()
+            if line and not line.startswith("#"):
+                ids.add(json.loads(line)["qid"] if line.startswith("{") else line)
+    return ids
+
+
+def draw(questions: list[dict], n: int, seed: int, exclude: set[str] | None = None) -> list[dict]:
+    """n questions drawn with ``seed`` from those not in ``exclude``."""
+    left = [q for q in questions if q["qid"] not in (exclude or set())]
+    return random.Random(seed).sample(left, min(n, len(left)))
+
+
+def squad_questions(split: str, n: int, seed: int, exclude: set[str] | None = None) -> tuple[list[dict], list[dict]]:
     """(pool of all paragraphs, n questions of the split): first question of n sampled paragraphs."""
     from grogu.testing import shared_data_path
 
@@ -93,8 +137,7 @@ def squad_questions(split: str, n: int, seed: int) -> tuple[list[dict], list[dic
                 qa = p["qas"][0]
                 questions.append({"qid": qa["id"], "question": qa["question"], "article": a_i,
                                   "answers": [x["text"] for x in qa["answers"]], "gold": [pid]})
-    questions = random.Random(seed).sample(questions, min(n, len(questions)))
-    return pool, questions
+    return pool, draw(questions, n, seed, exclude)
 
 
 def musique_questions(split: str, n: int) -> tuple[list[dict], list[dict]]:
@@ -123,7 +166,8 @@ def musique_questions(split: str, n: int) -> tuple[list[dict], list[dict]]:
 NQ_FILE = "nq-open-oracle.jsonl.gz"
 
 
-def nq_questions(split: str, n: int, seed: int, path: str | None) -> tuple[list[dict], list[dict]]:
+def nq_questions(split: str, n: int, seed: int, path: str | None,
+                 exclude: set[str] | None = None) -> tuple[list[dict], list[dict]]:
     """NQ-open (2,655 questions, real search queries; answers are short spans): the pool is every
     question's gold 100-word Wikipedia passage (deduplicated), so the other questions' passages are the
     distractors. ``tune`` = questions whose position is 0 mod 4, ``held`` = the rest; n sampled with ``seed``."""
@@ -144,8 +188,7 @@ def nq_questions(split: str, n: int, seed: int, path: str | None) -> tuple[list[
         if (i % 4 == 0) == (split == "tune"):
             questions.append({"qid": f"nq-{i}", "question": r["question"], "article": None,
                               "answers": list(r["answers"]), "gold": [ids[k]]})
-    questions = random.Random(seed).sample(questions, min(n, len(questions)))
-    return pool, questions
+    return pool, draw(questions, n, seed, exclude)
 
 
 #: HotpotQA (distractor setting; CC BY-SA 4.0): the 100-question sample of github.com/OSU-NLP-Group/HippoRAG
@@ -172,6 +215,39 @@ def hotpotqa_questions(split: str, n: int, path: str | None) -> tuple[list[dict]
                   "gold": sorted({ids[t] for t, _ in it["supporting_facts"] if t in ids})}
                  for it in items if normalize(it["answer"]) not in ("yes", "no")]
     return pool, questions[:n]
+
+
+#: HotpotQA dev (distractor setting; CC BY-SA 4.0): IRCoT's 500-question sample as kept in
+#: github.com/xindili-cmu/anlp-project-multihop (Apache-2.0), ``processed_data/hotpotqa/dev_subsampled.jsonl``
+#: (commit 11ba729), passed with ``--data-file``. Not HippoRAG's train sample above: no question is shared.
+HOTPOTQA_DEV_FILE = "dev_subsampled.jsonl"
+
+
+def hotpotqa_dev_questions(split: str, n: int, seed: int, path: str | None,
+                           exclude: set[str] | None = None) -> tuple[list[dict], list[dict]]:
+    """HotpotQA dev questions, each with its 10 paragraphs (2 supporting); the pool is every question's
+    paragraphs (4,858 distinct), so the other questions' paragraphs are distractors. Evaluation only.
+    Yes/no questions are left out (80 of 500); n drawn with ``seed``."""
+    if split == "tune":
+        raise SystemExit("hotpotqa-dev is evaluation data only: --split held")
+    if path is None:
+        raise SystemExit(f"hotpotqa-dev: pass the path of {HOTPOTQA_DEV_FILE} with --data-file")
+    pool, ids, questions = [], {}, []
+    for line in open(path, encoding="utf-8"):
+        rec = json.loads(line)
+        gold = []
+        for ctx in rec["contexts"]:
+            k = (ctx["title"].strip(), " ".join(ctx["paragraph_text"].split()))
+            if k not in ids:
+                ids[k] = f"hotpotdev-{len(pool)}"
+                pool.append({"id": ids[k], "title": k[0], "text": k[1]})
+            if ctx.get("is_supporting") and ids[k] not in gold:
+                gold.append(ids[k])
+        answers = [a for obj in rec["answers_objects"] for a in obj["spans"] if a.strip()]
+        if answers and judgeable(answers):
+            questions.append({"qid": rec["question_id"], "question": rec["question_text"], "article": None,
+                              "answers": answers, "gold": gold})
+    return pool, draw(questions, n, seed, exclude)
 
 
 def build_index(pool: list[dict], embed_model, cache_dir: str, name: str):
@@ -228,10 +304,15 @@ def collect(args) -> None:
     from llama_index.postprocessor.grogu import template_from_llama_index
     from pipeline_modes import key, needed_contexts, needs_own_prompt, needs_pipe_prompt, wide_contexts
 
+    exclude = excluded_ids(args.exclude)
+    if exclude and args.data not in ("squad", "nq", "hotpotqa-dev"):
+        raise SystemExit(f"--exclude: {args.data} is not sampled (its questions are taken in order)")
     if args.data == "squad":
-        pool, questions = squad_questions(args.split, args.questions, args.seed)
+        pool, questions = squad_questions(args.split, args.questions, args.seed, exclude)
     elif args.data == "nq":
-        pool, questions = nq_questions(args.split, args.questions, args.seed, args.data_file)
+        pool, questions = nq_questions(args.split, args.questions, args.seed, args.data_file, exclude)
+    elif args.data == "hotpotqa-dev":
+        pool, questions = hotpotqa_dev_questions(args.split, args.questions, args.seed, args.data_file, exclude)
     elif args.data == "hotpotqa":
         pool, questions = hotpotqa_questions(args.split, args.questions, args.data_file)
     else:
@@ -499,13 +580,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
-    c.add_argument("--data", choices=["squad", "nq", "musique", "hotpotqa"], default="squad")
+    c.add_argument("--data", choices=["squad", "nq", "musique", "hotpotqa", "hotpotqa-dev"], default="squad")
     c.add_argument("--data-file", default=None, help=f"nq: the path of {NQ_FILE} when it is not in ../shared/data; "
-                                                        f"hotpotqa: the path of {HOTPOTQA_FILE}")
-    c.add_argument("--split", choices=["tune", "held", "all"], default="tune", help="all: musique and hotpotqa only")
+                                                        f"hotpotqa: the path of {HOTPOTQA_FILE}; "
+                                                        f"hotpotqa-dev: the path of {HOTPOTQA_DEV_FILE}")
+    c.add_argument("--split", choices=["tune", "held", "all"], default="tune", help="all: musique and hotpotqa only; hotpotqa-dev: held")
     c.add_argument("--contexts", choices=["settings", "wide"], default="settings",
                    help="wide: also every context of pipeline_modes.wide_contexts (each selection rule replayed)")
     c.add_argument("--questions", type=int, default=100)
+    c.add_argument("--exclude", nargs="*", default=[],
+                   help="files of earlier samples (records, or one question id a line): left out before the draw")
     c.add_argument("--limit", type=int, default=None, help="only the first N of the sampled questions")
     c.add_argument("--top-k", type=int, default=5, help="retrieved (with 10, the report also replays the top-5 of them)")
     c.add_argument("--max-new-tokens", type=int, default=48)
@@ -538,8 +622,16 @@ def main() -> None:
     r.add_argument("--tune-by", choices=["accuracy", "maximin"], default="accuracy",
                    help="maximin: never lose on any tuning data set, then the best worst-set gain (pipeline_modes.tune)")
     r.add_argument("--modes", nargs="*", default=None, help="tune only these modes (the others need --settings)")
+    ch = sub.add_parser("choose", help="the selective context mode's setting on the tuning records")
+    ch.add_argument("--tune", nargs="+", required=True)
+    ch.add_argument("--settings", default=None, help="settings to save the chosen one beside")
+    ch.add_argument("--save-settings", default=None)
+    ch.add_argument("--top", type=int, default=5, help="print this many of the ranked settings")
     args = parser.parse_args()
-    if args.cmd == "collect":
+    if args.cmd == "choose":
+        from pipeline_modes import choose
+        choose(args)
+    elif args.cmd == "collect":
         collect(args)
     elif args.cmd == "latency":
         latency(args)

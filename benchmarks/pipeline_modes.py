@@ -29,6 +29,15 @@ WEIGHTS_COMBINED = (0.25, 0.5, 0.75)
 MARGINS_AGREEMENT = (0.0, 0.05, 0.1, 0.2)
 SUPPORT_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl")  # the confidence_support rule's confidence terms
 SUPPORT_WEIGHTS = (0.1, 0.3, 1.0, 3.0)
+# the selective context mode (gate "doubt"): its thresholds and the candidates' rule tried on the tuning splits
+GATE_SUPPORTS = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0)
+GATE_CONFIDENCES = (0.0, 0.3, 0.4, 0.5, 0.6)
+SELECTIVE_FAMILIES = ("swap_reversed", "swap_orders")
+SELECTIVE_METRICS = ("key_entropy", "ppl")
+SELECTIVE_WEIGHTS = (1.0, 3.0)
+SELECTIVE_MARGINS = (0.0, 0.3)
+#: the bars the selective mode's setting must meet on the pooled tuning splits (pipeline_modes.choose_selective)
+MAX_CHANGED, MIN_PRECISION = 0.35, 0.70
 
 
 def key(order: Iterable[int]) -> str:
@@ -72,7 +81,8 @@ def mode_prune(rec: dict, s: dict) -> list[int]:
 
 
 #: the context mode's settings a record replay takes from a setting dict (the rest are the product's defaults)
-CONTEXT_KEYS = ("family", "margin", "rule", "confidence_weight", "support_weight", "supported", "swaps")
+CONTEXT_KEYS = ("family", "margin", "rule", "confidence_weight", "support_weight", "supported", "swaps", "gate",
+                "gate_support", "gate_confidence")
 
 
 def context_settings(s: dict) -> ModeSettings:
@@ -92,7 +102,8 @@ def mode_context(rec: dict, s: dict) -> list[int]:
 
 
 MODES = {"retriever": mode_retriever, "document": mode_document, "fusion": mode_fusion, "prune": mode_prune,
-         "context": mode_context, "paper": mode_document, "former": mode_context, "confidence": mode_context}
+         "context": mode_context, "paper": mode_document, "former": mode_context, "confidence": mode_context,
+         "selective": mode_context, "always": mode_context}
 #: the paper's per-document GROGU as GroguRerank did it before the modes: grogu's prompt, KeyEntropy
 PAPER = {"prompt": "own", "metric": "key_entropy"}
 
@@ -104,6 +115,11 @@ def grid(mode: str, k: int) -> list[dict]:
         return [{"k": k, **PAPER}]
     if mode == "retriever":
         return [{"k": k}]
+    if mode == "selective":
+        return [{"k": k, "family": f, "rule": "confidence_support", "metric": m, "support_weight": b, "margin": g,
+                 "gate": "doubt", "gate_support": gs, "gate_confidence": gc}
+                for f in SELECTIVE_FAMILIES for m in SELECTIVE_METRICS for b in SELECTIVE_WEIGHTS
+                for g in SELECTIVE_MARGINS for gs in GATE_SUPPORTS for gc in GATE_CONFIDENCES if gs or gc]
     if mode == "document":
         return [{"k": k, "prompt": p, "metric": m} for p in prompts for m in DOC_METRICS]
     if mode == "fusion":
@@ -171,18 +187,36 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def judged(rec: dict, ctx: list[int]) -> tuple[bool, float, int]:
+    """(correct by whole words, token F1, answer length in words) of the answer a context gave."""
+    from pipeline_accuracy import answer_f1, answered_words
+
+    answer = rec["contexts"][key(ctx)]["answer"]
+    return answered_words(answer, rec["answers"]), answer_f1(answer, rec["answers"]), len(answer.split())
+
+
 def evaluate(records: list[dict], mode: str, s: dict) -> dict:
-    correct, base, given, first, wins, losses = [], [], [], [], 0, 0
+    """A mode against the retriever's top-3 on the records whose gold answers words can judge
+    (``pipeline_accuracy.judgeable``): accuracy by whole words (wins / losses, exact sign test), token F1,
+    answer length in words, the share of queries whose context changed and the precision of the changes
+    (wins / (wins + losses)), and how often the gold paragraph is given / given first."""
+    from pipeline_accuracy import judgeable
+
+    correct, base, f1, base_f1, words, base_words, changed, given, first = ([] for _ in range(9))
+    wins = losses = 0
     for rec in records:
+        if not judgeable(rec["answers"]):
+            continue
         try:  # a record collected without what this mode needs (e.g. a lean held-out pass) is skipped
             ctx = MODES[mode](rec, s)
-            c = rec["contexts"][key(ctx)]["correct"]
+            c, f, w = judged(rec, ctx)
         except (KeyError, TypeError):
             continue
-        b = rec["contexts"][key(mode_retriever(rec, s))]["correct"]
+        retr = mode_retriever(rec, s)
+        b, bf, bw = judged(rec, retr)
         ids = [rec["retrieved"][i]["id"] for i in ctx]
-        correct.append(c)
-        base.append(b)
+        correct.append(c), base.append(b), f1.append(f), base_f1.append(bf), words.append(w), base_words.append(bw)
+        changed.append(ctx != retr)
         given.append(any(g in ids for g in rec["gold"]))
         first.append(bool(ids) and ids[0] in rec["gold"])
         wins += c and not b
@@ -190,9 +224,12 @@ def evaluate(records: list[dict], mode: str, s: dict) -> dict:
     n = len(correct)
     if n == 0:
         return {"mode": mode, "setting": s, "n": 0}
-    return {"mode": mode, "setting": s, "n": n, "accuracy": sum(correct) / n, "retriever_accuracy": sum(base) / n,
-            "wins": wins, "losses": losses, "p": sign_test(wins, losses), "gold_given": sum(given) / n,
-            "gold_first": sum(first) / n}
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return {"mode": mode, "setting": s, "n": n, "accuracy": mean(correct), "retriever_accuracy": mean(base),
+            "wins": wins, "losses": losses, "p": sign_test(wins, losses), "f1": mean(f1),
+            "retriever_f1": mean(base_f1), "words": mean(words), "retriever_words": mean(base_words),
+            "changed": mean(changed), "precision": wins / (wins + losses) if wins + losses else None,
+            "gold_given": mean(given), "gold_first": mean(first)}
 
 
 def tune(records: list[dict], mode: str, k: int, by: str = "accuracy") -> dict:
@@ -226,6 +263,57 @@ def tune(records: list[dict], mode: str, k: int, by: str = "accuracy") -> dict:
     return best[1]
 
 
+def doubt_rate(records: list[dict], s: dict) -> float:
+    """The share of records on which the selective mode's gate finds the retriever's context in doubt."""
+    from grogu.rerank import doubt
+
+    settings = context_settings(s)
+    first = list(range(min(TOP_N, k_of(records[0], s["k"]))))
+    return sum(doubt(settings, SimpleNamespace(answer=r["contexts"][key(first)]["answer"],
+                                               variants=r["contexts"][key(first)]["variants"]),
+                     r["texts"], first) for r in records) / len(records)
+
+
+def choose_selective(records: list[dict], k: int = 5) -> tuple[dict, list[tuple]]:
+    """The selective context mode's setting, chosen on tuning records grouped by data set, by a rule fixed
+    before any held-out record is collected:
+
+    1. eligible: wins >= losses on every tuning set (whole words), the context changed on at most
+       ``MAX_CHANGED`` of the pooled questions, and the changes' precision (wins / (wins + losses)) at
+       least ``MIN_PRECISION``;
+    2. among them, the most pooled net wins (wins − losses), then the largest pooled token-F1 gain, then the
+       fewest changes, then the cheapest (fewest candidates answered per query), then grid order.
+    If no setting is eligible, the precision bar is dropped (and then the change bar), and that is said.
+    Returns the setting and the ranked rows (for the report)."""
+    sets: dict[str, list[dict]] = {}
+    for r in records:
+        sets.setdefault(r.get("data", "all"), []).append(r)
+    rows = []
+    for s in grid("selective", k):
+        res = [{**evaluate(recs, "selective", s), "data": name} for name, recs in sets.items()]
+        pooled = {**evaluate(records, "selective", s), "data": "pooled"}
+        if any(r["n"] == 0 for r in res):
+            continue
+        n_cands = len(context_candidates(k, TOP_N, s["family"]))
+        cost = 1 + doubt_rate(records, s) * (n_cands - 1)
+        rows.append((s, res, pooled, cost))
+
+    def rank(row: tuple) -> tuple:
+        s, res, pooled, cost = row
+        return (pooled["wins"] - pooled["losses"], round(pooled["f1"] - pooled["retriever_f1"], 9),
+                -pooled["changed"], -cost)
+
+    for bars in (("wins", "changed", "precision"), ("wins", "changed"), ("wins",)):
+        ok = [row for row in rows if all(r["wins"] >= r["losses"] for r in row[1])
+              and ("changed" not in bars or row[2]["changed"] <= MAX_CHANGED)
+              and ("precision" not in bars or (row[2]["precision"] or 0) >= MIN_PRECISION)]
+        if ok:
+            ranked = sorted(ok, key=rank, reverse=True)
+            print(f"selective: {len(ok)} of {len(rows)} settings meet the bars {bars}", file=sys.stderr)
+            return ranked[0][0], ranked
+    raise ValueError("no selective setting wins at least as often as it loses on every tuning set")
+
+
 def load(paths: list[str]) -> list[dict]:
     rows: dict[str, dict] = {}
     for p in paths:
@@ -235,10 +323,31 @@ def load(paths: list[str]) -> list[dict]:
     return list(rows.values())
 
 
+HEADER = ("| data | mode (setting) | n | accuracy | retriever | W / L | sign p | F1 | retriever F1 | words | "
+          "retriever words | changed | precision | gold given | gold first |\n|" + "---|" * 15)
+
+
 def fmt_row(r: dict) -> str:
     s = ", ".join(f"{k}={v}" for k, v in r["setting"].items() if k != "k")
-    return (f"| {r.get('data', '')} | {r['mode']} ({s}) | {r['n']} | {100 * r['accuracy']:.1f} % | {100 * r['retriever_accuracy']:.1f} % | "
-            f"{r['wins']} / {r['losses']} | {r['p']:.3g} | {100 * r['gold_given']:.1f} % | {100 * r['gold_first']:.1f} % |")
+    precision = "–" if r["precision"] is None else f"{r['precision']:.2f}"
+    return (f"| {r.get('data', '')} | {r['mode']} ({s}) | {r['n']} | {100 * r['accuracy']:.1f} % | "
+            f"{100 * r['retriever_accuracy']:.1f} % | {r['wins']} / {r['losses']} | {r['p']:.3g} | "
+            f"{100 * r['f1']:.1f} | {100 * r['retriever_f1']:.1f} | {r['words']:.1f} | {r['retriever_words']:.1f} | "
+            f"{100 * r['changed']:.0f} % | {precision} | {100 * r['gold_given']:.1f} % | {100 * r['gold_first']:.1f} % |")
+
+
+def choose(args: Any) -> None:
+    """The selective mode's setting on the tuning records (:func:`choose_selective`), saved beside the
+    settings it is compared with."""
+    setting, ranked = choose_selective(load(args.tune))
+    print(HEADER)
+    for s, res, pooled, cost in ranked[:args.top]:
+        for r in [*res, pooled]:
+            print(fmt_row(r), f"cost {cost:.2f}")
+    if args.save_settings:
+        base = json.load(open(args.settings)) if args.settings else {}
+        json.dump({**base, "selective@5": setting}, open(args.save_settings, "w"), indent=1)
+    print(json.dumps(setting))
 
 
 def report(args: Any) -> None:
@@ -260,15 +369,15 @@ def report(args: Any) -> None:
             if name not in settings:
                 continue
             for part, recs in (("tuning", t), ("held_out", e)):
-                for data in sorted({r.get("data", "all") for r in recs}):
-                    res = evaluate([r for r in recs if r.get("data", "all") == data], mode, settings[name])
+                names = sorted({r.get("data", "all") for r in recs})
+                for data in names + (["pooled"] if len(names) > 1 else []):
+                    res = evaluate([r for r in recs if data == "pooled" or r.get("data", "all") == data], mode,
+                                   settings[name])
                     if res["n"]:
                         out[part][f"{name} {data}"] = {**res, "data": data}
-    header = ("| data | mode (setting) | n | accuracy | retriever | wins / losses | sign p | gold given | gold first |\n"
-              "|---|---|---|---|---|---|---|---|---|")
     for part in ("tuning", "held_out"):
         if out[part]:
-            print(f"\n{part}\n{header}")
+            print(f"\n{part}\n{HEADER}")
             for r in out[part].values():
                 print(fmt_row(r))
     agree = [r["agree"] for r in eval_recs + tune_recs if "agree" in r]

@@ -23,6 +23,9 @@ DEFAULT_MARGIN = 0.3
 DEFAULT_RULE = "confidence_support"
 DEFAULT_CONFIDENCE_WEIGHT = 0.5
 DEFAULT_SUPPORT_WEIGHT = 1.0
+DEFAULT_GATE = "always"
+DEFAULT_GATE_SUPPORT = 1.0
+DEFAULT_GATE_CONFIDENCE = 0.0
 #: the context mode's defaults (family, rule, context_metric, support_weight, margin) were chosen on the tuning
 #: splits of three data sets (benchmarks/context_settings.json; README, "Which rerank mode"). "auto": KeyEntropy,
 #: or perplexity on a grounded-only target, which cannot teacher-force (grogu.metrics.default_metric)
@@ -70,6 +73,13 @@ class ModeSettings:
                                                              "documents, added to its confidence")
     supported: bool = _setting(True, "context: among candidates giving the chosen answer, hand over the one whose "
                                      "documents hold it (grogu.selection.prefer_supported)")
+    gate: str = _setting(DEFAULT_GATE, "context: 'always' scores every candidate; 'doubt' answers the retriever's "
+                                       "context first and tries the others only when that answer is in doubt",
+                         S.GATES)
+    gate_support: float = _setting(DEFAULT_GATE_SUPPORT, "context, gate 'doubt': in doubt when less than this share "
+                                                         "of the answer's words is in its documents")
+    gate_confidence: float = _setting(DEFAULT_GATE_CONFIDENCE, "context, gate 'doubt': in doubt when the answer's "
+                                                               "mean token probability is below this")
 
     def __post_init__(self) -> None:
         S.check_mode(self.mode)
@@ -84,6 +94,9 @@ class ModeSettings:
         set_(self, "support_weight", check_float("support_weight", self.support_weight, minimum=0.0))
         if not isinstance(self.supported, bool):
             raise ValueError(f"supported must be True or False, got {self.supported!r}")
+        check_choice("gate", self.gate, S.GATES)
+        set_(self, "gate_support", S.check_unit("gate_support", self.gate_support))
+        set_(self, "gate_confidence", S.check_unit("gate_confidence", self.gate_confidence))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -143,7 +156,8 @@ class Selection:
     none: utility of no document at all (prune). candidates / candidate_scores: the contexts scored
     (context mode), ``chosen`` the index of the one used, ``rule_scores`` each candidate's score under the
     selection rule. context: the chosen context's score, with the answer the LLM gave while it was scored
-    (the pipeline's answer when the scoring prompt is its own).
+    (the pipeline's answer when the scoring prompt is its own). doubt: under ``gate="doubt"``, whether
+    the retriever's context was in doubt (False: only it was scored and it is kept); None without a gate.
     """
 
     mode: str
@@ -155,6 +169,7 @@ class Selection:
     candidate_scores: list[Any] = field(default_factory=list)
     chosen: int | None = None
     rule_scores: list[float] = field(default_factory=list)
+    doubt: bool | None = None
 
     @property
     def context(self) -> Any | None:
@@ -205,18 +220,44 @@ def grounded_choice(settings: ModeSettings) -> bool:
     return settings.mode == "context" and settings.context_metric in GROUNDED_METRICS
 
 
+def gated(settings: ModeSettings, contexts: Sequence[Sequence[int]]) -> bool:
+    """Whether the context mode answers the retriever's context first and tries the other candidates only
+    when it is in doubt (:func:`doubt`): ``gate="doubt"`` with more than one candidate."""
+    return settings.mode == "context" and settings.gate == "doubt" and len(contexts) > 1
+
+
+def doubt(settings: ModeSettings, first: Any, texts: Sequence[str] | None, context: Sequence[int]) -> bool:
+    """Whether the retriever's own context (``context``, scored as ``first``) is in doubt under the gate's
+    thresholds (:func:`grogu.selection.doubtful`): its answer's support in its documents (``texts``: each
+    input document's text) and the answer's mean token probability (1 / its perplexity)."""
+    if texts is None:
+        raise ValueError("gate 'doubt' reads the documents' texts; pass texts=")
+    [support] = S.support_scores([first.answer], [" ".join(texts[i] for i in context)])
+    confidence = -1.0 / _utility(first, "ppl")  # the ppl variant's utility is -perplexity
+    return S.doubtful(support, confidence, settings.gate_support, settings.gate_confidence)
+
+
 def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], scored: Sequence[Any],
            top_n: int | None, threshold: float | None, relevance: Sequence[float] | None,
            texts: Sequence[str] | None = None) -> Selection:
     """The selection from the scored contexts of :func:`plan`. ``texts``: each input document's text
-    (the context mode's support reads them: the ``confidence_support`` rule needs them, the support
-    tie-break is skipped without them)."""
+    (the context mode's support reads them: the ``confidence_support`` rule and the gate need them, the
+    support tie-break is skipped without them). Under a gate (:func:`gated`), ``scored`` may hold the
+    first candidate alone when it is not in doubt."""
     mode = settings.mode
     if mode == "context":
         if settings.context_metric == "auto":
             raise ValueError("context_metric='auto' is chosen per target: decide on ModeSettings.for_target(...)")
         if not contexts:
             return Selection(mode=mode, order=[])
+        in_doubt = None
+        if gated(settings, contexts):
+            in_doubt = doubt(settings, scored[0], texts, contexts[0])
+            if not in_doubt:
+                return Selection(mode=mode, order=list(contexts[0]), candidates=[contexts[0]],
+                                 candidate_scores=[scored[0]], chosen=0, doubt=False)
+        if len(scored) != len(contexts):
+            raise ValueError(f"{len(contexts)} candidate contexts but {len(scored)} scores")
         answers = [s.answer for s in scored]
         utilities = [_utility(s, settings.context_metric) for s in scored]
         support = None if texts is None else S.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
@@ -228,7 +269,7 @@ def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], s
         if settings.supported and support is not None:
             chosen = S.prefer_supported(chosen, answers, support)
         return Selection(mode=mode, order=list(contexts[chosen]), candidates=contexts,
-                         candidate_scores=list(scored), chosen=chosen, rule_scores=rule_scores)
+                         candidate_scores=list(scored), chosen=chosen, rule_scores=rule_scores, doubt=in_doubt)
     n_docs = len(base)
     per_doc = list(scored[:n_docs])
     utility = [s.score for s in per_doc]
@@ -279,5 +320,5 @@ def relevance_scores(query: str, texts: Sequence[str], embedder: str = "all-mini
     return [float(v @ vectors[0]) for v in vectors[1:]]
 
 
-__all__ = ["ModeSettings", "split_settings", "Selection", "plan", "grounded_choice", "decide", "relevance_scores",
-           "DEFAULT_MODE"]
+__all__ = ["ModeSettings", "split_settings", "Selection", "plan", "grounded_choice", "gated", "doubt", "decide",
+           "relevance_scores", "DEFAULT_MODE"]

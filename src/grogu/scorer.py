@@ -146,31 +146,53 @@ class UtilityScorer:
 
     def _score_plans(self, plans: Sequence[R.RerankPlan], details: bool) -> list[list[ContextScore]]:
         """The scores of each rerank plan's contexts, every plan's answers generated in one engine batch.
+
+        Under a gate (:func:`grogu.rerank.gated`) a plan's first candidate, the retriever's own context, is
+        answered first; its other candidates are answered, in a second batch, only when that answer is in
+        doubt (:func:`grogu.rerank.doubt`). Such a plan's list then holds its first candidate alone.
         Where the context mode compares its candidates on the grounded answers alone
-        (:func:`grogu.rerank.grounded_choice`), the candidates are scored on their grounded statistics under
-        the ``context_metric``, and only the chosen one's answer is then teacher-forced under the ungrounded
-        prompt and scored under the scorer's metric (the one result the rerank reports): the choice is the
-        same as with every candidate teacher-forced. The other plans' contexts are all teacher-forced."""
-        contexts = [(p.query, docs) for p in plans for docs in p.context_documents()]
-        grounded, gens = self._generate(contexts) if contexts else ([], [])
-        out: list[ScoreResult | None] = [None] * len(contexts)  # None: to be scored under the scorer's metric
+        (:func:`grogu.rerank.grounded_choice`), only the chosen candidate's
+        answer is teacher-forced under the ungrounded prompt and scored under the scorer's metric (the one
+        result the rerank reports): the choice is the same as with every candidate teacher-forced. The other
+        plans' contexts are all teacher-forced."""
+        wanted = [p.contexts[:1] if R.gated(p.settings, p.contexts) else p.contexts for p in plans]
+        answered = self._answer_plans(plans, wanted)
+        doubtful = [i for i, p in enumerate(plans) if len(wanted[i]) < len(p.contexts)
+                    and R.doubt(p.settings, self._result(answered[i][0][2], None, None, False, "ppl"),
+                                p.support_texts(), p.contexts[0])]
+        for i, more in zip(doubtful, self._answer_plans([plans[i] for i in doubtful],
+                                                        [plans[i].contexts[1:] for i in doubtful])):
+            answered[i] += more
+        rows = [row for a in answered for row in a]
+        out: list[ScoreResult | None] = [None] * len(rows)  # None: to be scored under the scorer's metric
         start = 0
-        for p in plans:
-            rows = range(start, start + len(p.contexts))
-            if R.grounded_choice(p.settings) and p.contexts:
-                first = [self._result(gens[i], None, None, details, p.settings.context_metric) for i in rows]
+        for i, p in enumerate(plans):
+            n = len(answered[i])
+            if R.grounded_choice(p.settings) and n:
+                metric = p.settings.context_metric
+                first = [self._result(gen, None, None, details, metric) for _, _, gen in answered[i]]
                 chosen = R.decide(p.settings, p.base, p.contexts, first, p.top_n, p.threshold, p.relevance,
                                   p.support_texts()).chosen
-                out[start:start + len(first)] = first
+                out[start:start + n] = first
                 out[start + chosen] = None
-            start += len(p.contexts)
-        todo = [i for i, r in enumerate(out) if r is None]
-        for i, r in zip(todo, self._results([contexts[i] for i in todo], [grounded[i] for i in todo],
-                                            [gens[i] for i in todo], details)):
-            out[i] = r
-        results = iter(zip(contexts, out))
-        return [[ContextScore(documents=docs, **vars(r)) for (_, docs), r in (next(results) for _ in p.contexts)]
-                for p in plans]
+            start += n
+        todo = [j for j, r in enumerate(out) if r is None]
+        scored = self._results([rows[j][0] for j in todo], [rows[j][1] for j in todo], [rows[j][2] for j in todo],
+                               details)
+        for j, r in zip(todo, scored):
+            out[j] = r
+        results = iter(zip(rows, out))
+        return [[ContextScore(documents=row[0][1], **vars(r)) for row, r in (next(results) for _ in a)]
+                for a in answered]
+
+    def _answer_plans(self, plans: Sequence[R.RerankPlan], wanted: Sequence[Sequence[list[int]]]
+                      ) -> list[list[tuple[QueryContext, list[int], Generation]]]:
+        """Each plan's ``wanted`` contexts answered, all in one engine batch: per plan, (context, its
+        grounded prompt, its answer) for each."""
+        contexts = [(p.query, [p.documents[j] for j in c]) for p, cs in zip(plans, wanted) for c in cs]
+        grounded, gens = self._generate(contexts) if contexts else ([], [])
+        flat = iter(zip(contexts, grounded, gens))
+        return [[next(flat) for _ in cs] for cs in wanted]
 
     def _first_line(self, gen: Generation) -> Generation:
         """The answer cut before its first line break, or after its first sentence end ('.', '!' or

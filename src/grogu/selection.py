@@ -31,6 +31,9 @@ RERANK_MODES = ("document", "fusion", "context", "prune")
 SELECTION_RULES = ("confidence", "agreement", "combined", "confidence_support")
 #: candidate families of the context mode (see :func:`context_candidates`)
 CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders", "swap_reversed", "swap_orders")
+#: when the context mode tries other candidates: on every query, or only when the retriever's own
+#: context is in doubt (see :func:`doubtful`)
+GATES = ("always", "doubt")
 
 
 def check_mode(mode: object) -> str:
@@ -223,6 +226,17 @@ def prefer_supported(chosen: int, answers: Sequence[str], support: Sequence[floa
     return max(same, key=lambda i: (support[i], i == chosen, -i))
 
 
+def doubtful(support: float, confidence: float, min_support: float, min_confidence: float) -> bool:
+    """Whether the retriever's own context is in doubt, judged on the one answer it gives.
+
+    ``support``: the share of the answer's words found in its documents (:func:`support_scores`).
+    ``confidence``: the answer's mean token probability, exp(mean log-probability), in [0, 1].
+    In doubt when either is below its minimum. A refusal ("The context does not say ...") is
+    rarely held by the documents, so it has low support.
+    """
+    return support < min_support or confidence < min_confidence
+
+
 def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margin: float = 0.0) -> list[bool]:
     """For each document, whether it leaves the LLM at least as sure as no document at all (utility
     >= the no-document utility − ``margin``)."""
@@ -233,5 +247,5 @@ __all__ = [
     "argmax",
     "RERANK_MODES", "CANDIDATE_FAMILIES", "check_mode", "rank_scores", "fuse", "order_by",
     "context_candidates", "choose_context", "kept_relative_to_none", "SELECTION_RULES", "answer_tokens", "token_f1",
-    "agreement_scores", "support_scores", "selection_scores", "prefer_supported",
+    "agreement_scores", "support_scores", "selection_scores", "prefer_supported", "GATES", "doubtful",
 ]
