@@ -256,3 +256,58 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
             assert a[0].score == pytest.approx(s[0].score, abs=1e-5)
     finally:
         del scorer.engine.token_stats
+
+
+def test_gate_answers_the_retrievers_context_first(scorer):
+    """gate='doubt': the retriever's own context is answered first; when its answer is not in doubt that is
+    the whole rerank (one context generated and teacher-forced, its score as score_context gives it); when it
+    is, the other candidates are answered too and the result equals the ungated context mode."""
+    from grogu import rerank as R
+    from grogu import selection as S
+
+    relevance = [0.9, 0.7, 0.5, 0.3]
+    generated, forced = [], []
+    real_generate, real_stats = scorer.engine.generate, scorer.engine.token_stats
+
+    def counting_generate(prompts, *args, **kwargs):
+        generated.append(len(prompts))
+        return real_generate(prompts, *args, **kwargs)
+
+    def counting_stats(prompts, continuations):
+        forced.append(len(prompts))
+        return real_stats(prompts, continuations)
+
+    scorer.engine.generate, scorer.engine.token_stats = counting_generate, counting_stats
+    try:
+        # never in doubt (both thresholds 0): the retriever's top-2 alone
+        calm = R.ModeSettings(gate="doubt", gate_support=0.0, gate_confidence=0.0)
+        got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=calm)
+        assert generated == [1] and forced == [1]
+        assert [r.index for r in got] == [0, 1]
+        alone = scorer.score_context(QUERY, DOCS[:2])
+        assert got[0].answer == alone.answer and got[0].score == pytest.approx(alone.score, abs=1e-5)
+        # always in doubt (a mean token probability below 1): two batches, then the ungated choice
+        for rule, metric in (("confidence_support", "key_entropy"), ("confidence", "ppl")):
+            generated.clear()
+            doubtful = R.ModeSettings(gate="doubt", gate_support=1.0, gate_confidence=1.0, rule=rule,
+                                      context_metric=metric)
+            always = R.ModeSettings(rule=rule, context_metric=metric)
+            got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=doubtful)
+            n = len(S.context_candidates(len(DOCS), 2, "swap_orders"))
+            assert generated == [1, n - 1]
+            want = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=always)
+            assert [r.index for r in got] == [r.index for r in want]
+            assert got[0].answer == want[0].answer and got[0].score == pytest.approx(want[0].score, abs=1e-5)
+        # async: gated and ungated queries coalesced, each equal to its sync call
+        settings = [calm, R.ModeSettings(gate="doubt", gate_support=1.0, gate_confidence=1.0), R.ModeSettings()]
+        sync = [scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=s) for s in settings]
+
+        async def main():
+            return await asyncio.gather(*(scorer.arerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=s)
+                                          for s in settings))
+
+        for s, a in zip(sync, asyncio.run(main())):
+            assert [r.index for r in s] == [r.index for r in a]
+            assert a[0].answer == s[0].answer and a[0].score == pytest.approx(s[0].score, abs=1e-5)
+    finally:
+        del scorer.engine.generate, scorer.engine.token_stats

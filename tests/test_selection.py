@@ -251,19 +251,26 @@ def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
 
 
 def test_every_setting_is_a_keyword_of_rerank():
-    """rerank's settings are visible in its signature: each ModeSettings setting is a keyword argument of the
-    in-process and the service client's rerank and arerank, with None (not given) as its default."""
+    """rerank's settings are declared once (ModeSettings' fields) and still visible in its signature: the
+    in-process and the service client's rerank and arerank take them as ``**overrides:
+    Unpack[ModeOverrides]``, a TypedDict made from those fields; an unknown name is a TypeError."""
     import inspect
 
     from grogu import UtilityScorer
+    from grogu.rerank import ModeOverrides
     from grogu.serve import RemoteScorer
 
+    assert tuple(ModeOverrides.__annotations__) == ModeSettings.names()
+    assert ModeOverrides.__total__ is False
     for fn in (UtilityScorer.rerank, UtilityScorer.arerank, RemoteScorer.rerank, RemoteScorer.arerank):
         params = inspect.signature(fn).parameters
-        for name in ModeSettings.names():
-            assert name in params, f"{fn.__qualname__} lacks {name}"
-            assert params[name].kind is inspect.Parameter.KEYWORD_ONLY and params[name].default is None
+        overrides = params["overrides"]
+        assert overrides.kind is inspect.Parameter.VAR_KEYWORD
+        assert "Unpack[" in str(overrides.annotation) and "ModeOverrides" in str(overrides.annotation)
         assert params["settings"].default is None
+        assert not set(ModeSettings.names()) & set(params)  # no setting retyped as its own parameter
+    with pytest.raises(TypeError, match="unknown rerank setting"):
+        ModeSettings.build(None, gate_threshold=0.5)
 
 
 def test_the_context_metric_is_read_from_the_variants():
@@ -289,3 +296,35 @@ def test_the_context_metric_is_read_from_the_variants():
         decide(ModeSettings(**C), base, contexts, scored, 2, None, None)
     with pytest.raises(ValueError, match="metric"):
         ModeSettings(context_metric="bleu")
+
+
+def test_gate_keeps_the_retrievers_context_unless_in_doubt():
+    """gate='doubt' by hand: the first candidate's answer has support 1 (every word in its documents) and a
+    mean token probability of 1 / perplexity; in doubt when either is below its threshold. Not in doubt:
+    the retriever's context, scored alone, is kept; in doubt: the rule chooses among all candidates."""
+    from grogu.selection import doubtful
+
+    assert doubtful(0.5, 0.9, 0.6, 0.3) and doubtful(0.9, 0.2, 0.6, 0.3) and not doubtful(0.6, 0.3, 0.6, 0.3)
+    base, contexts = [0, 1, 2], [[0, 1], [0, 2]]
+    texts = ["Paris is in France", "Rome is big", "Paris Paris"]
+    first = SimpleNamespace(answer="Paris", variants={"ppl": -2.0, "key_entropy": -1.0})  # probability 0.5
+    other = SimpleNamespace(answer="Rome", variants={"ppl": -1.0, "key_entropy": -0.1})
+    G = {"family": "swap", "rule": "confidence", "context_metric": "key_entropy", "gate": "doubt"}
+    calm = decide(ModeSettings(gate_support=1.0, gate_confidence=0.5, **G), base, contexts, [first], 2, None, None,
+                  texts)
+    assert (calm.chosen, calm.order, calm.candidates, calm.doubt) == (0, [0, 1], [[0, 1]], False)
+    unsure = decide(ModeSettings(gate_support=1.0, gate_confidence=0.6, **G), base, contexts, [first, other], 2,
+                    None, None, texts)
+    assert (unsure.chosen, unsure.order, unsure.doubt) == (1, [0, 2], True)
+    unsupported = SimpleNamespace(answer="Paris or Lyon", variants=first.variants)  # support 1/3
+    assert decide(ModeSettings(gate_support=0.5, gate_confidence=0.0, **G), base, contexts,
+                  [unsupported, other], 2, None, None, texts).doubt is True
+    with pytest.raises(ValueError, match="2 candidate contexts but 1 scores"):
+        decide(ModeSettings(gate_support=1.0, gate_confidence=0.6, **G), base, contexts, [first], 2, None, None, texts)
+    with pytest.raises(ValueError, match="texts"):
+        decide(ModeSettings(**G), base, contexts, [first, other], 2, None, None, None)
+    assert decide(ModeSettings(**{**G, "gate": "always"}), base, contexts, [first, other], 2, None, None,
+                  texts).doubt is None
+    for bad in ({"gate": "sometimes"}, {"gate_support": 1.5}, {"gate_confidence": float("nan")}):
+        with pytest.raises(ValueError):
+            ModeSettings(**bad)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
+from typing_extensions import TypedDict
+
 from . import selection as S
 from .checks import check_choice, check_float, check_int
 from .metrics import GROUNDED_METRICS, default_metric, metric_name
@@ -139,6 +141,12 @@ class ModeSettings:
         """A utility threshold needs per-document utilities, which the context mode does not compute."""
         if threshold is not None and self.mode == "context":
             raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+
+
+#: The rerank settings as keyword arguments of ``rerank`` / ``arerank`` (each optional; None keeps the value
+#: of ``settings=``), made from :class:`ModeSettings`' fields: ``help()`` and IDEs list them, declared once.
+ModeOverrides = TypedDict("ModeOverrides", {f.name: f"{f.type} | None" for f in fields(ModeSettings)},  # type: ignore[misc]
+                          total=False)
 
 
 def split_settings(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -320,5 +328,5 @@ def relevance_scores(query: str, texts: Sequence[str], embedder: str = "all-mini
     return [float(v @ vectors[0]) for v in vectors[1:]]
 
 
-__all__ = ["ModeSettings", "split_settings", "Selection", "plan", "grounded_choice", "gated", "doubt", "decide",
+__all__ = ["ModeSettings", "ModeOverrides", "split_settings", "Selection", "plan", "grounded_choice", "gated", "doubt", "decide",
            "relevance_scores", "DEFAULT_MODE"]

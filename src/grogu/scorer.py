@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from typing_extensions import Unpack
+
 import torch
 
 from . import metrics as M
@@ -318,13 +320,9 @@ class UtilityScorer:
         return choose_layout(self.score_contexts(query, layouts))
 
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-               threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
-               family: str | None = None, swaps: int | None = None, margin: float | None = None,
-               context_metric: str | None = None,
-               rule: str | None = None, confidence_weight: float | None = None,
-               support_weight: float | None = None, supported: bool | None = None,
-               settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
-               return_details: bool = False) -> list[DocumentScore]:
+               threshold: float | None = None, *, settings: R.ModeSettings | None = None,
+               relevance: Sequence[float] | None = None, return_details: bool = False,
+               **overrides: Unpack[R.ModeOverrides]) -> list[DocumentScore]:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
 
         - ``"context"`` (default): candidate contexts of ``top_n`` documents from the retrieval order (by
@@ -341,7 +339,7 @@ class UtilityScorer:
         each of ``mode``, ``weight``, ``family``, ``swaps``, ``margin`` that is given replacing its value.
         Each result carries ``index`` (input position) and the original ``document``.
         """
-        settings = R.ModeSettings.from_arguments(settings, locals())
+        settings = R.ModeSettings.build(settings, **overrides)
         plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
         return self.finish_rerank(plan, self._score_plans([plan], return_details)[0])
 
@@ -394,15 +392,11 @@ class UtilityScorer:
                 for i, (o, r) in enumerate(zip(originals, results, strict=True))]
 
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                      threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
-                      family: str | None = None, swaps: int | None = None, margin: float | None = None,
-                      context_metric: str | None = None,
-                      rule: str | None = None, confidence_weight: float | None = None,
-                      support_weight: float | None = None, supported: bool | None = None,
-                      settings: R.ModeSettings | None = None, relevance: Sequence[float] | None = None,
-                      return_details: bool = False) -> list[DocumentScore]:
+                      threshold: float | None = None, *, settings: R.ModeSettings | None = None,
+                      relevance: Sequence[float] | None = None, return_details: bool = False,
+                      **overrides: Unpack[R.ModeOverrides]) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
-        settings = R.ModeSettings.from_arguments(settings, locals())
+        settings = R.ModeSettings.build(settings, **overrides)
         plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
         [scored] = await self._plan_coalescer.run([plan])
         if not return_details:

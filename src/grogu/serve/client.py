@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
+from typing_extensions import Unpack
+
 from .. import metrics as M
 from ..checks import (check_alpha, check_choice, check_document_list, check_fraction, check_pairs,
                       check_positive_int, check_query, check_relevance, check_threshold, check_top_n)
@@ -27,7 +29,7 @@ from ..attribution import FORWARD_METHODS
 from ..checks import check_influence_items
 from ..influence import METHODS
 from ..prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
-from ..rerank import ModeSettings
+from ..rerank import ModeOverrides, ModeSettings
 from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
 from . import wire as W
 from .transport import (ServiceAuthError, ServiceError, ServiceTypeError, ServiceUnavailable,  # noqa: F401
@@ -213,16 +215,12 @@ class RemoteScorer(_Remote):
         return self._run(*self._layout_call(query, layouts))
 
     def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-               threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
-               family: str | None = None, swaps: int | None = None, margin: float | None = None,
-               context_metric: str | None = None,
-               rule: str | None = None, confidence_weight: float | None = None,
-               support_weight: float | None = None, supported: bool | None = None,
-               settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
-               return_details: bool = False):
+               threshold: float | None = None, *, settings: ModeSettings | None = None,
+               relevance: Sequence[float] | None = None, return_details: bool = False,
+               **overrides: Unpack[ModeOverrides]):
         """The documents to give the LLM, in order (``UtilityScorer.rerank``; the server computes the
         MiniLM relevance when none is given)."""
-        settings = ModeSettings.from_arguments(settings, locals())
+        settings = ModeSettings.build(settings, **overrides)
         return self._run(*self._rerank_call(query, documents, top_n, threshold, settings, relevance, return_details))
 
     def ungrounded(self, query: str):
@@ -248,14 +246,10 @@ class RemoteScorer(_Remote):
         return await self._arun(*self._layout_call(query, layouts))
 
     async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                      threshold: float | None = None, *, mode: str | None = None, weight: float | None = None,
-                      family: str | None = None, swaps: int | None = None, margin: float | None = None,
-                      context_metric: str | None = None,
-                      rule: str | None = None, confidence_weight: float | None = None,
-                      support_weight: float | None = None, supported: bool | None = None,
-                      settings: ModeSettings | None = None, relevance: Sequence[float] | None = None,
-                      return_details: bool = False):
-        settings = ModeSettings.from_arguments(settings, locals())
+                      threshold: float | None = None, *, settings: ModeSettings | None = None,
+                      relevance: Sequence[float] | None = None, return_details: bool = False,
+                      **overrides: Unpack[ModeOverrides]):
+        settings = ModeSettings.build(settings, **overrides)
         return await self._arun(*self._rerank_call(query, documents, top_n, threshold, settings, relevance,
                                                    return_details))
 
