@@ -302,7 +302,9 @@ def collect(args) -> None:
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import template_from_llama_index
-    from pipeline_modes import key, needed_contexts, needs_own_prompt, needs_pipe_prompt, wide_contexts
+    from grogu.rerank import doubt
+    from pipeline_modes import (context_settings, key, mode_retriever, needed_contexts, needs_own_prompt,
+                                needs_pipe_prompt, wide_contexts)
 
     exclude = excluded_ids(args.exclude)
     if exclude and args.data not in ("squad", "nq", "hotpotqa-dev"):
@@ -369,7 +371,15 @@ def collect(args) -> None:
         if args.contexts == "wide":
             orders += [o for o in wide_contexts(min(5, len(texts))) if o not in orders]
         t0 = time.perf_counter()
-        scored = pipe.score_contexts(q["question"], [[texts[i] for i in o] for o in orders])
+        if args.contexts == "gated":  # the retriever's context first; the others only if a gate is in doubt
+            first = mode_retriever(row, {"k": 5})
+            [r0] = pipe.score_contexts(q["question"], [[texts[i] for i in first]])
+            row["doubt"] = any(doubt(context_settings(s), r0, texts, first) for s in settings.values()
+                               if s.get("gate") == "doubt")
+            orders = [first] + ([o for o in orders if o != first] if row["doubt"] else [])
+            scored = [r0, *pipe.score_contexts(q["question"], [[texts[i] for i in o] for o in orders[1:]])]
+        else:
+            scored = pipe.score_contexts(q["question"], [[texts[i] for i in o] for o in orders])
         row["contexts_s"] = time.perf_counter() - t0
         row["contexts"] = {key(o): result_row(r, q["answers"]) for o, r in zip(orders, scored)}
         if args.verify is None or n_q <= args.verify:
@@ -585,8 +595,10 @@ def main() -> None:
                                                         f"hotpotqa: the path of {HOTPOTQA_FILE}; "
                                                         f"hotpotqa-dev: the path of {HOTPOTQA_DEV_FILE}")
     c.add_argument("--split", choices=["tune", "held", "all"], default="tune", help="all: musique and hotpotqa only; hotpotqa-dev: held")
-    c.add_argument("--contexts", choices=["settings", "wide"], default="settings",
-                   help="wide: also every context of pipeline_modes.wide_contexts (each selection rule replayed)")
+    c.add_argument("--contexts", choices=["settings", "wide", "gated"], default="settings",
+                   help="wide: also every context of pipeline_modes.wide_contexts (each selection rule replayed); "
+                        "gated: the retriever's context, and the settings' candidates only where a gated "
+                        "setting (gate 'doubt') finds it in doubt")
     c.add_argument("--questions", type=int, default=100)
     c.add_argument("--exclude", nargs="*", default=[],
                    help="files of earlier samples (records, or one question id a line): left out before the draw")
