@@ -250,6 +250,23 @@ def hotpotqa_dev_questions(split: str, n: int, seed: int, path: str | None,
     return pool, draw(questions, n, seed, exclude)
 
 
+def load_data(args) -> tuple[list[dict], list[dict]]:
+    """(pool, questions) of ``--data`` / ``--split`` / ``--questions`` / ``--seed`` / ``--data-file`` /
+    ``--exclude``."""
+    exclude = excluded_ids(getattr(args, "exclude", []))
+    if exclude and args.data not in ("squad", "nq", "hotpotqa-dev"):
+        raise SystemExit(f"--exclude: {args.data} is not sampled (its questions are taken in order)")
+    if args.data == "squad":
+        return squad_questions(args.split, args.questions, args.seed, exclude)
+    if args.data == "nq":
+        return nq_questions(args.split, args.questions, args.seed, args.data_file, exclude)
+    if args.data == "hotpotqa-dev":
+        return hotpotqa_dev_questions(args.split, args.questions, args.seed, args.data_file, exclude)
+    if args.data == "hotpotqa":
+        return hotpotqa_questions(args.split, args.questions, args.data_file)
+    return musique_questions(args.split, args.questions)
+
+
 def build_index(pool: list[dict], embed_model, cache_dir: str, name: str):
     """VectorStoreIndex over the pool (title as LLM-visible metadata, as the LlamaIndex benchmark did);
     embeddings computed once and cached."""
@@ -306,19 +323,7 @@ def collect(args) -> None:
     from pipeline_modes import (context_settings, key, mode_retriever, needed_contexts, needs_own_prompt,
                                 needs_pipe_prompt, wide_contexts)
 
-    exclude = excluded_ids(args.exclude)
-    if exclude and args.data not in ("squad", "nq", "hotpotqa-dev"):
-        raise SystemExit(f"--exclude: {args.data} is not sampled (its questions are taken in order)")
-    if args.data == "squad":
-        pool, questions = squad_questions(args.split, args.questions, args.seed, exclude)
-    elif args.data == "nq":
-        pool, questions = nq_questions(args.split, args.questions, args.seed, args.data_file, exclude)
-    elif args.data == "hotpotqa-dev":
-        pool, questions = hotpotqa_dev_questions(args.split, args.questions, args.seed, args.data_file, exclude)
-    elif args.data == "hotpotqa":
-        pool, questions = hotpotqa_questions(args.split, args.questions, args.data_file)
-    else:
-        pool, questions = musique_questions(args.split, args.questions)
+    pool, questions = load_data(args)
     questions = questions[:args.limit] if args.limit else questions
     shard, shards = map(int, args.shard.split("/"))
     questions = questions[shard::shards]
@@ -411,10 +416,11 @@ def latency(args) -> None:
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
 
-    pool, questions = squad_questions("held", args.questions + args.skip, args.seed)
+    args.split, args.questions = "held", args.questions + args.skip
+    pool, questions = load_data(args)
     questions = questions[args.skip:]
     embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
-    index = build_index(pool, embed_model, args.cache_dir, "squad")
+    index = build_index(pool, embed_model, args.cache_dir, args.data)
     retriever = index.as_retriever(similarity_top_k=args.top_k)
     if args.server:
         llm = served_llm(args)
@@ -443,6 +449,8 @@ def latency(args) -> None:
         qa = synth if s.get("prompt", "pipe") == "pipe" else None
         reranks[name] = GroguRerank(top_n=3, model=llm, mode=mode, qa_template=qa,
                                     max_new_tokens=args.max_new_tokens if qa is not None else 64, **kw)
+    if args.whole_only:
+        return whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reranks)
     times: dict[str, list[float]] = {name: [] for name in reranks}
     plain_a, plain_query, plain_tokens = [], [], []
     # each context-mode setting's whole query with GroguSynthesizer (the chosen context's answer reused), and
@@ -504,6 +512,67 @@ def latency(args) -> None:
     if default is not None:
         out[f"{default}: query_s with the plain synthesizer answering again"] = stats(plain_q)
         out["prompt tokens of the retriever's top-3 prompt"] = stats(plain_tokens)
+    print(json.dumps(out, indent=1))
+
+
+def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reranks) -> None:
+    """Each context-mode setting's whole query (GroguRerank, then GroguSynthesizer reusing the chosen
+    context's answer) against the plain query engine (the retriever's top-3 to the synthesizer), one
+    question after the other, one thread. Per setting: the median of the per-question time ratios and the
+    ratio of the medians; the prompt tokens the scoring engine encoded and its decode steps per query; the
+    share of queries the gate found in doubt. The plain query's own prompt tokens and answer tokens beside."""
+    import statistics
+
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.postprocessor.grogu import GroguSynthesizer
+
+    tokenizer = llm._tokenizer if hasattr(llm, "_tokenizer") else None
+    plain, plain_answer_tokens = [], []
+    runs = {n: {"s": [], "encoded": [], "steps": [], "doubt": []} for n, r in reranks.items() if r.mode == "context"}
+    engines = {n: RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[reranks[n]],
+                                                 response_synthesizer=GroguSynthesizer(synth)) for n in runs}
+    batches: list[int] = []  # the scoring engine's generate calls: a gated query in doubt makes two
+
+    def counted(generate):
+        def run(*a, **kw):
+            batches.append(1)
+            return generate(*a, **kw)
+        return run
+
+    for name in runs:
+        scoring = reranks[name].scorer.engine
+        if not hasattr(scoring, "_counted"):
+            scoring.generate, scoring._counted = counted(scoring.generate), True
+    for q in questions:
+        t0 = time.perf_counter()
+        answer = str(plain_engine.query(q["question"]))
+        plain.append(time.perf_counter() - t0)
+        if tokenizer is not None:
+            plain_answer_tokens.append(len(tokenizer(answer, add_special_tokens=False)["input_ids"]) + 1)
+        for name, engine in engines.items():
+            scoring = reranks[name].scorer.engine
+            before = (scoring.prefill_tokens, scoring.lookup_steps)
+            batches.clear()
+            t0 = time.perf_counter()
+            engine.query(q["question"])
+            runs[name]["s"].append(time.perf_counter() - t0)
+            runs[name]["encoded"].append(scoring.prefill_tokens - before[0])
+            runs[name]["steps"].append(scoring.lookup_steps - before[1])
+            runs[name]["doubt"].append(len(batches) > 1)
+        print(q["qid"], "plain", round(plain[-1], 2), {n: round(r["s"][-1], 2) for n, r in runs.items()},
+              file=sys.stderr, flush=True)
+    med = statistics.median
+    out = {"data": args.data, "questions": len(questions), "plain query s (median)": round(med(plain), 3),
+           "plain answer tokens (median)": med(plain_answer_tokens) if plain_answer_tokens else None}
+    for name, r in runs.items():
+        out[name] = {"query s (median)": round(med(r["s"]), 3),
+                     "ratio (median of per-question ratios)": round(med(a / b for a, b in zip(r["s"], plain)), 3),
+                     "ratio of medians": round(med(r["s"]) / med(plain), 3),
+                     "ratio of means": round(statistics.mean(r["s"]) / statistics.mean(plain), 3),
+                     "prompt tokens encoded (median)": med(r["encoded"]), "decode steps (median)": med(r["steps"]),
+                     "prompt tokens encoded (mean)": round(statistics.mean(r["encoded"]), 1),
+                     "decode steps (mean)": round(statistics.mean(r["steps"]), 1),
+                     "in doubt": sum(r["doubt"]) / len(r["doubt"])}
     print(json.dumps(out, indent=1))
 
 
@@ -615,6 +684,11 @@ def main() -> None:
     c.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
     lat = sub.add_parser("latency")
     lat.add_argument("--settings", required=True)
+    lat.add_argument("--data", choices=["squad", "nq", "hotpotqa-dev"], default="squad")
+    lat.add_argument("--data-file", default=None)
+    lat.add_argument("--exclude", nargs="*", default=[])
+    lat.add_argument("--whole-only", action="store_true",
+                     help="only the whole query of each context-mode setting against the plain query engine")
     pipeline_args(lat, questions=20)
     for served in (c, lat):
         served.add_argument("--server", default=None,

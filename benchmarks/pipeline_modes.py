@@ -33,9 +33,10 @@ SUPPORT_WEIGHTS = (0.1, 0.3, 1.0, 3.0)
 GATE_SUPPORTS = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0)
 GATE_CONFIDENCES = (0.0, 0.3, 0.4, 0.5, 0.6)
 SELECTIVE_FAMILIES = ("swap_reversed", "swap_orders")
-SELECTIVE_METRICS = ("key_entropy", "ppl")
-SELECTIVE_WEIGHTS = (1.0, 3.0)
-SELECTIVE_MARGINS = (0.0, 0.3)
+#: the candidates' rule, when in doubt: the context mode's (rule confidence_support, KeyEntropy, weight 1, margin 0.3)
+SELECTIVE_METRICS = ("key_entropy",)
+SELECTIVE_WEIGHTS = (1.0,)
+SELECTIVE_MARGINS = (0.3,)
 #: the bars the selective mode's setting must meet on the pooled tuning splits (pipeline_modes.choose_selective)
 MAX_CHANGED, MIN_PRECISION = 0.35, 0.70
 
