@@ -328,3 +328,18 @@ def test_gate_keeps_the_retrievers_context_unless_in_doubt():
     for bad in ({"gate": "sometimes"}, {"gate_support": 1.5}, {"gate_confidence": float("nan")}):
         with pytest.raises(ValueError):
             ModeSettings(**bad)
+
+
+def test_the_defaults_are_pinned():
+    """The rerank defaults, as chosen on the tuning splits and documented (README, 'Which rerank mode'): a
+    change to any of them must change this test too."""
+    from grogu import rerank as R
+
+    assert (R.DEFAULT_MODE, R.DEFAULT_FAMILY, R.DEFAULT_RULE) == ("context", "swap_orders", "confidence_support")
+    assert (R.DEFAULT_MARGIN, R.DEFAULT_SUPPORT_WEIGHT, R.DEFAULT_CONTEXT_METRIC) == (0.3, 1.0, "auto")
+    assert (R.DEFAULT_GATE, R.DEFAULT_GATE_SUPPORT, R.DEFAULT_GATE_CONFIDENCE) == ("always", 1.0, 0.0)
+    defaults = ModeSettings()
+    assert (defaults.mode, defaults.family, defaults.rule, defaults.margin, defaults.support_weight) == (
+        "context", "swap_orders", "confidence_support", 0.3, 1.0)
+    assert (defaults.gate, defaults.gate_support, defaults.gate_confidence, defaults.supported) == (
+        "always", 1.0, 0.0, True)
