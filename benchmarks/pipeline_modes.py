@@ -13,7 +13,7 @@ import sys
 from types import SimpleNamespace
 from typing import Any, Iterable
 
-from grogu.rerank import ModeSettings, decide, plan
+from grogu.rerank import ModeSettings, decide, gated, plan
 from grogu.results import long_context_order
 from grogu.selection import context_candidates, fuse, kept_relative_to_none, order_by
 
@@ -97,8 +97,11 @@ def mode_context(rec: dict, s: dict) -> list[int]:
     settings = context_settings(s)
     k = k_of(rec, s["k"])
     cands = plan(settings, list(range(k)), TOP_N)
+    present = [c for c in cands if key(c) in rec["contexts"]]
+    if len(present) < len(cands) and not (gated(settings, cands) and present == cands[:1]):
+        raise KeyError(f"candidates of {s} not recorded")  # a gated collection with the first alone: calm
     scored = [SimpleNamespace(score=None, metric=None, variants=rec["contexts"][key(c)]["variants"],
-                              answer=rec["contexts"][key(c)]["answer"]) for c in cands]
+                              answer=rec["contexts"][key(c)]["answer"]) for c in present]
     return decide(settings, list(range(k)), cands, scored, TOP_N, None, None, rec.get("texts")).order
 
 
