@@ -425,7 +425,7 @@ def latency(args) -> None:
     if args.server:
         llm = served_llm(args)
     else:
-        model, tokenizer = grogu.load_model(args.model, device="cpu")
+        model, tokenizer = grogu.load_model(args.model, device=args.device)
         llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
                              max_new_tokens=args.max_new_tokens, is_chat_model=True,
                              generate_kwargs={"do_sample": False},
@@ -440,7 +440,8 @@ def latency(args) -> None:
         mode, k = name.split("@")
         if int(k) != args.top_k or mode == "retriever":
             continue
-        mode = {"paper": "document", "former": "context", "four": "context", "confidence": "context"}.get(mode, mode)
+        mode = {"paper": "document", "former": "context", "four": "context", "confidence": "context",
+                "selective": "context"}.get(mode, mode)
         kw = {key: v for key, v in s.items() if key in grogu.ModeSettings.names() and key != "mode"}
         if s.get("metric") and mode == "context":
             kw["context_metric"] = s["metric"]  # the context mode compares candidates by this metric
@@ -652,6 +653,7 @@ def pipeline_args(p: argparse.ArgumentParser, questions: int) -> None:
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="the target LLM's device (latency: 'cuda' on a GPU)")
     p.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
 
 
