@@ -37,10 +37,12 @@ def setup_chart(setups: dict[str, dict[str, Any]], order: Sequence[str], metric:
     names = list(reversed(order))
     means = [setups[n]["mean_utility"] for n in names]
     err = [[m - setups[n]["low"] for n, m in zip(names, means)], [setups[n]["high"] - m for n, m in zip(names, means)]]
-    colors = [PALETTE[order.index(n) % len(PALETTE)] for n in names]
-    ax.barh(names, means, xerr=err, color=colors, alpha=0.85, capsize=4)
+    for i, n in enumerate(names):
+        ax.errorbar([means[i]], [n], xerr=[[err[0][i]], [err[1][i]]], fmt="o", markersize=8, capsize=5,
+                    color=PALETTE[order.index(n) % len(PALETTE)])
     ax.set_xlabel(f"mean context utility ({metric}; higher = more useful to the LLM)")
     ax.set_title("Retrieval set-ups: mean utility of the context, 95% bootstrap interval")
+    ax.margins(y=0.3)
     return _png(fig)
 
 
@@ -67,6 +69,7 @@ def rank_chart(curve: dict[str, list[dict[str, Any]]], value_label: str) -> str:
                 color=PALETTE[i % len(PALETTE)], label=setup)
     ax.axhline(0.0, color="#444", lw=1, ls="--")
     ax.set_xlabel("retrieval rank")
+    ax.set_xticks(sorted({p["rank"] for points in curve.values() for p in points}))
     ax.set_ylabel(value_label)
     ax.set_title("Usefulness against retrieval rank")
     ax.legend(frameon=False, fontsize=8)
@@ -78,7 +81,11 @@ def distribution_chart(queries: Sequence[dict[str, Any]], order: Sequence[str]) 
     fig, ax = _figure(7.0, 0.6 + 0.5 * len(order))
     names = list(reversed(order))
     data = [[q["setups"][n]["utility"] for q in queries] for n in names]
-    ax.boxplot(data, vert=False, tick_labels=names, showmeans=True)
+    import matplotlib
+
+    new = tuple(int(x) for x in matplotlib.__version__.split(".")[:2]) >= (3, 10)
+    ax.boxplot(data, showmeans=True, **({"orientation": "horizontal"} if new else {"vert": False}))
+    ax.set_yticks(range(1, len(names) + 1), names)
     ax.set_xlabel("context utility per query")
     ax.set_title("Spread over queries")
     return _png(fig)

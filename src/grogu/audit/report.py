@@ -41,8 +41,9 @@ def page_data(summary: dict[str, Any]) -> dict[str, Any]:
     scored = [d for d in docs if d.get("mean_value") is not None]
     value_label = "influence score" if summary.get("value") == "influence" else "usefulness (utility alone − no document)"
     data: dict[str, Any] = {"summary": summary, "value_label": value_label, "charts": {},
-                            "most_useful": sorted(scored, key=lambda d: -d["mean_value"])[:MAX_DOCUMENTS],
-                            "least_useful": sorted(scored, key=lambda d: d["mean_value"])[:MAX_DOCUMENTS],
+                            # the upper and the lower half by mean value: no document in both tables
+                            "most_useful": sorted(scored, key=lambda d: -d["mean_value"])[:min(MAX_DOCUMENTS, (len(scored) + 1) // 2)],
+                            "least_useful": sorted(scored, key=lambda d: d["mean_value"])[:min(MAX_DOCUMENTS, len(scored) // 2)],
                             "never_useful": [d for d in docs if d["never_useful"]][:MAX_DOCUMENTS],
                             "n_never_useful": sum(d["never_useful"] for d in docs),
                             "n_harmful": sum(d["harmful"] for d in docs), "n_documents": len(docs),
