@@ -15,8 +15,9 @@ questions, and the audit's verdict (the sign of the mean utility difference) wit
 Agreement = the share of pairs with a significant accuracy difference (p < 0.05) where the audit's
 verdict has the same sign; Kendall's tau between the set-ups' mean utility and their accuracy.
 
-Speed: the first ``--speed-contexts`` contexts of the audit scored one at a time
-(``UtilityScorer.score_context`` in a loop) and batched as the audit scores them, in this run.
+Speed: the first ``--speed-contexts`` contexts of the audit, in this run, computed naively (``grogu.naive``:
+generate, then two forward passes, one context at a time), scored one at a time
+(``UtilityScorer.score_context`` in a loop) and batched as the audit scores them.
 
     OMP_NUM_THREADS=1 python benchmarks/audit_validation.py --questions 100 --out runs/audit_validation
 """
@@ -113,22 +114,33 @@ def pairwise(summary: dict, questions: list[dict]) -> tuple[list[dict], dict]:
 
 
 def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
-    """Seconds for the same n contexts one at a time and batched (the audit's scoring), and their agreement."""
+    """Seconds for the same n contexts: the naive computation (grogu.naive: transformers' generate, then a
+    grounded and an ungrounded forward pass, one context at a time), the scorer one context at a time
+    (``score_context`` in a loop) and batched as the audit scores them; and their agreement."""
     from grogu.audit.core import plan_contexts, score_contexts
+    from grogu.naive import naive_grogu_stats
 
     contexts, texts = plan_contexts(setups, queries, None, False)
     contexts = contexts[:n]
+    as_docs = lambda ks: [{"text": texts[k]["text"], "title": texts[k]["title"]} for k in ks]  # noqa: E731
+    engine = scorer.engine
     t0 = time.perf_counter()
-    one = [scorer.score_context(q, [{"text": texts[k]["text"], "title": texts[k]["title"]} for k in ks])
-           for q, ks in contexts]
+    with engine.kernels():
+        for q, ks in contexts:
+            naive_grogu_stats(engine.model, [scorer.prompts.grounded_ids(q, as_docs(ks))], scorer.prompts.ungrounded_ids(q),
+                              scorer.max_new_tokens, engine.stop_token_ids, engine.pad_token_id)
     t1 = time.perf_counter()
-    batched = score_contexts(scorer, contexts, texts, batch_size=batch_size, progress=False)
+    one = [scorer.score_context(q, as_docs(ks)) for q, ks in contexts]
     t2 = time.perf_counter()
+    batched = score_contexts(scorer, contexts, texts, batch_size=batch_size, progress=False)
+    t3 = time.perf_counter()
     gaps = [abs(o.score - batched[c].score) for o, c in zip(one, contexts)]
     same_answer = sum(o.answer == batched[c].answer for o, c in zip(one, contexts))
-    return {"contexts": len(contexts), "one_at_a_time_s": t1 - t0, "batched_s": t2 - t1,
-            "one_at_a_time_per_s": len(contexts) / (t1 - t0), "batched_per_s": len(contexts) / (t2 - t1),
-            "ratio": (t1 - t0) / (t2 - t1), "max_score_gap": max(gaps), "same_answers": same_answer}
+    m = len(contexts)
+    return {"contexts": m, "naive_s": t1 - t0, "one_at_a_time_s": t2 - t1, "batched_s": t3 - t2,
+            "naive_per_s": m / (t1 - t0), "one_at_a_time_per_s": m / (t2 - t1), "batched_per_s": m / (t3 - t2),
+            "ratio": (t2 - t1) / (t3 - t2), "ratio_naive": (t1 - t0) / (t3 - t2), "max_score_gap": max(gaps),
+            "same_answers": same_answer}
 
 
 def main() -> None:
@@ -140,6 +152,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--chunk-words", type=int, default=None)
     p.add_argument("--speed-contexts", type=int, default=48)
+    p.add_argument("--speed-only", action="store_true", help="time the speed arms only (no audit run)")
     p.add_argument("--out", default="runs/audit_validation")
     args = p.parse_args()
     warnings.simplefilter("ignore")
@@ -161,6 +174,9 @@ def main() -> None:
     if args.speed_contexts:
         scorer = grogu.UtilityScorer(args.model, device="cpu", answer_style="short")
         spd = speed(scorer, setups, queries, args.speed_contexts, args.batch_size)
+        print(json.dumps(spd, indent=1))
+        if args.speed_only:
+            return
     # the audit itself, through the command line, on the set-up files just written
     report = os.path.join(args.out, "report")
     cli.main(["audit", *[f"--setup={s.name}={os.path.join(args.out, s.name + '.jsonl')}" for s in setups],
@@ -186,8 +202,9 @@ def main() -> None:
           f"all pairs: {summary['agree_all']}/{summary['all_pairs']}; Kendall tau {summary['kendall_tau']:+.3f} "
           f"(p = {summary['tau_p']:.3g}); disagreeing: {summary['disagree_significant']}")
     if spd:
-        print(f"speed: {spd['contexts']} contexts, one at a time {spd['one_at_a_time_per_s']:.2f}/s, batched "
-              f"{spd['batched_per_s']:.2f}/s, ratio {spd['ratio']:.2f}x; max score gap {spd['max_score_gap']:.2e}, "
+        print(f"speed: {spd['contexts']} contexts, naive {spd.get('naive_per_s', float('nan')):.2f}/s, one at a time "
+              f"{spd['one_at_a_time_per_s']:.2f}/s, batched {spd['batched_per_s']:.2f}/s, ratio {spd['ratio']:.2f}x "
+              f"(naive: {spd.get('ratio_naive', float('nan')):.2f}x); max score gap {spd['max_score_gap']:.2e}, "
               f"same answers {spd['same_answers']}/{spd['contexts']}")
 
 
