@@ -9,7 +9,10 @@ import os
 from importlib import resources
 from typing import Any
 
+from ..extras import require
 from . import charts
+
+AUDIT_INSTALL = 'pip install "grogu[audit]"'
 
 #: per-query drill-down rows shown in the page (the JSON summary holds them all)
 MAX_DRILLDOWN = 200
@@ -61,8 +64,8 @@ def page_data(summary: dict[str, Any]) -> dict[str, Any]:
 
 def render_html(summary: dict[str, Any], title: str = "grogu audit") -> str:
     """The report page as a string."""
-    import jinja2
-
+    jinja2 = require("jinja2", "the audit report", AUDIT_INSTALL)
+    require("matplotlib", "the audit report's charts", AUDIT_INSTALL)
     env = jinja2.Environment(autoescape=jinja2.select_autoescape(default=True), trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = _fmt
     template = env.from_string(resources.files("grogu.audit").joinpath("templates/report.html.j2").read_text("utf-8"))
