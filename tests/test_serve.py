@@ -144,6 +144,23 @@ def test_score_and_batch_equal_in_process(remote, local):
     assert detailed.key_mask.tolist() == ref.key_mask.tolist()
 
 
+def test_audit_through_the_service_equals_in_process(remote, local):
+    """grogu.audit with the service's client: the same contexts, utilities and answers as in process."""
+    from grogu.audit import Setup, audit
+    from grogu.audit.setups import document
+
+    texts = [d if isinstance(d, str) else d.text if isinstance(d, grogu.Document) else d["text"] for d in DOCS]
+    docs = [document(t) for t in texts]
+    setups = [Setup("first", {QUERY: docs[:2]}), Setup("last", {QUERY: docs[2:]})]
+    got, want = (audit(s, setups, progress=False, resamples=100) for s in (remote, local))
+    assert got.timing["contexts"] == want.timing["contexts"] == 7  # no document, 2 contexts, 4 documents alone
+    for name in ("first", "last"):
+        a, b = got.queries[0]["setups"][name], want.queries[0]["setups"][name]
+        assert a["answer"] == b["answer"] and a["utility"] == pytest.approx(b["utility"], abs=TOL)
+        assert [d["usefulness"] for d in a["documents"]] == pytest.approx([d["usefulness"] for d in b["documents"]],
+                                                                          abs=TOL)
+
+
 def test_contexts_layout_and_ungrounded_equal_in_process(remote, local):
     contexts = [DOCS[:2], DOCS[2:], [DOCS[3], DOCS[0]]]
     for a, b in zip(remote.score_contexts(QUERY, contexts), local.score_contexts(QUERY, contexts)):

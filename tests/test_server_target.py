@@ -239,6 +239,28 @@ def test_command_line_through_the_server(server, served_scores, tmp_path, capsys
         main(["score", "--server", server.url, "--query", QUERY, "--docs", str(docs), "--device", "cpu"])
 
 
+def test_audit_through_the_server(server, served_scores, tmp_path):
+    """``grogu audit --server URL``: each set-up's context scored as the ServerTarget scores it in Python."""
+    import json
+
+    from grogu.cli import main
+
+    scorer, _ = served_scores
+    setups = {"good": DOCS[:2], "bad": DOCS[2:]}
+    for name, docs in setups.items():
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"query": QUERY, "documents": docs}) + "\n")
+    out = tmp_path / "report"
+    assert main(["audit", "--server", server.url, *[f"--setup={n}={tmp_path / n}.jsonl" for n in setups],
+                 "--max-new-tokens", str(BUDGET), "--no-documents", "--quiet", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"] == grogu.DEFAULT_MODEL and summary["timing"]["contexts"] == 2
+    for name, docs in setups.items():
+        want = scorer.score_context(QUERY, docs)
+        got = summary["queries"][0]["setups"][name]
+        assert got["answer"] == want.answer and got["utility"] == pytest.approx(want.score, abs=SERVER_RTOL)
+    assert (out / "report.html").stat().st_size > 10_000
+
+
 def test_acu_needs_a_local_model(target):
     with pytest.raises(ServerCapabilityError, match="ACU"):
         target.next_token_logprobs([[1, 2, 3]])

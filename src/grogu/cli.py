@@ -34,6 +34,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "rewrite-pairs": (".harness.rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
     "train-rewriter": (".harness.rewrite.train", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
     "serve": (".serve.cli", "the shared scoring service on Ray Serve (HTTP API; pip install 'grogu[serve]')"),
+    "audit": (".audit.cli", "compare retrieval set-ups for the target LLM, find documents it never uses; HTML report"),
 }
 
 
@@ -127,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_server_arguments(p: argparse.ArgumentParser) -> None:
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
     """The target LLM behind an inference server (grogu.ServerTarget) instead of a model loaded here."""
     from .servers.target import APIS
 
@@ -167,7 +168,7 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     p.add_argument("--address", default=None, help="--ray: the Ray cluster to join (default: a local Ray)")
     p.add_argument("--workers", type=POSITIVE_INT, default=1, help="--ray: engine actors (default 1)")
     p.add_argument("--gpus-per-worker", type=float, default=0.0, help="--ray: GPUs per engine actor")
-    _add_server_arguments(p)
+    add_server_arguments(p)
     if rerank:
         p.add_argument("--top-n", type=TOP_N, default=None, help="keep the best n (a positive int)")
         p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
@@ -220,7 +221,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--json", action="store_true")
-    _add_server_arguments(p)
+    add_server_arguments(p)
 
 
 def _print_rows(title: str, header: list[str], rows: list[list[Any]], as_json: bool, record: dict) -> None:
