@@ -32,6 +32,15 @@ class Work:
     future: Any = None
 
 
+def split_parts(values: list, sizes: list[int]) -> list[list]:
+    """``values`` cut into consecutive parts of ``sizes``."""
+    out, start = [], 0
+    for size in sizes:
+        out.append(values[start:start + size])
+        start += size
+    return out
+
+
 def run_call(picked: list[tuple[Work, list]]) -> list[Any]:
     """One engine call (on the worker thread): the units of jobs with the same settings together,
     results split back per job. When it fails, each job is retried alone, so only the failing request

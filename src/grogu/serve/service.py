@@ -47,7 +47,7 @@ from .. import rerank as R
 from .admission import PREFILL_COST, admit, admit_budget, admit_rerank, influence_runs
 from .config import ServeConfig
 from .httpapi import StalledError, app, set_replica_limits, set_replica_token
-from .scheduler import Scheduler, Work
+from .scheduler import Scheduler, Work, split_parts
 
 #: scorers (one per distinct settings) a replica keeps; they share the replica's engine
 SCORER_CACHE = 32
@@ -308,11 +308,11 @@ class GroguService:
         query, refs, checked = check_query(body.query), check_references(body.references), check_documents(docs)
         contexts = [checked] if body.as_context else [[d] for d in checked]
         rows = await self._on_worker(scorer.sample_rows, query, contexts)
-        per_call = max(1, self.config.max_batch_tokens // tokens)
+        per_call, split_parts_ = max(1, self.config.max_batch_tokens // tokens), split_parts
         slices = [rows[i:i + per_call] for i in range(0, len(rows), per_call)]
         done = await self._scheduler.submit(Work(
             key, scorer, slices, [len(x) * tokens for x in slices], False,
-            lambda sc, us, want: _split(sc.sample([r for u in us for r in u]), [len(u) for u in us])))
+            lambda sc, us, want: split_parts_(sc.sample([r for u in us for r in u]), [len(u) for u in us])))
         gens = [g for part in done for g in part]
         groups = [gens[i:i + n] for i in range(0, len(gens), n)]
         beliefs = await self._scheduler.submit(Work(
@@ -333,15 +333,6 @@ class GroguService:
         results = await self._scheduler.submit(Work(key, scorer, items, [2 * PREFILL_COST] * len(items), False,
                                                     lambda sc, us, want: sc.score_batch(us)))
         return {"results": [W.encode_acu(r) for r in results]}
-
-
-def _split(values: list, sizes: list[int]) -> list[list]:
-    """``values`` cut into consecutive parts of ``sizes``."""
-    out, start = [], 0
-    for size in sizes:
-        out.append(values[start:start + size])
-        start += size
-    return out
 
 
 def build_app(config: ServeConfig, *, num_replicas: int = 1, min_replicas: Optional[int] = None,
