@@ -43,7 +43,6 @@ from ..selection import RERANK_MODES
 from ..seper import NLIEntailment, SePerScorer, check_references
 from . import api as A
 from . import wire as W
-from .. import rerank as R
 from .admission import PREFILL_COST, admit, admit_budget, admit_rerank, influence_runs
 from .config import ServeConfig
 from .httpapi import StalledError, app, set_replica_limits, set_replica_token
