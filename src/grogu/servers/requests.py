@@ -51,7 +51,7 @@ class RequestFormats:
             body["seed"] = int(seed)
         if "llama-cpp" in (self.api, self.backend):  # llama.cpp samples with these on by default
             body.update(repeat_penalty=1.0, top_k=0 if temperature is not None else 1, min_p=0.0)
-        elif self.api == "vllm" or self.backend == "vllm":  # else filled from the model's generation_config.json
+        elif self.api == "vllm" or self.backend in ("vllm", "sglang"):  # else from the model's generation_config
             body.update(NEUTRAL_SAMPLING)
         return body
 

@@ -6,14 +6,15 @@ A :class:`ServerTarget` stands wherever grogu takes a model (``UtilityScorer``, 
 :meth:`token_stats` (the same answer's statistics teacher-forced under another prompt, through the
 server's prompt log-probabilities) — computed by HTTP requests to the server the pipeline already runs.
 All the requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
-batching and prefix cache do the work.
+batching does the work (vLLM skips its prefix cache for requests with ``prompt_logprobs``: each
+teacher-forcing request encodes its whole prompt).
 
 APIs (``api=``):
 
 - ``"vllm"``: vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts,
   ``return_tokens_as_token_ids`` and ``prompt_logprobs`` (start vLLM with ``--max-logprobs`` at least
-  ``top_logprobs``); SGLang's OpenAI-compatible server takes the same requests where it supports
-  ``prompt_logprobs``.
+  ``top_logprobs``); bodies and parsing in :mod:`grogu.servers.requests`. SGLang's completions API
+  returns no prompt log-probabilities: ``api="auto"`` scores it through ``"chat"`` (grounded-only).
 - ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
   default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
   for the prompt's log-probabilities.
@@ -34,7 +35,7 @@ APIs (``api=``):
   returns, and scoring it is an error.
 
 ``api="auto"`` (:func:`choose_api`) takes ``"vllm"`` or ``"llama-cpp"`` when ``/v1/models`` names
-vLLM, SGLang or llama-cpp-python as the owner, and ``"chat"`` for the hosted OpenAI API (no listing
+vLLM or llama-cpp-python as the owner, and ``"chat"`` for SGLang, the hosted OpenAI API (no listing
 request is made there) and for any other owner (Ollama's ``"library"``, llama.cpp's ``llama-server``
 ``"llamacpp"``, ...). A server that does return
 prompt log-probabilities behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or
@@ -73,7 +74,9 @@ APIS = ("vllm", "llama-cpp", "chat")
 #: llama.cpp's own ``llama-server`` ("llamacpp") returns no prompt log-probabilities: it is not here (chat)
 #: SGLang ("sglang") returns no prompt log-probabilities on its completions API: it is not here (chat,
 #: grounded-only). llama-cpp-python says "me", a generic value: /extras/tokenize confirms it on first use
-_OWNERS = {"vllm": "vllm", "me": "llama-cpp", "llama-cpp": "llama-cpp"}
+_OWNERS = {"vllm": "vllm", "sglang": "sglang", "me": "llama-cpp", "llama-cpp": "llama-cpp"}
+#: the servers whose completions API returns prompt log-probabilities (their api= name)
+_COMPLETIONS = ("vllm", "llama-cpp")
 #: hosts of the hosted OpenAI API (chat only; it wants ``max_completion_tokens``)
 OPENAI_HOSTS = ("api.openai.com",)
 #: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
@@ -92,17 +95,19 @@ def is_hosted_openai(base_url: str) -> bool:
 
 def choose_api(base_url: str, owners: Iterable[str]) -> str:
     """The API flavour ``api="auto"`` takes for a server: ``"vllm"`` or ``"llama-cpp"`` when its models are
-    owned by vLLM, SGLang or llama-cpp-python (their completions endpoints return prompt
-    log-probabilities), else ``"chat"``: the hosted OpenAI API, Ollama (owner ``"library"`` or a user's
-    namespace), llama.cpp's ``llama-server`` (``"llamacpp"``) and any server grogu does not know, whose
-    chat endpoint returns generated tokens' log-probabilities only."""
+    owned by vLLM or llama-cpp-python (their completions endpoints return prompt log-probabilities),
+    else ``"chat"``: SGLang (its completions API has no prompt log-probabilities: grounded-only), the
+    hosted OpenAI API, Ollama (owner ``"library"`` or a user's namespace), llama.cpp's ``llama-server``
+    (``"llamacpp"``) and any server grogu does not know, whose chat endpoint returns generated tokens'
+    log-probabilities only."""
     if is_hosted_openai(base_url):
         return "chat"
-    return server_backend(owners) or "chat"
+    backend = server_backend(owners)
+    return backend if backend in _COMPLETIONS else "chat"
 
 
 def server_backend(owners: Iterable[str]) -> str | None:
-    """``"vllm"`` (vLLM, SGLang) or ``"llama-cpp"`` (llama-cpp-python) from the ``owned_by`` fields of a
+    """``"vllm"``, ``"sglang"`` or ``"llama-cpp"`` (llama-cpp-python) from the ``owned_by`` fields of a
     server's ``/v1/models`` entries, else None."""
     for owner in sorted(str(o).lower() for o in owners):
         if owner in _OWNERS:
@@ -176,7 +181,7 @@ class ServerTarget(RequestFormats):
         self.model_name = model if model is not None else self._only_model()
         if not isinstance(self.model_name, str) or not self.model_name:
             raise ValueError(f"model must be the served model's name, got {model!r}")
-        #: the server behind the URL when its /v1/models names it ("vllm", "llama-cpp"), else None
+        #: the server behind the URL when its /v1/models names it ("vllm", "sglang", "llama-cpp"), else None
         self.backend: str | None = None
         if not self.hosted_openai:  # the hosted API: no listing request (an unknown model is an error on first use)
             entries = self.served_models()
@@ -300,7 +305,7 @@ class ServerTarget(RequestFormats):
             "prompt log-probabilities. Through this target choose metric='entropy' or metric='ppl' "
             "(UtilityScorer and the integrations' rerankers: the grounded answer's mean token entropy or "
             "perplexity), InfluenceScorer with method='exact', 'ablation' or 'auto', or SePerScorer. For the "
-            "other metrics serve the model with vLLM or SGLang (api='vllm') or llama-cpp-python's server "
+            "other metrics serve the model with vLLM (api='vllm') or llama-cpp-python's server "
             "(api='llama-cpp'), whose completions endpoints return prompt log-probabilities")
 
     def _check_prompts(self, prompts: Sequence[Any]) -> list[Any]:
