@@ -289,3 +289,20 @@ def test_the_context_metric_is_read_from_the_variants():
         decide(ModeSettings(**C), base, contexts, scored, 2, None, None)
     with pytest.raises(ValueError, match="metric"):
         ModeSettings(context_metric="bleu")
+
+
+def test_candidate_count_is_computed_before_anything_is_built():
+    """The size of a context-mode rerank, by arithmetic, equals what context_candidates builds."""
+    import math
+    import time
+
+    for family in S.CANDIDATE_FAMILIES:
+        for n_docs in range(0, 9):
+            for top_n in range(1, 10):
+                for swaps in range(0, 4):
+                    built = S.context_candidates(n_docs, top_n, family, swaps)
+                    assert S.candidate_count(n_docs, top_n, family, swaps) == len(built), (family, n_docs, top_n, swaps)
+    t0 = time.perf_counter()
+    assert S.candidate_count(22, 11, "all") == math.comb(22, 11) == 705_432
+    assert S.candidate_count(200, 100, "all") == math.comb(200, 100)  # no enumeration: instant
+    assert time.perf_counter() - t0 < 0.1
