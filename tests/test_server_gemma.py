@@ -8,7 +8,7 @@ llama-cpp-python reuses the previous request's longest common prefix and evaluat
 split; a short rest (the answer alone, after a request with the same prompt) runs other quantised
 kernels than one whole-prompt pass (seen: up to 0.2 on Gemma's Q4_K_M). So each request here follows
 a one-token request that shares only the BOS with it: the server then evaluates the prompt in one
-pass, as the reference does."""
+pass after the BOS it reuses, and the reference evaluates the same two parts."""
 
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ def _log_softmax(row: np.ndarray) -> np.ndarray:
 def greedy(llm, prompt: list[int], n: int, stops: set[int]) -> tuple[list[int], list[float]]:
     """llama.cpp's greedy answer to the token ids ``prompt`` and each answer token's log-probability."""
     llm.reset()
-    llm.eval(prompt)
+    llm.eval(prompt[:1])  # the BOS, then the rest in one pass: the split the server makes after fresh()
+    llm.eval(prompt[1:])
     ids, lps = [], []
     for _ in range(n):
         row = _log_softmax(np.asarray(llm.scores[llm.n_tokens - 1]))
@@ -88,7 +89,8 @@ def greedy(llm, prompt: list[int], n: int, stops: set[int]) -> tuple[list[int], 
 def forced(llm, prompt: list[int], cont: list[int]) -> list[float]:
     """Log-probabilities of ``cont`` after the token ids ``prompt`` (one pass, all logits)."""
     llm.reset()
-    llm.eval(prompt + cont)
+    llm.eval(prompt[:1])
+    llm.eval(prompt[1:] + cont)
     return [float(_log_softmax(np.asarray(llm.scores[len(prompt) - 1 + j]))[t]) for j, t in enumerate(cont)]
 
 

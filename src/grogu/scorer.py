@@ -144,6 +144,11 @@ class UtilityScorer:
         return [self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
                 for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)]
 
+    def score_plans(self, plans: Sequence[R.RerankPlan], return_details: bool = False) -> list[list[ContextScore]]:
+        """The scores of each rerank plan's contexts (:meth:`plan_rerank`), as :meth:`rerank` scores them:
+        the context mode's lazy teacher forcing included. For a service between the two halves."""
+        return self._score_plans(plans, return_details)
+
     def _score_plans(self, plans: Sequence[R.RerankPlan], details: bool) -> list[list[ContextScore]]:
         """The scores of each rerank plan's contexts, every plan's answers generated in one engine batch.
         Where the context mode compares its candidates on the grounded answers alone

@@ -43,6 +43,7 @@ from ..selection import RERANK_MODES
 from ..seper import NLIEntailment, SePerScorer, check_references
 from . import api as A
 from . import wire as W
+from .. import rerank as R
 from .admission import PREFILL_COST, admit, admit_budget, admit_rerank, influence_runs
 from .config import ServeConfig
 from .httpapi import StalledError, app, set_replica_limits, set_replica_token
@@ -230,8 +231,16 @@ class GroguService:
             "rerank-plan", scorer, [args], [len(body.documents) + 1], False,
             lambda sc, us, want, s=body.mode_settings(), rel=body.relevance:
                 [sc.plan_rerank(*u, settings=s, relevance=rel) for u in us]))
-        [scored] = await self._contexts(body, [(rerank_plan.query, rerank_plan.context_documents())],
-                                        body.return_details)
+        if R.grounded_choice(rerank_plan.settings) and rerank_plan.contexts:
+            # the library's path: candidates on their grounded answers, the chosen one teacher-forced
+            key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()
+            cost = [sum(max(len(c), 1) for c in rerank_plan.contexts) * tokens]
+            admit_budget(self.config, cost)
+            [scored] = await self._scheduler.submit(Work(key, scorer, [rerank_plan], cost, body.return_details,
+                                                         lambda sc, us, want: sc.score_plans(us, want)))
+        else:  # every context fully scored: in slices
+            [scored] = await self._contexts(body, [(rerank_plan.query, rerank_plan.context_documents())],
+                                            body.return_details)
         ranked = scorer.finish_rerank(rerank_plan, scored)
         out = W.encode_ranked(ranked)
         if not body.return_details:
