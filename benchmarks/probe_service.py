@@ -116,8 +116,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-batch-tokens", type=int, default=128)
     p.add_argument("--light", type=int, default=10, help="light requests per heavy run")
     p.add_argument("--stall-tokens", type=int, default=1024, help="answer tokens of the one long slice of step 3")
+    p.add_argument("--steps", default="probes,seper,influence,rerank,stall",
+                   help="comma-separated steps to run (default: all)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    steps = set(args.steps.split(","))
 
     import ray
     import torch
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
         serve.run(build_app(config, num_replicas=1, num_cpus=1), name="probe", route_prefix="/")
         light_latencies(url, 2)  # warm up
         rows = []
-        for name, path, body in probes():
+        for name, path, body in (probes() if "probes" in steps else []):
             status, data, took = post(url, path, body)
             _, _, light = post(url, "/score", LIGHT)
             rows.append({"request": name, "status": status, "seconds": round(took, 2),
@@ -163,9 +166,13 @@ def main(argv: list[str] | None = None) -> dict:
         }
         figures["beside_heavy"] = {}
         for path, body in heavy.items():
+            if path.strip("/") not in steps:
+                continue
             runs = [beside(url, path, body, args.light) for _ in range(3)]
             figures["beside_heavy"][path] = runs
             print(json.dumps({path: runs}), file=sys.stderr, flush=True)
+        if "stall" not in steps:
+            return figures
         # step 3: a stuck worker (one slice far over --health-stall-s)
         stall = ServeConfig(model=model, device="cpu", token=TOKEN, health_stall_s=1.0,
                             max_batch_tokens=args.stall_tokens, max_new_tokens=args.stall_tokens)

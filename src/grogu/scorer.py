@@ -146,8 +146,22 @@ class UtilityScorer:
 
     def score_plans(self, plans: Sequence[R.RerankPlan], return_details: bool = False) -> list[list[ContextScore]]:
         """The scores of each rerank plan's contexts (:meth:`plan_rerank`), as :meth:`rerank` scores them:
-        the context mode's lazy teacher forcing included. For a service between the two halves."""
+        the context mode's lazy teacher forcing included."""
         return self._score_plans(plans, return_details)
+
+    def generate_contexts(self, contexts: Sequence[QueryContext]) -> list[tuple[list[int], Generation]]:
+        """Each (query, documents) context's grounded prompt and greedy answer: the first half of
+        :meth:`score_generated` (answers do not depend on the batch, so a service draws them in slices)."""
+        grounded, gens = self._generate(list(contexts))
+        return list(zip(grounded, gens))
+
+    def score_generated(self, plans: Sequence[R.RerankPlan], generated: Sequence[tuple[list[int], Generation]],
+                        return_details: bool = False) -> list[list[ContextScore]]:
+        """:meth:`score_plans` from the plans' answers (:meth:`generate_contexts` of every plan's contexts,
+        in order)."""
+        contexts = [(p.query, docs) for p in plans for docs in p.context_documents()]
+        return self._score_generated(plans, contexts, [g for g, _ in generated], [a for _, a in generated],
+                                     return_details)
 
     def _score_plans(self, plans: Sequence[R.RerankPlan], details: bool) -> list[list[ContextScore]]:
         """The scores of each rerank plan's contexts, every plan's answers generated in one engine batch.
@@ -158,6 +172,10 @@ class UtilityScorer:
         same as with every candidate teacher-forced. The other plans' contexts are all teacher-forced."""
         contexts = [(p.query, docs) for p in plans for docs in p.context_documents()]
         grounded, gens = self._generate(contexts) if contexts else ([], [])
+        return self._score_generated(plans, contexts, grounded, gens, details)
+
+    def _score_generated(self, plans: Sequence[R.RerankPlan], contexts: list[QueryContext], grounded: list[list[int]],
+                         gens: list[Generation], details: bool) -> list[list[ContextScore]]:
         out: list[ScoreResult | None] = [None] * len(contexts)  # None: to be scored under the scorer's metric
         start = 0
         for p in plans:

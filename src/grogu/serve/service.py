@@ -232,12 +232,17 @@ class GroguService:
             lambda sc, us, want, s=body.mode_settings(), rel=body.relevance:
                 [sc.plan_rerank(*u, settings=s, relevance=rel) for u in us]))
         if R.grounded_choice(rerank_plan.settings) and rerank_plan.contexts:
-            # the library's path: candidates on their grounded answers, the chosen one teacher-forced
+            # the library's path: the candidates' answers (in slices), then the choice on their grounded
+            # statistics, and only the chosen one teacher-forced
             key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()
-            cost = [sum(max(len(c), 1) for c in rerank_plan.contexts) * tokens]
-            admit_budget(self.config, cost)
-            [scored] = await self._scheduler.submit(Work(key, scorer, [rerank_plan], cost, body.return_details,
-                                                         lambda sc, us, want: sc.score_plans(us, want)))
+            contexts = [(rerank_plan.query, docs) for docs in rerank_plan.context_documents()]
+            costs = [max(len(docs), 1) * tokens for _, docs in contexts]
+            admit_budget(self.config, costs)
+            generated = await self._scheduler.submit(Work(key, scorer, contexts, costs, False,
+                                                          lambda sc, us, want: sc.generate_contexts(us)))
+            [scored] = await self._scheduler.submit(Work(
+                f"{key}:choose:{id(rerank_plan)}", scorer, [rerank_plan], [tokens], body.return_details,
+                lambda sc, us, want, g=generated: sc.score_generated(us, g, want)))
         else:  # every context fully scored: in slices
             [scored] = await self._contexts(body, [(rerank_plan.query, rerank_plan.context_documents())],
                                             body.return_details)
