@@ -343,3 +343,20 @@ def test_the_defaults_are_pinned():
         "context", "swap_orders", "confidence_support", 0.3, 1.0)
     assert (defaults.gate, defaults.gate_support, defaults.gate_confidence, defaults.supported) == (
         "always", 1.0, 0.0, True)
+
+
+def test_candidate_count_is_computed_before_anything_is_built():
+    """The size of a context-mode rerank, by arithmetic, equals what context_candidates builds."""
+    import math
+    import time
+
+    for family in S.CANDIDATE_FAMILIES:
+        for n_docs in range(0, 9):
+            for top_n in range(1, 10):
+                for swaps in range(0, 4):
+                    built = S.context_candidates(n_docs, top_n, family, swaps)
+                    assert S.candidate_count(n_docs, top_n, family, swaps) == len(built), (family, n_docs, top_n, swaps)
+    t0 = time.perf_counter()
+    assert S.candidate_count(22, 11, "all") == math.comb(22, 11) == 705_432
+    assert S.candidate_count(200, 100, "all") == math.comb(200, 100)  # no enumeration: instant
+    assert time.perf_counter() - t0 < 0.1

@@ -71,7 +71,8 @@ def nli_dir(tmp_path_factory):
 
 #: the service's limits in these tests (small, so that each can be crossed cheaply)
 LIMITS = dict(max_docs=12, max_doc_chars=400, max_query_chars=200, max_template_chars=600, max_request_chars=3000,
-              max_new_tokens=100, max_rerank_contexts=24, max_body_bytes=64_000, body_timeout_s=2.0)
+              max_new_tokens=100, max_rerank_contexts=24, max_samples=10, max_ablations=40, max_acu_items=20,
+              max_request_tokens=4_000, max_body_bytes=64_000, body_timeout_s=2.0)
 MAX_BATCH_TOKENS = 64  # generation budget of one engine call: 8 contexts of N tokens
 HEADER_TIMEOUT_S = 2.0
 
@@ -681,6 +682,134 @@ def test_serve_refuses_an_empty_token_and_open_hosts_without_one(monkeypatch, ca
     assert "warning: --no-auth: no bearer token is checked" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="contradict"):
         resolve_token(p.parse_args(["--no-auth", "--token", "x"]))
+
+
+def _timed_post(service, path, payload, **kw):
+    import time
+
+    import json
+
+    t0 = time.perf_counter()  # ASCII JSON: a lone surrogate travels as its \\u escape, as a client's JSON would send it
+    r = _post(service, path, content=json.dumps(payload).encode(), headers={"content-type": "application/json"}, **kw)
+    return r, time.perf_counter() - t0
+
+
+def test_requests_that_used_to_stall_are_answered_at_once(service, remote, local):
+    """Each request of issue #37 gets its status within 2 s, and a light /score right after it too."""
+    body = {"query": QUERY, "documents": ["a document"], "max_new_tokens": N}
+    docs12 = [f"Passage {i} about cities." for i in range(12)]
+    cases = [
+        ("/score_batch", {"items": [], "max_new_tokens": 4}, 200, None),
+        ("/score_contexts_batch", {"items": [], "max_new_tokens": 4}, 200, None),
+        ("/score", {**body, "documents": []}, 200, None),
+        ("/acu", {"items": []}, 200, None),
+        ("/seper", {"query": QUERY, "documents": [], "references": ["x"]}, 200, None),
+        ("/seper", {"query": QUERY, "documents": ["d"], "references": ["x"], "n_samples": 100_000}, 413,
+         "n_samples is 100000; this service takes at most 10 samples per prompt (grogu serve --max-samples)"),
+        ("/influence", {"items": [{"query": QUERY, "documents": ["a", "b"]}], "method": "contextcite",
+                        "n_ablations": 100_000}, 413, "n_ablations is 100000; this service takes at most 40"),
+        ("/influence", {"items": [{"query": QUERY, "documents": ["a", "b"]}], "method": "ablation",
+                        "n_ablations": 40, "max_new_tokens": 100}, 413, "--max-request-tokens"),
+        ("/rerank", {**body, "documents": docs12, "mode": "context", "family": "all", "top_n": 6}, 413,
+         "924 candidate contexts holding 5544 documents"),
+        ("/acu", {"items": [{"claim": "c", "evidence": "e", "stance": "SUPPORTS"}] * 21}, 413, "--max-acu-items"),
+        ("/score", {**body, "documents": ["0123456789 " * 35], "max_new_tokens": 100,
+                    "template": {"grounded": "{context} {query}", "document": "{text}" * 70}}, 422,
+         "once the template is filled"),
+        ("/seper", {"query": QUERY, "documents": ["d"], "references": ["x"], "temperature": 1e-50}, 422,
+         "temperature must be >= 0.001"),
+        ("/score", {**body, "documents": ["fine", "bad \ud800 text"]}, 422,
+         "documents[1] is not valid UTF-8 text: a lone surrogate"),
+        ("/score", {**body, "query": "bad \udfff"}, 422, "query is not valid UTF-8"),
+        ("/acu", {"items": [{"claim": "c", "evidence": "\ud801", "stance": "SUPPORTS"}]}, 422, "evidence is not valid"),
+    ]
+    for path, payload, status, message in cases:
+        r, took = _timed_post(service, path, payload)
+        assert r.status_code == status and took < 2.0, (path, r.status_code, r.text[:300], took)
+        if message:
+            assert message in r.json()["detail"], (path, r.json())
+        elif path != "/seper" or payload["documents"]:
+            assert r.json()["results"] == [], (path, r.json())
+        light, took = _timed_post(service, "/score", body)
+        assert light.status_code == 200 and took < 2.0, (path, took)
+    stats = httpx.get(f"{service}/stats", headers=AUTH).json()
+    assert stats["batches"] < 10_000  # no empty batches spun
+
+
+def test_sliced_seper_and_acu_equal_in_process(service, nli_dir, local):
+    """ΔSePer's samples are drawn in slices (8 rows per call here) and ACU items a slice per call, with
+    the results of one in-process call."""
+    from grogu.seper import NLIEntailment, SePerScorer
+
+    docs = [DOCS[0], DOCS[0], DOCS[2]]  # two identical prompts: their samples still differ as in-process
+    before = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"]
+    remote = RemoteSePerScorer(service, token=TOKEN, n_samples=6, max_new_tokens=N)
+    got = remote.score(QUERY, docs, ["Canberra"])
+    calls = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"] - before
+    want = SePerScorer(local.engine, entailment=NLIEntailment(nli_dir), n_samples=6,
+                       max_new_tokens=N).score(QUERY, docs, ["Canberra"])
+    assert calls >= 24 // 8 + 4  # 24 samples in 3 slices, then 4 prompts' beliefs
+    for a, b in zip(got, want):
+        assert a.samples_with == b.samples_with and a.samples_without == b.samples_without
+        assert a.delta_soft == pytest.approx(b.delta_soft, abs=TOL) and a.delta_hard == pytest.approx(b.delta_hard, abs=TOL)
+    assert got[0].samples_with != got[1].samples_with
+    items = [("Canberra is the capital.", DOCS[0], "SUPPORTS"), ("Sydney is the capital.", DOCS[0], "REFUTES")] * 3
+    r = RemoteACUScorer(service, token=TOKEN).score_batch(items)
+    for a, b in zip(r, ACUScorer(local.engine).score_batch(items)):
+        assert a.acu == pytest.approx(b.acu, abs=TOL)
+
+
+def test_a_cancelled_request_stops_its_slices(service):
+    """A client that gives up on a heavy request: its remaining slices are not run."""
+    import time
+
+    heavy = {"query": QUERY, "documents": [f"passage {i} on the history of Canberra" for i in range(12)],
+             "max_new_tokens": 100}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{service}/score", json=heavy, headers=AUTH, timeout=0.6)
+    time.sleep(1.0)
+    first = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"]
+    time.sleep(2.0)
+    later = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"]
+    assert later - first <= 1, (first, later)
+
+
+def test_health_is_503_while_the_worker_is_stuck(model_dir):
+    """The worker thread's heartbeat: one task running past health_stall_s makes the replica unready
+    (its /health and Ray's check_health), and ready again once the task ends."""
+    import threading
+    import time
+
+    from grogu import batching
+    from grogu.serve.httpapi import StalledError
+    from grogu.serve.service import GroguService, ServeConfig
+
+    wrapper = getattr(GroguService, "func_or_class", GroguService)  # Ray's ingress wrapper around the class
+    cls = next(c for c in wrapper.__mro__ if "check_health" in vars(c))
+    replica = object.__new__(cls)
+    cls.__init__(replica, __import__("dataclasses").asdict(ServeConfig(model=model_dir, device="cpu",
+                                                                       health_stall_s=0.5)))
+    assert asyncio.run(replica.health()) == {"status": "ok"}
+    release = threading.Event()
+    stuck = batching.submit(release.wait, 30)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            try:
+                replica.check_health()
+            except StalledError as exc:
+                assert "grogu serve --health-stall-s" in str(exc) and "stuck" in str(exc)
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("check_health stayed ready while the worker was stuck")
+        assert time.monotonic() - t0 < 2.0
+        with pytest.raises(StalledError):
+            asyncio.run(replica.health())
+    finally:
+        release.set()
+        stuck.result(timeout=10)
+    assert batching.busy_for() == 0.0 and asyncio.run(replica.health()) == {"status": "ok"}
 
 
 def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, local):

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from .engine import get_engine
 from .servers import ServerTarget
 from .models import DEFAULT_MODEL
-from .prompts import chat_ids
+from .prompts import chat_ids, check_text
 
 #: stance of the evidence -> the label it should raise
 STANCES = {"supports": "True", "support": "True", "true": "True", "refutes": "False", "refute": "False",
@@ -110,7 +110,12 @@ class ACUScorer:
         return ids
 
     def _prompt(self, text: str) -> list[int]:
-        return chat_ids(self.engine.tokenizer, text, plain_suffix="\nAnswer:")
+        ids = chat_ids(self.engine.tokenizer, text, plain_suffix="\nAnswer:")
+        window = getattr(self.engine, "max_context_tokens", None)
+        if window is not None and len(ids) > window:
+            raise ValueError(f"an ACU prompt takes {len(ids)} tokens (claim and evidence in the template); the "
+                             f"model's context window holds {window}: shorten the evidence")
+        return ids
 
     def _raised(self, stance: str) -> str:
         if not isinstance(stance, str):
@@ -132,6 +137,8 @@ class ACUScorer:
             claim, evidence, stance = item
             if not isinstance(claim, str) or not isinstance(evidence, str):
                 raise TypeError("claim and evidence must be strings")
+            check_text(f"items[{i}].claim", claim)
+            check_text(f"items[{i}].evidence", evidence)
             if not claim.strip():
                 raise ValueError("claim is empty")
             checked.append((claim.strip(), evidence, self._raised(stance)))

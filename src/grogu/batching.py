@@ -49,6 +49,7 @@ class _Worker:
         self._thread: threading.Thread | None = None
         self._native_id: int | None = None
         self._closed = False
+        self.busy_since: float | None = None  # monotonic time the running task started (None: idle)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
         future: Future = Future()
@@ -73,12 +74,15 @@ class _Worker:
                 task, future = self._tasks.popleft()
             if not future.set_running_or_notify_cancel():
                 continue
+            self.busy_since = time.monotonic()  # the heartbeat: set and cleared by this thread only
             try:
                 result = task()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+            finally:
+                self.busy_since = None
             del task, future
 
     def shutdown(self, timeout: float | None = NATIVE_EXIT_TIMEOUT_S) -> None:
@@ -119,6 +123,15 @@ def submit(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
     with _WORKER_LOCK:
         worker = _WORKER
     return worker.submit(fn, *args, **kwargs)
+
+
+def busy_for() -> float:
+    """Seconds the worker has spent on the task it runs now (0.0 when idle): the worker thread's own
+    heartbeat, read by a service's health check. Engine work is submitted in bounded slices, so a
+    task that runs far longer than one slice means the worker is stuck."""
+    with _WORKER_LOCK:
+        started = _WORKER.busy_since
+    return 0.0 if started is None else max(0.0, time.monotonic() - started)
 
 
 def shutdown() -> None:

@@ -14,13 +14,21 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Sequence
 
-from .prompts import Document, as_document
+from .prompts import Document, as_document, check_text
+
+
+#: the smallest sampling temperature: logits / T must stay finite in float32 (logits reach ~1e2)
+MIN_TEMPERATURE = 1e-3
+#: absurd counts, refused everywhere (a service sets lower limits: grogu serve --help)
+MAX_SAMPLES = 1_000
+MAX_ABLATIONS = 10_000
 
 
 def check_query(query: Any) -> str:
     """The query, stripped; a TypeError for a non-string and a ValueError for an empty one."""
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, got {type(query).__name__}")
+    check_text("query", query)
     if not query.strip():
         raise ValueError("query is empty or whitespace: there is nothing to ground")
     return query.strip()
@@ -160,12 +168,25 @@ def check_positive_float(name: str, value: Any) -> float:
 
 
 def check_temperature(value: Any, name: str = "temperature", *, allow_none: bool = False) -> float | None:
-    """A sampling temperature: finite and > 0 (None = greedy decoding where ``allow_none``)."""
+    """A sampling temperature: finite and >= :data:`MIN_TEMPERATURE` (None = greedy decoding where
+    ``allow_none``). A smaller one overflows the scaled logits: it cannot be sampled."""
     if value is None and allow_none:
         return None
     if value is None:
         raise ValueError(f"{name} must be a finite number > 0, got None")
-    return check_positive_float(name, value)
+    value = check_positive_float(name, value)
+    if value < MIN_TEMPERATURE:
+        raise ValueError(f"{name} must be >= {MIN_TEMPERATURE:g}, got {value!r}: a smaller temperature overflows "
+                         f"the scaled logits and cannot be sampled (use greedy decoding instead)")
+    return value
+
+
+def check_count(name: str, value: Any, maximum: int) -> int:
+    """A positive int that is at most ``maximum`` (n_samples, n_ablations: work a call would do)."""
+    value = check_positive_int(name, value)
+    if value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
+    return value
 
 
 def check_seed(value: Any, name: str = "seed", *, allow_none: bool = True) -> int | None:
@@ -208,7 +229,7 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
 
 
 __all__ = [
-    "check_query", "check_documents", "check_document_list", "check_pairs", "check_int", "check_positive_int",
+    "check_query", "check_text", "check_count", "check_documents", "check_document_list", "check_pairs", "check_int", "check_positive_int",
     "check_top_n", "check_float",
     "check_threshold", "check_alpha", "check_fraction", "check_probability", "check_positive_float",
     "check_temperature", "check_seed", "check_choice", "check_masks", "check_influence_items",

@@ -31,8 +31,8 @@ import torch
 from .batching import Coalescer
 from . import attribution
 from .attribution import FORWARD_METHODS, AttributionRequest, ForwardData
-from .checks import (check_choice, check_documents, check_influence_items, check_masks, check_positive_float,
-                     check_positive_int, check_query, check_seed)
+from .checks import (MAX_ABLATIONS, check_choice, check_count, check_documents, check_influence_items, check_masks,
+                     check_positive_float, check_positive_int, check_query, check_seed)
 from .engine import get_engine
 from .models import DEFAULT_MODEL, EMBEDDED_EMBEDDERS, embedded_embedder_path
 from .prompts import Document, PromptBuilder, PromptTemplate
@@ -178,7 +178,7 @@ class InfluenceScorer:
         method = check_choice("method", method, METHODS)
         if n_ablations is None:
             n_ablations = DEFAULT_ABLATIONS.get(method, 32)
-        n_ablations = check_positive_int("n_ablations", n_ablations)
+        n_ablations = check_count("n_ablations", n_ablations, MAX_ABLATIONS)
         seed = check_seed(seed)
         if method == "contextcite" and seed is not None:
             attribution.contextcite_masks(0, n_ablations, seed)  # the seed range check

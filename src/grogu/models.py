@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .gguf_meta import with_gguf_chat_template
+
 logger = logging.getLogger(__name__)
 
 EMBEDDED_ALIASES = {
@@ -118,10 +120,13 @@ def load_tokenizer(spec: str) -> Any:
     resolved = resolve_spec(spec)
     kwargs = {"gguf_file": resolved.gguf_file} if resolved.gguf_file else {}
     try:
-        return AutoTokenizer.from_pretrained(resolved.location, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(resolved.location, **kwargs)
     except Exception as exc:
         raise ValueError(f"Could not load the tokenizer of {spec!r} (an embedded alias, a .gguf path, a local "
                          f"directory or a hub id). Last error: {type(exc).__name__}: {exc}") from exc
+    if resolved.gguf_file:
+        tokenizer = with_gguf_chat_template(tokenizer, os.path.join(resolved.location, resolved.gguf_file))
+    return tokenizer
 
 
 def load_model(
@@ -159,6 +164,8 @@ def load_model(
         raise ValueError(
             f"Could not load model {spec!r}. Tried: " + "; ".join(tried) + f". Last error: {type(exc).__name__}: {exc}"
         ) from exc
+    if resolved.gguf_file:
+        tokenizer = with_gguf_chat_template(tokenizer, os.path.join(resolved.location, resolved.gguf_file))
     model = model.to(device=dev, dtype=dt)
     model.eval()
     return model, tokenizer

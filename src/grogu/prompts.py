@@ -32,14 +32,33 @@ class Document:
 
 
 
+def check_text(name: str, value: str) -> str:
+    """A str that encodes as UTF-8: a lone surrogate (e.g. a JSON "\\ud800" escape) is a ValueError
+    naming its position, instead of a tokenizer's error."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid UTF-8 text: a lone surrogate {value[exc.start]!a} at character "
+                         f"{exc.start}; send text without unpaired surrogates") from None
+    return value
+
+
+def _utf8(doc: Document, where: str) -> Document:
+    """The document, once its text and title are known to encode as UTF-8 (no lone surrogate)."""
+    check_text(where, doc.text)
+    if doc.title is not None:
+        check_text(f"{where}'s title", doc.title)
+    return doc
+
+
 def as_document(doc: Any, position: int | None = None) -> Document:
     """Coerce a str, a :class:`Document` or a mapping with ``text`` (or ``page_content``) and optional
     ``title`` into a :class:`Document`. Anything else is a TypeError naming the position."""
     where = f"document {position}" if position is not None else "document"
     if isinstance(doc, Document):
-        return doc
+        return _utf8(doc, where)
     if isinstance(doc, str):
-        return Document(doc)
+        return _utf8(Document(doc), where)
     if isinstance(doc, Mapping):
         text = doc.get("text", doc.get("page_content"))
         if not isinstance(text, str):
@@ -48,7 +67,7 @@ def as_document(doc: Any, position: int | None = None) -> Document:
         if title is not None and not isinstance(title, str):
             raise TypeError(f"{where} has a non-string title ({type(title).__name__})")
         meta = {k: v for k, v in doc.items() if k not in ("text", "page_content", "title")}
-        return Document(text, title, meta)
+        return _utf8(Document(text, title, meta), where)
     raise TypeError(f"{where} must be a str, a grogu.Document or a mapping with 'text', got {type(doc).__name__}")
 
 
@@ -212,7 +231,16 @@ class PromptBuilder:
         """The grounded prompt: token ids (a :class:`ChatPrompt` with ``messages=True``); documents are
         truncated (with a warning) to fit."""
         docs = self.fit(query, docs)
-        return self._wrap(self.template.grounded.format(query=query, context=self.template.render_context(docs)))
+        text = self.template.grounded.format(query=query, context=self.template.render_context(docs))
+        prompt = self._wrap(text)
+        if self._counts:  # a template may repeat {text} or {context}: the filled prompt is what counts
+            n = len(prompt if isinstance(prompt, list) else self._ids(text))
+            if n + self.max_new_tokens > self.max_context_tokens:
+                raise ValueError(f"the grounded prompt takes {n} tokens once the template is filled; with "
+                                 f"{self.max_new_tokens} answer tokens it does not fit the model's "
+                                 f"{self.max_context_tokens}-token context window (does the template repeat "
+                                 f"{{text}} or {{context}}?)")
+        return prompt
 
     def fit(self, query: str, docs: Sequence[Document]) -> list[Document]:
         """The documents, the longest ones cut (token-wise) so the grounded prompt fits the window (as

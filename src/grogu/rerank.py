@@ -220,6 +220,17 @@ def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[lis
     return singles + [[]] if settings.mode == "prune" else singles
 
 
+def plan_size(settings: ModeSettings, n_docs: int, top_n: int | None) -> tuple[int, int]:
+    """(contexts, documents in them, an empty context counted as one) that :func:`plan` would return,
+    computed arithmetically, before any candidate is built."""
+    if settings.mode == "context":
+        n = n_docs if top_n is None else top_n
+        count = S.candidate_count(n_docs, n, settings.family, settings.swaps)
+        return count, count * max(min(n, n_docs), 1)
+    extra = 1 if settings.mode == "prune" else 0
+    return n_docs + extra, n_docs + extra
+
+
 def grounded_choice(settings: ModeSettings) -> bool:
     """Whether the mode's choice reads the grounded answers alone (their text and a metric of the
     grounded statistics, :data:`grogu.metrics.GROUNDED_METRICS`): the context mode with such a

@@ -146,6 +146,25 @@ class UtilityScorer:
         return [self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
                 for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)]
 
+    def score_plans(self, plans: Sequence[R.RerankPlan], return_details: bool = False) -> list[list[ContextScore]]:
+        """The scores of each rerank plan's contexts (:meth:`plan_rerank`), as :meth:`rerank` scores them:
+        the context mode's lazy teacher forcing included."""
+        return self._score_plans(plans, return_details)
+
+    def generate_contexts(self, contexts: Sequence[QueryContext]) -> list[tuple[list[int], Generation]]:
+        """Each (query, documents) context's grounded prompt and greedy answer: the first half of
+        :meth:`score_generated` (answers do not depend on the batch, so a service draws them in slices)."""
+        grounded, gens = self._generate(list(contexts))
+        return list(zip(grounded, gens))
+
+    def score_generated(self, plans: Sequence[R.RerankPlan], generated: Sequence[tuple[list[int], Generation]],
+                        return_details: bool = False) -> list[list[ContextScore]]:
+        """:meth:`score_plans` from the plans' answers (:meth:`generate_contexts` of every plan's contexts,
+        in order)."""
+        contexts = iter(zip([(p.query, docs) for p in plans for docs in p.context_documents()], generated))
+        answered = [[(c, g, a) for c, (g, a) in (next(contexts) for _ in p.contexts)] for p in plans]
+        return self._score_generated(plans, answered, return_details)
+
     def _score_plans(self, plans: Sequence[R.RerankPlan], details: bool) -> list[list[ContextScore]]:
         """The scores of each rerank plan's contexts, every plan's answers generated in one engine batch.
 
@@ -165,6 +184,13 @@ class UtilityScorer:
         for i, more in zip(doubtful, self._answer_plans([plans[i] for i in doubtful],
                                                         [plans[i].contexts[1:] for i in doubtful])):
             answered[i] += more
+        return self._score_generated(plans, answered, details)
+
+    def _score_generated(self, plans: Sequence[R.RerankPlan],
+                         answered: list[list[tuple[QueryContext, list[int], Generation]]],
+                         details: bool) -> list[list[ContextScore]]:
+        """The plans' results from their answered contexts (per plan, (context, grounded prompt, answer) of
+        its first candidates: all of them, or the first alone where a gate is calm)."""
         rows = [row for a in answered for row in a]
         out: list[ScoreResult | None] = [None] * len(rows)  # None: to be scored under the scorer's metric
         start = 0

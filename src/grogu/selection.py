@@ -19,6 +19,7 @@ Modes (``UtilityScorer.rerank(mode=...)`` and the integrations):
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import string
 from collections import Counter
@@ -122,11 +123,35 @@ def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int
         from .results import long_context_order
 
         out = [base, base[::-1], long_context_order(base)]
+    seen: set[tuple[int, ...]] = set()
     unique: list[list[int]] = []
     for c in out:
-        if c not in unique:
+        if tuple(c) not in seen:
+            seen.add(tuple(c))
             unique.append(c)
     return unique
+
+
+def candidate_count(n_docs: int, top_n: int, family: str = "swap", swaps: int = 2) -> int:
+    """How many candidates :func:`context_candidates` returns, computed without building them (a
+    binomial for ``all`` and ``drop``): the size of a rerank is known before anything is enumerated."""
+    if family not in CANDIDATE_FAMILIES:
+        raise ValueError(f"family must be one of {CANDIDATE_FAMILIES}, got {family!r}")
+    if n_docs <= 0:
+        return 0
+    n = min(top_n, n_docs)
+    swapped = 1 + max(0, min(n_docs, n + swaps) - n)  # the swapped candidates are distinct, never reversed ones
+    if family == "swap":
+        return swapped
+    if family == "swap_reversed":
+        return swapped + (n > 1)
+    if family == "swap_orders":
+        return swapped * (2 if n > 1 else 1)
+    if family == "drop":
+        return math.comb(min(n_docs, n + 1), n)
+    if family == "all":
+        return math.comb(n_docs, n)
+    return len(context_candidates(n, n, "orders"))  # three orders of n documents at most
 
 
 def choose_context(scores: Sequence[float], margin: float = 0.0) -> int:

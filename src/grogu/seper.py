@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .checks import check_documents, check_positive_int, check_probability, check_query, check_seed, check_temperature
+from .checks import MAX_SAMPLES, check_count, check_documents, check_positive_int, check_probability, check_query, check_seed, check_temperature
 from .engine import Generation, get_engine
 from .models import DEFAULT_MODEL
 from .prompts import Document, PromptBuilder, PromptTemplate
@@ -166,7 +166,7 @@ class SePerScorer:
     def __init__(self, model: Any = DEFAULT_MODEL, *, entailment: Any, n_samples: int = 10,
                  temperature: float = 1.0, tau: float = 0.5, max_new_tokens: int = 32, seed: int | None = 0,
                  template: PromptTemplate | None = None, device: str | None = None, dtype: str | None = None) -> None:
-        n_samples = check_positive_int("n_samples", n_samples)
+        n_samples = check_count("n_samples", n_samples, MAX_SAMPLES)
         temperature = check_temperature(temperature)
         tau = check_probability("tau (an entailment probability threshold)", tau)
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
@@ -212,6 +212,38 @@ class SePerScorer:
         hard = [hard_belief(w, clusters, ar[heads, k, 0], ar[heads, k, 1], self.tau) for k in range(len(refs))]
         return sum(soft) / len(soft), sum(hard) / len(hard)
 
+    def sample_rows(self, query: str, contexts: list[list[Document]]) -> list[tuple[list[int], int]]:
+        """Every sample to draw, as (prompt ids, sample number): the ungrounded prompt's N samples, then
+        each context's. A sample depends only on the seed, its prompt and its number, so the rows can be
+        drawn in slices (a service's scheduler) with the same result as in one call."""
+        prompts = [self.prompts.ungrounded_ids(query)] + [self.prompts.grounded_ids(query, c) for c in contexts]
+        seen: dict[tuple[int, ...], int] = {}
+        rows = []
+        for p in prompts:
+            first = seen.get(tuple(p), 0)
+            seen[tuple(p)] = first + self.n_samples
+            rows += [(p, first + j) for j in range(self.n_samples)]
+        return rows
+
+    def sample(self, rows: Sequence[tuple[list[int], int]]) -> list[Generation]:
+        """The samples of ``rows`` (from :meth:`sample_rows`), in one engine call."""
+        return self.engine.generate([p for p, _ in rows], self.max_new_tokens, temperature=self.temperature,
+                                    seed=self.seed, sample_numbers=[n for _, n in rows])
+
+    def beliefs(self, query: str, references: Sequence[str], groups: Sequence[list[Generation]]) -> list[tuple[float, float]]:
+        """(soft, hard) belief in the references of each group of N samples."""
+        return [self._beliefs(query, list(g), list(references)) for g in groups]
+
+    @staticmethod
+    def results(groups: Sequence[list[Generation]], beliefs: Sequence[tuple[float, float]]) -> list[SePerResult]:
+        """ΔSePer of each context from its samples' beliefs; group 0 is the ungrounded prompt's."""
+        (soft0, hard0), out = beliefs[0], []
+        for g, (soft, hard) in zip(groups[1:], beliefs[1:]):
+            out.append(SePerResult(delta_soft=soft - soft0, delta_hard=hard - hard0, p_soft_with=soft,
+                                   p_soft_without=soft0, p_hard_with=hard, p_hard_without=hard0,
+                                   samples_with=[x.text for x in g], samples_without=[x.text for x in groups[0]]))
+        return out
+
     def _run(self, query: str, contexts: list[list[Document]], references: Sequence[str]) -> list[SePerResult]:
         query = check_query(query)
         refs = check_references(references)
@@ -219,14 +251,7 @@ class SePerScorer:
         rows = [p for p in prompts for _ in range(self.n_samples)]
         gens = self.engine.generate(rows, self.max_new_tokens, temperature=self.temperature, seed=self.seed)
         groups = [gens[i * self.n_samples:(i + 1) * self.n_samples] for i in range(len(prompts))]
-        soft0, hard0 = self._beliefs(query, groups[0], refs)
-        out = []
-        for g in groups[1:]:
-            soft, hard = self._beliefs(query, g, refs)
-            out.append(SePerResult(delta_soft=soft - soft0, delta_hard=hard - hard0, p_soft_with=soft,
-                                   p_soft_without=soft0, p_hard_with=hard, p_hard_without=hard0,
-                                   samples_with=[x.text for x in g], samples_without=[x.text for x in groups[0]]))
-        return out
+        return self.results(groups, self.beliefs(query, refs, groups))
 
     def score(self, query: str, documents: Sequence[Any], references: Sequence[str]) -> list[SePerResult]:
         """ΔSePer of each document alone (input order); the ungrounded samples are shared."""

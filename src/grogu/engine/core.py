@@ -199,13 +199,15 @@ class Engine(Configured):
         *,
         temperature: float | None = None,
         seed: int | None = None,
+        sample_numbers: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Generate one answer per prompt; greedy when ``temperature`` is None, else sampled.
 
         Returns per prompt a :class:`Generation` with each answer token's entropy (nats) and
         log-probability under the untempered model distribution. Sampling is reproducible for a given
         ``seed``: each prompt's samples depend only on the seed, the prompt and how many identical
-        prompts precede it in the call, not on the other prompts or on batching.
+        prompts precede it in the call, not on the other prompts or on batching. ``sample_numbers``:
+        each row's sample number instead of that count (a caller drawing one prompt's samples in slices).
         """
         prompts = self._check_prompts(prompts)
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
@@ -217,7 +219,7 @@ class Engine(Configured):
             config = self.config
             generators = None
             if temperature is not None:
-                generators = row_generators(prompts, seed if seed is not None else torch.seed())
+                generators = row_generators(prompts, seed if seed is not None else torch.seed(), sample_numbers)
             lengths = [len(p) + max_new_tokens for p in prompts]
             batches = self.planner.plan(lengths, config, prompts=prompts, padding=self.prefill.stackable)
 

@@ -27,15 +27,18 @@ class Sampling:
     generators: list[torch.Generator]  # one per row of the batch
 
 
-def row_generators(prompts: Sequence[Sequence[int]], seed: int) -> list[torch.Generator]:
+def row_generators(prompts: Sequence[Sequence[int]], seed: int,
+                   numbers: Sequence[int] | None = None) -> list[torch.Generator]:
     """One CPU generator per prompt (for :class:`Sampling`), seeded from (seed, the prompt's tokens, how
-    many identical prompts come before it): each prompt's samples are reproducible whatever else is in
-    the call, and whatever batches the call is split into."""
+    many identical prompts come before it, or ``numbers[i]`` when given): each prompt's samples are
+    reproducible whatever else is in the call, and whatever batches the call is split into."""
+    if numbers is not None and len(numbers) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(numbers)} sample numbers")
     seen: dict[tuple[int, ...], int] = {}
     out = []
-    for p in prompts:
+    for i, p in enumerate(prompts):
         key = tuple(p)
-        nth = seen.get(key, 0)
+        nth = seen.get(key, 0) if numbers is None else int(numbers[i])
         seen[key] = nth + 1
         digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
         out.append(torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import checks as C
+from ..prompts import check_text
 from .. import metrics as M
 from ..rerank import ModeSettings
 from . import wire as W
@@ -36,6 +37,16 @@ Query = Annotated[str, AfterValidator(_query)]
 class _Strict(BaseModel):
     # unknown fields are errors: a misspelt setting must not be silently ignored
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="after")
+    def _utf8(self) -> "_Strict":
+        """Every text field encodes as UTF-8 (a JSON "\\ud800" escape is a lone surrogate)."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            for i, text in enumerate(value if isinstance(value, list) else [value]):
+                if isinstance(text, str):
+                    _check(check_text, name if not isinstance(value, list) else f"{name}[{i}]", text)
+        return self
 
 
 class DocumentIn(_Strict):

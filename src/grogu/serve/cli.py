@@ -67,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auth", action="store_true",
                    help="serve without a token (warns; needed to listen beyond this machine without one)")
     p.add_argument("--stats-pids", action="store_true", help="/stats shows each replica's process id")
+    p.add_argument("--health-stall-s", type=float, default=ServeConfig.default("health_stall_s"),
+                   help="/health is 503 (and Ray replaces the replica) while one engine slice has run this many "
+                        "seconds: the worker is stuck (default %(default)s)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--address", default=None, help="Ray cluster to join (e.g. auto or ray://head:10001); "
@@ -113,7 +116,8 @@ def config_kwargs(args: argparse.Namespace) -> dict:
     return dict(device=args.device, dtype=args.dtype, body_timeout_s=args.body_timeout_s,
                 max_batch_size=args.max_batch_size, max_batch_tokens=args.max_batch_tokens,
                 batch_wait_s=args.batch_wait_ms / 1000.0, embedder=args.embedder, nli=args.nli,
-                stats_pids=args.stats_pids, **{name: getattr(args, name) for name, _, _ in ServeConfig.size_limits()})
+                stats_pids=args.stats_pids, health_stall_s=args.health_stall_s,
+                **{name: getattr(args, name) for name, _, _ in ServeConfig.size_limits()})
 
 
 def start(args: argparse.Namespace) -> list[tuple[str, str]]:

@@ -25,6 +25,10 @@ class LimitError(Exception):
     """A request over the service's size limits (HTTP 413)."""
 
 
+class StalledError(Exception):
+    """The replica's worker is stuck (HTTP 503 from /health)."""
+
+
 class _JSON(JSONResponse):
     """JSON that keeps NaN / infinities (a perplexity can overflow) instead of failing the response."""
 
@@ -71,6 +75,11 @@ async def _bad_value(request: Request, exc: Exception) -> _JSON:
 @app.exception_handler(LimitError)
 async def _too_large(request: Request, exc: LimitError) -> _JSON:
     return _error(413, str(exc), "LimitError")
+
+
+@app.exception_handler(StalledError)
+async def _stalled(request: Request, exc: StalledError) -> _JSON:
+    return _error(503, str(exc), "WorkerStalled", {"Retry-After": "5"})
 
 
 @app.exception_handler(StarletteHTTPException)

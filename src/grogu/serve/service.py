@@ -4,16 +4,18 @@ Python API, and Ray Serve's request batching in front of the engine.
 Each replica owns one :class:`grogu.Engine` (loaded once in the replica) and builds the scorers a
 request's settings ask for on top of it (cached). GROGU requests of every kind (score, score_batch,
 score_contexts, best_layout, rerank) become lists of (query, contexts) items; concurrent requests that
-share settings are scored together in one engine call by the replica's :class:`_Scheduler`, which
+share settings are scored together in one engine call by the replica's scheduler (:mod:`.scheduler`), which
 counts each request's generation budget (contexts x answer tokens) against the call it joins: a call
 holds at most ``max_batch_tokens`` of it (and ``max_batch_size`` requests), a larger request is split
 into several calls, and a request that has had its turn goes to the back of the queue, so one heavy
-request cannot hold small ones behind it for long. Influence requests are scheduled the same way.
+request cannot hold small ones behind it for long. Every other route's engine work (influence items,
+ΔSePer samples and beliefs, ACU items, a rerank's plan) is scheduled the same way.
 Engine work runs on grogu's worker thread (:mod:`grogu.batching`), so the replica's event loop keeps
 answering (health checks included).
 
 Every request is checked against the service's limits (:class:`ServeConfig`, ``grogu serve --help``)
-before any work: 413 with the limit's name and option.
+before any work (:mod:`.admission`): 413 with the limit's name and option. ``/health`` reads the worker
+thread's heartbeat: 503 while one engine slice has run ``health_stall_s`` seconds.
 
 A request that fails (a bad value, a document the tokenizer cannot take, an engine error) gets its
 own error response; in a batch, the failing group is retried request by request so that one bad
@@ -24,7 +26,6 @@ request fails alone. Nothing a request sends can stop the replica.
 import asyncio
 import collections
 import dataclasses
-import functools
 import os
 from typing import Any, Callable, Optional
 
@@ -33,134 +34,23 @@ from ray import serve
 from .. import __version__, batching
 from .. import metrics as M
 from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
-from ..checks import check_query
+from ..checks import check_documents, check_query
 from ..engine import get_engine
 from ..influence import EMBEDDING_METHODS, InfluenceScorer, load_embedder
 from ..results import choose_layout
 from ..scorer import UtilityScorer
 from ..selection import RERANK_MODES
-from ..seper import NLIEntailment, SePerScorer
+from ..seper import NLIEntailment, SePerScorer, check_references
 from . import api as A
 from . import wire as W
 from .. import rerank as R
-from .config import ServeConfig, option
-from .httpapi import LimitError, app, set_replica_limits, set_replica_token
+from .admission import PREFILL_COST, admit, admit_budget, admit_rerank, influence_runs
+from .config import ServeConfig
+from .httpapi import StalledError, app, set_replica_limits, set_replica_token
+from .scheduler import Scheduler, Work, split_parts
 
 #: scorers (one per distinct settings) a replica keeps; they share the replica's engine
 SCORER_CACHE = 32
-
-
-@dataclasses.dataclass(eq=False)
-class _Work:
-    """One request's engine work under one scorer's settings, as units (each scored in one engine
-    call, with the generation budget ``costs[i]``); ``results`` holds one entry per unit done."""
-
-    key: str
-    scorer: Any
-    units: list
-    costs: list
-    want: bool  # return_details / return_ablations
-    run: Callable[[Any, list, bool], list]  # (scorer, units, want) -> one result per unit
-    results: list = dataclasses.field(default_factory=list)
-    future: Any = None
-
-
-def _run_call(picked: list[tuple[_Work, list]]) -> list[Any]:
-    """One engine call (on the worker thread): the units of jobs with the same settings together,
-    results split back per job. When it fails, each job is retried alone, so only the failing request
-    gets the error (returned in its slot)."""
-    first = picked[0][0]
-    want = any(job.want for job, _ in picked)
-    try:
-        flat = iter(first.run(first.scorer, [u for _, units in picked for u in units], want))
-        return [[next(flat) for _ in units] for _, units in picked]
-    except Exception as exc:  # noqa: BLE001 - isolate the failing request
-        if len(picked) == 1:
-            return [exc]
-    out: list[Any] = []
-    for job, units in picked:
-        try:
-            out.append(job.run(job.scorer, units, job.want))
-        except Exception as single:  # noqa: BLE001
-            out.append(single)
-    return out
-
-
-class _Scheduler:
-    """The replica's engine queue. Requests (jobs) wait in arrival order; each engine call takes the
-    settings of the job at the head and gathers, from it and the jobs behind it with the same
-    settings, units whose generation budget fits ``max_tokens`` (the head's first unit always), at
-    most ``max_requests`` jobs. A job with units left goes to the back of the queue: a heavy request
-    is scored a slice per turn, and the requests that arrived meanwhile get theirs in between. An idle
-    replica waits ``wait_s`` for a call to fill."""
-
-    def __init__(self, max_requests: int, max_tokens: int, wait_s: float, on_call: Callable[[int, int], None]) -> None:
-        self.max_requests, self.max_tokens, self.wait_s, self.on_call = max_requests, max_tokens, wait_s, on_call
-        self.queue: list[_Work] = []
-        self._wake: Optional[asyncio.Event] = None
-        self._task: Optional[asyncio.Task] = None
-
-    async def submit(self, job: _Work) -> list[Any]:
-        loop = asyncio.get_running_loop()
-        job.future = loop.create_future()
-        if self._task is None or self._task.done():
-            self._wake = asyncio.Event()
-            self._task = loop.create_task(self._loop())
-        self.queue.append(job)
-        self._wake.set()
-        return await job.future
-
-    def _take(self) -> list[tuple[_Work, list]]:
-        head, budget, picked = self.queue[0], self.max_tokens, []
-        for job in self.queue:
-            if len(picked) >= self.max_requests or budget <= 0:
-                break
-            if job.key != head.key:
-                continue
-            start = n = len(job.results)
-            while n < len(job.units) and (job.costs[n] <= budget or not picked and n == start):
-                budget -= job.costs[n]
-                n += 1
-            if n > start:
-                picked.append((job, job.units[start:n]))
-        return picked
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            self.queue = [job for job in self.queue if not job.future.done()]  # cancelled requests leave
-            if not self.queue:
-                self._wake.clear()
-                await self._wake.wait()
-                deadline = loop.time() + self.wait_s
-                while len(self.queue) < self.max_requests and deadline > loop.time():
-                    self._wake.clear()
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), deadline - loop.time())
-                    except asyncio.TimeoutError:
-                        break
-                continue
-            picked = self._take()
-            self.on_call(len(picked), sum(job.costs[len(job.results) + i] for job, units in picked
-                                          for i in range(len(units))))
-            try:
-                outs = await asyncio.wrap_future(batching.submit(_run_call, picked))
-            except BaseException as exc:  # noqa: BLE001 - the loop must go on
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                outs = [exc] * len(picked)
-            for (job, _), out in zip(picked, outs):
-                self.queue.remove(job)
-                if job.future.done():
-                    continue
-                if isinstance(out, BaseException):
-                    job.future.set_exception(out)
-                    continue
-                job.results.extend(out)
-                if len(job.results) == len(job.units):
-                    job.future.set_result(job.results)
-                else:
-                    self.queue.append(job)  # its next slice after the requests waiting now
 
 
 def _public_name(spec: Optional[str]) -> Optional[str]:
@@ -189,7 +79,7 @@ class GroguService:
         self._nli: Any = None
         self.batch_sizes: collections.Counter[int] = collections.Counter()
         self.batch_tokens = 0
-        self._scheduler = _Scheduler(c.max_batch_size, c.max_batch_tokens, c.batch_wait_s, self._count_call)
+        self._scheduler = Scheduler(c.max_batch_size, c.max_batch_tokens, c.batch_wait_s, self._count_call)
 
     def _count_call(self, requests: int, tokens: int) -> None:
         self.batch_sizes[requests] += 1
@@ -197,36 +87,7 @@ class GroguService:
 
     # ------------------------------------------------------------------ helpers
     def _admit(self, body: Any) -> None:
-        """The limits, before any work (the token and the body size are checked by the guard, before
-        the body is parsed). Each message names the limit's option."""
-        c = self.config
-        total = A.text_chars(body)
-        if total > c.max_request_chars:
-            raise LimitError(f"the request holds {total} characters in all; this service takes at most "
-                             f"{c.max_request_chars} per request ({option('max_request_chars')}): split it")
-        for i, query in enumerate(A.queries_of(body)):
-            if len(query) > c.max_query_chars:
-                raise LimitError(f"query {i} has {len(query)} characters; this service takes at most "
-                                 f"{c.max_query_chars} per query ({option('max_query_chars')})")
-        for name, size in A.templates_of(body):
-            if size > c.max_template_chars:
-                raise LimitError(f"the {name} has {size} characters; this service takes at most "
-                                 f"{c.max_template_chars} ({option('max_template_chars')})")
-        tokens = body.answer_tokens() if isinstance(body, A.ScorerSettings) else getattr(body, "max_new_tokens", None)
-        if tokens is not None and tokens > c.max_new_tokens:
-            raise LimitError(f"max_new_tokens is {tokens}; this service generates at most {c.max_new_tokens} "
-                             f"answer tokens per context ({option('max_new_tokens')})")
-        lists = A.docs_of(body)
-        n = sum(len(docs) for docs in lists)
-        if n > c.max_docs:
-            raise LimitError(f"the request holds {n} documents; this service takes at most {c.max_docs} "
-                             f"per request ({option('max_docs')}): split it into several requests")
-        for docs in lists:
-            for i, d in enumerate(docs):
-                size = len(d) if isinstance(d, str) else len(d.text) + len(d.title or "")
-                if size > c.max_doc_chars:
-                    raise LimitError(f"document {i} has {size} characters; this service takes at most "
-                                     f"{c.max_doc_chars} per document ({option('max_doc_chars')})")
+        admit(self.config, body)
 
     def _cached(self, key: str, build: Callable[[], Any]) -> Any:
         if key not in self._scorers:
@@ -263,8 +124,10 @@ class GroguService:
             for start in range(0, max(len(contexts), 1), per_call):
                 units.append((query, contexts[start:start + per_call]))
                 owners.append(i)
-        done = await self._scheduler.submit(_Work(key, scorer, units, [len(c) * tokens for _, c in units], details,
-                                                 lambda sc, us, want: sc.score_contexts_batch(us, return_details=want)))
+        costs = [max(len(c), 1) * tokens for _, c in units]
+        admit_budget(self.config, costs)
+        done = await self._scheduler.submit(Work(key, scorer, units, costs, details,
+                                                lambda sc, us, want: sc.score_contexts_batch(us, return_details=want)))
         out: list[list[Any]] = [[] for _ in items]
         for i, rows in zip(owners, done):
             out[i].extend(rows)
@@ -277,9 +140,19 @@ class GroguService:
     # ------------------------------------------------------------------ service routes
     @app.get("/health")
     async def health(self) -> dict:
-        """Liveness: 200 once the replica has loaded its model (no token needed). While no replica is
+        """Readiness: 200 once the replica has loaded its model (no token needed); 503 while its worker
+        thread has run one engine slice for ``health_stall_s`` seconds (stuck). While no replica is
         ready the proxy answers 503 within a second (:mod:`grogu.serve.proxy`)."""
+        self.check_health()
         return {"status": "ok"}
+
+    def check_health(self) -> None:
+        """Ray Serve's own health check (it replaces a replica whose check fails): the worker thread's
+        heartbeat, not the event loop's."""
+        busy = batching.busy_for()
+        if busy > self.config.health_stall_s:
+            raise StalledError(f"the replica's worker has run one engine slice for {busy:.0f} s (over "
+                               f"{self.config.health_stall_s:g} s, grogu serve --health-stall-s): it is stuck")
 
     @app.get("/info")
     async def info(self) -> dict:
@@ -350,19 +223,29 @@ class GroguService:
     async def rerank(self, body: A.RerankRequest) -> dict:
         """The documents to give the LLM, by rerank mode (``UtilityScorer.rerank``)."""
         self._admit(body)
-        planned = R.plan(body.mode_settings(), list(range(len(body.documents))), body.top_n)
-        slots = sum(max(len(c), 1) for c in planned)
-        if slots > self.config.max_rerank_contexts:
-            raise LimitError(f"this rerank would score {len(planned)} candidate contexts holding {slots} documents "
-                             f"in all (candidates x documents); this service scores at most "
-                             f"{self.config.max_rerank_contexts} per rerank ({option('max_rerank_contexts')})")
+        admit_rerank(self.config, body)
         _, scorer = self._utility(body)
-        # checks, and the MiniLM relevance when none is given (model work: on the worker thread)
-        rerank_plan = await self._on_worker(
-            functools.partial(scorer.plan_rerank, body.query, A.plain_docs(body.documents), body.top_n,
-                              body.threshold, settings=body.mode_settings(), relevance=body.relevance))
-        [scored] = await self._contexts(body, [(rerank_plan.query, rerank_plan.context_documents())],
-                                        body.return_details)
+        # checks, the MiniLM relevance when none is given, the candidates: on the worker, scheduled
+        args = (body.query, A.plain_docs(body.documents), body.top_n, body.threshold)
+        [rerank_plan] = await self._scheduler.submit(Work(
+            "rerank-plan", scorer, [args], [len(body.documents) + 1], False,
+            lambda sc, us, want, s=body.mode_settings(), rel=body.relevance:
+                [sc.plan_rerank(*u, settings=s, relevance=rel) for u in us]))
+        if R.grounded_choice(rerank_plan.settings) and rerank_plan.contexts:
+            # the library's path: the candidates' answers (in slices), then the choice on their grounded
+            # statistics, and only the chosen one teacher-forced
+            key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()
+            contexts = [(rerank_plan.query, docs) for docs in rerank_plan.context_documents()]
+            costs = [max(len(docs), 1) * tokens for _, docs in contexts]
+            admit_budget(self.config, costs)
+            generated = await self._scheduler.submit(Work(key, scorer, contexts, costs, False,
+                                                          lambda sc, us, want: sc.generate_contexts(us)))
+            [scored] = await self._scheduler.submit(Work(
+                f"{key}:choose:{id(rerank_plan)}", scorer, [rerank_plan], [tokens], body.return_details,
+                lambda sc, us, want, g=generated: sc.score_generated(us, g, want)))
+        else:  # every context fully scored: in slices
+            [scored] = await self._contexts(body, [(rerank_plan.query, rerank_plan.context_documents())],
+                                            body.return_details)
         ranked = scorer.finish_rerank(rerank_plan, scored)
         out = W.encode_ranked(ranked)
         if not body.return_details:
@@ -374,61 +257,94 @@ class GroguService:
     async def ungrounded(self, body: A.UngroundedRequest) -> dict:
         """The ungrounded answer's KeyEntropy (``UtilityScorer.ungrounded``)."""
         self._admit(body)
-        _, scorer = self._utility(body)
-        return W.encode_ungrounded(await self._on_worker(scorer.ungrounded, body.query))
+        key, scorer = self._utility(body)
+        [result] = await self._scheduler.submit(Work(key + ":ungrounded", scorer, [body.query], [body.answer_tokens()],
+                                                     False, lambda sc, us, want: [sc.ungrounded(q) for q in us]))
+        return W.encode_ungrounded(result)
 
     # ------------------------------------------------------------------ other metrics
+    async def _built(self, key: str, build: Callable[[], Any]) -> Any:
+        """A cached scorer, built on the worker thread (building may load a model or draw masks)."""
+        return await self._on_worker(self._cached, key, build)
+
     @app.post("/influence")
     async def influence(self, body: A.InfluenceRequest) -> dict:
         """Influence Scores of many (query, documents, answer) items (``InfluenceScorer.score_batch``)."""
         self._admit(body)
         key = "influence:" + body.scorer_key()
         template = W.decode_template(body.template.model_dump() if body.template else None)
-        # the embedder is loaded once per replica, and only for the methods that embed answers
-        embedder = self._embedder_model() if body.method in EMBEDDING_METHODS else self.config.embedder
-        scorer = self._cached(key, lambda: InfluenceScorer(
-            self.engine, embedder=embedder, max_new_tokens=body.max_new_tokens, template=template,
-            method=body.method, n_ablations=body.n_ablations, seed=body.seed, lasso_alpha=body.lasso_alpha))
-        scorer.embedder_name = self.config.embedder
         items = [(check_query(it.query), A.plain_docs(it.documents), it.answer) for it in body.items]
-        # an item's budget: its answer, and one per document left out and per document alone
-        costs = [(2 * len(docs) + 1) * body.max_new_tokens for _, docs, _ in items]
-        result = await self._scheduler.submit(_Work(key, scorer, items, costs, body.return_ablations,
+        # an item's budget: an answer's tokens per engine pass it needs (answer, leave-outs, ablations)
+        costs = [max(influence_runs(body.method, len(docs), body.n_ablations, answer is not None), 1)
+                 * body.max_new_tokens for _, docs, answer in items]
+        admit_budget(self.config, costs)
+
+        def build() -> InfluenceScorer:
+            # the embedder is loaded once per replica, and only for the methods that embed answers
+            embedder = self._embedder_model() if body.method in EMBEDDING_METHODS else self.config.embedder
+            scorer = InfluenceScorer(self.engine, embedder=embedder, max_new_tokens=body.max_new_tokens,
+                                     template=template, method=body.method, n_ablations=body.n_ablations,
+                                     seed=body.seed, lasso_alpha=body.lasso_alpha)
+            scorer.embedder_name = self.config.embedder
+            return scorer
+
+        scorer = await self._built(key, build)
+        result = await self._scheduler.submit(Work(key, scorer, items, costs, body.return_ablations,
                                                    lambda sc, us, want: sc.score_batch(us, return_ablations=want)))
         return {"results": [W.encode_influence(r) for r in result]}
 
     @app.post("/seper")
     async def seper(self, body: A.SePerRequest) -> dict:
-        """ΔSePer of each document, or of all of them as one context (``SePerScorer``)."""
+        """ΔSePer of each document, or of all of them as one context (``SePerScorer``): the samples are
+        drawn in slices through the scheduler, then each prompt's entailment beliefs, one per slice."""
         self._admit(body)
         if self.config.nli is None:
             raise ValueError("this service has no NLI model for ΔSePer: start it with grogu serve --nli MODEL")
-        if self._nli is None:
-            self._nli = NLIEntailment(self.config.nli, device=str(self.engine.device))
-        scorer = SePerScorer(self.engine, entailment=self._nli, n_samples=body.n_samples,
-                             temperature=body.temperature, tau=body.tau, max_new_tokens=body.max_new_tokens,
-                             seed=body.seed,
-                             template=W.decode_template(body.template.model_dump() if body.template else None))
         docs = A.plain_docs(body.documents)
-        if body.as_context:
-            return {"results": [W.encode_seper(await self._on_worker(
-                scorer.score_context, body.query, docs, body.references))]}
-        results = await self._on_worker(scorer.score, body.query, docs, body.references)
+        n_contexts = 1 if body.as_context else len(docs)
+        if not n_contexts:
+            check_query(body.query)
+            return {"results": []}
+        n, tokens = body.n_samples, body.max_new_tokens
+        admit_budget(self.config, [(n_contexts + 1) * n * tokens])
+        key = "seper:" + body.model_dump_json(include={"n_samples", "temperature", "tau", "max_new_tokens", "seed",
+                                                       "template"})
+
+        def build() -> SePerScorer:
+            if self._nli is None:
+                self._nli = NLIEntailment(self.config.nli, device=str(self.engine.device))
+            return SePerScorer(self.engine, entailment=self._nli, n_samples=n, temperature=body.temperature,
+                               tau=body.tau, max_new_tokens=tokens, seed=body.seed,
+                               template=W.decode_template(body.template.model_dump() if body.template else None))
+
+        scorer = await self._built(key, build)
+        query, refs, checked = check_query(body.query), check_references(body.references), check_documents(docs)
+        contexts = [checked] if body.as_context else [[d] for d in checked]
+        rows = await self._on_worker(scorer.sample_rows, query, contexts)
+        per_call, split_parts_ = max(1, self.config.max_batch_tokens // tokens), split_parts
+        slices = [rows[i:i + per_call] for i in range(0, len(rows), per_call)]
+        done = await self._scheduler.submit(Work(
+            key, scorer, slices, [len(x) * tokens for x in slices], False,
+            lambda sc, us, want: split_parts_(sc.sample([r for u in us for r in u]), [len(u) for u in us])))
+        gens = [g for part in done for g in part]
+        groups = [gens[i:i + n] for i in range(0, len(gens), n)]
+        beliefs = await self._scheduler.submit(Work(
+            key + ":nli", scorer, groups, [n * tokens] * len(groups), False,
+            lambda sc, us, want: sc.beliefs(query, refs, us)))
+        results = SePerScorer.results(groups, beliefs)
         return {"results": [W.encode_seper(r) for r in results]}
 
     @app.post("/acu")
     async def acu(self, body: A.ACURequest) -> dict:
-        """ACU of (claim, evidence, stance) items (``ACUScorer.score_batch``)."""
+        """ACU of (claim, evidence, stance) items (``ACUScorer.score_batch``), a slice of items per call."""
         self._admit(body)
-        for i, it in enumerate(body.items):
-            if len(it.claim) + len(it.evidence) > self.config.max_doc_chars:
-                raise LimitError(f"item {i}: claim and evidence have {len(it.claim) + len(it.evidence)} characters; "
-                                 f"at most {self.config.max_doc_chars} (grogu serve --max-doc-chars)")
-        if len(body.items) > self.config.max_docs:
-            raise LimitError(f"the request holds {len(body.items)} items; at most {self.config.max_docs}")
-        scorer = ACUScorer(self.engine, labels=body.labels, prompt_with=body.prompt_with or DEFAULT_PROMPT_WITH,
-                           prompt_without=body.prompt_without or DEFAULT_PROMPT_WITHOUT)
-        results = await self._on_worker(scorer.score_batch, [(it.claim, it.evidence, it.stance) for it in body.items])
+        key = "acu:" + body.model_dump_json(include={"labels", "prompt_with", "prompt_without"})
+        scorer = await self._built(key, lambda: ACUScorer(
+            self.engine, labels=body.labels, prompt_with=body.prompt_with or DEFAULT_PROMPT_WITH,
+            prompt_without=body.prompt_without or DEFAULT_PROMPT_WITHOUT))
+        items = [(it.claim, it.evidence, it.stance) for it in body.items]
+        results = await self._scheduler.submit(Work(key, scorer, items, [2 * PREFILL_COST] * len(items), False,
+                                                    lambda sc, us, want: sc.score_batch(us)))
         return {"results": [W.encode_acu(r) for r in results]}
 
 

@@ -6,14 +6,15 @@ A :class:`ServerTarget` stands wherever grogu takes a model (``UtilityScorer``, 
 :meth:`token_stats` (the same answer's statistics teacher-forced under another prompt, through the
 server's prompt log-probabilities) — computed by HTTP requests to the server the pipeline already runs.
 All the requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
-batching and prefix cache do the work.
+batching does the work (vLLM skips its prefix cache for requests with ``prompt_logprobs``: each
+teacher-forcing request encodes its whole prompt).
 
 APIs (``api=``):
 
 - ``"vllm"``: vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts,
   ``return_tokens_as_token_ids`` and ``prompt_logprobs`` (start vLLM with ``--max-logprobs`` at least
-  ``top_logprobs``); SGLang's OpenAI-compatible server takes the same requests where it supports
-  ``prompt_logprobs``.
+  ``top_logprobs``); bodies and parsing in :mod:`grogu.servers.requests`. SGLang's completions API
+  returns no prompt log-probabilities: ``api="auto"`` scores it through ``"chat"`` (grounded-only).
 - ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
   default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
   for the prompt's log-probabilities.
@@ -34,7 +35,7 @@ APIs (``api=``):
   returns, and scoring it is an error.
 
 ``api="auto"`` (:func:`choose_api`) takes ``"vllm"`` or ``"llama-cpp"`` when ``/v1/models`` names
-vLLM, SGLang or llama-cpp-python as the owner, and ``"chat"`` for the hosted OpenAI API (no listing
+vLLM or llama-cpp-python as the owner, and ``"chat"`` for SGLang, the hosted OpenAI API (no listing
 request is made there) and for any other owner (Ollama's ``"library"``, llama.cpp's ``llama-server``
 ``"llamacpp"``, ...). A server that does return
 prompt log-probabilities behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or
@@ -55,29 +56,31 @@ API's own; llama-cpp-python reports the untempered ones.
 
 from __future__ import annotations
 
-import asyncio
 import os
-from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 from urllib.parse import urlparse
 
 import torch
 
 from ..checks import check_continuations, check_positive_int
-from ..engine.types import UNKNOWN_TOKEN_ID, Generation, TokenStats
+from ..engine.types import Generation, TokenStats
 from ..prompts import ChatPrompt
 from .http import Connection, ServerCapabilityError, ServerError, run
-from .topk import DEFAULT_TAIL, TAILS, topk_entropy
+from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES, RequestFormats, Step as _Step
+from .topk import DEFAULT_TAIL, TAILS
 
 APIS = ("vllm", "llama-cpp", "chat")
 #: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API).
 #: llama.cpp's own ``llama-server`` ("llamacpp") returns no prompt log-probabilities: it is not here (chat)
-_OWNERS = {"vllm": "vllm", "sglang": "vllm", "me": "llama-cpp", "llama-cpp": "llama-cpp"}
+#: SGLang ("sglang") returns no prompt log-probabilities on its completions API: it is not here (chat,
+#: grounded-only). llama-cpp-python says "me", a generic value: /extras/tokenize confirms it on first use
+_OWNERS = {"vllm": "vllm", "sglang": "sglang", "me": "llama-cpp", "llama-cpp": "llama-cpp"}
+#: the servers whose completions API returns prompt log-probabilities (their api= name)
+_COMPLETIONS = ("vllm", "llama-cpp")
 #: hosts of the hosted OpenAI API (chat only; it wants ``max_completion_tokens``)
 OPENAI_HOSTS = ("api.openai.com",)
 #: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
 CHAT_MAX_TOP_LOGPROBS = 20
-_STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
 
 ACU_MESSAGE = ("ACU needs the probabilities of given label tokens, which an inference server returns only when "
@@ -92,17 +95,19 @@ def is_hosted_openai(base_url: str) -> bool:
 
 def choose_api(base_url: str, owners: Iterable[str]) -> str:
     """The API flavour ``api="auto"`` takes for a server: ``"vllm"`` or ``"llama-cpp"`` when its models are
-    owned by vLLM, SGLang or llama-cpp-python (their completions endpoints return prompt
-    log-probabilities), else ``"chat"``: the hosted OpenAI API, Ollama (owner ``"library"`` or a user's
-    namespace), llama.cpp's ``llama-server`` (``"llamacpp"``) and any server grogu does not know, whose
-    chat endpoint returns generated tokens' log-probabilities only."""
+    owned by vLLM or llama-cpp-python (their completions endpoints return prompt log-probabilities),
+    else ``"chat"``: SGLang (its completions API has no prompt log-probabilities: grounded-only), the
+    hosted OpenAI API, Ollama (owner ``"library"`` or a user's namespace), llama.cpp's ``llama-server``
+    (``"llamacpp"``) and any server grogu does not know, whose chat endpoint returns generated tokens'
+    log-probabilities only."""
     if is_hosted_openai(base_url):
         return "chat"
-    return server_backend(owners) or "chat"
+    backend = server_backend(owners)
+    return backend if backend in _COMPLETIONS else "chat"
 
 
 def server_backend(owners: Iterable[str]) -> str | None:
-    """``"vllm"`` (vLLM, SGLang) or ``"llama-cpp"`` (llama-cpp-python) from the ``owned_by`` fields of a
+    """``"vllm"``, ``"sglang"`` or ``"llama-cpp"`` (llama-cpp-python) from the ``owned_by`` fields of a
     server's ``/v1/models`` entries, else None."""
     for owner in sorted(str(o).lower() for o in owners):
         if owner in _OWNERS:
@@ -110,15 +115,8 @@ def server_backend(owners: Iterable[str]) -> str | None:
     return None
 
 
-@dataclass
-class _Step:
-    """One token position: the token's log-probability and the top-k log-probabilities there."""
 
-    logprob: float
-    top: list[float]
-
-
-class ServerTarget:
+class ServerTarget(RequestFormats):
     """A target LLM served by an inference server (see the module docstring).
 
     Args:
@@ -179,10 +177,11 @@ class ServerTarget:
                                max_concurrency=max_concurrency, explain=self._http_error)
         self._models = None
         self._echo_shift: int | None = None
+        self._server_bos: bool | None = None  # llama-cpp-python adds a BOS to text prompts (probed once)
         self.model_name = model if model is not None else self._only_model()
         if not isinstance(self.model_name, str) or not self.model_name:
             raise ValueError(f"model must be the served model's name, got {model!r}")
-        #: the server behind the URL when its /v1/models names it ("vllm", "llama-cpp"), else None
+        #: the server behind the URL when its /v1/models names it ("vllm", "sglang", "llama-cpp"), else None
         self.backend: str | None = None
         if not self.hosted_openai:  # the hosted API: no listing request (an unknown model is an error on first use)
             entries = self.served_models()
@@ -294,234 +293,8 @@ class ServerTarget:
     def decode(self, ids: Sequence[int]) -> str:
         return self._need_tokenizer("decoding token ids").decode(list(ids), skip_special_tokens=True).strip()
 
-    def _prompt_text(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
     # ------------------------------------------------------------------ HTTP
-    async def _answer_ids(self, items: list[tuple[list[int], str]]) -> list[list[int]]:
-        """llama-cpp-python: the token ids of each answer text as the server reads it after its prompt
-        (``/extras/tokenize`` of prompt + answer, the prompt's own tokens taken off), so that the answer
-        echoed back under another prompt ending the same way has exactly these tokens."""
-        root = self.base_url[: -len("/v1")]
-        sem = asyncio.Semaphore(self.http.max_concurrency)
-
-        async def tokens(client: Any, text: str) -> list[int]:
-            async with sem:
-                data = await self.http.request(client, "POST", "", {"input": text, "model": self.model_name},
-                                           url=root + "/extras/tokenize")
-            return [int(t) for t in data["tokens"]]
-
-        async with self.http.client() as client:
-            out = []
-            for prompt, answer in items:
-                text = self._prompt_text(prompt)
-                head, full = await asyncio.gather(tokens(client, text), tokens(client, text + answer))
-                if full[:len(head)] != head:
-                    raise ServerError(f"the LLM server at {self.base_url} reads the answer into its prompt's "
-                                      "last token; grogu cannot tell the answer's tokens apart")
-                out.append(full[len(head):])
-            return out
-
-    def _http_error(self, resp: Any, url: str) -> Exception:
-        """What a refused request means, in this target's terms (:class:`Connection`'s ``explain``)."""
-        text = resp.text[:500]
-        low = text.lower()
-        if resp.status_code == 401 or resp.status_code == 403:
-            return ServerError(f"the LLM server at {url} refused the API key ({resp.status_code}): {text}")
-        if "context" in low and any(w in low for w in ("exceed", "maximum", "too long", "length", "window")):
-            cut = ("grogu cut the documents with the tokenizer given, whose count differs from the server's: "
-                   "pass a smaller context_window=" if getattr(self, "tokenizer", None) is not None else
-                   "pass tokenizer= (and context_window=) so that grogu cuts the documents to fit")
-            return ServerError(f"the LLM server at {url} refused a prompt that does not fit the model's context "
-                               f"window ({resp.status_code}: {text}); {cut}, or give fewer or shorter documents")
-        if "logprob" in low or "logits_all" in low:
-            return ServerCapabilityError(
-                f"the LLM server at {url} refused the log-probabilities grogu asks for (top_logprobs="
-                f"{self.top_logprobs}): {text}. vLLM: start it with --max-logprobs {self.top_logprobs} (or "
-                f"more), or pass a smaller top_logprobs; llama-cpp-python: keep logits_all on")
-        if resp.status_code == 404 or ("model" in low and ("not found" in low or "does not exist" in low)):
-            served = [m.get("id") for m in self._models] if self._models else None
-            return ServerError(f"the LLM server at {url} does not serve model {self.model_name!r} "
-                               f"(status {resp.status_code}: {text})" + (f"; it serves {served}" if served else ""))
-        return ServerError(f"the LLM server at {url} answered {resp.status_code}: {text}")
-
-    # ------------------------------------------------------------------ request bodies and parsing
-    def _sampling(self, temperature: float | None, seed: int | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"temperature": 0.0 if temperature is None else float(temperature), "top_p": 1.0}
-        if seed is not None:
-            body["seed"] = int(seed)
-        if "llama-cpp" in (self.api, self.backend):  # llama.cpp samples with these on by default
-            body.update(repeat_penalty=1.0, top_k=0 if temperature is not None else 1, min_p=0.0)
-        return body
-
-    def _chat_body(self, prompt: ChatPrompt, max_new_tokens: int, temperature: float | None,
-                   seed: int | None) -> dict[str, Any]:
-        # the hosted OpenAI API wants max_completion_tokens (its newer models refuse max_tokens); the
-        # OpenAI-compatible servers read max_tokens (llama-cpp-python ignores max_completion_tokens)
-        budget = "max_completion_tokens" if self.hosted_openai else "max_tokens"
-        return {"model": self.model_name, "messages": prompt.messages(), "logprobs": True,
-                "top_logprobs": self.top_logprobs, budget: max_new_tokens, **self._sampling(temperature, seed)}
-
-    def _gen_body(self, prompt: list[int], max_new_tokens: int, temperature: float | None,
-                  seed: int | None) -> dict[str, Any]:
-        body = {"model": self.model_name, "max_tokens": max_new_tokens, "logprobs": self.top_logprobs,
-                **self._sampling(temperature, seed)}
-        if self.api == "vllm":
-            body.update(prompt=prompt, return_tokens_as_token_ids=True, skip_special_tokens=False)
-        else:
-            body.update(prompt=self._prompt_text(prompt))
-        return body
-
-    def _forced_body(self, prompt: list[int], cont: list[int]) -> dict[str, Any]:
-        body = {"model": self.model_name, "max_tokens": 1, **self._sampling(None, None)}
-        if self.api == "vllm":
-            body.update(prompt=prompt + cont, prompt_logprobs=self.top_logprobs, return_tokens_as_token_ids=True)
-        else:
-            body.update(prompt=self._prompt_text(prompt + cont), echo=True, logprobs=self.top_logprobs)
-        return body
-
-    def _entropy(self, top: list[float]) -> float:
-        return topk_entropy(top, self.vocab_size or 0, self.tail)
-
-    def _no_logprobs(self) -> ServerCapabilityError:
-        if self.api == "chat":
-            return ServerCapabilityError(
-                f"the LLM server at {self.base_url} answered the chat request without log-probabilities (it "
-                f"ignored logprobs=true, top_logprobs={self.top_logprobs}); grogu needs each generated token's "
-                "top log-probabilities, which OpenAI's chat API, Ollama from version 0.12.11, vLLM, SGLang and "
-                "llama-cpp-python (logits_all on) return on request. Update or "
-                "reconfigure the server, or serve the model with one that does")
-        return ServerCapabilityError(
-            f"the LLM server at {self.base_url} returned no top log-probabilities; grogu needs "
-            f"top_logprobs={self.top_logprobs} (vLLM: --max-logprobs; llama-cpp-python: logits_all on)")
-
-    def _check_top(self, top: Any) -> list[float]:
-        if not top:
-            raise self._no_logprobs()
-        values = [float(v["logprob"]) if isinstance(v, dict) else float(v)
-                  for v in (top.values() if isinstance(top, dict) else top)]
-        return values
-
-    def _parse_generation(self, data: Any) -> tuple[str, str | None, list[_Step], list[int] | None]:
-        """(text, finish_reason, per-token steps, token ids when the server gives them)."""
-        choice = data["choices"][0]
-        lp = choice.get("logprobs") or {}
-        tokens = lp.get("tokens") or []
-        logprobs = lp.get("token_logprobs") or []
-        tops = lp.get("top_logprobs") or []
-        if len(tokens) != len(logprobs) or (tokens and len(tops) != len(tokens)):
-            raise ServerError(f"the LLM server at {self.base_url} returned log-probabilities that do not match "
-                              f"its tokens ({len(tokens)} tokens, {len(logprobs)} log-probabilities)")
-        steps = [_Step(float(l), self._check_top(t)) for l, t in zip(logprobs, tops)]
-        ids = None
-        if self.api == "vllm":
-            ids = [int(t.split(":", 1)[1]) for t in tokens]
-        return choice.get("text") or "", choice.get("finish_reason"), steps, ids
-
-    def _parse_chat(self, data: Any) -> Generation:
-        """A chat completion's answer: its text, and each generated token's text, log-probability and
-        top-k entropy from ``choices[0].logprobs.content``."""
-        try:
-            choice = data["choices"][0]
-        except (KeyError, IndexError, TypeError) as exc:
-            raise ServerError(f"the LLM server at {self.base_url} answered the chat request without a choice: "
-                              f"{str(data)[:200]}") from exc
-        text = (choice.get("message") or {}).get("content") or ""
-        lp = choice.get("logprobs")
-        entries = lp.get("content") if isinstance(lp, dict) else None
-        if entries is None or (not entries and text.strip()):
-            raise self._no_logprobs()
-        tokens, steps = [], []
-        for e in entries:
-            if not isinstance(e, dict) or not isinstance(e.get("logprob"), (int, float)):
-                raise self._no_logprobs()
-            tokens.append(str(e.get("token", "")))
-            steps.append(_Step(float(e["logprob"]), self._check_top(e.get("top_logprobs"))))
-        finish = choice.get("finish_reason")
-        stop = None
-        if finish == "stop" and tokens and tokens[-1] in _STOP_TOKEN_NAMES:  # a server that reports the end token
-            tokens.pop()
-            stop = steps.pop()
-        gen = Generation([UNKNOWN_TOKEN_ID] * len(steps),
-                         torch.tensor([self._entropy(st.top) for st in steps], dtype=torch.float32),
-                         torch.tensor([st.logprob for st in steps], dtype=torch.float32),
-                         text=text.strip(), tokens=tokens)
-        if finish == "stop":  # ended its turn; the end token's statistics only where the server reported them
-            gen.stop_token_id = UNKNOWN_TOKEN_ID
-            if stop is not None:
-                gen.stop_entropy, gen.stop_logprob = self._entropy(stop.top), stop.logprob
-        return gen
-
-    def _parse_forced(self, data: Any, prompt: list[int], cont: list[int]) -> list[_Step]:
-        """The steps of ``cont``'s tokens from a teacher-forcing response."""
-        choice = data["choices"][0]
-        n = len(cont)
-        if self.api == "vllm":
-            entries = (choice.get("prompt_logprobs") or data.get("prompt_logprobs") or [])
-            entries = entries[len(prompt):len(prompt) + n]
-            if len(entries) != n:
-                raise ServerError(f"the LLM server at {self.base_url} returned {len(entries)} prompt "
-                                  f"log-probabilities for a {n}-token answer (does it support prompt_logprobs?)")
-            steps = []
-            for tok, entry in zip(cont, entries):
-                entry = {int(str(k).split(":")[-1]): v for k, v in entry.items()}
-                if tok not in entry:
-                    raise ServerError(f"the LLM server at {self.base_url} did not return the forced token's "
-                                      "log-probability")
-                steps.append(_Step(float(entry[tok]["logprob"]), self._check_top(list(entry.values()))))
-            return steps
-        # llama-cpp-python's echo: one entry per prompt token, the generated token last. Entry i holds the
-        # distribution that predicts token i when the prompt starts with the BOS token (it drops that
-        # token), else the one after token i (``echo_shift`` 1, found by :meth:`_probe_echo`)
-        lp = choice.get("logprobs") or {}
-        tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
-        shift = self._echo_shift or 0
-        generated = int((data.get("usage") or {}).get("completion_tokens", 1))  # 0 when it stopped at once
-        end = len(tokens) - generated
-        if end - n - shift < 0 or len(tokens) != len(tops):
-            raise ServerError(f"the LLM server at {self.base_url} echoed {len(tops)} positions for a "
-                              f"{n}-token answer (is logits_all on?)")
-        pieces = tokens[end - n:end]
-        # the server re-tokenises the text: its token count must be ours (a BOS it adds may come on top),
-        # or the last n positions are not the answer's. (Pieces of a character split over byte tokens
-        # come back empty, so the text itself cannot be compared.)
-        counted = (data.get("usage") or {}).get("prompt_tokens")
-        if isinstance(counted, int) and counted - (len(prompt) + n) not in (0, 1):
-            raise ServerError(f"the LLM server at {self.base_url} tokenised the prompt into {counted} tokens, "
-                              f"the tokenizer given to grogu into {len(prompt) + n}; pass the served model's "
-                              "tokenizer=")
-        logprobs = lp.get("token_logprobs") or []
-        steps = []
-        for j, piece in enumerate(pieces):
-            top = tops[end - n - shift + j]
-            values = self._check_top(top)
-            if shift == 0:  # the entry is the token's own: its log-probability as the server computed it
-                steps.append(_Step(float(logprobs[end - n + j]), values))
-                continue
-            if piece not in top:
-                raise ServerCapabilityError(
-                    f"the forced answer token {piece!r} is not among the server's top {self.top_logprobs} "
-                    "log-probabilities at its position, so its log-probability is unknown; raise top_logprobs")
-            steps.append(_Step(float(top[piece]), values))
-        return steps
-
-    async def _probe_echo(self, prompt: list[int]) -> None:
-        """Whether llama-cpp-python's echo reports each prompt position's distribution at the token it
-        predicts (shift 0) or one entry earlier (shift 1): a greedy token's log-probability from generation
-        against the same token forced by echo."""
-        if self.api != "llama-cpp" or self._echo_shift is not None:
-            return
-        gen = (await self.http.post_all([self._gen_body(prompt, 1, None, None)]))[0]
-        text, _, steps, _ = self._parse_generation(gen)
-        body = {**self._forced_body(prompt, []), "prompt": self._prompt_text(prompt) + text}
-        forced = (await self.http.post_all([body]))[0]
-        lp = forced["choices"][0]["logprobs"]
-        if not steps or len(lp.get("token_logprobs") or []) < 3:
-            self._echo_shift = 0
-            return
-        same = abs(float(lp["token_logprobs"][-2]) - steps[0].logprob) < 1e-3
-        self._echo_shift = 0 if same else 1
-
     # ------------------------------------------------------------------ the engine's primitives
     def teacher_forcing_error(self, what: str) -> ServerCapabilityError:
         """The error for ``what`` on a grounded-only target: it needs teacher forcing, which a chat API
@@ -532,7 +305,7 @@ class ServerTarget:
             "prompt log-probabilities. Through this target choose metric='entropy' or metric='ppl' "
             "(UtilityScorer and the integrations' rerankers: the grounded answer's mean token entropy or "
             "perplexity), InfluenceScorer with method='exact', 'ablation' or 'auto', or SePerScorer. For the "
-            "other metrics serve the model with vLLM or SGLang (api='vllm') or llama-cpp-python's server "
+            "other metrics serve the model with vLLM (api='vllm') or llama-cpp-python's server "
             "(api='llama-cpp'), whose completions endpoints return prompt log-probabilities")
 
     def _check_prompts(self, prompts: Sequence[Any]) -> list[Any]:
@@ -576,6 +349,7 @@ class ServerTarget:
             replies = await self.http.post_all([self._chat_body(p, max_new_tokens, temperature, s)
                                        for p, s in zip(prompts, seeds)], "/chat/completions")
             return [self._parse_chat(r) for r in replies]
+        await self._probe_bos()
         replies = await self.http.post_all([self._gen_body(p, max_new_tokens, temperature, s)
                                             for p, s in zip(prompts, seeds)])
         parsed = [self._parse_generation(r) for r in replies]
@@ -625,6 +399,7 @@ class ServerTarget:
         empty = torch.zeros(0, dtype=torch.float32)
         out: list[TokenStats] = [TokenStats([], empty, empty) for _ in conts]
         if todo:
+            await self._probe_bos()
             await self._probe_echo(prompts[todo[0]])
         replies = await self.http.post_all([self._forced_body(prompts[i], conts[i]) for i in todo])
         for i, data in zip(todo, replies):

@@ -1,0 +1,316 @@
+"""The request bodies :class:`~grogu.servers.ServerTarget` sends and how it reads the answers, per API.
+
+Bodies follow each server's own protocol classes (the fixtures in ``tests/test_server_requests.py``
+name the file and commit they were read from):
+
+- vLLM ``/v1/completions``: token-id prompts; ``return_token_ids`` (the answer's ids in
+  ``choices[0].token_ids``; ``return_tokens_as_token_ids`` gives the ``token_id:N`` form as a fallback);
+  ``prompt_logprobs`` for teacher forcing; the sampling fields a request leaves out are filled from the
+  model's ``generation_config.json``, so the neutral ones are sent explicitly (``repetition_penalty``
+  1.0, ``top_k`` -1, ``min_p`` 0.0), and ``stop_token_ids``.
+- llama-cpp-python: text prompts (its ``/v1/completions`` takes no token ids). The server adds the BOS
+  token itself when the model's GGUF says so: the prompt's own leading BOS is then left out of the
+  text, so that the model sees one BOS, as in process (found once per target, :meth:`_probe_bos`).
+  ``echo`` with ``logprobs`` gives the prompt's log-probabilities.
+- chat: ``/v1/chat/completions`` with messages (grounded-only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..engine.types import UNKNOWN_TOKEN_ID, Generation
+from ..prompts import ChatPrompt
+from .http import ServerCapabilityError, ServerError
+from .topk import topk_entropy
+
+STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+#: sampling fields that vLLM would otherwise fill from the model's generation_config.json
+NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "top_k": -1, "min_p": 0.0}
+
+
+@dataclass
+class Step:
+    """One token position: the token's log-probability and the top-k log-probabilities there."""
+
+    logprob: float
+    top: list[float]
+
+
+class RequestFormats:
+    """Request bodies and response parsing of :class:`~grogu.servers.ServerTarget` (its mixin: the
+    attributes used here are the target's)."""
+
+    def _sampling(self, temperature: float | None, seed: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"temperature": 0.0 if temperature is None else float(temperature), "top_p": 1.0}
+        if seed is not None:
+            body["seed"] = int(seed)
+        if "llama-cpp" in (self.api, self.backend):  # llama.cpp samples with these on by default
+            body.update(repeat_penalty=1.0, top_k=0 if temperature is not None else 1, min_p=0.0)
+        elif self.api == "vllm" or self.backend in ("vllm", "sglang"):  # else from the model's generation_config
+            body.update(NEUTRAL_SAMPLING)
+        return body
+
+    def _chat_body(self, prompt: ChatPrompt, max_new_tokens: int, temperature: float | None,
+                   seed: int | None) -> dict[str, Any]:
+        # the hosted OpenAI API wants max_completion_tokens (its newer models refuse max_tokens); the
+        # OpenAI-compatible servers read max_tokens (llama-cpp-python ignores max_completion_tokens)
+        budget = "max_completion_tokens" if self.hosted_openai else "max_tokens"
+        return {"model": self.model_name, "messages": prompt.messages(), "logprobs": True,
+                "top_logprobs": self.top_logprobs, budget: max_new_tokens, **self._sampling(temperature, seed)}
+
+    def _gen_body(self, prompt: list[int], max_new_tokens: int, temperature: float | None,
+                  seed: int | None) -> dict[str, Any]:
+        body = {"model": self.model_name, "max_tokens": max_new_tokens, "logprobs": self.top_logprobs,
+                **self._sampling(temperature, seed)}
+        if self.api == "vllm":
+            body.update(prompt=prompt, return_token_ids=True, return_tokens_as_token_ids=True,
+                        skip_special_tokens=False, stop_token_ids=list(self.stop_token_ids))
+        else:
+            body.update(prompt=self._prompt_text(prompt))
+        return body
+
+    def _forced_body(self, prompt: list[int], cont: list[int]) -> dict[str, Any]:
+        body = {"model": self.model_name, "max_tokens": 1, **self._sampling(None, None)}
+        if self.api == "vllm":
+            body.update(prompt=prompt + cont, prompt_logprobs=self.top_logprobs, return_tokens_as_token_ids=True)
+        else:
+            body.update(prompt=self._prompt_text(prompt + cont), echo=True, logprobs=self.top_logprobs)
+        return body
+
+    def _entropy(self, top: list[float]) -> float:
+        return topk_entropy(top, self.vocab_size or 0, self.tail)
+
+    def _no_logprobs(self) -> ServerCapabilityError:
+        if self.api == "chat":
+            return ServerCapabilityError(
+                f"the LLM server at {self.base_url} answered the chat request without log-probabilities (it "
+                f"ignored logprobs=true, top_logprobs={self.top_logprobs}); grogu needs each generated token's "
+                "top log-probabilities, which OpenAI's chat API, Ollama from version 0.12.11, vLLM, SGLang and "
+                "llama-cpp-python (logits_all on) return on request. Update or "
+                "reconfigure the server, or serve the model with one that does")
+        return ServerCapabilityError(
+            f"the LLM server at {self.base_url} returned no top log-probabilities; grogu needs "
+            f"top_logprobs={self.top_logprobs} (vLLM: --max-logprobs; llama-cpp-python: logits_all on)")
+
+    def _check_top(self, top: Any) -> list[float]:
+        if not top:
+            raise self._no_logprobs()
+        values = [float(v["logprob"]) if isinstance(v, dict) else float(v)
+                  for v in (top.values() if isinstance(top, dict) else top)]
+        return values
+
+    def _parse_generation(self, data: Any) -> tuple[str, str | None, list[Step], list[int] | None]:
+        """(text, finish_reason, per-token steps, token ids when the server gives them)."""
+        choice = data["choices"][0]
+        lp = choice.get("logprobs") or {}
+        tokens = lp.get("tokens") or []
+        logprobs = lp.get("token_logprobs") or []
+        tops = lp.get("top_logprobs") or []
+        if len(tokens) != len(logprobs) or (tokens and len(tops) != len(tokens)):
+            raise ServerError(f"the LLM server at {self.base_url} returned log-probabilities that do not match "
+                              f"its tokens ({len(tokens)} tokens, {len(logprobs)} log-probabilities)")
+        steps = [Step(float(l), self._check_top(t)) for l, t in zip(logprobs, tops)]
+        ids = None
+        if self.api == "vllm":
+            ids = self._generated_ids(choice, tokens)
+        return choice.get("text") or "", choice.get("finish_reason"), steps, ids
+
+    def _generated_ids(self, choice: dict, tokens: list[str]) -> list[int]:
+        """The answer's token ids: ``token_ids`` (``return_token_ids``), else the ``token_id:N`` form of
+        the log-probability tokens (``return_tokens_as_token_ids``); an error when neither came back."""
+        ids = choice.get("token_ids")
+        if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+            return [int(t) for t in ids]
+        if all(isinstance(t, str) and t.startswith("token_id:") and t[9:].lstrip("-").isdigit() for t in tokens):
+            return [int(t[9:]) for t in tokens]
+        raise ServerCapabilityError(
+            f"the LLM server at {self.base_url} returned neither the answer's token ids (return_token_ids) nor "
+            f"its tokens as 'token_id:N' (return_tokens_as_token_ids), e.g. {tokens[:1]!r}; api='vllm' needs "
+            "vLLM's completions API. For another server use api='chat' (grounded-only) or api='llama-cpp'")
+
+    def _parse_chat(self, data: Any) -> Generation:
+        """A chat completion's answer: its text, and each generated token's text, log-probability and
+        top-k entropy from ``choices[0].logprobs.content``."""
+        try:
+            choice = data["choices"][0]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ServerError(f"the LLM server at {self.base_url} answered the chat request without a choice: "
+                              f"{str(data)[:200]}") from exc
+        text = (choice.get("message") or {}).get("content") or ""
+        lp = choice.get("logprobs")
+        entries = lp.get("content") if isinstance(lp, dict) else None
+        if entries is None or (not entries and text.strip()):
+            raise self._no_logprobs()
+        tokens, steps = [], []
+        for e in entries:
+            if not isinstance(e, dict) or not isinstance(e.get("logprob"), (int, float)):
+                raise self._no_logprobs()
+            tokens.append(str(e.get("token", "")))
+            steps.append(Step(float(e["logprob"]), self._check_top(e.get("top_logprobs"))))
+        finish = choice.get("finish_reason")
+        stop = None
+        if finish == "stop" and tokens and tokens[-1] in STOP_TOKEN_NAMES:  # a server that reports the end token
+            tokens.pop()
+            stop = steps.pop()
+        gen = Generation([UNKNOWN_TOKEN_ID] * len(steps),
+                         torch.tensor([self._entropy(st.top) for st in steps], dtype=torch.float32),
+                         torch.tensor([st.logprob for st in steps], dtype=torch.float32),
+                         text=text.strip(), tokens=tokens)
+        if finish == "stop":  # ended its turn; the end token's statistics only where the server reported them
+            gen.stop_token_id = UNKNOWN_TOKEN_ID
+            if stop is not None:
+                gen.stop_entropy, gen.stop_logprob = self._entropy(stop.top), stop.logprob
+        return gen
+
+    def _parse_forced(self, data: Any, prompt: list[int], cont: list[int]) -> list[Step]:
+        """The steps of ``cont``'s tokens from a teacher-forcing response."""
+        choice = data["choices"][0]
+        n = len(cont)
+        if self.api == "vllm":
+            entries = (choice.get("prompt_logprobs") or data.get("prompt_logprobs") or [])
+            entries = entries[len(prompt):len(prompt) + n]
+            if len(entries) != n:
+                raise ServerError(f"the LLM server at {self.base_url} returned {len(entries)} prompt "
+                                  f"log-probabilities for a {n}-token answer (does it support prompt_logprobs?)")
+            steps = []
+            for tok, entry in zip(cont, entries):
+                entry = {int(str(k).split(":")[-1]): v for k, v in entry.items()}
+                if tok not in entry:
+                    raise ServerError(f"the LLM server at {self.base_url} did not return the forced token's "
+                                      "log-probability")
+                steps.append(Step(float(entry[tok]["logprob"]), self._check_top(list(entry.values()))))
+            return steps
+        # llama-cpp-python's echo: one entry per prompt token, the generated token last. Entry i holds the
+        # distribution that predicts token i when the prompt starts with the BOS token (it drops that
+        # token), else the one after token i (``echo_shift`` 1, found by :meth:`_probe_echo`)
+        lp = choice.get("logprobs") or {}
+        tokens, tops = lp.get("tokens") or [], lp.get("top_logprobs") or []
+        shift = self._echo_shift or 0
+        generated = int((data.get("usage") or {}).get("completion_tokens", 1))  # 0 when it stopped at once
+        end = len(tokens) - generated
+        if end - n - shift < 0 or len(tokens) != len(tops):
+            raise ServerError(f"the LLM server at {self.base_url} echoed {len(tops)} positions for a "
+                              f"{n}-token answer (is logits_all on?)")
+        pieces = tokens[end - n:end]
+        # the server re-tokenises the text: its token count must be ours (a BOS it adds may come on top),
+        # or the last n positions are not the answer's. (Pieces of a character split over byte tokens
+        # come back empty, so the text itself cannot be compared.)
+        counted = (data.get("usage") or {}).get("prompt_tokens")
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        added = 1 if self._server_bos and (not prompt or prompt[0] != bos) else 0  # a BOS the prompt lacks
+        if isinstance(counted, int) and counted != len(prompt) + n + added:
+            raise ServerError(f"the LLM server at {self.base_url} tokenised the prompt into {counted} tokens, "
+                              f"the tokenizer given to grogu into {len(prompt) + n}; pass the served model's "
+                              "tokenizer=")
+        logprobs = lp.get("token_logprobs") or []
+        steps = []
+        for j, piece in enumerate(pieces):
+            top = tops[end - n - shift + j]
+            values = self._check_top(top)
+            if shift == 0:  # the entry is the token's own: its log-probability as the server computed it
+                steps.append(Step(float(logprobs[end - n + j]), values))
+                continue
+            if piece not in top:
+                raise ServerCapabilityError(
+                    f"the forced answer token {piece!r} is not among the server's top {self.top_logprobs} "
+                    "log-probabilities at its position, so its log-probability is unknown; raise top_logprobs")
+            steps.append(Step(float(top[piece]), values))
+        return steps
+
+    def _prompt_text(self, ids: list[int]) -> str:
+        """A token-id prompt as llama-cpp-python's text prompt: without its leading BOS when the server
+        adds one itself (:meth:`_probe_bos`), so that the model reads exactly ``ids``."""
+        ids = list(ids)
+        if self._server_bos and ids and ids[0] == getattr(self.tokenizer, "bos_token_id", None):
+            ids = ids[1:]
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    async def _probe_bos(self) -> None:
+        """Whether llama-cpp-python adds a BOS token to a text prompt (the GGUF's ``add_bos_token``):
+        its ``/extras/tokenize`` reads a text as a completion prompt is read. Asked once per target."""
+        if self.api != "llama-cpp" or self._server_bos is not None:
+            return
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        if not isinstance(bos, int):
+            self._server_bos = False
+            return
+        probe = "Hello world"
+        try:
+            async with self.http.client() as client:
+                data = await self.http.request(client, "POST", "", {"input": probe, "model": self.model_name},
+                                               url=self.base_url[: -len("/v1")] + "/extras/tokenize")
+        except ServerError as exc:  # owned_by "me" is generic: another server may say it too
+            raise ServerCapabilityError(
+                f"the LLM server at {self.base_url} has no llama-cpp-python /extras/tokenize route ({exc}); "
+                "api='llama-cpp' needs llama-cpp-python's server: pass api='vllm' or api='chat' for another") from exc
+        theirs = [int(t) for t in data.get("tokens", [])]
+        self._server_bos = theirs[:1] == [bos] and theirs[1:] == self.encode(probe)
+
+    async def _probe_echo(self, prompt: list[int]) -> None:
+        """Whether llama-cpp-python's echo reports each prompt position's distribution at the token it
+        predicts (shift 0) or one entry earlier (shift 1): a greedy token's log-probability from generation
+        against the same token forced by echo."""
+        if self.api != "llama-cpp" or self._echo_shift is not None:
+            return
+        gen = (await self.http.post_all([self._gen_body(prompt, 1, None, None)]))[0]
+        text, _, steps, _ = self._parse_generation(gen)
+        body = {**self._forced_body(prompt, []), "prompt": self._prompt_text(prompt) + text}
+        forced = (await self.http.post_all([body]))[0]
+        lp = forced["choices"][0]["logprobs"]
+        if not steps or len(lp.get("token_logprobs") or []) < 3:
+            self._echo_shift = 0
+            return
+        same = abs(float(lp["token_logprobs"][-2]) - steps[0].logprob) < 1e-3
+        self._echo_shift = 0 if same else 1
+
+    async def _answer_ids(self, items: list[tuple[list[int], str]]) -> list[list[int]]:
+        """llama-cpp-python: the token ids of each answer text as the server reads it after its prompt
+        (``/extras/tokenize`` of prompt + answer, the prompt's own tokens taken off), so that the answer
+        echoed back under another prompt ending the same way has exactly these tokens."""
+        root = self.base_url[: -len("/v1")]
+        sem = asyncio.Semaphore(self.http.max_concurrency)
+
+        async def tokens(client: Any, text: str) -> list[int]:
+            async with sem:
+                data = await self.http.request(client, "POST", "", {"input": text, "model": self.model_name},
+                                           url=root + "/extras/tokenize")
+            return [int(t) for t in data["tokens"]]
+
+        async with self.http.client() as client:
+            out = []
+            for prompt, answer in items:
+                text = self._prompt_text(prompt)
+                head, full = await asyncio.gather(tokens(client, text), tokens(client, text + answer))
+                if full[:len(head)] != head:
+                    raise ServerError(f"the LLM server at {self.base_url} reads the answer into its prompt's "
+                                      "last token; grogu cannot tell the answer's tokens apart")
+                out.append(full[len(head):])
+            return out
+
+    def _http_error(self, resp: Any, url: str) -> Exception:
+        """What a refused request means, in this target's terms (:class:`Connection`'s ``explain``)."""
+        text = resp.text[:500]
+        low = text.lower()
+        if resp.status_code == 401 or resp.status_code == 403:
+            return ServerError(f"the LLM server at {url} refused the API key ({resp.status_code}): {text}")
+        if "context" in low and any(w in low for w in ("exceed", "maximum", "too long", "length", "window")):
+            cut = ("grogu cut the documents with the tokenizer given, whose count differs from the server's: "
+                   "pass a smaller context_window=" if getattr(self, "tokenizer", None) is not None else
+                   "pass tokenizer= (and context_window=) so that grogu cuts the documents to fit")
+            return ServerError(f"the LLM server at {url} refused a prompt that does not fit the model's context "
+                               f"window ({resp.status_code}: {text}); {cut}, or give fewer or shorter documents")
+        if "logprob" in low or "logits_all" in low:
+            return ServerCapabilityError(
+                f"the LLM server at {url} refused the log-probabilities grogu asks for (top_logprobs="
+                f"{self.top_logprobs}): {text}. vLLM: start it with --max-logprobs {self.top_logprobs} (or "
+                f"more), or pass a smaller top_logprobs; llama-cpp-python: keep logits_all on")
+        if resp.status_code == 404 or ("model" in low and ("not found" in low or "does not exist" in low)):
+            served = [m.get("id") for m in self._models] if self._models else None
+            return ServerError(f"the LLM server at {url} does not serve model {self.model_name!r} "
+                               f"(status {resp.status_code}: {text})" + (f"; it serves {served}" if served else ""))
+        return ServerError(f"the LLM server at {url} answered {resp.status_code}: {text}")
