@@ -118,6 +118,7 @@ def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
     grounded and an ungrounded forward pass, one context at a time), the scorer one context at a time
     (``score_context`` in a loop) and batched as the audit scores them; and their agreement."""
     from grogu.audit.core import plan_contexts, score_contexts
+    from grogu.checks import check_documents
     from grogu.naive import naive_grogu_stats
 
     contexts, texts = plan_contexts(setups, queries, None, False)
@@ -127,7 +128,7 @@ def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
     t0 = time.perf_counter()
     with engine.kernels():
         for q, ks in contexts:
-            naive_grogu_stats(engine.model, [scorer.prompts.grounded_ids(q, as_docs(ks))], scorer.prompts.ungrounded_ids(q),
+            naive_grogu_stats(engine.model, [scorer.prompts.grounded_ids(q, check_documents(as_docs(ks)))], scorer.prompts.ungrounded_ids(q),
                               scorer.max_new_tokens, engine.stop_token_ids, engine.pad_token_id)
     t1 = time.perf_counter()
     one = [scorer.score_context(q, as_docs(ks)) for q, ks in contexts]
