@@ -50,12 +50,12 @@ def main() -> None:
     suff, insuff = [], []
     t0 = time.perf_counter()
     for s in tqdm(range(0, len(rows), args.batch), desc="claims", unit="batch"):
-        chunk = rows[s:s + args.batch]
+        chunk = rows[s : s + args.batch]
         items = [(r["claim"], original_evidence(r["text_orig"]), r["label_before"]) for r in chunk]
         items += [(r["claim"], insufficient_evidence(r["evidence"]), "NOT ENOUGH") for r in chunk]
         res = scorer.score_batch(items)
         suff += [x.acu for x in res[: len(chunk)]]
-        insuff += [x.acu for x in res[len(chunk):]]
+        insuff += [x.acu for x in res[len(chunk) :]]
     higher = sum(a > b for a, b in zip(suff, insuff)) / len(suff)
     print(f"model {args.model}, {args.file}, n={len(suff)} claims, {time.perf_counter() - t0:.0f} s")
     print("| evidence | stance raised | mean ACU |")

@@ -90,8 +90,15 @@ def contextciter(scorer: InfluenceScorer, query: str, docs: list[Document], m: i
     tok = scorer.engine.tokenizer
     tok.padding_side = "left"
     partitioner = DocumentPartitioner(docs)
-    return GroguPromptCiter(scorer.engine.model, tok, partitioner.context, query, partitioner=partitioner,
-                            num_ablations=m, generate_kwargs={"max_new_tokens": max_new_tokens, "do_sample": False})
+    return GroguPromptCiter(
+        scorer.engine.model,
+        tok,
+        partitioner.context,
+        query,
+        partitioner=partitioner,
+        num_ablations=m,
+        generate_kwargs={"max_new_tokens": max_new_tokens, "do_sample": False},
+    )
 
 
 def timed(fn):
@@ -107,14 +114,27 @@ def run_question(scorers: dict, query: str, docs: list[Document], gold: int, m: 
     theirs, t_theirs = timed(lambda: np.asarray(citer.get_attributions(verbose=False), dtype=float).tolist())
     their_ids = [int(t) for t in citer._response_ids]
     from context_cite.utils import aggregate_logit_probs
+
     their_targets = aggregate_logit_probs(citer._logit_probs).tolist()
     same_masks = bool(np.array_equal(np.asarray(citer._masks, dtype=bool), np.asarray(ours.forward.masks)))
     drop, t_loo = timed(lambda: loo.score(query, docs))
     doc_impact, t_exact = timed(lambda: exact.score(query, docs, answer=ours.answer))
-    return {"k": len(docs), "query": query, "gold": gold, "answer": ours.answer, "m": m,
-            "same_masks": same_masks, "same_answer": their_ids == ours.forward.target_token_ids,
-            "ours": ours.scores, "theirs": theirs, "our_targets": ours.forward.targets, "their_targets": their_targets, "loo": drop.scores, "exact": doc_impact.scores,
-            "seconds": {"ours": t_ours, "theirs": t_theirs, "loo": t_loo, "exact": t_exact}}
+    return {
+        "k": len(docs),
+        "query": query,
+        "gold": gold,
+        "answer": ours.answer,
+        "m": m,
+        "same_masks": same_masks,
+        "same_answer": their_ids == ours.forward.target_token_ids,
+        "ours": ours.scores,
+        "theirs": theirs,
+        "our_targets": ours.forward.targets,
+        "their_targets": their_targets,
+        "loo": drop.scores,
+        "exact": doc_impact.scores,
+        "seconds": {"ours": t_ours, "theirs": t_theirs, "loo": t_loo, "exact": t_exact},
+    }
 
 
 def fmt(values: list[float], digits: int = 2) -> str:
@@ -129,36 +149,52 @@ def report(rows: list[dict]) -> None:
         if r.get("theirs_valid", True):  # False: ContextCiter read another prompt (see the README)
             cc_by_k[r["k"]].append(r)
     ks = sorted(by_k)
-    print("\nOurs (method='contextcite') against ContextCiter, same masks and answer "
-          "(rho: mean Spearman over queries; n/a: a constant side)")
-    print("| k | queries | same masks / answer | Spearman rho | top-1 agreement | max abs diff | ours s/query | "
-          "ContextCiter s/query | speed-up |")
+    print(
+        "\nOurs (method='contextcite') against ContextCiter, same masks and answer "
+        "(rho: mean Spearman over queries; n/a: a constant side)"
+    )
+    print(
+        "| k | queries | same masks / answer | Spearman rho | top-1 agreement | max abs diff | ours s/query | "
+        "ContextCiter s/query | speed-up |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for k in sorted(cc_by_k):
         rs = cc_by_k[k]
         ours_t = statistics.mean(r["seconds"]["ours"] for r in rs)
         theirs_t = statistics.mean(r["seconds"]["theirs"] for r in rs)
         diff = max(max(abs(a - b) for a, b in zip(r["ours"], r["theirs"])) for r in rs)
-        print(f"| {k} | {len(rs)} | {sum(r['same_masks'] for r in rs)}/{len(rs)} , {sum(r['same_answer'] for r in rs)}/{len(rs)} "
-              f"| {fmt([rho(r['ours'], r['theirs']) for r in rs], 3)} "
-              f"| {fmt([same_first(r['ours'], r['theirs']) for r in rs])} | {diff:.2g} | {ours_t:.1f} | {theirs_t:.1f} "
-              f"| {theirs_t / ours_t:.1f}x |")
-    print("\nEach method against exact DocImpact and against leave_one_out_logprob (mean Spearman rho / "
-          "top-1 agreement), gold document ranked first, wall seconds per query")
-    print("| k | method | rho vs DocImpact | top-1 vs DocImpact | rho vs LOO log-prob | top-1 vs LOO log-prob | "
-          "gold ranked first | s/query |")
+        print(
+            f"| {k} | {len(rs)} | {sum(r['same_masks'] for r in rs)}/{len(rs)} , {sum(r['same_answer'] for r in rs)}/{len(rs)} "
+            f"| {fmt([rho(r['ours'], r['theirs']) for r in rs], 3)} "
+            f"| {fmt([same_first(r['ours'], r['theirs']) for r in rs])} | {diff:.2g} | {ours_t:.1f} | {theirs_t:.1f} "
+            f"| {theirs_t / ours_t:.1f}x |"
+        )
+    print(
+        "\nEach method against exact DocImpact and against leave_one_out_logprob (mean Spearman rho / "
+        "top-1 agreement), gold document ranked first, wall seconds per query"
+    )
+    print(
+        "| k | method | rho vs DocImpact | top-1 vs DocImpact | rho vs LOO log-prob | top-1 vs LOO log-prob | "
+        "gold ranked first | s/query |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for k in ks:
         rs = by_k[k]
-        for name, key, t in (("exact DocImpact", "exact", "exact"), ("leave_one_out_logprob", "loo", "loo"),
-                             ("contextcite (ours)", "ours", "ours"), ("ContextCiter", "theirs", "theirs")):
+        for name, key, t in (
+            ("exact DocImpact", "exact", "exact"),
+            ("leave_one_out_logprob", "loo", "loo"),
+            ("contextcite (ours)", "ours", "ours"),
+            ("ContextCiter", "theirs", "theirs"),
+        ):
             sel = cc_by_k[k] if key == "theirs" else rs
             if not sel:
                 continue
             vs = lambda other, f: fmt([f(r[key], r[other]) for r in sel])  # noqa: E731
             gold = fmt([float(r["gold"] in _top(r[key])) / len(_top(r[key])) for r in sel])
-            print(f"| {k} | {name} ({len(sel)} q) | {vs('exact', rho)} | {vs('exact', same_first)} | {vs('loo', rho)} "
-                  f"| {vs('loo', same_first)} | {gold} | {statistics.mean(r['seconds'][t] for r in sel):.1f} |")
+            print(
+                f"| {k} | {name} ({len(sel)} q) | {vs('exact', rho)} | {vs('exact', same_first)} | {vs('loo', rho)} "
+                f"| {vs('loo', same_first)} | {gold} | {statistics.mean(r['seconds'][t] for r in sel):.1f} |"
+            )
 
 
 def _top(scores: list[float]) -> set[int]:
@@ -189,15 +225,21 @@ def main() -> None:
     logging.getLogger("ContextCite").setLevel(logging.ERROR)
     ks = [int(k) for k in args.ks.split(",")]
     t = args.max_new_tokens
-    cc = InfluenceScorer(DEFAULT_MODEL, device="cpu", method="contextcite", n_ablations=args.ablations,
-                         seed=0, max_new_tokens=t)
-    scorers = {"contextcite": cc,
-               "leave_one_out_logprob": InfluenceScorer(cc.engine, method="leave_one_out_logprob", max_new_tokens=t),
-               "exact": InfluenceScorer(cc.engine, method="exact", max_new_tokens=t)}
+    cc = InfluenceScorer(
+        DEFAULT_MODEL, device="cpu", method="contextcite", n_ablations=args.ablations, seed=0, max_new_tokens=t
+    )
+    scorers = {
+        "contextcite": cc,
+        "leave_one_out_logprob": InfluenceScorer(cc.engine, method="leave_one_out_logprob", max_new_tokens=t),
+        "exact": InfluenceScorer(cc.engine, method="exact", max_new_tokens=t),
+    }
     qs = {k: questions(args.questions, k, args.seed, args.doc_words) for k in ks}
     scorers["exact"].score("Warm-up?", [qs[ks[0]][0][1][0]])
-    print(f"SmolLM2-135M-Instruct, cpu, {torch.get_num_threads()} torch thread(s), m={args.ablations}, "
-          f"max_new_tokens={t}, documents: SQuAD dev leads of <= {args.doc_words} words", flush=True)
+    print(
+        f"SmolLM2-135M-Instruct, cpu, {torch.get_num_threads()} torch thread(s), m={args.ablations}, "
+        f"max_new_tokens={t}, documents: SQuAD dev leads of <= {args.doc_words} words",
+        flush=True,
+    )
     start, rows = time.perf_counter(), []
     with open(args.out, "w") as out:
         for i in range(args.first_question, args.questions):
@@ -210,8 +252,11 @@ def main() -> None:
                 rows.append(row)
                 out.write(json.dumps(row) + "\n")
                 out.flush()
-                print(f"k={k} q{i}: {json.dumps(row['seconds'])} rho(ours, theirs)={rho(row['ours'], row['theirs']):.3f} "
-                      f"same masks={row['same_masks']} same answer={row['same_answer']}", flush=True)
+                print(
+                    f"k={k} q{i}: {json.dumps(row['seconds'])} rho(ours, theirs)={rho(row['ours'], row['theirs']):.3f} "
+                    f"same masks={row['same_masks']} same answer={row['same_answer']}",
+                    flush=True,
+                )
     report(rows)
 
 

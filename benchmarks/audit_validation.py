@@ -69,7 +69,9 @@ def build_setups(pool: list[dict], questions: list[dict], seed: int, chunk_words
     doc = lambda t, src=by_text: document({"text": t, "title": src[t]["title"]})  # noqa: E731
     setups = {}
     rng = random.Random(seed)
-    setups["random-3"] = {q: [document({"text": p["text"], "title": p["title"]}) for p in rng.sample(pool, 3)] for q in qs}
+    setups["random-3"] = {
+        q: [document({"text": p["text"], "title": p["title"]}) for p in rng.sample(pool, 3)] for q in qs
+    }
     texts = [p["text"] for p in pool]
     setups["bm25-3"] = {q: [doc(t) for t in r] for q, r in zip(qs, retrieve_all(BM25Retriever(texts), qs, 3))}
     dense = retrieve_all(DenseRetriever(texts, cache=True), qs, 5)
@@ -101,15 +103,34 @@ def pairwise(summary: dict, questions: list[dict]) -> tuple[list[dict], dict]:
         diff = c["mean_diff"] if (c["a"], c["b"]) == (a, b) else -c["mean_diff"]
         wins = sum(x and not y for x, y in zip(correct[a], correct[b]))
         losses = sum(y and not x for x, y in zip(correct[a], correct[b]))
-        pairs.append({"a": a, "b": b, "n": len(correct[a]), "acc_a": acc[a], "acc_b": acc[b], "acc_only_a": wins,
-                      "acc_only_b": losses, "acc_p": exact_sign_test(wins, losses), "utility_diff": diff,
-                      "utility_p": c["p_value"], "agree": (diff > 0) == (acc[a] > acc[b]) if acc[a] != acc[b] else None})
+        pairs.append(
+            {
+                "a": a,
+                "b": b,
+                "n": len(correct[a]),
+                "acc_a": acc[a],
+                "acc_b": acc[b],
+                "acc_only_a": wins,
+                "acc_only_b": losses,
+                "acc_p": exact_sign_test(wins, losses),
+                "utility_diff": diff,
+                "utility_p": c["p_value"],
+                "agree": (diff > 0) == (acc[a] > acc[b]) if acc[a] != acc[b] else None,
+            }
+        )
     sig = [p for p in pairs if p["acc_p"] < 0.05]
     tau = kendalltau([util[s] for s in names], [acc[s] for s in names])
-    result = {"accuracy": acc, "mean_utility": util, "kendall_tau": float(tau.statistic), "tau_p": float(tau.pvalue),
-              "significant_pairs": len(sig), "agree_significant": sum(bool(p["agree"]) for p in sig),
-              "all_pairs": len(pairs), "agree_all": sum(bool(p["agree"]) for p in pairs),
-              "disagree_significant": [(p["a"], p["b"]) for p in sig if not p["agree"]]}
+    result = {
+        "accuracy": acc,
+        "mean_utility": util,
+        "kendall_tau": float(tau.statistic),
+        "tau_p": float(tau.pvalue),
+        "significant_pairs": len(sig),
+        "agree_significant": sum(bool(p["agree"]) for p in sig),
+        "all_pairs": len(pairs),
+        "agree_all": sum(bool(p["agree"]) for p in pairs),
+        "disagree_significant": [(p["a"], p["b"]) for p in sig if not p["agree"]],
+    }
     return pairs, result
 
 
@@ -128,8 +149,14 @@ def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
     t0 = time.perf_counter()
     with engine.kernels():
         for q, ks in contexts:
-            naive_grogu_stats(engine.model, [scorer.prompts.grounded_ids(q, check_documents(as_docs(ks)))], scorer.prompts.ungrounded_ids(q),
-                              scorer.max_new_tokens, engine.stop_token_ids, engine.pad_token_id)
+            naive_grogu_stats(
+                engine.model,
+                [scorer.prompts.grounded_ids(q, check_documents(as_docs(ks)))],
+                scorer.prompts.ungrounded_ids(q),
+                scorer.max_new_tokens,
+                engine.stop_token_ids,
+                engine.pad_token_id,
+            )
     t1 = time.perf_counter()
     one = [scorer.score_context(q, as_docs(ks)) for q, ks in contexts]
     t2 = time.perf_counter()
@@ -138,10 +165,19 @@ def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
     gaps = [abs(o.score - batched[c].score) for o, c in zip(one, contexts)]
     same_answer = sum(o.answer == batched[c].answer for o, c in zip(one, contexts))
     m = len(contexts)
-    return {"contexts": m, "naive_s": t1 - t0, "one_at_a_time_s": t2 - t1, "batched_s": t3 - t2,
-            "naive_per_s": m / (t1 - t0), "one_at_a_time_per_s": m / (t2 - t1), "batched_per_s": m / (t3 - t2),
-            "ratio": (t2 - t1) / (t3 - t2), "ratio_naive": (t1 - t0) / (t3 - t2), "max_score_gap": max(gaps),
-            "same_answers": same_answer}
+    return {
+        "contexts": m,
+        "naive_s": t1 - t0,
+        "one_at_a_time_s": t2 - t1,
+        "batched_s": t3 - t2,
+        "naive_per_s": m / (t1 - t0),
+        "one_at_a_time_per_s": m / (t2 - t1),
+        "batched_per_s": m / (t3 - t2),
+        "ratio": (t2 - t1) / (t3 - t2),
+        "ratio_naive": (t1 - t0) / (t3 - t2),
+        "max_score_gap": max(gaps),
+        "same_answers": same_answer,
+    }
 
 
 def main() -> None:
@@ -157,19 +193,28 @@ def main() -> None:
     p.add_argument("--out", default="runs/audit_validation")
     args = p.parse_args()
     warnings.simplefilter("ignore")
-    import grogu
-    from grogu import cli
     from pipeline_accuracy import musique_questions, squad_questions
 
-    pool, questions = (squad_questions("held", args.questions, args.seed) if args.data == "squad"
-                       else musique_questions("all", args.questions))
+    import grogu
+    from grogu import cli
+
+    pool, questions = (
+        squad_questions("held", args.questions, args.seed)
+        if args.data == "squad"
+        else musique_questions("all", args.questions)
+    )
     setups = build_setups(pool, questions, args.seed, args.chunk_words)
     os.makedirs(args.out, exist_ok=True)
     for s in setups:  # the set-ups as grogu audit reads them
         with open(os.path.join(args.out, f"{s.name}.jsonl"), "w", encoding="utf-8") as f:
             for q, docs in s.runs.items():
-                f.write(json.dumps({"query": q, "documents": [{k: d[k] for k in ("text", "title")} for d in docs]},
-                                   ensure_ascii=False) + "\n")
+                f.write(
+                    json.dumps(
+                        {"query": q, "documents": [{k: d[k] for k in ("text", "title")} for d in docs]},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
     queries = [q["question"] for q in questions]
     spd = None
     if args.speed_contexts:
@@ -180,15 +225,40 @@ def main() -> None:
             return
     # the audit itself, through the command line, on the set-up files just written
     report = os.path.join(args.out, "report")
-    cli.main(["audit", *[f"--setup={s.name}={os.path.join(args.out, s.name + '.jsonl')}" for s in setups],
-              "--no-documents", "--answer-style", "short", "--model", args.model, "--device", "cpu",
-              "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--out", report,
-              "--title", f"grogu audit: {args.data}, {len(queries)} questions"])
+    cli.main(
+        [
+            "audit",
+            *[f"--setup={s.name}={os.path.join(args.out, s.name + '.jsonl')}" for s in setups],
+            "--no-documents",
+            "--answer-style",
+            "short",
+            "--model",
+            args.model,
+            "--device",
+            "cpu",
+            "--batch-size",
+            str(args.batch_size),
+            "--seed",
+            str(args.seed),
+            "--out",
+            report,
+            "--title",
+            f"grogu audit: {args.data}, {len(queries)} questions",
+        ]
+    )
     with open(os.path.join(report, "summary.json"), encoding="utf-8") as f:
         audited = json.load(f)
     pairs, summary = pairwise(audited, questions)
-    out = {"data": args.data, "model": audited["model"], "n": len(queries), "summary": summary, "pairs": pairs,
-           "speed": spd, "timing": audited["timing"], "args": vars(args)}
+    out = {
+        "data": args.data,
+        "model": audited["model"],
+        "n": len(queries),
+        "summary": summary,
+        "pairs": pairs,
+        "speed": spd,
+        "timing": audited["timing"],
+        "args": vars(args),
+    }
     with open(os.path.join(args.out, f"validation_{args.data}_{os.path.basename(args.model)}.json"), "w") as f:
         json.dump(out, f, indent=1)
     print(f"{args.data}, {audited['model']}, n = {len(queries)}")
@@ -197,16 +267,22 @@ def main() -> None:
         print(f"{s:<22}{summary['mean_utility'][s]:>+14.4f}{summary['accuracy'][s]:>10.3f}")
     print(f"{'a':<20}{'b':<20}{'acc a':>7}{'acc b':>7}{'only a/b':>9}{'acc p':>8}{'util a-b':>10}{'util p':>8}  agree")
     for r in pairs:
-        print(f"{r['a']:<20}{r['b']:<20}{r['acc_a']:>7.3f}{r['acc_b']:>7.3f}{r['acc_only_a']:>5}/{r['acc_only_b']:<3}"
-              f"{r['acc_p']:>8.3g}{r['utility_diff']:>+10.4f}{r['utility_p']:>8.3g}  {r['agree']}")
-    print(f"significant pairs (accuracy, p < 0.05): {summary['agree_significant']}/{summary['significant_pairs']} agree; "
-          f"all pairs: {summary['agree_all']}/{summary['all_pairs']}; Kendall tau {summary['kendall_tau']:+.3f} "
-          f"(p = {summary['tau_p']:.3g}); disagreeing: {summary['disagree_significant']}")
+        print(
+            f"{r['a']:<20}{r['b']:<20}{r['acc_a']:>7.3f}{r['acc_b']:>7.3f}{r['acc_only_a']:>5}/{r['acc_only_b']:<3}"
+            f"{r['acc_p']:>8.3g}{r['utility_diff']:>+10.4f}{r['utility_p']:>8.3g}  {r['agree']}"
+        )
+    print(
+        f"significant pairs (accuracy, p < 0.05): {summary['agree_significant']}/{summary['significant_pairs']} agree; "
+        f"all pairs: {summary['agree_all']}/{summary['all_pairs']}; Kendall tau {summary['kendall_tau']:+.3f} "
+        f"(p = {summary['tau_p']:.3g}); disagreeing: {summary['disagree_significant']}"
+    )
     if spd:
-        print(f"speed: {spd['contexts']} contexts, naive {spd.get('naive_per_s', float('nan')):.2f}/s, one at a time "
-              f"{spd['one_at_a_time_per_s']:.2f}/s, batched {spd['batched_per_s']:.2f}/s, ratio {spd['ratio']:.2f}x "
-              f"(naive: {spd.get('ratio_naive', float('nan')):.2f}x); max score gap {spd['max_score_gap']:.2e}, "
-              f"same answers {spd['same_answers']}/{spd['contexts']}")
+        print(
+            f"speed: {spd['contexts']} contexts, naive {spd.get('naive_per_s', float('nan')):.2f}/s, one at a time "
+            f"{spd['one_at_a_time_per_s']:.2f}/s, batched {spd['batched_per_s']:.2f}/s, ratio {spd['ratio']:.2f}x "
+            f"(naive: {spd.get('ratio_naive', float('nan')):.2f}x); max score gap {spd['max_score_gap']:.2e}, "
+            f"same answers {spd['same_answers']}/{spd['contexts']}"
+        )
 
 
 if __name__ == "__main__":

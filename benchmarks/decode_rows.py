@@ -36,8 +36,12 @@ def step_ms(engine: Engine, rows: int, positions: int, steps: int) -> float:
     times = []
     for i in range(steps + 2):  # the first two warm up
         t0 = time.perf_counter()
-        model(input_ids=token, past_key_values=cache, use_cache=True,
-              position_ids=torch.full((rows, 1), positions + i, device=engine.device))
+        model(
+            input_ids=token,
+            past_key_values=cache,
+            use_cache=True,
+            position_ids=torch.full((rows, 1), positions + i, device=engine.device),
+        )
         times.append(time.perf_counter() - t0)
     return 1000 * statistics.median(times[2:])
 
@@ -59,11 +63,19 @@ def main() -> None:
             for rows in args.rows:
                 out[rows].append(step_ms(engine, rows, args.positions, args.steps))
     one = statistics.mean(out[args.rows[0]])
-    print(json.dumps({"machine": platform.processor() or platform.machine(), "threads": args.threads,
-                      "kernels": engine.linear_backend, "positions": args.positions,
-                      "ms per step (two runs)": {r: [round(x, 1) for x in v] for r, v in out.items()},
-                      f"ratio to {args.rows[0]} row(s)": {r: round(statistics.mean(v) / one, 2) for r, v in out.items()}},
-                     indent=1))
+    print(
+        json.dumps(
+            {
+                "machine": platform.processor() or platform.machine(),
+                "threads": args.threads,
+                "kernels": engine.linear_backend,
+                "positions": args.positions,
+                "ms per step (two runs)": {r: [round(x, 1) for x in v] for r, v in out.items()},
+                f"ratio to {args.rows[0]} row(s)": {r: round(statistics.mean(v) / one, 2) for r, v in out.items()},
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

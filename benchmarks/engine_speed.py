@@ -33,13 +33,27 @@ from grogu.naive import naive_grogu_stats
 from grogu.testing import embedded_tokenizer, squad_paragraphs
 
 ARCHS = {  # real architectures, built from a config with random weights (speed does not depend on them)
-    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False,
-                       max_position_embeddings=32768),
+    "qwen2.5-7b": dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+        max_position_embeddings=32768,
+    ),
     # the same shape family, small enough to smoke-test this code path on a CPU
-    "qwen2-tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, vocab_size=152064, tie_word_embeddings=False,
-                       max_position_embeddings=4096),
+    "qwen2-tiny": dict(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+        max_position_embeddings=4096,
+    ),
 }
 
 
@@ -75,11 +89,12 @@ def floor_pass(engine: Engine, grounded: list[list[int]], answers: list[list[int
     ids = torch.full((len(seqs), width), engine.pad_token_id)
     mask = torch.zeros_like(ids)
     for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s)
-        mask[i, width - len(s):] = 1
+        ids[i, width - len(s) :] = torch.tensor(s)
+        mask[i, width - len(s) :] = 1
     ids, mask = ids.to(engine.device), mask.to(engine.device)
-    logits = engine.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                          logits_to_keep=keep).logits
+    logits = engine.model(
+        input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), logits_to_keep=keep
+    ).logits
     torch.log_softmax(logits.float(), -1)
 
 
@@ -113,15 +128,21 @@ def main() -> None:
     scorer = UtilityScorer(engine, max_new_tokens=args.max_new_tokens)
     stock = None  # the same model with the default kernels, when the engine chose others
     if engine.linear_backend != "default":
-        stock = UtilityScorer(Engine((engine.model, engine.tokenizer), cpu_linear="default"),
-                              max_new_tokens=args.max_new_tokens)
+        stock = UtilityScorer(
+            Engine((engine.model, engine.tokenizer), cpu_linear="default"), max_new_tokens=args.max_new_tokens
+        )
     paras = pick_documents(engine.tokenizer, max(ks) + args.queries)
 
-    machine = (torch.cuda.get_device_name(engine.device) if engine.device.type == "cuda"
-               else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
-    print(f"model: {name}; device: {engine.device} ({machine}); dtype: {engine.dtype}; "
-          f"max_new_tokens={args.max_new_tokens}; linear kernels: {engine.linear_backend}; torch {torch.__version__}",
-          flush=True)
+    machine = (
+        torch.cuda.get_device_name(engine.device)
+        if engine.device.type == "cuda"
+        else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    )
+    print(
+        f"model: {name}; device: {engine.device} ({machine}); dtype: {engine.dtype}; "
+        f"max_new_tokens={args.max_new_tokens}; linear kernels: {engine.linear_backend}; torch {torch.__version__}",
+        flush=True,
+    )
     rows = []
     # warm-up (allocator, kernels)
     scorer.score(paras[0]["question"], [paras[1]["text"]])
@@ -129,7 +150,7 @@ def main() -> None:
         t_eng, t_naive, t_floor, t_stock, n_tok = [], [], [], [], []
         for q in range(args.queries):
             query = paras[q]["question"]
-            docs = [Document(p["text"], p["title"]) for p in paras[q + 1: q + 1 + k]]
+            docs = [Document(p["text"], p["title"]) for p in paras[q + 1 : q + 1 + k]]
             grounded = [scorer.prompts.grounded_ids(query, [d]) for d in docs]
             t, res = timed(lambda: scorer.score(query, docs), engine.device)
             t_eng.append(t)
@@ -142,30 +163,48 @@ def main() -> None:
                 t_stock.append(timed(lambda: stock.score(query, docs), engine.device)[0])
             if k <= args.skip_naive_above:
                 with engine.kernels():
-                    t, ref = timed(lambda: naive_grogu_stats(
-                        engine.model, grounded, scorer.prompts.ungrounded_ids(query), args.max_new_tokens,
-                        engine.stop_token_ids, engine.pad_token_id), engine.device)
+                    t, ref = timed(
+                        lambda: naive_grogu_stats(
+                            engine.model,
+                            grounded,
+                            scorer.prompts.ungrounded_ids(query),
+                            args.max_new_tokens,
+                            engine.stop_token_ids,
+                            engine.pad_token_id,
+                        ),
+                        engine.device,
+                    )
                 t_naive.append(t)
                 same = sum(r.answer == engine.decode(n.token_ids) for r, n in zip(res, ref))
                 if same != k:
                     print(f"  note: k={k} query {q}: {k - same} answer(s) differ from the naive loop", flush=True)
         med = statistics.median
-        row = {"k": k, "engine_s": med(t_eng), "floor_s": med(t_floor), "naive_s": med(t_naive) if t_naive else None,
-               "answer_tokens": med(n_tok), "engine_default_kernels_s": med(t_stock) if t_stock else None}
+        row = {
+            "k": k,
+            "engine_s": med(t_eng),
+            "floor_s": med(t_floor),
+            "naive_s": med(t_naive) if t_naive else None,
+            "answer_tokens": med(n_tok),
+            "engine_default_kernels_s": med(t_stock) if t_stock else None,
+        }
         row["naive_over_engine"] = row["naive_s"] / row["engine_s"] if t_naive else None
         row["engine_over_floor"] = row["engine_s"] / row["floor_s"]
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    print("\n| k | naive loop (s/query) | engine (s/query) | floor (s/query) | naive / engine | engine / floor | "
-          "answer tokens | engine, default kernels (s/query) |")
+    print(
+        "\n| k | naive loop (s/query) | engine (s/query) | floor (s/query) | naive / engine | engine / floor | "
+        "answer tokens | engine, default kernels (s/query) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         naive = f"{r['naive_s']:.3f}" if r["naive_s"] else "–"
         ratio = f"{r['naive_over_engine']:.1f}×" if r["naive_over_engine"] else "–"
         default = f"{r['engine_default_kernels_s']:.3f}" if r["engine_default_kernels_s"] else "–"
-        print(f"| {r['k']} | {naive} | {r['engine_s']:.3f} | {r['floor_s']:.3f} | {ratio} | "
-              f"{r['engine_over_floor']:.2f}× | {r['answer_tokens']:.0f} | {default} |")
+        print(
+            f"| {r['k']} | {naive} | {r['engine_s']:.3f} | {r['floor_s']:.3f} | {ratio} | "
+            f"{r['engine_over_floor']:.2f}× | {r['answer_tokens']:.0f} | {default} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": name, "device": str(engine.device), "machine": machine, "rows": rows}, f, indent=1)

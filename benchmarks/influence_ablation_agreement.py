@@ -70,8 +70,12 @@ def questions(n: int, k: int, seed: int, words: int) -> list[tuple[str, list[Doc
     for title in titles:
         paras = by_title[title]
         leads = [lead(p["text"], words) for p in paras]
-        answerable = [(i, qa["question"]) for i, p in enumerate(paras) for qa in p["qas"]
-                      if qa["answers"][0]["answer_start"] + len(qa["answers"][0]["text"]) <= len(leads[i])]
+        answerable = [
+            (i, qa["question"])
+            for i, p in enumerate(paras)
+            for qa in p["qas"]
+            if qa["answers"][0]["answer_start"] + len(qa["answers"][0]["text"]) <= len(leads[i])
+        ]
         if not answerable:
             continue
         gold, question = rng.choice(answerable)
@@ -128,17 +132,27 @@ def main() -> None:
     warnings.simplefilter("ignore")
     ms = sorted(int(m) for m in args.ms.split(","))
     alphas = [float(a) for a in args.alphas.split(",")]
-    exact = InfluenceScorer(DEFAULT_MODEL, max_new_tokens=args.max_new_tokens, device=args.device,
-                            method="exact")
-    abl = {m: InfluenceScorer(exact.engine, embedder=exact.embedder, max_new_tokens=args.max_new_tokens,
-                              method="ablation", n_ablations=m, seed=args.seed, lasso_alpha=alphas[0])
-           for m in ms}
+    exact = InfluenceScorer(DEFAULT_MODEL, max_new_tokens=args.max_new_tokens, device=args.device, method="exact")
+    abl = {
+        m: InfluenceScorer(
+            exact.engine,
+            embedder=exact.embedder,
+            max_new_tokens=args.max_new_tokens,
+            method="ablation",
+            n_ablations=m,
+            seed=args.seed,
+            lasso_alpha=alphas[0],
+        )
+        for m in ms
+    }
     qs = questions(args.questions, args.k, args.seed, args.doc_words)
     exact.score("Warm-up?", [qs[0][1][0]])
-    print(f"SmolLM2-135M-Instruct + all-MiniLM-L6-v2, {args.device}, {torch.get_num_threads()} threads, "
-          f"k={args.k}, max_new_tokens={args.max_new_tokens}, {len(qs)} SQuAD dev questions, documents: leads "
-          f"of <= {args.doc_words} words (mean {statistics.mean(len(d.text.split()) for _, ds, _ in qs for d in ds):.0f})",
-          flush=True)
+    print(
+        f"SmolLM2-135M-Instruct + all-MiniLM-L6-v2, {args.device}, {torch.get_num_threads()} threads, "
+        f"k={args.k}, max_new_tokens={args.max_new_tokens}, {len(qs)} SQuAD dev questions, documents: leads "
+        f"of <= {args.doc_words} words (mean {statistics.mean(len(d.text.split()) for _, ds, _ in qs for d in ds):.0f})",
+        flush=True,
+    )
 
     t_exact: list[tuple[float, float]] = []  # (wall, cpu) seconds per question
     t_abl: dict[int, list[tuple[float, float]]] = defaultdict(list)
@@ -168,21 +182,38 @@ def main() -> None:
                 top1[m, alpha].append(same_first(est, ref))
                 gold1[m, alpha].append(first_share(est, gold))
         if args.dump:
-            dump.append(dict(query=query, documents=[d.text for d in docs], gold=gold, exact=ref, answer=full.answer,
-                             leave_one_out_answers=full.leave_one_out_answers, single_answers=full.single_answers,
-                             ablation=big.scores, **vars(big.ablations)))
+            dump.append(
+                dict(
+                    query=query,
+                    documents=[d.text for d in docs],
+                    gold=gold,
+                    exact=ref,
+                    answer=full.answer,
+                    leave_one_out_answers=full.leave_one_out_answers,
+                    single_answers=full.single_answers,
+                    ablation=big.scores,
+                    **vars(big.ablations),
+                )
+            )
             with open(args.dump, "w") as f:
                 json.dump(dump, f, indent=1)
         line = ", ".join(f"m={m}: {rhos[m, alphas[0]][-1]:+.2f}" for m in ms)
-        print(f"q{qi}: exact {t_exact[-1][0]:.0f} s wall / {t_exact[-1][1]:.0f} s cpu, m={ms[-1]} "
-              f"{t_abl[ms[-1]][-1][0]:.0f} / {t_abl[ms[-1]][-1][1]:.0f} s; gold first by exact: {exact_gold1[-1]:.2f}; "
-              f"rho {line}  {query[:50]!r}", flush=True)
+        print(
+            f"q{qi}: exact {t_exact[-1][0]:.0f} s wall / {t_exact[-1][1]:.0f} s cpu, m={ms[-1]} "
+            f"{t_abl[ms[-1]][-1][0]:.0f} / {t_abl[ms[-1]][-1][1]:.0f} s; gold first by exact: {exact_gold1[-1]:.2f}; "
+            f"rho {line}  {query[:50]!r}",
+            flush=True,
+        )
 
     wall, cpu = (statistics.median(t[i] for t in t_exact) for i in (0, 1))
-    print(f"\nexact (2k+1 = {2 * args.k + 1} generations): median {wall:.1f} s wall, {cpu:.1f} s cpu per question; "
-          f"gold paragraph ranked first in {sum(exact_gold1):.1f}/{len(qs)}")
-    print("| m | LASSO alpha | generations | mean Spearman ρ ± s.e. (median) | same top-1 as exact | gold first "
-          "| s/question wall, cpu (median) | exact / ablation cpu time |")
+    print(
+        f"\nexact (2k+1 = {2 * args.k + 1} generations): median {wall:.1f} s wall, {cpu:.1f} s cpu per question; "
+        f"gold paragraph ranked first in {sum(exact_gold1):.1f}/{len(qs)}"
+    )
+    print(
+        "| m | LASSO alpha | generations | mean Spearman ρ ± s.e. (median) | same top-1 as exact | gold first "
+        "| s/question wall, cpu (median) | exact / ablation cpu time |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for m in ms:
         for alpha in alphas:
@@ -192,9 +223,13 @@ def main() -> None:
             a_wall, a_cpu = (statistics.median(t[i] for t in t_abl[m]) for i in (0, 1))
             e_cpu = statistics.median(t[1] for t in t_exact[:n_t])
             nan = f" ({len(rhos[m, alpha]) - len(r)} undefined)" if len(r) < len(rhos[m, alpha]) else ""
-            print(f"| {m} | {alpha:g} | {m + 1} | {statistics.mean(r):.2f} ± {se:.2f} ({statistics.median(r):.2f}){nan} "
-                  f"| {sum(top1[m, alpha]):.1f}/{len(qs)} | {sum(gold1[m, alpha]):.1f}/{len(qs)} "
-                  f"| {a_wall:.1f}, {a_cpu:.1f} (n={n_t}) | {e_cpu / a_cpu:.2f}× |", flush=True)
+            print(
+                f"| {m} | {alpha:g} | {m + 1} | {statistics.mean(r):.2f} ± {se:.2f} ({statistics.median(r):.2f}){nan} "
+                f"| {sum(top1[m, alpha]):.1f}/{len(qs)} | {sum(gold1[m, alpha]):.1f}/{len(qs)} "
+                f"| {a_wall:.1f}, {a_cpu:.1f} (n={n_t}) | {e_cpu / a_cpu:.2f}× |",
+                flush=True,
+            )
+
 
 if __name__ == "__main__":
     main()

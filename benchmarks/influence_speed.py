@@ -43,7 +43,7 @@ def naive(scorer: InfluenceScorer, query: str, docs: list[Document]) -> list[flo
     emb = lambda t: scorer.embedder.encode(t, convert_to_tensor=True)  # noqa: E731
     f = emb(gen(docs))
     cos = lambda t: float(torch.nn.functional.cosine_similarity(emb(t), f, dim=0))  # noqa: E731
-    return [cos(gen([d])) - cos(gen(docs[:i] + docs[i + 1:])) for i, d in enumerate(docs)]
+    return [cos(gen([d])) - cos(gen(docs[:i] + docs[i + 1 :])) for i, d in enumerate(docs)]
 
 
 def timed(fn):
@@ -67,20 +67,24 @@ def main() -> None:
     paras = squad_paragraphs(max(ks) + args.queries, seed=7)
     query0, docs0 = paras[0]["question"], [Document(p["text"], p["title"]) for p in paras[:2]]
     scorer.score(query0, docs0), naive(scorer, query0, docs0)  # warm-up of both paths
-    print(f"SmolLM2-135M-Instruct, CPU {torch.get_num_threads()} threads, max_new_tokens={args.max_new_tokens}, "
-          f"{args.queries} SQuAD dev questions per k (median)")
-    print("| k | generations | naive loop (s/query, wall / cpu) | engine (s/query, wall / cpu) "
-          "| naive / engine (wall, cpu) | max |IS diff| |")
+    print(
+        f"SmolLM2-135M-Instruct, CPU {torch.get_num_threads()} threads, max_new_tokens={args.max_new_tokens}, "
+        f"{args.queries} SQuAD dev questions per k (median)"
+    )
+    print(
+        "| k | generations | naive loop (s/query, wall / cpu) | engine (s/query, wall / cpu) "
+        "| naive / engine (wall, cpu) | max |IS diff| |"
+    )
     print("|---|---|---|---|---|---|")
     for k in [] if args.no_naive else ks:
         t_n, t_e, diff = [], [], 0.0
         for q in range(args.queries):
             query = paras[q]["question"]
-            others = [p for i, p in enumerate(paras) if i != q][q:q + k - 1]
+            others = [p for i, p in enumerate(paras) if i != q][q : q + k - 1]
             docs = [Document(p["text"], p["title"]) for p in [paras[q]] + others]
             runs = [("engine", lambda: scorer.score(query, docs).scores), ("naive", lambda: naive(scorer, query, docs))]
             out = {}
-            for name, fn in (runs if q % 2 == 0 else runs[::-1]):
+            for name, fn in runs if q % 2 == 0 else runs[::-1]:
                 out[name] = timed(fn)
             (res, te), (ref, tn) = out["engine"], out["naive"]
             t_e.append(te)
@@ -89,8 +93,11 @@ def main() -> None:
             print(f"  k={k} q{q}: naive {tn[0]:.1f} / {tn[1]:.1f} s, engine {te[0]:.1f} / {te[1]:.1f} s", flush=True)
         nw, nc = statistics.median(t[0] for t in t_n), statistics.median(t[1] for t in t_n)
         ew, ec = statistics.median(t[0] for t in t_e), statistics.median(t[1] for t in t_e)
-        print(f"| {k} | {2 * k + 1} | {nw:.1f} / {nc:.1f} | {ew:.1f} / {ec:.1f} | {nw / ew:.1f}×, {nc / ec:.1f}× "
-              f"| {diff:.1e} |", flush=True)
+        print(
+            f"| {k} | {2 * k + 1} | {nw:.1f} / {nc:.1f} | {ew:.1f} / {ec:.1f} | {nw / ew:.1f}×, {nc / ec:.1f}× "
+            f"| {diff:.1e} |",
+            flush=True,
+        )
     against_grogu(scorer, paras, ks, args)
 
 
@@ -99,27 +106,44 @@ def against_grogu(scorer: InfluenceScorer, paras: list[dict], ks: list[int], arg
     documents, all on one engine, alternating the order of the methods between queries."""
     engine = scorer.engine
     grogu = UtilityScorer(engine)
-    forward = {m: InfluenceScorer(engine, method=m, max_new_tokens=args.max_new_tokens, seed=0,
-                                  n_ablations=args.ablations if m == "contextcite" else None)
-               for m in ("leave_one_out_logprob", "contextcite")}
-    names = ["GROGU score", "exact", "exact, answer given", "leave_one_out_logprob, answer given",
-             f"contextcite m={args.ablations}, answer given"]
-    print(f"\nAgainst GROGU-scoring the same documents (UtilityScorer defaults: {grogu.metric}, "
-          f"max_new_tokens={grogu.max_new_tokens}); median s/query (x GROGU), prompt tokens encoded")
+    forward = {
+        m: InfluenceScorer(
+            engine,
+            method=m,
+            max_new_tokens=args.max_new_tokens,
+            seed=0,
+            n_ablations=args.ablations if m == "contextcite" else None,
+        )
+        for m in ("leave_one_out_logprob", "contextcite")
+    }
+    names = [
+        "GROGU score",
+        "exact",
+        "exact, answer given",
+        "leave_one_out_logprob, answer given",
+        f"contextcite m={args.ablations}, answer given",
+    ]
+    print(
+        f"\nAgainst GROGU-scoring the same documents (UtilityScorer defaults: {grogu.metric}, "
+        f"max_new_tokens={grogu.max_new_tokens}); median s/query (x GROGU), prompt tokens encoded"
+    )
     print("| k | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for k in ks:
         cells: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
         for q in range(args.queries):
             query = paras[q]["question"]
-            others = [p for i, p in enumerate(paras) if i != q][q:q + k - 1]
+            others = [p for i, p in enumerate(paras) if i != q][q : q + k - 1]
             docs = [Document(p["text"], p["title"]) for p in [paras[q]] + others]
             answer = engine.generate([scorer.prompts.grounded_ids(query, docs)], args.max_new_tokens)[0].text
-            runs = [(names[0], lambda: grogu.score(query, docs)), (names[1], lambda: scorer.score(query, docs)),
-                    (names[2], lambda: scorer.score(query, docs, answer=answer)),
-                    (names[3], lambda: forward["leave_one_out_logprob"].score(query, docs, answer=answer)),
-                    (names[4], lambda: forward["contextcite"].score(query, docs, answer=answer))]
-            for name, fn in (runs if q % 2 == 0 else runs[::-1]):
+            runs = [
+                (names[0], lambda: grogu.score(query, docs)),
+                (names[1], lambda: scorer.score(query, docs)),
+                (names[2], lambda: scorer.score(query, docs, answer=answer)),
+                (names[3], lambda: forward["leave_one_out_logprob"].score(query, docs, answer=answer)),
+                (names[4], lambda: forward["contextcite"].score(query, docs, answer=answer)),
+            ]
+            for name, fn in runs if q % 2 == 0 else runs[::-1]:
                 engine.prefill_tokens = 0
                 _, (wall, _) = timed(fn)
                 cells[name].append((wall, engine.prefill_tokens))
@@ -130,6 +154,7 @@ def against_grogu(scorer: InfluenceScorer, paras: list[dict], ks: list[int], arg
             wall = statistics.median(w for w, _ in cells[n])
             row.append(f"{wall:.1f} ({wall / base:.1f}x), {statistics.median(t for _, t in cells[n]):.0f}")
         print(f"| {k} | " + " | ".join(row) + " |", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -44,9 +44,9 @@ def contexts(method: str, docs: list[Document], m: int) -> list[list[Document]]:
     if method == "GROGU score":
         return [[d] for d in docs] + [[]]
     if method == "exact, answer given":
-        return [docs[:i] + docs[i + 1:] for i in range(k)] + [[d] for d in docs]
+        return [docs[:i] + docs[i + 1 :] for i in range(k)] + [[d] for d in docs]
     if method == "leave_one_out_logprob":
-        return [docs] + [docs[:i] + docs[i + 1:] for i in range(k)]
+        return [docs] + [docs[:i] + docs[i + 1 :] for i in range(k)]
     return [[d for d, keep in zip(docs, row) if keep] for row in contextcite_masks(k, m, 0)]
 
 
@@ -62,10 +62,12 @@ def main() -> None:
     engine = scorer.engine
     ks = [int(k) for k in args.ks.split(",")]
     paras = squad_paragraphs(max(ks), seed=7)
-    cut = (lambda t: " ".join(t.split()[:args.words])) if args.words else (lambda t: t)
+    cut = (lambda t: " ".join(t.split()[: args.words])) if args.words else (lambda t: t)
     query = paras[0]["question"]
-    print(f"SmolLM2-135M-Instruct, {'whole paragraphs' if not args.words else f'{args.words}-word leads'}; "
-          f"prompt tokens: before sharing / trie minimum / encoded by the engine")
+    print(
+        f"SmolLM2-135M-Instruct, {'whole paragraphs' if not args.words else f'{args.words}-word leads'}; "
+        f"prompt tokens: before sharing / trie minimum / encoded by the engine"
+    )
     print("| k | method | prompts | before sharing | trie minimum | encoded | encoded / trie | x GROGU (encoded) |")
     print("|---|---|---|---|---|---|---|---|")
     for k in ks:
@@ -73,17 +75,27 @@ def main() -> None:
         answer = engine.generate([scorer.prompts.grounded_ids(query, docs)], args.max_new_tokens)[0]
         target = answer.token_ids + ([answer.stop_token_id] if answer.finished else [])
         base = None
-        for method in ("GROGU score", "exact, answer given", "leave_one_out_logprob", f"contextcite m={args.ablations}"):
-            prompts = [scorer.prompts.grounded_ids(query, c) if c else scorer.prompts.ungrounded_ids(query)
-                       for c in contexts(method, docs, args.ablations)]
+        for method in (
+            "GROGU score",
+            "exact, answer given",
+            "leave_one_out_logprob",
+            f"contextcite m={args.ablations}",
+        ):
+            prompts = [
+                scorer.prompts.grounded_ids(query, c) if c else scorer.prompts.ungrounded_ids(query)
+                for c in contexts(method, docs, args.ablations)
+            ]
             cont = [target] if method.startswith(("leave", "contextcite")) else [[target[0]]]
             seqs = [p + cont[0][:-1] for p in prompts]
             engine.prefill_tokens = 0
             engine.token_stats(prompts, cont * len(prompts))
             encoded = engine.prefill_tokens
             base = base or encoded
-            print(f"| {k} | {method} | {len(prompts)} | {sum(map(len, seqs))} | {trie_size(seqs)} | {encoded} | "
-                  f"{encoded / trie_size(seqs):.2f} | {encoded / base:.1f} |", flush=True)
+            print(
+                f"| {k} | {method} | {len(prompts)} | {sum(map(len, seqs))} | {trie_size(seqs)} | {encoded} | "
+                f"{encoded / trie_size(seqs):.2f} | {encoded / base:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

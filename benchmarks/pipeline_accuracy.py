@@ -84,7 +84,7 @@ def answered_words(output: str, golds: list[str]) -> bool:
     out = normalize(output).split()
     for g in golds:
         words = normalize(g).split()
-        if words and any(out[i:i + len(words)] == words for i in range(len(out) - len(words) + 1)):
+        if words and any(out[i : i + len(words)] == words for i in range(len(out) - len(words) + 1)):
             return True
     return False
 
@@ -135,8 +135,15 @@ def squad_questions(split: str, n: int, seed: int, exclude: set[str] | None = No
             pool.append({"id": pid, "title": article["title"].replace("_", " "), "text": p["context"]})
             if in_split:
                 qa = p["qas"][0]
-                questions.append({"qid": qa["id"], "question": qa["question"], "article": a_i,
-                                  "answers": [x["text"] for x in qa["answers"]], "gold": [pid]})
+                questions.append(
+                    {
+                        "qid": qa["id"],
+                        "question": qa["question"],
+                        "article": a_i,
+                        "answers": [x["text"] for x in qa["answers"]],
+                        "gold": [pid],
+                    }
+                )
     return pool, draw(questions, n, seed, exclude)
 
 
@@ -153,10 +160,20 @@ def musique_questions(split: str, n: int) -> tuple[list[dict], list[dict]]:
     for i, it in enumerate(items):
         if split != "all" and (i % 5 < 2) != (split == "tune"):
             continue
-        gold = [where[(p["title"], p["paragraph_text"])] for p in it["paragraphs"] if p["is_supporting"]
-                and (p["title"], p["paragraph_text"]) in where]
-        questions.append({"qid": it["id"], "question": it["question"], "article": None,
-                          "answers": [it["answer"], *it.get("answer_aliases", [])], "gold": gold})
+        gold = [
+            where[(p["title"], p["paragraph_text"])]
+            for p in it["paragraphs"]
+            if p["is_supporting"] and (p["title"], p["paragraph_text"]) in where
+        ]
+        questions.append(
+            {
+                "qid": it["id"],
+                "question": it["question"],
+                "article": None,
+                "answers": [it["answer"], *it.get("answer_aliases", [])],
+                "gold": gold,
+            }
+        )
     return pool, questions[:n]
 
 
@@ -166,8 +183,9 @@ def musique_questions(split: str, n: int) -> tuple[list[dict], list[dict]]:
 NQ_FILE = "nq-open-oracle.jsonl.gz"
 
 
-def nq_questions(split: str, n: int, seed: int, path: str | None,
-                 exclude: set[str] | None = None) -> tuple[list[dict], list[dict]]:
+def nq_questions(
+    split: str, n: int, seed: int, path: str | None, exclude: set[str] | None = None
+) -> tuple[list[dict], list[dict]]:
     """NQ-open (2,655 questions, real search queries; answers are short spans): the pool is every
     question's gold 100-word Wikipedia passage (deduplicated), so the other questions' passages are the
     distractors. ``tune`` = questions whose position is 0 mod 4, ``held`` = the rest; n sampled with ``seed``."""
@@ -186,8 +204,15 @@ def nq_questions(split: str, n: int, seed: int, path: str | None,
             ids[k] = f"nq-{len(pool)}"
             pool.append({"id": ids[k], "title": ctx["title"], "text": ctx["text"]})
         if (i % 4 == 0) == (split == "tune"):
-            questions.append({"qid": f"nq-{i}", "question": r["question"], "article": None,
-                              "answers": list(r["answers"]), "gold": [ids[k]]})
+            questions.append(
+                {
+                    "qid": f"nq-{i}",
+                    "question": r["question"],
+                    "article": None,
+                    "answers": list(r["answers"]),
+                    "gold": [ids[k]],
+                }
+            )
     return pool, draw(questions, n, seed, exclude)
 
 
@@ -208,12 +233,22 @@ def hotpotqa_questions(split: str, n: int, path: str | None) -> tuple[list[dict]
         raise SystemExit(f"hotpotqa: pass the path of {HOTPOTQA_FILE} with --data-file (its *_corpus.json beside it)")
     items = json.load(open(path))
     corpus = json.load(open(os.path.splitext(path)[0] + "_corpus.json"))
-    pool = [{"id": f"hotpotqa-{i}", "title": title, "text": "".join(sentences).strip()}
-            for i, (title, sentences) in enumerate(corpus.items())]
+    pool = [
+        {"id": f"hotpotqa-{i}", "title": title, "text": "".join(sentences).strip()}
+        for i, (title, sentences) in enumerate(corpus.items())
+    ]
     ids = {p["title"]: p["id"] for p in pool}
-    questions = [{"qid": it["_id"], "question": it["question"], "article": None, "answers": [it["answer"]],
-                  "gold": sorted({ids[t] for t, _ in it["supporting_facts"] if t in ids})}
-                 for it in items if normalize(it["answer"]) not in ("yes", "no")]
+    questions = [
+        {
+            "qid": it["_id"],
+            "question": it["question"],
+            "article": None,
+            "answers": [it["answer"]],
+            "gold": sorted({ids[t] for t, _ in it["supporting_facts"] if t in ids}),
+        }
+        for it in items
+        if normalize(it["answer"]) not in ("yes", "no")
+    ]
     return pool, questions[:n]
 
 
@@ -223,8 +258,9 @@ def hotpotqa_questions(split: str, n: int, path: str | None) -> tuple[list[dict]
 HOTPOTQA_DEV_FILE = "dev_subsampled.jsonl"
 
 
-def hotpotqa_dev_questions(split: str, n: int, seed: int, path: str | None,
-                           exclude: set[str] | None = None) -> tuple[list[dict], list[dict]]:
+def hotpotqa_dev_questions(
+    split: str, n: int, seed: int, path: str | None, exclude: set[str] | None = None
+) -> tuple[list[dict], list[dict]]:
     """HotpotQA dev questions, each with its 10 paragraphs (2 supporting); the pool is every question's
     paragraphs (4,858 distinct), so the other questions' paragraphs are distractors. Evaluation only.
     Yes/no questions are left out (80 of 500); n drawn with ``seed``."""
@@ -245,8 +281,15 @@ def hotpotqa_dev_questions(split: str, n: int, seed: int, path: str | None,
                 gold.append(ids[k])
         answers = [a for obj in rec["answers_objects"] for a in obj["spans"] if a.strip()]
         if answers and judgeable(answers):
-            questions.append({"qid": rec["question_id"], "question": rec["question_text"], "article": None,
-                              "answers": answers, "gold": gold})
+            questions.append(
+                {
+                    "qid": rec["question_id"],
+                    "question": rec["question_text"],
+                    "article": None,
+                    "answers": answers,
+                    "gold": gold,
+                }
+            )
     return pool, draw(questions, n, seed, exclude)
 
 
@@ -273,15 +316,20 @@ def build_index(pool: list[dict], embed_model, cache_dir: str, name: str):
     from llama_index.core import VectorStoreIndex
     from llama_index.core.schema import TextNode
 
-    nodes = [TextNode(text=p["text"], id_=p["id"], metadata={"title": p["title"]},
-                      excluded_embed_metadata_keys=["title"]) for p in pool]
+    nodes = [
+        TextNode(text=p["text"], id_=p["id"], metadata={"title": p["title"]}, excluded_embed_metadata_keys=["title"])
+        for p in pool
+    ]
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, f"{name}_{len(nodes)}_minilm.pt")
     if os.path.exists(path):
         vectors = torch.load(path)
     else:
-        vectors = torch.tensor(embed_model.get_text_embedding_batch(
-            [n.get_content(metadata_mode="embed") for n in nodes], show_progress=False))
+        vectors = torch.tensor(
+            embed_model.get_text_embedding_batch(
+                [n.get_content(metadata_mode="embed") for n in nodes], show_progress=False
+            )
+        )
         torch.save(vectors, path)
     for n, v in zip(nodes, vectors.tolist()):
         n.embedding = v
@@ -290,9 +338,14 @@ def build_index(pool: list[dict], embed_model, cache_dir: str, name: str):
 
 # ---------------------------------------------------------------------------------------------- collect
 
+
 def result_row(r, golds) -> dict:
-    return {"variants": {k: round(float(v), 6) for k, v in r.variants.items()}, "answer": r.answer,
-            "correct": answered(r.answer, golds), "n_tokens": r.n_tokens}
+    return {
+        "variants": {k: round(float(v), 6) for k, v in r.variants.items()},
+        "answer": r.answer,
+        "correct": answered(r.answer, golds),
+        "n_tokens": r.n_tokens,
+    }
 
 
 def served_llm(args):
@@ -304,27 +357,42 @@ def served_llm(args):
 
     name = args.served_model or grogu.ServerTarget(args.server, tokenizer=args.model).model_name
     base = args.server.rstrip("/")
-    return OpenAILike(api_base=base if base.endswith("/v1") else base + "/v1", model=name, api_key=os.environ.get("OPENAI_API_KEY", "none"),
-                      is_chat_model=True, temperature=0.0, max_tokens=args.max_new_tokens, context_window=8192,
-                      additional_kwargs={"extra_body": {"repeat_penalty": 1.0}})
+    return OpenAILike(
+        api_base=base if base.endswith("/v1") else base + "/v1",
+        model=name,
+        api_key=os.environ.get("OPENAI_API_KEY", "none"),
+        is_chat_model=True,
+        temperature=0.0,
+        max_tokens=args.max_new_tokens,
+        context_window=8192,
+        additional_kwargs={"extra_body": {"repeat_penalty": 1.0}},
+    )
 
 
 def collect(args) -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    import grogu
-    from grogu.models import embedded_embedder_path
     from llama_index.core import get_response_synthesizer
     from llama_index.core.schema import MetadataMode
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import template_from_llama_index
+    from pipeline_modes import (
+        context_settings,
+        key,
+        mode_retriever,
+        needed_contexts,
+        needs_own_prompt,
+        needs_pipe_prompt,
+        wide_contexts,
+    )
+
+    import grogu
+    from grogu.models import embedded_embedder_path
     from grogu.rerank import doubt
-    from pipeline_modes import (context_settings, key, mode_retriever, needed_contexts, needs_own_prompt,
-                                needs_pipe_prompt, wide_contexts)
 
     pool, questions = load_data(args)
-    questions = questions[:args.limit] if args.limit else questions
+    questions = questions[: args.limit] if args.limit else questions
     shard, shards = map(int, args.shard.split("/"))
     questions = questions[shard::shards]
     embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
@@ -337,10 +405,19 @@ def collect(args) -> None:
     else:
         model, tokenizer = grogu.load_model(args.model, device="cpu")
         stop = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
-        chat = bool(getattr(tokenizer, "chat_template", None))  # a base model (no chat template) reads the completion prompt
-        llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
-                             max_new_tokens=args.max_new_tokens, is_chat_model=chat,
-                             generate_kwargs={"do_sample": False}, stopping_ids=[stop] if stop is not None else [])
+        chat = bool(
+            getattr(tokenizer, "chat_template", None)
+        )  # a base model (no chat template) reads the completion prompt
+        llm = HuggingFaceLLM(
+            model=model,
+            tokenizer=tokenizer,
+            model_name=str(args.model),
+            context_window=8192,
+            max_new_tokens=args.max_new_tokens,
+            is_chat_model=chat,
+            generate_kwargs={"do_sample": False},
+            stopping_ids=[stop] if stop is not None else [],
+        )
         engine = grogu.get_engine((model, tokenizer))
     synthesizer = get_response_synthesizer(llm=llm, response_mode="compact")
     template = template_from_llama_index(synthesizer, llm)
@@ -358,18 +435,31 @@ def collect(args) -> None:
             continue
         retrieved = retriever.retrieve(q["question"])
         texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in retrieved]
-        row = dict(q, data=args.data, split=args.split, top_k=args.top_k, texts=texts,
-                   retrieved=[{"id": n.node.node_id, "score": float(n.score)} for n in retrieved])
+        row = dict(
+            q,
+            data=args.data,
+            split=args.split,
+            top_k=args.top_k,
+            texts=texts,
+            retrieved=[{"id": n.node.node_id, "score": float(n.score)} for n in retrieved],
+        )
         t0 = time.perf_counter()
-        row["docs"] = ([result_row(r, q["answers"]) for r in pipe.score(q["question"], texts)]
-                       if needs_pipe_prompt(settings) else None)
+        row["docs"] = (
+            [result_row(r, q["answers"]) for r in pipe.score(q["question"], texts)]
+            if needs_pipe_prompt(settings)
+            else None
+        )
         row["docs_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        row["docs_own"] = ([result_row(r, q["answers"]) for r in own.score(q["question"], texts[:own_k])]
-                           if needs_own_prompt(settings) else None)
+        row["docs_own"] = (
+            [result_row(r, q["answers"]) for r in own.score(q["question"], texts[:own_k])]
+            if needs_own_prompt(settings)
+            else None
+        )
         row["docs_own_s"] = time.perf_counter() - t0
-        row["none"] = (result_row(pipe.score_context(q["question"], []), q["answers"])
-                       if needs_pipe_prompt(settings) else None)
+        row["none"] = (
+            result_row(pipe.score_context(q["question"], []), q["answers"]) if needs_pipe_prompt(settings) else None
+        )
         orders = []
         for k in sorted({min(5, len(texts)), len(texts)}):
             orders += [o for o in needed_contexts(row, k, settings) if o not in orders]
@@ -379,8 +469,9 @@ def collect(args) -> None:
         if args.contexts == "gated":  # the retriever's context first; the others only if a gate is in doubt
             first = mode_retriever(row, {"k": 5})
             [r0] = pipe.score_contexts(q["question"], [[texts[i] for i in first]])
-            row["doubt"] = any(doubt(context_settings(s), r0, texts, first) for s in settings.values()
-                               if s.get("gate") == "doubt")
+            row["doubt"] = any(
+                doubt(context_settings(s), r0, texts, first) for s in settings.values() if s.get("gate") == "doubt"
+            )
             orders = [first] + ([o for o in orders if o != first] if row["doubt"] else [])
             scored = [r0, *pipe.score_contexts(q["question"], [[texts[i] for i in o] for o in orders[1:]])]
         else:
@@ -396,8 +487,12 @@ def collect(args) -> None:
             row["agree"] = base.strip() == row["contexts"]["0,1,2"]["answer"].strip()
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
-        print(f"{n_q}/{len(questions)} {q['qid']} docs {row['docs_s']:.1f}s ctx {row['contexts_s']:.1f}s "
-              f"agree={row.get('agree')}", file=sys.stderr, flush=True)
+        print(
+            f"{n_q}/{len(questions)} {q['qid']} docs {row['docs_s']:.1f}s ctx {row['contexts_s']:.1f}s "
+            f"agree={row.get('agree')}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def latency(args) -> None:
@@ -407,8 +502,6 @@ def latency(args) -> None:
     torch.set_num_threads(1)
     import statistics
 
-    import grogu
-    from grogu.models import embedded_embedder_path
     from llama_index.core import get_response_synthesizer
     from llama_index.core.query_engine import RetrieverQueryEngine
     from llama_index.core.schema import MetadataMode, NodeWithScore
@@ -416,9 +509,12 @@ def latency(args) -> None:
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
 
+    import grogu
+    from grogu.models import embedded_embedder_path
+
     args.split, args.questions = "held", args.questions + args.skip
     pool, questions = load_data(args)
-    questions = questions[args.skip:]
+    questions = questions[args.skip :]
     embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
     index = build_index(pool, embed_model, args.cache_dir, args.data)
     retriever = index.as_retriever(similarity_top_k=args.top_k)
@@ -426,30 +522,48 @@ def latency(args) -> None:
         llm = served_llm(args)
     else:
         model, tokenizer = grogu.load_model(args.model, device=args.device)
-        llm = HuggingFaceLLM(model=model, tokenizer=tokenizer, model_name=str(args.model), context_window=8192,
-                             max_new_tokens=args.max_new_tokens, is_chat_model=True,
-                             generate_kwargs={"do_sample": False},
-                             stopping_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")])
+        llm = HuggingFaceLLM(
+            model=model,
+            tokenizer=tokenizer,
+            model_name=str(args.model),
+            context_window=8192,
+            max_new_tokens=args.max_new_tokens,
+            is_chat_model=True,
+            generate_kwargs={"do_sample": False},
+            stopping_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")],
+        )
     synth = get_response_synthesizer(llm=llm, response_mode="compact")
     # the plain pipeline: the retriever's top-3 straight to the synthesizer
-    plain_engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=3), llm=llm,
-                                                  response_synthesizer=synth)
+    plain_engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=3), llm=llm, response_synthesizer=synth
+    )
     settings = json.load(open(args.settings))
     reranks = {}
     for name, s in settings.items():
         mode, k = name.split("@")
         if int(k) != args.top_k or mode == "retriever":
             continue
-        mode = {"paper": "document", "former": "context", "four": "context", "confidence": "context",
-                "selective": "context"}.get(mode, mode)
+        mode = {
+            "paper": "document",
+            "former": "context",
+            "four": "context",
+            "confidence": "context",
+            "selective": "context",
+        }.get(mode, mode)
         kw = {key: v for key, v in s.items() if key in grogu.ModeSettings.names() and key != "mode"}
         if s.get("metric") and mode == "context":
             kw["context_metric"] = s["metric"]  # the context mode compares candidates by this metric
         elif s.get("metric"):
             kw["metric"] = s["metric"]
         qa = synth if s.get("prompt", "pipe") == "pipe" else None
-        reranks[name] = GroguRerank(top_n=3, model=llm, mode=mode, qa_template=qa,
-                                    max_new_tokens=args.max_new_tokens if qa is not None else 64, **kw)
+        reranks[name] = GroguRerank(
+            top_n=3,
+            model=llm,
+            mode=mode,
+            qa_template=qa,
+            max_new_tokens=args.max_new_tokens if qa is not None else 64,
+            **kw,
+        )
     if args.whole_only:
         return whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reranks)
     times: dict[str, list[float]] = {name: [] for name in reranks}
@@ -466,7 +580,9 @@ def latency(args) -> None:
         retrieved = retriever.retrieve(q["question"])
         for name, rr in reranks.items():
             t0 = time.perf_counter()
-            rr.postprocess_nodes([NodeWithScore(node=n.node, score=n.score) for n in retrieved], query_str=q["question"])
+            rr.postprocess_nodes(
+                [NodeWithScore(node=n.node, score=n.score) for n in retrieved], query_str=q["question"]
+            )
             times[name].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         synth.synthesize(q["question"], retrieved[:3])
@@ -477,8 +593,9 @@ def latency(args) -> None:
         texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in retrieved[:3]]
         for name, rr in contexts.items():
             scoring = getattr(rr.scorer, "engine", None)
-            engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[rr],
-                                                    response_synthesizer=GroguSynthesizer(synth))
+            engine = RetrieverQueryEngine.from_args(
+                retriever, llm=llm, node_postprocessors=[rr], response_synthesizer=GroguSynthesizer(synth)
+            )
             before = getattr(scoring, "prefill_tokens", None)
             t0 = time.perf_counter()
             engine.query(q["question"])
@@ -486,30 +603,52 @@ def latency(args) -> None:
             if before is not None:
                 encoded[name].append(scoring.prefill_tokens - before)
             if name == default:
-                plain_tokens.append(len(rr.scorer.prompts.grounded_ids(q["question"], [grogu.Document(t) for t in texts])))
-                engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[rr],
-                                                        response_synthesizer=synth)
+                plain_tokens.append(
+                    len(rr.scorer.prompts.grounded_ids(q["question"], [grogu.Document(t) for t in texts]))
+                )
+                engine = RetrieverQueryEngine.from_args(
+                    retriever, llm=llm, node_postprocessors=[rr], response_synthesizer=synth
+                )
                 t0 = time.perf_counter()
                 engine.query(q["question"])
                 plain_q.append(time.perf_counter() - t0)
-        print(q["qid"], {n: round(t[-1], 2) for n, t in times.items()}, "answer", round(plain_a[-1], 2),
-              "plain query", round(plain_query[-1], 2), "queries", {n: round(t[-1], 2) for n, t in reuse_q.items()},
-              file=sys.stderr, flush=True)
+        print(
+            q["qid"],
+            {n: round(t[-1], 2) for n, t in times.items()},
+            "answer",
+            round(plain_a[-1], 2),
+            "plain query",
+            round(plain_query[-1], 2),
+            "queries",
+            {n: round(t[-1], 2) for n, t in reuse_q.items()},
+            file=sys.stderr,
+            flush=True,
+        )
 
     def stats(xs):
         xs = sorted(xs)
         return {"mean": round(statistics.mean(xs), 3), "p90": round(xs[int(0.9 * (len(xs) - 1))], 3)}
 
-    out = {"questions": len(questions), "top_k": args.top_k, "postprocess_s": {n: stats(t) for n, t in times.items()},
-           "answer_s (synthesizer, retriever top-3)": stats(plain_a),
-           "query_s plain query engine (top-3 retrieved)": stats(plain_query)}
+    out = {
+        "questions": len(questions),
+        "top_k": args.top_k,
+        "postprocess_s": {n: stats(t) for n, t in times.items()},
+        "answer_s (synthesizer, retriever top-3)": stats(plain_a),
+        "query_s plain query engine (top-3 retrieved)": stats(plain_query),
+    }
     for name in contexts:
-        candidates = len(grogu.selection.context_candidates(args.top_k, 3, contexts[name].settings.family,
-                                                            contexts[name].settings.swaps))
+        candidates = len(
+            grogu.selection.context_candidates(
+                args.top_k, 3, contexts[name].settings.family, contexts[name].settings.swaps
+            )
+        )
         out[f"{name} ({candidates} candidates)"] = {
             "query_s with GroguSynthesizer": stats(reuse_q[name]),
             "ratio to the plain query (means)": round(statistics.mean(reuse_q[name]) / statistics.mean(plain_query), 3),
-            "prompt tokens encoded per query (candidates and ungrounded prompts)": stats(encoded[name]) if encoded[name] else None}
+            "prompt tokens encoded per query (candidates and ungrounded prompts)": stats(encoded[name])
+            if encoded[name]
+            else None,
+        }
     if default is not None:
         out[f"{default}: query_s with the plain synthesizer answering again"] = stats(plain_q)
         out["prompt tokens of the retriever's top-3 prompt"] = stats(plain_tokens)
@@ -530,14 +669,19 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
     tokenizer = llm._tokenizer if hasattr(llm, "_tokenizer") else None
     plain, plain_answer_tokens = [], []
     runs = {n: {"s": [], "encoded": [], "steps": [], "doubt": []} for n, r in reranks.items() if r.mode == "context"}
-    engines = {n: RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[reranks[n]],
-                                                 response_synthesizer=GroguSynthesizer(synth)) for n in runs}
+    engines = {
+        n: RetrieverQueryEngine.from_args(
+            retriever, llm=llm, node_postprocessors=[reranks[n]], response_synthesizer=GroguSynthesizer(synth)
+        )
+        for n in runs
+    }
     batches: list[int] = []  # the scoring engine's generate calls: a gated query in doubt makes two
 
     def counted(generate):
         def run(*a, **kw):
             batches.append(1)
             return generate(*a, **kw)
+
         return run
 
     for name in runs:
@@ -560,20 +704,33 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
             runs[name]["encoded"].append(scoring.prefill_tokens - before[0])
             runs[name]["steps"].append(scoring.lookup_steps - before[1])
             runs[name]["doubt"].append(len(batches) > 1)
-        print(q["qid"], "plain", round(plain[-1], 2), {n: round(r["s"][-1], 2) for n, r in runs.items()},
-              file=sys.stderr, flush=True)
+        print(
+            q["qid"],
+            "plain",
+            round(plain[-1], 2),
+            {n: round(r["s"][-1], 2) for n, r in runs.items()},
+            file=sys.stderr,
+            flush=True,
+        )
     med = statistics.median
-    out = {"data": args.data, "questions": len(questions), "plain query s (median)": round(med(plain), 3),
-           "plain answer tokens (median)": med(plain_answer_tokens) if plain_answer_tokens else None}
+    out = {
+        "data": args.data,
+        "questions": len(questions),
+        "plain query s (median)": round(med(plain), 3),
+        "plain answer tokens (median)": med(plain_answer_tokens) if plain_answer_tokens else None,
+    }
     for name, r in runs.items():
-        out[name] = {"query s (median)": round(med(r["s"]), 3),
-                     "ratio (median of per-question ratios)": round(med(a / b for a, b in zip(r["s"], plain)), 3),
-                     "ratio of medians": round(med(r["s"]) / med(plain), 3),
-                     "ratio of means": round(statistics.mean(r["s"]) / statistics.mean(plain), 3),
-                     "prompt tokens encoded (median)": med(r["encoded"]), "decode steps (median)": med(r["steps"]),
-                     "prompt tokens encoded (mean)": round(statistics.mean(r["encoded"]), 1),
-                     "decode steps (mean)": round(statistics.mean(r["steps"]), 1),
-                     "in doubt": sum(r["doubt"]) / len(r["doubt"])}
+        out[name] = {
+            "query s (median)": round(med(r["s"]), 3),
+            "ratio (median of per-question ratios)": round(med(a / b for a, b in zip(r["s"], plain)), 3),
+            "ratio of medians": round(med(r["s"]) / med(plain), 3),
+            "ratio of means": round(statistics.mean(r["s"]) / statistics.mean(plain), 3),
+            "prompt tokens encoded (median)": med(r["encoded"]),
+            "decode steps (median)": med(r["steps"]),
+            "prompt tokens encoded (mean)": round(statistics.mean(r["encoded"]), 1),
+            "decode steps (mean)": round(statistics.mean(r["steps"]), 1),
+            "in doubt": sum(r["doubt"]) / len(r["doubt"]),
+        }
     print(json.dumps(out, indent=1))
 
 
@@ -582,44 +739,62 @@ def langchain_arm(args) -> None:
     prompt) with the base retriever against GroguRetriever(mode="context", qa_prompt=...), held-out SQuAD."""
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    import grogu
-    from grogu.models import embedded_embedder_path
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import RunnablePassthrough
     from langchain_core.vectorstores import InMemoryVectorStore
-    from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
     from langchain_grogu import GroguRetriever
+    from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
     from pipeline_modes import sign_test
     from transformers import pipeline
 
+    import grogu
+    from grogu.models import embedded_embedder_path
+
     pool, questions = squad_questions("held", args.questions + args.skip, args.seed)
-    questions = questions[args.skip:]
+    questions = questions[args.skip :]
     embeddings = HuggingFaceEmbeddings(model_name=embedded_embedder_path())
     path = os.path.join(args.cache_dir, f"squad_{len(pool)}_minilm.pt")
-    vectors = torch.load(path).tolist() if os.path.exists(path) else embeddings.embed_documents(
-        [p["text"] for p in pool])
+    vectors = (
+        torch.load(path).tolist() if os.path.exists(path) else embeddings.embed_documents([p["text"] for p in pool])
+    )
     store = InMemoryVectorStore(embeddings)
-    store.store = {p["id"]: {"id": p["id"], "vector": v, "text": p["text"], "metadata": {"title": p["title"]}}
-                   for p, v in zip(pool, vectors)}  # the same MiniLM vectors the LlamaIndex arm indexes
+    store.store = {
+        p["id"]: {"id": p["id"], "vector": v, "text": p["text"], "metadata": {"title": p["title"]}}
+        for p, v in zip(pool, vectors)
+    }  # the same MiniLM vectors the LlamaIndex arm indexes
     base = store.as_retriever(search_kwargs={"k": args.top_k})
     model, tokenizer = grogu.load_model(args.model, device="cpu")
-    pipe = pipeline("text-generation", model=model, tokenizer=tokenizer, max_new_tokens=args.max_new_tokens,
-                    do_sample=False, return_full_text=False)
+    pipe = pipeline(
+        "text-generation",
+        model=model,
+        tokenizer=tokenizer,
+        max_new_tokens=args.max_new_tokens,
+        do_sample=False,
+        return_full_text=False,
+    )
     chat = ChatHuggingFace(llm=HuggingFacePipeline(pipeline=pipe), tokenizer=tokenizer, model_id=str(args.model))
-    prompt = ChatPromptTemplate.from_messages([
-        ("system", "Answer the question using the context. Reply briefly."),
-        ("human", "Context:\n{context}\n\nQuestion: {question}")])
+    prompt = ChatPromptTemplate.from_messages(
+        [
+            ("system", "Answer the question using the context. Reply briefly."),
+            ("human", "Context:\n{context}\n\nQuestion: {question}"),
+        ]
+    )
 
     def fmt(docs):
         return "\n\n".join(d.page_content for d in docs)
 
-    grogu_retriever = GroguRetriever(base_retriever=base, model=chat, top_n=3, mode="context", qa_prompt=prompt,
-                                     max_new_tokens=args.max_new_tokens)
+    grogu_retriever = GroguRetriever(
+        base_retriever=base, model=chat, top_n=3, mode="context", qa_prompt=prompt, max_new_tokens=args.max_new_tokens
+    )
     top3 = base | (lambda docs: docs[:3])
-    chains = {"retriever": {"context": top3 | fmt, "question": RunnablePassthrough()} | prompt | chat | StrOutputParser(),
-              "grogu": {"context": grogu_retriever | fmt, "question": RunnablePassthrough()} | prompt | chat
-              | StrOutputParser()}
+    chains = {
+        "retriever": {"context": top3 | fmt, "question": RunnablePassthrough()} | prompt | chat | StrOutputParser(),
+        "grogu": {"context": grogu_retriever | fmt, "question": RunnablePassthrough()}
+        | prompt
+        | chat
+        | StrOutputParser(),
+    }
     qa = grogu_retriever.as_qa_chain()
     rows = []
     for q in questions:
@@ -637,12 +812,21 @@ def langchain_arm(args) -> None:
     wins = sum(r["grogu"] and not r["retriever"] for r in rows)
     losses = sum(r["retriever"] and not r["grogu"] for r in rows)
     n = len(rows)
-    print(json.dumps({
-        "questions": n, "retriever_accuracy": sum(r["retriever"] for r in rows) / n,
-        "grogu_accuracy": sum(r["grogu"] for r in rows) / n, "wins": wins, "losses": losses,
-        "sign_p": sign_test(wins, losses), "qa_chain_equals_chain": sum(r["qa_chain"] == r["grogu"] for r in rows),
-        "chain_s": {k: sum(r[k + "_s"] for r in rows) / n for k in ("retriever", "grogu", "qa_chain")},
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "questions": n,
+                "retriever_accuracy": sum(r["retriever"] for r in rows) / n,
+                "grogu_accuracy": sum(r["grogu"] for r in rows) / n,
+                "wins": wins,
+                "losses": losses,
+                "sign_p": sign_test(wins, losses),
+                "qa_chain_equals_chain": sum(r["qa_chain"] == r["grogu"] for r in rows),
+                "chain_s": {k: sum(r[k + "_s"] for r in rows) / n for k in ("retriever", "grogu", "qa_chain")},
+            },
+            indent=1,
+        )
+    )
 
 
 def pipeline_args(p: argparse.ArgumentParser, questions: int) -> None:
@@ -662,25 +846,48 @@ def main() -> None:
     sub = parser.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collect")
     c.add_argument("--data", choices=["squad", "nq", "musique", "hotpotqa", "hotpotqa-dev"], default="squad")
-    c.add_argument("--data-file", default=None, help=f"nq: the path of {NQ_FILE} when it is not in ../shared/data; "
-                                                        f"hotpotqa: the path of {HOTPOTQA_FILE}; "
-                                                        f"hotpotqa-dev: the path of {HOTPOTQA_DEV_FILE}")
-    c.add_argument("--split", choices=["tune", "held", "all"], default="tune", help="all: musique and hotpotqa only; hotpotqa-dev: held")
-    c.add_argument("--contexts", choices=["settings", "wide", "gated"], default="settings",
-                   help="wide: also every context of pipeline_modes.wide_contexts (each selection rule replayed); "
-                        "gated: the retriever's context, and the settings' candidates only where a gated "
-                        "setting (gate 'doubt') finds it in doubt")
+    c.add_argument(
+        "--data-file",
+        default=None,
+        help=f"nq: the path of {NQ_FILE} when it is not in ../shared/data; "
+        f"hotpotqa: the path of {HOTPOTQA_FILE}; "
+        f"hotpotqa-dev: the path of {HOTPOTQA_DEV_FILE}",
+    )
+    c.add_argument(
+        "--split",
+        choices=["tune", "held", "all"],
+        default="tune",
+        help="all: musique and hotpotqa only; hotpotqa-dev: held",
+    )
+    c.add_argument(
+        "--contexts",
+        choices=["settings", "wide", "gated"],
+        default="settings",
+        help="wide: also every context of pipeline_modes.wide_contexts (each selection rule replayed); "
+        "gated: the retriever's context, and the settings' candidates only where a gated "
+        "setting (gate 'doubt') finds it in doubt",
+    )
     c.add_argument("--questions", type=int, default=100)
-    c.add_argument("--exclude", nargs="*", default=[],
-                   help="files of earlier samples (records, or one question id a line): left out before the draw")
+    c.add_argument(
+        "--exclude",
+        nargs="*",
+        default=[],
+        help="files of earlier samples (records, or one question id a line): left out before the draw",
+    )
     c.add_argument("--limit", type=int, default=None, help="only the first N of the sampled questions")
-    c.add_argument("--top-k", type=int, default=5, help="retrieved (with 10, the report also replays the top-5 of them)")
+    c.add_argument(
+        "--top-k", type=int, default=5, help="retrieved (with 10, the report also replays the top-5 of them)"
+    )
     c.add_argument("--max-new-tokens", type=int, default=48)
     c.add_argument("--model", default=DEFAULT_MODEL)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--settings", default=None, help="JSON of tuned settings: score only the contexts they choose")
-    c.add_argument("--verify", type=int, default=None,
-                   help="check the engine's answer against the real synthesizer on the first N questions (default all)")
+    c.add_argument(
+        "--verify",
+        type=int,
+        default=None,
+        help="check the engine's answer against the real synthesizer on the first N questions (default all)",
+    )
     c.add_argument("--shard", default="0/1", help="i/n: every n-th question starting at i")
     c.add_argument("--out", required=True)
     c.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
@@ -689,14 +896,20 @@ def main() -> None:
     lat.add_argument("--data", choices=["squad", "nq", "hotpotqa-dev"], default="squad")
     lat.add_argument("--data-file", default=None)
     lat.add_argument("--exclude", nargs="*", default=[])
-    lat.add_argument("--whole-only", action="store_true",
-                     help="only the whole query of each context-mode setting against the plain query engine")
+    lat.add_argument(
+        "--whole-only",
+        action="store_true",
+        help="only the whole query of each context-mode setting against the plain query engine",
+    )
     pipeline_args(lat, questions=20)
     for served in (c, lat):
-        served.add_argument("--server", default=None,
-                            help="base URL of an OpenAI-compatible server (vLLM, SGLang, llama-cpp-python) serving "
-                                 "the target LLM: the pipeline's LLM is an OpenAILike on it and grogu scores "
-                                 "through it; --model then names its tokenizer")
+        served.add_argument(
+            "--server",
+            default=None,
+            help="base URL of an OpenAI-compatible server (vLLM, SGLang, llama-cpp-python) serving "
+            "the target LLM: the pipeline's LLM is an OpenAILike on it and grogu scores "
+            "through it; --model then names its tokenizer",
+        )
         served.add_argument("--served-model", default=None, help="the served model's name (default: the only one)")
         served.add_argument("--top-logprobs", type=int, default=20)
     lc = sub.add_parser("langchain")
@@ -707,8 +920,12 @@ def main() -> None:
     r.add_argument("--ks", type=int, nargs="*", default=[5, 10], help="retrieved documents the modes choose from")
     r.add_argument("--settings", default=None)
     r.add_argument("--save-settings", default=None)
-    r.add_argument("--tune-by", choices=["accuracy", "maximin"], default="accuracy",
-                   help="maximin: never lose on any tuning data set, then the best worst-set gain (pipeline_modes.tune)")
+    r.add_argument(
+        "--tune-by",
+        choices=["accuracy", "maximin"],
+        default="accuracy",
+        help="maximin: never lose on any tuning data set, then the best worst-set gain (pipeline_modes.tune)",
+    )
     r.add_argument("--modes", nargs="*", default=None, help="tune only these modes (the others need --settings)")
     ch = sub.add_parser("choose", help="the selective context mode's setting on the tuning records")
     ch.add_argument("--tune", nargs="+", required=True)
@@ -718,6 +935,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.cmd == "choose":
         from pipeline_modes import choose
+
         choose(args)
     elif args.cmd == "collect":
         collect(args)
@@ -727,6 +945,7 @@ def main() -> None:
         langchain_arm(args)
     else:
         from pipeline_modes import report
+
         report(args)
 
 

@@ -19,8 +19,17 @@ from grogu.selection import context_candidates, fuse, kept_relative_to_none, ord
 
 TOP_N = 3
 DOC_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl")
-CTX_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl", "key_entropy_adaptive", "entropy_change",
-               "adaptive_entropy_change", "copy_aware_key_entropy", "copy_aware_entropy_change")
+CTX_METRICS = (
+    "key_entropy",
+    "entropy",
+    "ppl",
+    "key_ppl",
+    "key_entropy_adaptive",
+    "entropy_change",
+    "adaptive_entropy_change",
+    "copy_aware_key_entropy",
+    "copy_aware_entropy_change",
+)
 WEIGHTS = (0.2, 0.4, 0.6, 0.8)
 MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 FAMILIES = ("swap", "swap_reversed", "swap_orders", "orders", "drop")
@@ -82,8 +91,18 @@ def mode_prune(rec: dict, s: dict) -> list[int]:
 
 
 #: the context mode's settings a record replay takes from a setting dict (the rest are the product's defaults)
-CONTEXT_KEYS = ("family", "margin", "rule", "confidence_weight", "support_weight", "supported", "swaps", "gate",
-                "gate_support", "gate_confidence")
+CONTEXT_KEYS = (
+    "family",
+    "margin",
+    "rule",
+    "confidence_weight",
+    "support_weight",
+    "supported",
+    "swaps",
+    "gate",
+    "gate_support",
+    "gate_confidence",
+)
 
 
 def context_settings(s: dict) -> ModeSettings:
@@ -100,14 +119,30 @@ def mode_context(rec: dict, s: dict) -> list[int]:
     present = [c for c in cands if key(c) in rec["contexts"]]
     if len(present) < len(cands) and not (gated(settings, cands) and present == cands[:1]):
         raise KeyError(f"candidates of {s} not recorded")  # a gated collection with the first alone: calm
-    scored = [SimpleNamespace(score=None, metric=None, variants=rec["contexts"][key(c)]["variants"],
-                              answer=rec["contexts"][key(c)]["answer"]) for c in present]
+    scored = [
+        SimpleNamespace(
+            score=None,
+            metric=None,
+            variants=rec["contexts"][key(c)]["variants"],
+            answer=rec["contexts"][key(c)]["answer"],
+        )
+        for c in present
+    ]
     return decide(settings, list(range(k)), cands, scored, TOP_N, None, None, rec.get("texts")).order
 
 
-MODES = {"retriever": mode_retriever, "document": mode_document, "fusion": mode_fusion, "prune": mode_prune,
-         "context": mode_context, "paper": mode_document, "former": mode_context, "confidence": mode_context,
-         "selective": mode_context, "always": mode_context}
+MODES = {
+    "retriever": mode_retriever,
+    "document": mode_document,
+    "fusion": mode_fusion,
+    "prune": mode_prune,
+    "context": mode_context,
+    "paper": mode_document,
+    "former": mode_context,
+    "confidence": mode_context,
+    "selective": mode_context,
+    "always": mode_context,
+}
 #: the paper's per-document GROGU as GroguRerank did it before the modes: grogu's prompt, KeyEntropy
 PAPER = {"prompt": "own", "metric": "key_entropy"}
 
@@ -120,10 +155,26 @@ def grid(mode: str, k: int) -> list[dict]:
     if mode == "retriever":
         return [{"k": k}]
     if mode == "selective":
-        return [{"k": k, "family": f, "rule": "confidence_support", "metric": m, "support_weight": b, "margin": g,
-                 "gate": "doubt", "gate_support": gs, "gate_confidence": gc}
-                for f in SELECTIVE_FAMILIES for m in SELECTIVE_METRICS for b in SELECTIVE_WEIGHTS
-                for g in SELECTIVE_MARGINS for gs in GATE_SUPPORTS for gc in GATE_CONFIDENCES if gs or gc]
+        return [
+            {
+                "k": k,
+                "family": f,
+                "rule": "confidence_support",
+                "metric": m,
+                "support_weight": b,
+                "margin": g,
+                "gate": "doubt",
+                "gate_support": gs,
+                "gate_confidence": gc,
+            }
+            for f in SELECTIVE_FAMILIES
+            for m in SELECTIVE_METRICS
+            for b in SELECTIVE_WEIGHTS
+            for g in SELECTIVE_MARGINS
+            for gs in GATE_SUPPORTS
+            for gc in GATE_CONFIDENCES
+            if gs or gc
+        ]
     if mode == "document":
         return [{"k": k, "prompt": p, "metric": m} for p in prompts for m in DOC_METRICS]
     if mode == "fusion":
@@ -132,14 +183,24 @@ def grid(mode: str, k: int) -> list[dict]:
         return [{"k": k, "metric": m} for m in DOC_METRICS]
     out = []
     for f in FAMILIES:  # each rule of grogu.selection; the support tie-break on (it never changes the answer)
-        out += [{"k": k, "family": f, "rule": "confidence", "metric": m, "margin": g}
-                for m in CTX_METRICS for g in MARGINS]
-        out += [{"k": k, "family": f, "rule": "agreement", "metric": "key_entropy", "margin": g}
-                for g in MARGINS_AGREEMENT]
-        out += [{"k": k, "family": f, "rule": "combined", "metric": m, "confidence_weight": w, "margin": g}
-                for m in RULE_METRICS for w in WEIGHTS_COMBINED for g in MARGINS_AGREEMENT[:3]]
-        out += [{"k": k, "family": f, "rule": "confidence_support", "metric": m, "support_weight": b, "margin": g}
-                for m in SUPPORT_METRICS for b in SUPPORT_WEIGHTS for g in MARGINS]
+        out += [
+            {"k": k, "family": f, "rule": "confidence", "metric": m, "margin": g} for m in CTX_METRICS for g in MARGINS
+        ]
+        out += [
+            {"k": k, "family": f, "rule": "agreement", "metric": "key_entropy", "margin": g} for g in MARGINS_AGREEMENT
+        ]
+        out += [
+            {"k": k, "family": f, "rule": "combined", "metric": m, "confidence_weight": w, "margin": g}
+            for m in RULE_METRICS
+            for w in WEIGHTS_COMBINED
+            for g in MARGINS_AGREEMENT[:3]
+        ]
+        out += [
+            {"k": k, "family": f, "rule": "confidence_support", "metric": m, "support_weight": b, "margin": g}
+            for m in SUPPORT_METRICS
+            for b in SUPPORT_WEIGHTS
+            for g in MARGINS
+        ]
     return out
 
 
@@ -154,8 +215,11 @@ def needed_contexts(rec: dict, k: int, settings: dict[str, dict] | None = None) 
     for mode, s in runs:
         if s.get("prompt") == "own" and not rec.get("docs_own"):
             continue
-        cands = (context_candidates(k_of(rec, k), TOP_N, s["family"]) if MODES[mode] is mode_context
-                 else [MODES[mode](rec, s)])
+        cands = (
+            context_candidates(k_of(rec, k), TOP_N, s["family"])
+            if MODES[mode] is mode_context
+            else [MODES[mode](rec, s)]
+        )
         out += [c for c in cands if c not in out]
     return out
 
@@ -177,8 +241,9 @@ def needs_own_prompt(settings: dict[str, dict] | None) -> bool:
 
 
 def needs_pipe_prompt(settings: dict[str, dict] | None) -> bool:
-    return settings is None or any(s.get("prompt") == "pipe" or name.startswith("prune")
-                                   for name, s in settings.items())
+    return settings is None or any(
+        s.get("prompt") == "pipe" or name.startswith("prune") for name, s in settings.items()
+    )
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -187,7 +252,7 @@ def sign_test(wins: int, losses: int) -> float:
     n = wins + losses
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(0, min(wins, losses) + 1)) / 2 ** n
+    tail = sum(math.comb(n, i) for i in range(0, min(wins, losses) + 1)) / 2**n
     return min(1.0, 2 * tail)
 
 
@@ -229,11 +294,24 @@ def evaluate(records: list[dict], mode: str, s: dict) -> dict:
     if n == 0:
         return {"mode": mode, "setting": s, "n": 0}
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    return {"mode": mode, "setting": s, "n": n, "accuracy": mean(correct), "retriever_accuracy": mean(base),
-            "wins": wins, "losses": losses, "p": sign_test(wins, losses), "f1": mean(f1),
-            "retriever_f1": mean(base_f1), "words": mean(words), "retriever_words": mean(base_words),
-            "changed": mean(changed), "precision": wins / (wins + losses) if wins + losses else None,
-            "gold_given": mean(given), "gold_first": mean(first)}
+    return {
+        "mode": mode,
+        "setting": s,
+        "n": n,
+        "accuracy": mean(correct),
+        "retriever_accuracy": mean(base),
+        "wins": wins,
+        "losses": losses,
+        "p": sign_test(wins, losses),
+        "f1": mean(f1),
+        "retriever_f1": mean(base_f1),
+        "words": mean(words),
+        "retriever_words": mean(base_words),
+        "changed": mean(changed),
+        "precision": wins / (wins + losses) if wins + losses else None,
+        "gold_given": mean(given),
+        "gold_first": mean(first),
+    }
 
 
 def tune(records: list[dict], mode: str, k: int, by: str = "accuracy") -> dict:
@@ -256,8 +334,13 @@ def tune(records: list[dict], mode: str, k: int, by: str = "accuracy") -> dict:
         changes = -sum(r["wins"] + r["losses"] for r in res)
         if by == "maximin":
             cost = -len(context_candidates(k, TOP_N, s["family"])) if mode == "context" else 0
-            score = (all(r["wins"] >= r["losses"] for r in res), round(min(gains), 9),
-                     round(sum(gains) / len(gains), 9), cost, changes)
+            score = (
+                all(r["wins"] >= r["losses"] for r in res),
+                round(min(gains), 9),
+                round(sum(gains) / len(gains), 9),
+                cost,
+                changes,
+            )
         else:
             score = (res[0]["accuracy"], changes)
         if best is None or score > best[0]:
@@ -273,9 +356,15 @@ def doubt_rate(records: list[dict], s: dict) -> float:
 
     settings = context_settings(s)
     first = list(range(min(TOP_N, k_of(records[0], s["k"]))))
-    return sum(doubt(settings, SimpleNamespace(answer=r["contexts"][key(first)]["answer"],
-                                               variants=r["contexts"][key(first)]["variants"]),
-                     r["texts"], first) for r in records) / len(records)
+    return sum(
+        doubt(
+            settings,
+            SimpleNamespace(answer=r["contexts"][key(first)]["answer"], variants=r["contexts"][key(first)]["variants"]),
+            r["texts"],
+            first,
+        )
+        for r in records
+    ) / len(records)
 
 
 def choose_selective(records: list[dict], k: int = 5) -> tuple[dict, list[tuple]]:
@@ -304,13 +393,21 @@ def choose_selective(records: list[dict], k: int = 5) -> tuple[dict, list[tuple]
 
     def rank(row: tuple) -> tuple:
         s, res, pooled, cost = row
-        return (pooled["wins"] - pooled["losses"], round(pooled["f1"] - pooled["retriever_f1"], 9),
-                -pooled["changed"], -cost)
+        return (
+            pooled["wins"] - pooled["losses"],
+            round(pooled["f1"] - pooled["retriever_f1"], 9),
+            -pooled["changed"],
+            -cost,
+        )
 
     for bars in (("wins", "changed", "precision"), ("wins", "changed"), ("wins",)):
-        ok = [row for row in rows if all(r["wins"] >= r["losses"] for r in row[1])
-              and ("changed" not in bars or row[2]["changed"] <= MAX_CHANGED)
-              and ("precision" not in bars or (row[2]["precision"] or 0) >= MIN_PRECISION)]
+        ok = [
+            row
+            for row in rows
+            if all(r["wins"] >= r["losses"] for r in row[1])
+            and ("changed" not in bars or row[2]["changed"] <= MAX_CHANGED)
+            and ("precision" not in bars or (row[2]["precision"] or 0) >= MIN_PRECISION)
+        ]
         if ok:
             ranked = sorted(ok, key=rank, reverse=True)
             print(f"selective: {len(ok)} of {len(rows)} settings meet the bars {bars}", file=sys.stderr)
@@ -327,17 +424,21 @@ def load(paths: list[str]) -> list[dict]:
     return list(rows.values())
 
 
-HEADER = ("| data | mode (setting) | n | accuracy | retriever | W / L | sign p | F1 | retriever F1 | words | "
-          "retriever words | changed | precision | gold given | gold first |\n|" + "---|" * 15)
+HEADER = (
+    "| data | mode (setting) | n | accuracy | retriever | W / L | sign p | F1 | retriever F1 | words | "
+    "retriever words | changed | precision | gold given | gold first |\n|" + "---|" * 15
+)
 
 
 def fmt_row(r: dict) -> str:
     s = ", ".join(f"{k}={v}" for k, v in r["setting"].items() if k != "k")
     precision = "–" if r["precision"] is None else f"{r['precision']:.2f}"
-    return (f"| {r.get('data', '')} | {r['mode']} ({s}) | {r['n']} | {100 * r['accuracy']:.1f} % | "
-            f"{100 * r['retriever_accuracy']:.1f} % | {r['wins']} / {r['losses']} | {r['p']:.3g} | "
-            f"{100 * r['f1']:.1f} | {100 * r['retriever_f1']:.1f} | {r['words']:.1f} | {r['retriever_words']:.1f} | "
-            f"{100 * r['changed']:.0f} % | {precision} | {100 * r['gold_given']:.1f} % | {100 * r['gold_first']:.1f} % |")
+    return (
+        f"| {r.get('data', '')} | {r['mode']} ({s}) | {r['n']} | {100 * r['accuracy']:.1f} % | "
+        f"{100 * r['retriever_accuracy']:.1f} % | {r['wins']} / {r['losses']} | {r['p']:.3g} | "
+        f"{100 * r['f1']:.1f} | {100 * r['retriever_f1']:.1f} | {r['words']:.1f} | {r['retriever_words']:.1f} | "
+        f"{100 * r['changed']:.0f} % | {precision} | {100 * r['gold_given']:.1f} % | {100 * r['gold_first']:.1f} % |"
+    )
 
 
 def choose(args: Any) -> None:
@@ -345,7 +446,7 @@ def choose(args: Any) -> None:
     settings it is compared with."""
     setting, ranked = choose_selective(load(args.tune))
     print(HEADER)
-    for s, res, pooled, cost in ranked[:args.top]:
+    for s, res, pooled, cost in ranked[: args.top]:
         for r in [*res, pooled]:
             print(fmt_row(r), f"cost {cost:.2f}")
     if args.save_settings:
@@ -375,8 +476,9 @@ def report(args: Any) -> None:
             for part, recs in (("tuning", t), ("held_out", e)):
                 names = sorted({r.get("data", "all") for r in recs})
                 for data in names + (["pooled"] if len(names) > 1 else []):
-                    res = evaluate([r for r in recs if data == "pooled" or r.get("data", "all") == data], mode,
-                                   settings[name])
+                    res = evaluate(
+                        [r for r in recs if data == "pooled" or r.get("data", "all") == data], mode, settings[name]
+                    )
                     if res["n"]:
                         out[part][f"{name} {data}"] = {**res, "data": data}
     for part in ("tuning", "held_out"):
@@ -386,8 +488,7 @@ def report(args: Any) -> None:
                 print(fmt_row(r))
     agree = [r["agree"] for r in eval_recs + tune_recs if "agree" in r]
     if agree:
-        print(f"\nengine answer == LlamaIndex synthesizer answer on the retriever's context: "
-              f"{sum(agree)}/{len(agree)}")
+        print(f"\nengine answer == LlamaIndex synthesizer answer on the retriever's context: {sum(agree)}/{len(agree)}")
     if args.save_settings:
         json.dump(settings, open(args.save_settings, "w"), indent=1)
     json.dump(out, sys.stderr, indent=1)

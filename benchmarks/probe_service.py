@@ -48,9 +48,16 @@ def tiny_nli(path: str) -> str:
 
     tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-                     label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2},
+    )
     BertForSequenceClassification(cfg).eval().save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -58,8 +65,12 @@ def tiny_nli(path: str) -> str:
 
 def post(url: str, path: str, body: dict, timeout: float = 120.0) -> tuple[int, dict, float]:
     t0 = time.perf_counter()
-    r = httpx.post(url + path, content=json.dumps(body).encode(), timeout=timeout,
-                   headers={**AUTH, "content-type": "application/json"})
+    r = httpx.post(
+        url + path,
+        content=json.dumps(body).encode(),
+        timeout=timeout,
+        headers={**AUTH, "content-type": "application/json"},
+    )
     return r.status_code, r.json(), time.perf_counter() - t0
 
 
@@ -67,21 +78,42 @@ def probes() -> list[tuple[str, str, dict]]:
     docs22 = [f"Passage {i}: a short note on a city." for i in range(22)]
     return [
         ("empty /score_batch", "/score_batch", {"items": [], "max_new_tokens": 4}),
-        ("/seper n_samples=100000", "/seper", {"query": QUERY, "documents": ["d"], "references": ["x"],
-                                               "n_samples": 100_000}),
-        ("/influence contextcite n_ablations=100000", "/influence",
-         {"items": [{"query": QUERY, "documents": ["a", "b"]}], "method": "contextcite", "n_ablations": 100_000}),
-        ("/rerank family=all 22 docs top_n=11", "/rerank", {"query": QUERY, "documents": docs22, "mode": "context",
-                                                            "family": "all", "top_n": 11}),
-        ("/rerank family=all 18 docs top_n=9", "/rerank", {"query": QUERY, "documents": docs22[:18],
-                                                           "mode": "context", "family": "all", "top_n": 9}),
-        ("/seper temperature=1e-50", "/seper", {"query": QUERY, "documents": ["d"], "references": ["x"],
-                                                "temperature": 1e-50}),
+        (
+            "/seper n_samples=100000",
+            "/seper",
+            {"query": QUERY, "documents": ["d"], "references": ["x"], "n_samples": 100_000},
+        ),
+        (
+            "/influence contextcite n_ablations=100000",
+            "/influence",
+            {"items": [{"query": QUERY, "documents": ["a", "b"]}], "method": "contextcite", "n_ablations": 100_000},
+        ),
+        (
+            "/rerank family=all 22 docs top_n=11",
+            "/rerank",
+            {"query": QUERY, "documents": docs22, "mode": "context", "family": "all", "top_n": 11},
+        ),
+        (
+            "/rerank family=all 18 docs top_n=9",
+            "/rerank",
+            {"query": QUERY, "documents": docs22[:18], "mode": "context", "family": "all", "top_n": 9},
+        ),
+        (
+            "/seper temperature=1e-50",
+            "/seper",
+            {"query": QUERY, "documents": ["d"], "references": ["x"], "temperature": 1e-50},
+        ),
         ("lone surrogate in a document", "/score", {**LIGHT, "documents": ["bad \ud800 text"]}),
-        ("template repeating {text} 20 times", "/score",
-         {**LIGHT, "documents": ["0123456789 " * 150], "template": {"document": "{text}" * 20}}),
-        ("ACU evidence of ~8,400 tokens", "/acu", {"items": [{"claim": "c", "evidence": "0123456789 " * 1500,
-                                                              "stance": "SUPPORTS"}]}),
+        (
+            "template repeating {text} 20 times",
+            "/score",
+            {**LIGHT, "documents": ["0123456789 " * 150], "template": {"document": "{text}" * 20}},
+        ),
+        (
+            "ACU evidence of ~8,400 tokens",
+            "/acu",
+            {"items": [{"claim": "c", "evidence": "0123456789 " * 1500, "stance": "SUPPORTS"}]},
+        ),
     ]
 
 
@@ -106,8 +138,12 @@ def beside(url: str, path: str, body: dict, n: int) -> dict:
     time.sleep(0.5)
     lat = light_latencies(url, n)
     thread.join()
-    return {"heavy_status": result["status"], "heavy_s": round(result["heavy_s"], 2),
-            "light_p50_s": round(float(np.percentile(lat, 50)), 3), "light_p95_s": round(float(np.percentile(lat, 95)), 3)}
+    return {
+        "heavy_status": result["status"],
+        "heavy_s": round(result["heavy_s"], 2),
+        "light_p50_s": round(float(np.percentile(lat, 50)), 3),
+        "light_p95_s": round(float(np.percentile(lat, 95)), 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -116,8 +152,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-batch-tokens", type=int, default=128)
     p.add_argument("--light", type=int, default=10, help="light requests per heavy run")
     p.add_argument("--stall-tokens", type=int, default=1024, help="answer tokens of the one long slice of step 3")
-    p.add_argument("--steps", default="probes,seper,influence,rerank,stall",
-                   help="comma-separated steps to run (default: all)")
+    p.add_argument(
+        "--steps", default="probes,seper,influence,rerank,stall", help="comma-separated steps to run (default: all)"
+    )
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     steps = set(args.steps.split(","))
@@ -139,8 +176,11 @@ def main(argv: list[str] | None = None) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "OMP_NUM_THREADS": "1"}} \
-        if os.environ.get("PYTHONPATH") else None
+    env = (
+        {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "OMP_NUM_THREADS": "1"}}
+        if os.environ.get("PYTHONPATH")
+        else None
+    )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env)
     figures: dict = {"model": args.model, "max_batch_tokens": args.max_batch_tokens, "replica": "1 CPU"}
     try:
@@ -149,20 +189,42 @@ def main(argv: list[str] | None = None) -> dict:
         serve.run(build_app(config, num_replicas=1, num_cpus=1), name="probe", route_prefix="/")
         light_latencies(url, 2)  # warm up
         rows = []
-        for name, path, body in (probes() if "probes" in steps else []):
+        for name, path, body in probes() if "probes" in steps else []:
             status, data, took = post(url, path, body)
             _, _, light = post(url, "/score", LIGHT)
-            rows.append({"request": name, "status": status, "seconds": round(took, 2),
-                         "light_after_s": round(light, 2), "detail": str(data.get("detail", ""))[:140]})
+            rows.append(
+                {
+                    "request": name,
+                    "status": status,
+                    "seconds": round(took, 2),
+                    "light_after_s": round(light, 2),
+                    "detail": str(data.get("detail", ""))[:140],
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         figures["probes"] = rows
         heavy = {
-            "/seper": {"query": QUERY, "documents": [f"Passage {i} about Canberra." for i in range(6)],
-                       "references": ["Canberra"], "n_samples": 32, "max_new_tokens": 32},
-            "/influence": {"items": [{"query": QUERY, "documents": [f"Passage {i} about Canberra." for i in range(8)]}],
-                           "method": "ablation", "n_ablations": 64, "max_new_tokens": 32},
-            "/rerank": {"query": QUERY, "documents": [f"Passage {i} about Canberra." for i in range(10)],
-                        "mode": "context", "family": "all", "top_n": 3, "max_new_tokens": 64},
+            "/seper": {
+                "query": QUERY,
+                "documents": [f"Passage {i} about Canberra." for i in range(6)],
+                "references": ["Canberra"],
+                "n_samples": 32,
+                "max_new_tokens": 32,
+            },
+            "/influence": {
+                "items": [{"query": QUERY, "documents": [f"Passage {i} about Canberra." for i in range(8)]}],
+                "method": "ablation",
+                "n_ablations": 64,
+                "max_new_tokens": 32,
+            },
+            "/rerank": {
+                "query": QUERY,
+                "documents": [f"Passage {i} about Canberra." for i in range(10)],
+                "mode": "context",
+                "family": "all",
+                "top_n": 3,
+                "max_new_tokens": 64,
+            },
         }
         figures["beside_heavy"] = {}
         for path, body in heavy.items():
@@ -174,8 +236,14 @@ def main(argv: list[str] | None = None) -> dict:
         if "stall" not in steps:
             return figures
         # step 3: a stuck worker (one slice far over --health-stall-s)
-        stall = ServeConfig(model=model, device="cpu", token=TOKEN, health_stall_s=1.0,
-                            max_batch_tokens=args.stall_tokens, max_new_tokens=args.stall_tokens)
+        stall = ServeConfig(
+            model=model,
+            device="cpu",
+            token=TOKEN,
+            health_stall_s=1.0,
+            max_batch_tokens=args.stall_tokens,
+            max_new_tokens=args.stall_tokens,
+        )
         serve.run(build_app(stall, num_replicas=1, num_cpus=1), name="probe", route_prefix="/")
         light_latencies(url, 1)
         long = {**LIGHT, "max_new_tokens": args.stall_tokens, "documents": ["Write a long story about Canberra."]}

@@ -41,7 +41,8 @@ from grogu.models import DEFAULT_MODEL
 STOPWORDS = frozenset(
     "a an the of to in on for and or is are was were be been by with as at from that this it its which who what "
     "when where how why do does did can could will would should may might not no their there they them his her "
-    "he she we you i our your than then so if but about into over also".split())
+    "he she we you i our your than then so if but about into over also".split()
+)
 _WORD = re.compile(r"\w+")
 
 
@@ -71,7 +72,7 @@ def chunk(text: str, n_words: int, stride: int) -> list[str]:
     starts = list(range(0, len(ws) - n_words + 1, stride))
     if starts[-1] + n_words < len(ws):
         starts.append(len(ws) - n_words)
-    return [" ".join(ws[s:s + n_words]) for s in starts]
+    return [" ".join(ws[s : s + n_words]) for s in starts]
 
 
 def load_qrecc(root: str) -> tuple[list[dict], dict[tuple[int, int], str]]:
@@ -80,8 +81,9 @@ def load_qrecc(root: str) -> tuple[list[dict], dict[tuple[int, int], str]]:
     with open(os.path.join(root, "scai_qrecc21_batch1_top1_passages.csv"), encoding="utf-8") as f:
         for row in csv.DictReader(f):
             key = (int(row["conversation_no"]), int(row["turn_no"]))
-            t = turns.setdefault(key, {"conversation_no": key[0], "turn_no": key[1], "question": row["question"],
-                                       "passages": []})
+            t = turns.setdefault(
+                key, {"conversation_no": key[0], "turn_no": key[1], "question": row["question"], "passages": []}
+            )
             for p in ast.literal_eval(row["passages"]):
                 if p not in t["passages"]:
                     t["passages"].append(p)
@@ -144,21 +146,36 @@ def main(argv: list[str] | None = None) -> int:
         for c in chunk(p, args.chunk_words, args.chunk_stride):
             source.setdefault(c, p)
     corpus = list(source)
-    evaluable = [t for t in all_turns
-                 if any(contains_answer(c, gold.get((t["conversation_no"], t["turn_no"]), ""), args.min_recall)
-                        for c in corpus)]
-    chosen = evaluable[:args.limit]
-    print(f"{len(all_turns)} turns, {len(passages)} pooled passages -> {len(corpus)} windows of "
-          f"{args.chunk_words} words; {len(evaluable)} turns have a window with the gold answer; running "
-          f"{len(chosen)}", file=sys.stderr)
+    evaluable = [
+        t
+        for t in all_turns
+        if any(contains_answer(c, gold.get((t["conversation_no"], t["turn_no"]), ""), args.min_recall) for c in corpus)
+    ]
+    chosen = evaluable[: args.limit]
+    print(
+        f"{len(all_turns)} turns, {len(passages)} pooled passages -> {len(corpus)} windows of "
+        f"{args.chunk_words} words; {len(evaluable)} turns have a window with the gold answer; running "
+        f"{len(chosen)}",
+        file=sys.stderr,
+    )
 
     retriever = BM25Retriever(corpus) if args.retriever == "bm25" else DenseRetriever(corpus, device=args.device)
     scorer = UtilityScorer(args.model, max_new_tokens=args.max_new_tokens, device=args.device)
     t_model = time.perf_counter()
-    turns = [{"id": f"{t['conversation_no']}_{t['turn_no']}", "question": t["question"], "history": t["history"]}
-             for t in chosen]
-    pairs = build_rewrite_pairs(turns, retriever, scorer, n_candidates=args.n_candidates,
-                                temperature=args.temperature, seed=args.seed, k=args.k, progress=True)
+    turns = [
+        {"id": f"{t['conversation_no']}_{t['turn_no']}", "question": t["question"], "history": t["history"]}
+        for t in chosen
+    ]
+    pairs = build_rewrite_pairs(
+        turns,
+        retriever,
+        scorer,
+        n_candidates=args.n_candidates,
+        temperature=args.temperature,
+        seed=args.seed,
+        k=args.k,
+        progress=True,
+    )
     t_pairs = time.perf_counter() - t_model
     paths = pairs.write(args.out)
 
@@ -167,21 +184,34 @@ def main(argv: list[str] | None = None) -> int:
     for t, r in zip(chosen, pairs.results):
         answer = gold[(t["conversation_no"], t["turn_no"])]
         window_hits.append([any(contains_answer(p, answer, args.min_recall) for p in x.passages) for x in r.rewrites])
-        passage_hits.append([any(contains_answer(source[p], answer, args.min_recall) for p in x.passages)
-                             for x in r.rewrites])
+        passage_hits.append(
+            [any(contains_answer(source[p], answer, args.min_recall) for p in x.passages) for x in r.rewrites]
+        )
     scores = [[x.score for x in r.rewrites] for r in pairs.results]
     ids = [r.turn.id for r in pairs.results]
-    kept = [(p.turn_index, [x.rewrite for x in pairs.results[p.turn_index].rewrites].index(p.chosen),
-             [x.rewrite for x in pairs.results[p.turn_index].rewrites].index(p.rejected)) for p in pairs.kept]
-    report = {"turns": len(chosen), "k": args.k, "corpus_windows": len(corpus),
-              "evaluable_turns_in_sample": len(evaluable),
-              "unique_candidates_per_turn_mean": pairs.summary["unique_candidates_per_turn_mean"],
-              "window_level": check(window_hits, scores, ids, kept, args.random_seeds),
-              "source_passage_level": check(passage_hits, scores, ids, kept, args.random_seeds),
-              "sft_chose_original_question": pairs.summary["sft_chose_original_question"],
-              "dpo_kept": kept, "summary": pairs.summary, "settings": vars(args),
-              "wall_s": {"total": round(time.perf_counter() - t_start, 1), "pairs": round(t_pairs, 1)},
-              "outputs": paths}
+    kept = [
+        (
+            p.turn_index,
+            [x.rewrite for x in pairs.results[p.turn_index].rewrites].index(p.chosen),
+            [x.rewrite for x in pairs.results[p.turn_index].rewrites].index(p.rejected),
+        )
+        for p in pairs.kept
+    ]
+    report = {
+        "turns": len(chosen),
+        "k": args.k,
+        "corpus_windows": len(corpus),
+        "evaluable_turns_in_sample": len(evaluable),
+        "unique_candidates_per_turn_mean": pairs.summary["unique_candidates_per_turn_mean"],
+        "window_level": check(window_hits, scores, ids, kept, args.random_seeds),
+        "source_passage_level": check(passage_hits, scores, ids, kept, args.random_seeds),
+        "sft_chose_original_question": pairs.summary["sft_chose_original_question"],
+        "dpo_kept": kept,
+        "summary": pairs.summary,
+        "settings": vars(args),
+        "wall_s": {"total": round(time.perf_counter() - t_start, 1), "pairs": round(t_pairs, 1)},
+        "outputs": paths,
+    }
     with open(os.path.join(args.out, "qrecc_report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
     print_report(report)
@@ -200,34 +230,51 @@ def recheck(path: str, random_seeds: int = 20) -> dict:
         kept = [(i, r["best"], r["worst"]) for i, r in enumerate(rows) if r["pair"] == "kept"]
     for level in ("window_level", "source_passage_level"):
         per_turn = report[level]["per_turn"]
-        report[level] = check([t["hits"] for t in per_turn], [t["scores"] for t in per_turn],
-                              [t["id"] for t in per_turn], kept, random_seeds)
+        report[level] = check(
+            [t["hits"] for t in per_turn],
+            [t["scores"] for t in per_turn],
+            [t["id"] for t in per_turn],
+            kept,
+            random_seeds,
+        )
     return report
 
 
 def print_report(report: dict) -> None:
     k = report["k"]
-    print(f"\nQReCC sample, {report['turns']} turns, top-{k} of {report['corpus_windows']} windows, "
-          f"{report['unique_candidates_per_turn_mean']:.1f} unique candidates/turn, "
-          f"GROGU kept the original question in {report['sft_chose_original_question']} turns")
-    for level, title in (("window_level", "a retrieved window holds the gold answer"),
-                         ("source_passage_level", "a retrieved window comes from a passage holding it")):
+    print(
+        f"\nQReCC sample, {report['turns']} turns, top-{k} of {report['corpus_windows']} windows, "
+        f"{report['unique_candidates_per_turn_mean']:.1f} unique candidates/turn, "
+        f"GROGU kept the original question in {report['sft_chose_original_question']} turns"
+    )
+    for level, title in (
+        ("window_level", "a retrieved window holds the gold answer"),
+        ("source_passage_level", "a retrieved window comes from a passage holding it"),
+    ):
         r = report[level]
         h, s = r["hit_rate"], r["sampled_only"]
         print(f"\n{title}\n| rewrite used | hit rate (top-{k}) |\n|---|---|")
-        print(f"| GROGU-chosen (SFT target) | {h['grogu_chosen']:.3f} (P[random >= this] = "
-              f"{r['p_random_at_least_grogu']:.3f}) |")
-        print(f"| random candidate ({r['random_seeds']} seeds) | {h['random_candidate_mean_over_seeds']:.3f} "
-              f"± {h['random_candidate_std_over_seeds']:.3f} (expected {h['random_candidate_expected']:.3f}) |")
+        print(
+            f"| GROGU-chosen (SFT target) | {h['grogu_chosen']:.3f} (P[random >= this] = "
+            f"{r['p_random_at_least_grogu']:.3f}) |"
+        )
+        print(
+            f"| random candidate ({r['random_seeds']} seeds) | {h['random_candidate_mean_over_seeds']:.3f} "
+            f"± {h['random_candidate_std_over_seeds']:.3f} (expected {h['random_candidate_expected']:.3f}) |"
+        )
         print(f"| original question | {h['original_question']:.3f} |")
         print(f"| GROGU-lowest | {h['grogu_lowest']:.3f} |")
         print(f"| any candidate (oracle) | {h['oracle_any_candidate']:.3f} |")
-        print(f"| sampled rewrites only: GROGU-chosen / random expected | {s['grogu_chosen']:.3f} / "
-              f"{s['random_candidate_expected']:.3f} (P = {s['p_random_at_least_grogu']:.3f}) |")
+        print(
+            f"| sampled rewrites only: GROGU-chosen / random expected | {s['grogu_chosen']:.3f} / "
+            f"{s['random_candidate_expected']:.3f} (P = {s['p_random_at_least_grogu']:.3f}) |"
+        )
         if r.get("dpo_pairs_kept") is not None:
-            print(f"turns where candidates disagree: {r['turns_where_candidates_disagree']}; DPO pairs kept "
-                  f"{r['dpo_pairs_kept']}: chosen hit {r['dpo_kept_chosen_hit_rate']:.3f}, rejected hit "
-                  f"{r['dpo_kept_rejected_hit_rate']:.3f}")
+            print(
+                f"turns where candidates disagree: {r['turns_where_candidates_disagree']}; DPO pairs kept "
+                f"{r['dpo_pairs_kept']}: chosen hit {r['dpo_kept_chosen_hit_rate']:.3f}, rejected hit "
+                f"{r['dpo_kept_rejected_hit_rate']:.3f}"
+            )
     if "wall_s" in report:
         print(f"\nwall: {report['wall_s']}")
 
@@ -262,13 +309,15 @@ def check(hits: list[list[bool]], scores: list[list[float]], ids: list, kept: li
 
     best = [h[argmax(s)] for h, s in zip(hits, scores)]
     worst = [h[_argmin(s)] for h, s in zip(hits, scores)]
-    random_rates = [_rate(random.Random(seed * 1000 + i).choice(h) for i, h in enumerate(hits))
-                    for seed in range(random_seeds)]
+    random_rates = [
+        _rate(random.Random(seed * 1000 + i).choice(h) for i, h in enumerate(hits)) for seed in range(random_seeds)
+    ]
     informative = [i for i, h in enumerate(hits) if 0 < sum(h) < len(h)]
     sampled = [(h[1:], s[1:]) for h, s in zip(hits, scores) if len(s) > 1]
     sampled_best = [h[argmax(s)] for h, s in sampled]
     out = {
-        "turns": len(hits), "random_seeds": random_seeds,
+        "turns": len(hits),
+        "random_seeds": random_seeds,
         "hit_rate": {
             "grogu_chosen": _rate(best),
             "random_candidate_mean_over_seeds": statistics.mean(random_rates),
@@ -280,7 +329,8 @@ def check(hits: list[list[bool]], scores: list[list[float]], ids: list, kept: li
         },
         "p_random_at_least_grogu": p_at_least([_rate(h) for h in hits], sum(best)),
         "sampled_only": {
-            "turns": len(sampled), "grogu_chosen": _rate(sampled_best),
+            "turns": len(sampled),
+            "grogu_chosen": _rate(sampled_best),
             "random_candidate_expected": _rate(_rate(h) for h, _ in sampled),
             "p_random_at_least_grogu": p_at_least([_rate(h) for h, _ in sampled], sum(sampled_best)),
         },
@@ -294,9 +344,13 @@ def check(hits: list[list[bool]], scores: list[list[float]], ids: list, kept: li
         "per_turn": [{"id": i, "hits": h, "scores": s} for i, h, s in zip(ids, hits, scores)],
     }
     if kept is not None:
-        out.update({"dpo_pairs_kept": len(kept),
-                    "dpo_kept_chosen_hit_rate": _rate(hits[t][c] for t, c, _ in kept),
-                    "dpo_kept_rejected_hit_rate": _rate(hits[t][r] for t, _, r in kept)})
+        out.update(
+            {
+                "dpo_pairs_kept": len(kept),
+                "dpo_kept_chosen_hit_rate": _rate(hits[t][c] for t, c, _ in kept),
+                "dpo_kept_rejected_hit_rate": _rate(hits[t][r] for t, _, r in kept),
+            }
+        )
     return out
 
 

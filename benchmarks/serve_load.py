@@ -61,8 +61,9 @@ def work_items(n: int, docs: int) -> list[tuple[str, list[dict]]]:
     for i in range(n):
         own = paras[i]
         others = [paras[n + (i + j) % docs] for j in range(docs - 1)]
-        items.append((own["question"], [{"text": " ".join(p["text"].split()[:60]), "title": p["title"]}
-                                        for p in [own, *others]]))
+        items.append(
+            (own["question"], [{"text": " ".join(p["text"].split()[:60]), "title": p["title"]} for p in [own, *others]])
+        )
     return items
 
 
@@ -87,8 +88,10 @@ def load(url: str, items, reference, clients: int, requests: int, kill_at: float
     latencies: list[float] = []
     errors: list[str] = []
     answered: dict[tuple[int, int], int] = {}
-    scorers = [RemoteScorer(url, max_new_tokens=reference.max_new_tokens, retries=8, backoff=0.25, timeout=120)
-               for _ in range(clients)]
+    scorers = [
+        RemoteScorer(url, max_new_tokens=reference.max_new_tokens, retries=8, backoff=0.25, timeout=120)
+        for _ in range(clients)
+    ]
     kill_time: list[float] = []
     first_after_kill: list[float] = []
 
@@ -141,9 +144,12 @@ def load(url: str, items, reference, clients: int, requests: int, kill_at: float
     sizes = {int(k): v for k, v in sizes.items() if v}
     lat = np.array(latencies)
     out = {
-        "requests": clients * requests, "completed": len(answered),
+        "requests": clients * requests,
+        "completed": len(answered),
         "completed_exactly_once": all(v == 1 for v in answered.values()) and len(answered) == clients * requests,
-        "errors": len(errors), "error_examples": errors[:3], "wall_s": round(wall, 2),
+        "errors": len(errors),
+        "error_examples": errors[:3],
+        "wall_s": round(wall, 2),
         "throughput_req_s": round(len(answered) / wall, 2),
         "latency_p50_s": round(float(np.percentile(lat, 50)), 3) if len(lat) else None,
         "latency_p95_s": round(float(np.percentile(lat, 95)), 3) if len(lat) else None,
@@ -157,8 +163,9 @@ def load(url: str, items, reference, clients: int, requests: int, kill_at: float
     return out
 
 
-def fairness(url: str, items, reference, clients: int, requests: int, heavy_docs: int, heavy_tokens: int,
-             heavy: bool) -> dict:
+def fairness(
+    url: str, items, reference, clients: int, requests: int, heavy_docs: int, heavy_tokens: int, heavy: bool
+) -> dict:
     """``clients - 1`` light clients (``requests`` each, back to back), with or without one heavy client
     sending ``heavy_docs`` documents x ``heavy_tokens`` answer tokens until the light ones are done."""
     light = clients - 1
@@ -211,14 +218,26 @@ def fairness(url: str, items, reference, clients: int, requests: int, heavy_docs
     if hthread:
         hthread.join()
     lat = np.array(latencies)
-    out = {"light_clients": light, "light_requests": light * requests, "light_completed": len(latencies),
-           "errors": len(errors), "error_examples": errors[:3], "wall_s": round(wall, 2),
-           "light_p50_s": round(float(np.percentile(lat, 50)), 3) if len(lat) else None,
-           "light_p95_s": round(float(np.percentile(lat, 95)), 3) if len(lat) else None,
-           "light_max_s": round(float(lat.max()), 3) if len(lat) else None}
+    out = {
+        "light_clients": light,
+        "light_requests": light * requests,
+        "light_completed": len(latencies),
+        "errors": len(errors),
+        "error_examples": errors[:3],
+        "wall_s": round(wall, 2),
+        "light_p50_s": round(float(np.percentile(lat, 50)), 3) if len(lat) else None,
+        "light_p95_s": round(float(np.percentile(lat, 95)), 3) if len(lat) else None,
+        "light_max_s": round(float(lat.max()), 3) if len(lat) else None,
+    }
     if heavy:
-        out.update({"heavy_docs": heavy_docs, "heavy_tokens": heavy_tokens, "heavy_completed": len(heavy_lat),
-                    "heavy_mean_s": round(float(np.mean(heavy_lat)), 2) if heavy_lat else None})
+        out.update(
+            {
+                "heavy_docs": heavy_docs,
+                "heavy_tokens": heavy_tokens,
+                "heavy_completed": len(heavy_lat),
+                "heavy_mean_s": round(float(np.mean(heavy_lat)), 2) if heavy_lat else None,
+            }
+        )
     return out
 
 
@@ -261,9 +280,15 @@ def oversized(url: str, n: int, megabytes: int) -> dict:
     time.sleep(0.3)
     done.set()
     sampler.join()
-    return {"requests": n, "body_mb": round(len(body) / 1e6, 1), "outcomes": outcomes, "wall_s": round(wall, 2),
-            "replica_rss_before_mb": round(base / 2**20), "replica_rss_peak_mb": round(peak[0] / 2**20),
-            "replica_rss_after_mb": round(proc.memory_info().rss / 2**20)}
+    return {
+        "requests": n,
+        "body_mb": round(len(body) / 1e6, 1),
+        "outcomes": outcomes,
+        "wall_s": round(wall, 2),
+        "replica_rss_before_mb": round(base / 2**20),
+        "replica_rss_peak_mb": round(peak[0] / 2**20),
+        "replica_rss_after_mb": round(proc.memory_info().rss / 2**20),
+    }
 
 
 class Reference:
@@ -286,13 +311,18 @@ def in_process(ref: Reference, items, clients: int, requests: int) -> dict:
             for j in range(requests):
                 q, d = items[(c + j) % len(items)]
                 check(await ref.scorer.ascore(q, d), ref.results[(c + j) % len(items)])
+
         await asyncio.gather(*(one_client(c) for c in range(clients)))
 
     start = time.perf_counter()
     asyncio.run(run())
     concurrent = time.perf_counter() - start
-    return {"sequential_req_s": round(len(work) / sequential, 2), "sequential_wall_s": round(sequential, 2),
-            "async_concurrent_req_s": round(len(work) / concurrent, 2), "async_concurrent_wall_s": round(concurrent, 2)}
+    return {
+        "sequential_req_s": round(len(work) / sequential, 2),
+        "sequential_wall_s": round(sequential, 2),
+        "async_concurrent_req_s": round(len(work) / concurrent, 2),
+        "async_concurrent_wall_s": round(concurrent, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,8 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument("--batch-wait-ms", type=float, default=10.0)
-    p.add_argument("--max-batch-tokens", type=int, default=None,
-                   help="generation budget of one engine call (default: the service's, 2048)")
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=None,
+        help="generation budget of one engine call (default: the service's, 2048)",
+    )
     p.add_argument("--skip-in-process", action="store_true", help="skip the in-process throughput runs")
     p.add_argument("--scenario", default="load", help="comma-separated: load, fairness, memory")
     p.add_argument("--heavy-docs", type=int, default=16, help="fairness: documents per heavy request")
@@ -329,10 +363,16 @@ def main(argv: list[str] | None = None) -> int:
             model = testing.save_tiny_model(tempfile.mkdtemp(prefix="grogu-tiny-"))
     items = work_items(args.items, args.docs)
     scenarios = set(args.scenario.split(","))
-    figures: dict = {"machine": "2-core CPU, 1 torch thread", "model": args.model, "clients": args.clients,
-                     "requests_per_client": args.requests, "docs_per_request": args.docs,
-                     "max_new_tokens": args.max_new_tokens, "max_batch_size": args.max_batch_size,
-                     "batch_wait_ms": args.batch_wait_ms}
+    figures: dict = {
+        "machine": "2-core CPU, 1 torch thread",
+        "model": args.model,
+        "clients": args.clients,
+        "requests_per_client": args.requests,
+        "docs_per_request": args.docs,
+        "max_new_tokens": args.max_new_tokens,
+        "max_batch_size": args.max_batch_size,
+        "batch_wait_ms": args.batch_wait_ms,
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = Reference(grogu.UtilityScorer(model, device="cpu", max_new_tokens=args.max_new_tokens), items)
@@ -355,8 +395,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_batch_tokens:
             extra["max_batch_tokens"] = args.max_batch_tokens
             figures["max_batch_tokens"] = args.max_batch_tokens
-        config = ServeConfig(model=model, device="cpu", max_batch_size=args.max_batch_size,
-                             batch_wait_s=args.batch_wait_ms / 1000, max_docs=64, **extra)
+        config = ServeConfig(
+            model=model,
+            device="cpu",
+            max_batch_size=args.max_batch_size,
+            batch_wait_s=args.batch_wait_ms / 1000,
+            max_docs=64,
+            **extra,
+        )
         serve.run(build_app(config, num_replicas=1, num_cpus=1), name="load", route_prefix="/")
         url = f"http://127.0.0.1:{port}"
         RemoteScorer(url, max_new_tokens=args.max_new_tokens).score(*items[0])  # warm the replica up
@@ -366,8 +412,9 @@ def main(argv: list[str] | None = None) -> int:
         if "fairness" in scenarios:
             for heavy in (False, True):
                 name = "fairness_with_heavy" if heavy else "fairness_light_only"
-                figures[name] = fairness(url, items, ref, args.clients, args.requests, args.heavy_docs,
-                                         args.heavy_tokens, heavy)
+                figures[name] = fairness(
+                    url, items, ref, args.clients, args.requests, args.heavy_docs, args.heavy_tokens, heavy
+                )
                 print(json.dumps({name: figures[name]}), file=sys.stderr, flush=True)
         if "load" in scenarios:
             figures["service"] = load(url, items, ref, args.clients, args.requests)
@@ -378,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         ray.shutdown()
     if "in_process" in figures and "service" in figures:
         figures["speedup_vs_in_process_sequential"] = round(
-            figures["service"]["throughput_req_s"] / figures["in_process"]["sequential_req_s"], 2)
+            figures["service"]["throughput_req_s"] / figures["in_process"]["sequential_req_s"], 2
+        )
     print(json.dumps(figures, indent=1))
     if args.json:
         with open(args.json, "w") as f:

@@ -68,7 +68,7 @@ def full_logprobs(engine, prompt: list[int], answer: list[int]) -> torch.Tensor:
     """Log-probabilities over the whole vocabulary at each answer position (float64)."""
     ids = torch.tensor([prompt + answer], device=engine.device)
     with engine.kernels():
-        logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:len(prompt) + len(answer) - 1]
+        logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) + len(answer) - 1]
     return torch.log_softmax(logits.double(), dim=-1).cpu()
 
 
@@ -97,7 +97,7 @@ def truncation(args) -> dict:
             lp_u = lu[torch.arange(len(ans)), ans]
             row = {}
             for k in [None] + ks:
-                for tail in (TAILS if k is not None else ("exact",)):
+                for tail in TAILS if k is not None else ("exact",):
                     h_g, h_u = entropies(lg, k, tail), entropies(lu, k, tail)
                     row[f"{k}/{tail}"] = M.compute(args.metric, h_g, lp_g, h_u, logp_u=lp_u).utility
             per_doc.append(row)
@@ -110,28 +110,40 @@ def truncation(args) -> dict:
         out = {}
         for key in keys:
             rho = [spearman([d["None/exact"] for d in r], [d[key] for d in r]) for r in recs]
-            top = [max(range(len(r)), key=lambda i: r[i]["None/exact"]) == max(range(len(r)), key=lambda i: r[i][key])
-                   for r in recs]
+            top = [
+                max(range(len(r)), key=lambda i: r[i]["None/exact"]) == max(range(len(r)), key=lambda i: r[i][key])
+                for r in recs
+            ]
             out[key] = {"spearman": statistics.mean(rho), "top_agree": sum(top) / len(top)}
         return out
 
     tune, held = records[0::2], records[1::2]
-    res = {"tune": summary(tune), "held": summary(held), "n_tune": len(tune), "n_held": len(held),
-           "metric": args.metric, "docs": args.docs}
+    res = {
+        "tune": summary(tune),
+        "held": summary(held),
+        "n_tune": len(tune),
+        "n_held": len(held),
+        "metric": args.metric,
+        "docs": args.docs,
+    }
     best = {}
     for k in ks:
         best[k] = max(TAILS, key=lambda t: res["tune"][f"{k}/{t}"]["spearman"])
     res["chosen_tail_on_tune"] = best
-    print(f"\nTruncation alone ({args.metric}, {args.docs} documents per question; mean per-question Spearman "
-          f"with the exact utility / top document the same); tune n={len(tune)}, held-out n={len(held)}\n")
+    print(
+        f"\nTruncation alone ({args.metric}, {args.docs} documents per question; mean per-question Spearman "
+        f"with the exact utility / top document the same); tune n={len(tune)}, held-out n={len(held)}\n"
+    )
     print("| k | tail | tune rho | held-out rho | held-out top-1 agree |")
     print("|---|---|---|---|---|")
     for k in ks:
         for t in TAILS:
             key = f"{k}/{t}"
             mark = " (chosen)" if best[k] == t else ""
-            print(f"| {k} | {t}{mark} | {res['tune'][key]['spearman']:.3f} | {res['held'][key]['spearman']:.3f} "
-                  f"| {res['held'][key]['top_agree']:.2f} |")
+            print(
+                f"| {k} | {t}{mark} | {res['tune'][key]['spearman']:.3f} | {res['held'][key]['spearman']:.3f} "
+                f"| {res['held'][key]['top_agree']:.2f} |"
+            )
     return res
 
 
@@ -146,36 +158,60 @@ def server(args) -> dict:
     local = UtilityScorer(args.model, max_new_tokens=args.max_new_tokens, metric=args.metric)
     t0 = time.perf_counter()
     exact_doc = local.score_batch(items)
-    exact_ctx = local.score_contexts_batch([(q, [[docs[i] for i in c] for c in context_candidates(len(docs))])
-                                            for q, docs in items])
+    exact_ctx = local.score_contexts_batch(
+        [(q, [[docs[i] for i in c] for c in context_candidates(len(docs))]) for q, docs in items]
+    )
     t_local = time.perf_counter() - t0
     out = {"questions": len(items), "docs": args.docs, "local_s": t_local, "ks": {}}
-    print(f"\nThrough the server ({args.url}) against in-process exact; {len(items)} questions x {args.docs} "
-          f"documents, {args.metric}; in process {t_local:.1f} s\n")
-    print("| top-k | tail | same greedy answer | Spearman (per-document utility) | top document agrees | "
-          "context choice agrees | server s |")
+    print(
+        f"\nThrough the server ({args.url}) against in-process exact; {len(items)} questions x {args.docs} "
+        f"documents, {args.metric}; in process {t_local:.1f} s\n"
+    )
+    print(
+        "| top-k | tail | same greedy answer | Spearman (per-document utility) | top document agrees | "
+        "context choice agrees | server s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for k in [int(k) for k in args.ks.split(",")]:
         for tail in args.tails.split(","):
-            target = ServerTarget(args.url, model=args.served_model, api="llama-cpp", tokenizer=args.model,
-                                  top_logprobs=k, tail=tail, context_window=args.context_window)
+            target = ServerTarget(
+                args.url,
+                model=args.served_model,
+                api="llama-cpp",
+                tokenizer=args.model,
+                top_logprobs=k,
+                tail=tail,
+                context_window=args.context_window,
+            )
             remote = UtilityScorer(target, max_new_tokens=args.max_new_tokens, metric=args.metric)
             t0 = time.perf_counter()
             doc = remote.score_batch(items)
-            ctx = remote.score_contexts_batch([(q, [[docs[i] for i in c] for c in context_candidates(len(docs))])
-                                               for q, docs in items])
+            ctx = remote.score_contexts_batch(
+                [(q, [[docs[i] for i in c] for c in context_candidates(len(docs))]) for q, docs in items]
+            )
             secs = time.perf_counter() - t0
             same = [a.answer == b.answer for ra, rb in zip(exact_doc, doc) for a, b in zip(ra, rb)]
             rho = [spearman([a.score for a in ra], [b.score for b in rb]) for ra, rb in zip(exact_doc, doc)]
-            top = [max(ra, key=lambda r: r.score).index == max(rb, key=lambda r: r.score).index
-                   for ra, rb in zip(exact_doc, doc)]
-            pick = [max(range(len(ca)), key=lambda i: ca[i].score) == max(range(len(cb)), key=lambda i: cb[i].score)
-                    for ca, cb in zip(exact_ctx, ctx)]
-            row = {"same_answer": sum(same) / len(same), "spearman": statistics.mean(rho),
-                   "top_agree": sum(top) / len(top), "context_agree": sum(pick) / len(pick), "server_s": secs}
+            top = [
+                max(ra, key=lambda r: r.score).index == max(rb, key=lambda r: r.score).index
+                for ra, rb in zip(exact_doc, doc)
+            ]
+            pick = [
+                max(range(len(ca)), key=lambda i: ca[i].score) == max(range(len(cb)), key=lambda i: cb[i].score)
+                for ca, cb in zip(exact_ctx, ctx)
+            ]
+            row = {
+                "same_answer": sum(same) / len(same),
+                "spearman": statistics.mean(rho),
+                "top_agree": sum(top) / len(top),
+                "context_agree": sum(pick) / len(pick),
+                "server_s": secs,
+            }
             out["ks"][f"{k}/{tail}"] = row
-            print(f"| {k} | {tail} | {row['same_answer']:.0%} | {row['spearman']:.3f} | {row['top_agree']:.0%} | "
-                  f"{row['context_agree']:.0%} | {secs:.1f} |")
+            print(
+                f"| {k} | {tail} | {row['same_answer']:.0%} | {row['spearman']:.3f} | {row['top_agree']:.0%} | "
+                f"{row['context_agree']:.0%} | {secs:.1f} |"
+            )
     return out
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import math
 import os
 import random
 import sys
@@ -68,9 +67,15 @@ def winrate_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, s
         exclude = {q["gold"]}
         distractor = hard_negatives(ret.scores(q["question"]), texts, q["answers"], exclude, 1)[0]
         rnd = C.random_paragraph(random.Random(f"{seed}-{q['id']}"), paragraphs, exclude | {distractor}, q["answers"])
-        items.append({"id": q["id"], "question": q["question"], "answers": q["answers"],
-                      "paragraph_ids": {"gold": q["gold"], "distractor": distractor, "random": rnd},
-                      "texts": {"gold": texts[q["gold"]], "distractor": texts[distractor], "random": texts[rnd]}})
+        items.append(
+            {
+                "id": q["id"],
+                "question": q["question"],
+                "answers": q["answers"],
+                "paragraph_ids": {"gold": q["gold"], "distractor": distractor, "random": rnd},
+                "texts": {"gold": texts[q["gold"]], "distractor": texts[distractor], "random": texts[rnd]},
+            }
+        )
     return items
 
 
@@ -85,9 +90,18 @@ def noise_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, see
         while len(rnd) < N.N_NOISE:
             rnd.append(C.random_paragraph(rng, paragraphs, {q["gold"], *rnd}, q["answers"]))
         pos = rng.randrange(N.N_NOISE + 1)
-        ids = {name: noise[:pos] + [q["gold"]] + noise[pos:] for name, noise in (("random", rnd), ("retrieved", retrieved))}
-        items.append({"id": q["id"], "question": q["question"], "answers": q["answers"], "gold_position": pos,
-                      "paragraph_ids": ids})
+        ids = {
+            name: noise[:pos] + [q["gold"]] + noise[pos:] for name, noise in (("random", rnd), ("retrieved", retrieved))
+        }
+        items.append(
+            {
+                "id": q["id"],
+                "question": q["question"],
+                "answers": q["answers"],
+                "gold_position": pos,
+                "paragraph_ids": ids,
+            }
+        )
     return items
 
 
@@ -141,10 +155,17 @@ def collect(args: argparse.Namespace) -> None:
             results = iter(C.score_contexts(scorer, jobs, return_details=True))
             spent = time.perf_counter() - started
             for it in chunk:
-                rec = {"id": it["id"], "question": it["question"], "answers": it["answers"],
-                       "paragraph_ids": it["paragraph_ids"], "model": scorer.model_name, "style": args.style,
-                       "max_new_tokens": scorer.max_new_tokens, "contexts": {},
-                       "seconds": spent / len(chunk)}
+                rec = {
+                    "id": it["id"],
+                    "question": it["question"],
+                    "answers": it["answers"],
+                    "paragraph_ids": it["paragraph_ids"],
+                    "model": scorer.model_name,
+                    "style": args.style,
+                    "max_new_tokens": scorer.max_new_tokens,
+                    "contexts": {},
+                    "seconds": spent / len(chunk),
+                }
                 u_ids = scorer.prompts.ungrounded_ids(it["question"])
                 for c in contexts:
                     r = next(results)
@@ -153,13 +174,19 @@ def collect(args: argparse.Namespace) -> None:
                     docs = [Document(texts[p]) for p in (ids if isinstance(ids, list) else [ids])]
                     g_ids = scorer.prompts.grounded_ids(it["question"], docs)
                     rec["contexts"][c] = {
-                        "answer": r.answer, "correct": C.is_correct(r.answer, it["answers"]),
-                        "finished": r.answer_finished, "n_tokens": r.n_tokens,
+                        "answer": r.answer,
+                        "correct": C.is_correct(r.answer, it["answers"]),
+                        "finished": r.answer_finished,
+                        "n_tokens": r.n_tokens,
                         "relevance": {m: it["utility"][c][m] for m in RELEVANCE},
-                        "variants": r.variants, "token_ids": d.token_ids,
-                        "h_g": _r(d.grounded_entropy), "logp_g": _r(d.grounded_logprob),
-                        "h_u": _r(d.ungrounded_entropy), "logp_u": _r(d.ungrounded_logprob),
-                        "grounded_ids": g_ids, "ungrounded_ids": u_ids,
+                        "variants": r.variants,
+                        "token_ids": d.token_ids,
+                        "h_g": _r(d.grounded_entropy),
+                        "logp_g": _r(d.grounded_logprob),
+                        "h_u": _r(d.ungrounded_entropy),
+                        "logp_u": _r(d.ungrounded_logprob),
+                        "grounded_ids": g_ids,
+                        "ungrounded_ids": u_ids,
                     }
                 out.write(json.dumps(rec) + "\n")
             out.flush()
@@ -176,9 +203,13 @@ def load(path: str) -> list[dict]:
 
 def stats_of(ctx: dict, ngram: int = M.COPY_NGRAM) -> M.AnswerStats:
     copied = M.copied_mask(ctx["token_ids"], ctx["grounded_ids"], ctx["ungrounded_ids"], ngram)
-    return M.AnswerStats(torch.tensor(ctx["h_g"], dtype=torch.float64), torch.tensor(ctx["logp_g"], dtype=torch.float64),
-                         torch.tensor(ctx["h_u"], dtype=torch.float64), torch.tensor(ctx["logp_u"], dtype=torch.float64),
-                         copied)
+    return M.AnswerStats(
+        torch.tensor(ctx["h_g"], dtype=torch.float64),
+        torch.tensor(ctx["logp_g"], dtype=torch.float64),
+        torch.tensor(ctx["h_u"], dtype=torch.float64),
+        torch.tensor(ctx["logp_u"], dtype=torch.float64),
+        copied,
+    )
 
 
 def _gain(s: M.AnswerStats, mask, weights=None) -> float:
@@ -194,15 +225,21 @@ def _ke(s: M.AnswerStats, mask, weights=None) -> float:
 
 #: tuning grid: family -> {setting label: (copy n-gram, utility function of AnswerStats)}
 def tuning_grid() -> dict[str, dict[str, tuple[int, Callable[[M.AnswerStats], float]]]]:
-    alphas, quantiles, rhos, ngrams = (0.05, 0.1, 0.25, 0.5, 1.0), (0.5, 0.6, 0.7, 0.8, 0.9), (0.1, 0.25, 0.5), (3, 4, 5)
+    alphas, quantiles, rhos, ngrams = (
+        (0.05, 0.1, 0.25, 0.5, 1.0),
+        (0.5, 0.6, 0.7, 0.8, 0.9),
+        (0.1, 0.25, 0.5),
+        (3, 4, 5),
+    )
     key = lambda s, a: M.key_token_mask(s.h_g, s.h_u, a)  # noqa: E731
     qk = lambda s, q: M.quantile_key_mask(s.h_g, s.h_u, q)  # noqa: E731
     sup = lambda s: M.copy_support_weights(s.copied, s.logp_u)  # noqa: E731
     g: dict[str, dict] = {
         "key_entropy (paper; alpha)": {f"alpha={a}": (3, lambda s, a=a: _ke(s, key(s, a))) for a in alphas},
         "key_entropy_adaptive (quantile)": {f"q={q}": (3, lambda s, q=q: _ke(s, qk(s, q))) for q in quantiles},
-        "key_entropy_relative (rho * H_u)": {f"rho={r}": (3, lambda s, r=r: _ke(s, M.relative_key_mask(s.h_g, s.h_u, r)))
-                                             for r in rhos},
+        "key_entropy_relative (rho * H_u)": {
+            f"rho={r}": (3, lambda s, r=r: _ke(s, M.relative_key_mask(s.h_g, s.h_u, r))) for r in rhos
+        },
         "entropy_change (alpha)": {f"alpha={a}": (3, lambda s, a=a: _gain(s, key(s, a))) for a in alphas},
         "adaptive_entropy_change (quantile)": {f"q={q}": (3, lambda s, q=q: _gain(s, qk(s, q))) for q in quantiles},
         "copy_aware_key_entropy (mask, n)": {},
@@ -212,7 +249,10 @@ def tuning_grid() -> dict[str, dict[str, tuple[int, Callable[[M.AnswerStats], fl
     for n in ngrams:
         for a in (0.05,):
             g["copy_aware_key_entropy (mask, n)"][f"alpha={a}, n={n}"] = (n, lambda s, a=a: _ke(s, key(s, a), sup(s)))
-            g["copy_aware_entropy_change (mask, n)"][f"alpha={a}, n={n}"] = (n, lambda s, a=a: _gain(s, key(s, a), sup(s)))
+            g["copy_aware_entropy_change (mask, n)"][f"alpha={a}, n={n}"] = (
+                n,
+                lambda s, a=a: _gain(s, key(s, a), sup(s)),
+            )
         for q in quantiles:
             g["copy_aware_key_entropy (mask, n)"][f"q={q}, n={n}"] = (n, lambda s, q=q: _ke(s, qk(s, q), sup(s)))
             g["copy_aware_entropy_change (mask, n)"][f"q={q}, n={n}"] = (n, lambda s, q=q: _gain(s, qk(s, q), sup(s)))
@@ -247,27 +287,42 @@ def tune(args: argparse.Namespace) -> dict:
                 table.append([fam, label, C.fmt(wd, pct=True), C.fmt(wr, pct=True), C.fmt((wd + wr) / 2, pct=True)])
             b = max(scored, key=lambda x: (x[1] + x[2], x[1]))
             best[fam] = {"setting": b[0], "distractor": b[1], "random": b[2]}
-        out[name] = {"n": len(recs), "best": best,
-                     "settings": {fam: {lab: (wd, wr) for f2, lab, wd, wr in all_scored if f2 == fam} for fam in grid}}
-        lines.append(f"### tuning: {name} (n = {len(recs)} tuning questions)\n\n"
-                     + C.md_table(["family", "setting", "vs distractor (%)", "vs random (%)", "mean (%)"], table))
-        lines.append(C.md_table(["family", "best setting (mean win-rate)"],
-                                [[f, f"{b['setting']} ({C.fmt((b['distractor'] + b['random']) / 2, pct=True)})"]
-                                 for f, b in best.items()]))
+        out[name] = {
+            "n": len(recs),
+            "best": best,
+            "settings": {fam: {lab: (wd, wr) for f2, lab, wd, wr in all_scored if f2 == fam} for fam in grid},
+        }
+        lines.append(
+            f"### tuning: {name} (n = {len(recs)} tuning questions)\n\n"
+            + C.md_table(["family", "setting", "vs distractor (%)", "vs random (%)", "mean (%)"], table)
+        )
+        lines.append(
+            C.md_table(
+                ["family", "best setting (mean win-rate)"],
+                [
+                    [f, f"{b['setting']} ({C.fmt((b['distractor'] + b['random']) / 2, pct=True)})"]
+                    for f, b in best.items()
+                ],
+            )
+        )
     # the registered settings: per family, the best mean win-rate averaged over every tuning file of
     # the embedded model (both answer styles), so one setting serves both styles
     pooled = [v for k, v in out.items() if k.startswith(args.pool)]
     if pooled:
         rows, chosen = [], {}
         for fam in grid:
-            means = {lab: sum((v["settings"][fam][lab][0] + v["settings"][fam][lab][1]) / 2 for v in pooled) / len(pooled)
-                     for lab in grid[fam]}
+            means = {
+                lab: sum((v["settings"][fam][lab][0] + v["settings"][fam][lab][1]) / 2 for v in pooled) / len(pooled)
+                for lab in grid[fam]
+            }
             lab = max(means, key=lambda x: means[x])
             chosen[fam] = lab
             rows.append([fam, lab, C.fmt(means[lab], pct=True)])
         out["chosen"] = chosen
-        lines.append(f"### chosen settings (mean over {len(pooled)} tuning file(s) of {args.pool}*)\n\n"
-                     + C.md_table(["family", "setting", "mean win-rate (%)"], rows))
+        lines.append(
+            f"### chosen settings (mean over {len(pooled)} tuning file(s) of {args.pool}*)\n\n"
+            + C.md_table(["family", "setting", "mean win-rate (%)"], rows)
+        )
     with open(os.path.join(args.runs, "tuning.json"), "w", encoding="utf-8") as f:
         json.dump(C.clean(out), f, indent=1)
     print("\n\n".join(lines))
@@ -317,8 +372,15 @@ def report_winrate(recs: list[dict], baseline: dict[str, dict[str, bool]] | None
                 a = [x["gold"][m] > x[o][m] for _, x in both]
                 b = [baseline[r["id"]][o] for r, _ in both]
                 vs_paper.setdefault(m, {})[o] = {**C.sign_test(a, b), "n": len(both)}
-    return {"n": len(recs), "accuracy": acc, "mean_answer_tokens": toks, "tokens": tokens, "win_rate": win,
-            "sign_test_vs_key_entropy": tests, "sign_test_vs_long_key_entropy": vs_paper}
+    return {
+        "n": len(recs),
+        "accuracy": acc,
+        "mean_answer_tokens": toks,
+        "tokens": tokens,
+        "win_rate": win,
+        "sign_test_vs_key_entropy": tests,
+        "sign_test_vs_long_key_entropy": vs_paper,
+    }
 
 
 def report_noise(recs: list[dict]) -> dict:
@@ -334,8 +396,10 @@ LABELS = {**C.METRIC_LABELS, "key_entropy": "KeyEntropy (paper default)"}
 
 def report(args: argparse.Namespace) -> dict:
     out: dict[str, Any] = {}
-    paths = sorted(glob.glob(os.path.join(args.runs, f"*.{args.split}.jsonl")),
-                   key=lambda p: (not os.path.basename(p).startswith(C.DEFAULT_MODEL), p))  # embedded model first
+    paths = sorted(
+        glob.glob(os.path.join(args.runs, f"*.{args.split}.jsonl")),
+        key=lambda p: (not os.path.basename(p).startswith(C.DEFAULT_MODEL), p),
+    )  # embedded model first
     baselines: dict[str, dict] = {}
     for path in paths:  # the paper's setting (long answers, KeyEntropy) of each model, per question
         tag, style, experiment = os.path.basename(path).split(".")[:3]
@@ -373,15 +437,19 @@ def markdown(out: dict, split: str = "held-out") -> str:
         model = first["model"] if first["model"] == tag else f"{tag} (`{os.path.basename(first['model'])}`)"
         head = f"**{model}**, answer style `{key.split('.')[-1]}` (max_new_tokens {first['max_new_tokens']})"
         if wr:
-            head += (f"; win-rates on n = {wr['n']} {split} questions (gold answered correctly "
-                     f"{C.fmt(wr['accuracy']['gold'], pct=True)} %, distractor {C.fmt(wr['accuracy']['distractor'], pct=True)} %, "
-                     f"random {C.fmt(wr['accuracy']['random'], pct=True)} %; {wr['mean_answer_tokens']:.1f} answer tokens on average, "
-                     f"{C.fmt(wr['tokens']['share_passing_alpha'], pct=True)} % of them pass alpha = 0.05, "
-                     f"{C.fmt(wr['tokens']['share_copied'], pct=True)} % copied from the document ({M.COPY_NGRAM}-grams); "
-                     f"{first['seconds_per_question']:.1f} s per question for its 3 contexts, 1 CPU thread, shared machine)")
+            head += (
+                f"; win-rates on n = {wr['n']} {split} questions (gold answered correctly "
+                f"{C.fmt(wr['accuracy']['gold'], pct=True)} %, distractor {C.fmt(wr['accuracy']['distractor'], pct=True)} %, "
+                f"random {C.fmt(wr['accuracy']['random'], pct=True)} %; {wr['mean_answer_tokens']:.1f} answer tokens on average, "
+                f"{C.fmt(wr['tokens']['share_passing_alpha'], pct=True)} % of them pass alpha = 0.05, "
+                f"{C.fmt(wr['tokens']['share_copied'], pct=True)} % copied from the document ({M.COPY_NGRAM}-grams); "
+                f"{first['seconds_per_question']:.1f} s per question for its 3 contexts, 1 CPU thread, shared machine)"
+            )
         if nz:
-            head += (f"; noise: n = {nz['n']} {split} questions, {nz['discordant']} with exactly one context answered "
-                     f"correctly (only those count for τ)")
+            head += (
+                f"; noise: n = {nz['n']} {split} questions, {nz['discordant']} with exactly one context answered "
+                f"correctly (only those count for τ)"
+            )
         metrics = list((wr or {}).get("win_rate", {})) or list(nz["tau"])
         rows = []
         for m in metrics:
@@ -389,12 +457,18 @@ def markdown(out: dict, split: str = "held-out") -> str:
             if wr:
                 w = wr["win_rate"][m]
                 t = wr["sign_test_vs_key_entropy"].get(m, {})
-                row += [C.fmt(w["distractor"]["rate"], pct=True), C.fmt(w["random"]["rate"], pct=True),
-                        " / ".join(C.fmt_p(t[o]["p"]) if o in t else "–" for o in W.OTHERS)]
+                row += [
+                    C.fmt(w["distractor"]["rate"], pct=True),
+                    C.fmt(w["random"]["rate"], pct=True),
+                    " / ".join(C.fmt_p(t[o]["p"]) if o in t else "–" for o in W.OTHERS),
+                ]
                 vp = wr["sign_test_vs_long_key_entropy"].get(m)
                 if wr["sign_test_vs_long_key_entropy"]:
-                    row += [" / ".join(f"{vp[o]['n10']}:{vp[o]['n01']}, p={C.fmt_p(vp[o]['p'])}" for o in W.OTHERS)
-                            if vp else "–"]
+                    row += [
+                        " / ".join(f"{vp[o]['n10']}:{vp[o]['n01']}, p={C.fmt_p(vp[o]['p'])}" for o in W.OTHERS)
+                        if vp
+                        else "–"
+                    ]
             if nz:
                 tt = nz["tau"][m]
                 row += [f"{C.fmt(tt['tau'])} ({tt['C']}/{tt['D']})"]
@@ -403,7 +477,9 @@ def markdown(out: dict, split: str = "held-out") -> str:
         if wr:
             header += ["gold vs distractor (%)", "gold vs random (%)", "sign test vs KeyEntropy p (dist. / rand.)"]
             if wr["sign_test_vs_long_key_entropy"]:
-                header += ["vs paper setting (long answers, KeyEntropy): only this wins : only paper wins, p (dist. / rand.)"]
+                header += [
+                    "vs paper setting (long answers, KeyEntropy): only this wins : only paper wins, p (dist. / rand.)"
+                ]
         if nz:
             header += ["noise τ (C/D)"]
         parts.append(head + "\n\n" + C.md_table(header, rows))
@@ -428,7 +504,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("tune", "report"):
         sp = sub.add_parser(name, help="settings on the tuning records" if name == "tune" else "held-out table")
         sp.add_argument("--runs", default=OUT)
-        sp.add_argument("--pool", default="smollm2-135m-instruct", help="tune: the model tag whose files set the defaults")
+        sp.add_argument(
+            "--pool", default="smollm2-135m-instruct", help="tune: the model tag whose files set the defaults"
+        )
         sp.add_argument("--split", default="heldout", help="report: which records (heldout; tune only as a check)")
         sp.add_argument("--limit", type=int, default=None, help="report: the first N questions of each file")
     args = p.parse_args(argv)

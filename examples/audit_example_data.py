@@ -12,9 +12,15 @@ import os
 import random
 
 CORPUS = [
-    ("Canberra", "Canberra is the capital city of Australia. It was chosen in 1908 as a compromise between Sydney and Melbourne."),
+    (
+        "Canberra",
+        "Canberra is the capital city of Australia. It was chosen in 1908 as a compromise between Sydney and Melbourne.",
+    ),
     ("Sydney", "Sydney is the largest city in Australia and home to the Sydney Opera House, opened in 1973."),
-    ("Mount Everest", "Mount Everest, on the border of Nepal and China, is the highest mountain above sea level at 8,849 metres."),
+    (
+        "Mount Everest",
+        "Mount Everest, on the border of Nepal and China, is the highest mountain above sea level at 8,849 metres.",
+    ),
     ("K2", "K2 is the second-highest mountain on Earth, at 8,611 metres, in the Karakoram range."),
     ("Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600, set in Denmark."),
     ("Don Quixote", "Don Quixote is a Spanish novel by Miguel de Cervantes, published in two parts in 1605 and 1615."),

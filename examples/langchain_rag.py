@@ -34,11 +34,18 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5, help="documents fetched by the vector store")
     parser.add_argument("--top-n", type=int, default=3, help="documents kept by GROGU utility")
     parser.add_argument("--max-new-tokens", type=int, default=24, help="answer length when scoring")
-    parser.add_argument("--jsonl", default=os.path.join(REPO, "runs", "langchain_rag_influence.jsonl"),
-                        help="where influence records are appended")
+    parser.add_argument(
+        "--jsonl",
+        default=os.path.join(REPO, "runs", "langchain_rag_influence.jsonl"),
+        help="where influence records are appended",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice; 1 is much faster on a busy shared CPU)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice; 1 is much faster on a busy shared CPU)",
+    )
     args = parser.parse_args()
 
     warnings.filterwarnings("ignore")
@@ -53,12 +60,12 @@ def main() -> None:
     from langchain_core.prompts import ChatPromptTemplate
     from langchain_core.runnables import RunnablePassthrough
     from langchain_core.vectorstores import InMemoryVectorStore
+    from langchain_grogu import GroguRetriever, InfluenceCallbackHandler
     from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
 
     from grogu import load_model
     from grogu.models import DEFAULT_MODEL, embedded_embedder_path
     from grogu.testing import squad_paragraphs
-    from langchain_grogu import GroguRetriever, InfluenceCallbackHandler
 
     t0 = time.perf_counter()
     # Vector store over real SQuAD paragraphs; each question below has its gold paragraph in the store.
@@ -69,24 +76,35 @@ def main() -> None:
 
     # The target LLM: packaged SmolLM2-135M-Instruct in a transformers pipeline -> HuggingFacePipeline.
     model, tokenizer = load_model(DEFAULT_MODEL, device="cpu")
-    pipe = transformers.pipeline("text-generation", model=model, tokenizer=tokenizer, max_new_tokens=40,
-                                 do_sample=False, return_full_text=False)
+    pipe = transformers.pipeline(
+        "text-generation", model=model, tokenizer=tokenizer, max_new_tokens=40, do_sample=False, return_full_text=False
+    )
     llm = HuggingFacePipeline(pipeline=pipe, model_id="SmolLM2-135M-Instruct")
     chat = ChatHuggingFace(llm=llm, tokenizer=tokenizer, model_id="SmolLM2-135M-Instruct")
 
-    retriever = GroguRetriever(base_retriever=store.as_retriever(search_kwargs={"k": args.k}), model=llm,
-                               top_n=args.top_n, max_new_tokens=args.max_new_tokens, title_key="title")
-    prompt = ChatPromptTemplate.from_messages([
-        ("human", "Answer the question based on the given documents.\n\n{context}\n\nQuestion: {question}"),
-    ])
+    retriever = GroguRetriever(
+        base_retriever=store.as_retriever(search_kwargs={"k": args.k}),
+        model=llm,
+        top_n=args.top_n,
+        max_new_tokens=args.max_new_tokens,
+        title_key="title",
+    )
+    prompt = ChatPromptTemplate.from_messages(
+        [
+            ("human", "Answer the question based on the given documents.\n\n{context}\n\nQuestion: {question}"),
+        ]
+    )
     chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | chat | StrOutputParser()
 
     records: list[dict] = []
     os.makedirs(os.path.dirname(os.path.abspath(args.jsonl)), exist_ok=True)
-    influence = InfluenceCallbackHandler(model=llm, sinks=[records, args.jsonl], title_key="title",
-                                         max_new_tokens=args.max_new_tokens)
-    print(f"set up in {time.perf_counter() - t0:.1f} s: {len(docs)} SQuAD paragraphs, target LLM "
-          f"{retriever.model_name!r} shared by the chain, the retriever and the influence handler")
+    influence = InfluenceCallbackHandler(
+        model=llm, sinks=[records, args.jsonl], title_key="title", max_new_tokens=args.max_new_tokens
+    )
+    print(
+        f"set up in {time.perf_counter() - t0:.1f} s: {len(docs)} SQuAD paragraphs, target LLM "
+        f"{retriever.model_name!r} shared by the chain, the retriever and the influence handler"
+    )
 
     for p in paragraphs[: args.questions]:
         t = time.perf_counter()
@@ -99,14 +117,18 @@ def main() -> None:
         for doc in record["documents"]:
             g = doc["metadata"]["grogu"]
             utility = f"{doc['utility']:.3f}" if doc["utility"] is not None else f"{g['context']['score']:.3f}*"
-            print(f"   {g['rank']:>4}  {utility:>8}  {doc['influence']:>+9.3f}  {g['index'] + 1:>5}  "
-                  f"{doc['metadata']['title']}: {doc['page_content'][:60]!r}...")
+            print(
+                f"   {g['rank']:>4}  {utility:>8}  {doc['influence']:>+9.3f}  {g['index'] + 1:>5}  "
+                f"{doc['metadata']['title']}: {doc['page_content'][:60]!r}..."
+            )
         if any(doc["utility"] is None for doc in record["documents"]):
             print("   * the utility of the chosen context (mode 'context'), shared by its documents")
 
     print(f"\n{len(records)} influence records appended to {args.jsonl}; the last one:")
-    last = dict(records[-1], documents=[{k: d[k] for k in ("id", "influence", "single_answer")}
-                                        for d in records[-1]["documents"]])
+    last = dict(
+        records[-1],
+        documents=[{k: d[k] for k in ("id", "influence", "single_answer")} for d in records[-1]["documents"]],
+    )
     print(json.dumps(last, indent=1, default=str)[:1500])
 
 

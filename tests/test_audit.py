@@ -5,7 +5,6 @@ framework adapters, and the HTML report rendered in headless Chromium."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -16,8 +15,21 @@ import pytest
 
 import grogu
 from grogu import testing
-from grogu.audit import (Observation, Setup, audit, bootstrap_interval, compare, document_table, exact_sign_test,
-                         from_influence_logs, from_retriever, rank_curve, read_setup, sign_flip_p_value, write_report)
+from grogu.audit import (
+    Observation,
+    Setup,
+    audit,
+    bootstrap_interval,
+    compare,
+    document_table,
+    exact_sign_test,
+    from_influence_logs,
+    from_retriever,
+    rank_curve,
+    read_setup,
+    sign_flip_p_value,
+    write_report,
+)
 from grogu.audit.setups import document
 from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
 
@@ -72,13 +84,20 @@ def test_compare_and_sign_test():
 
 # ------------------------------------------------------------------ aggregates
 def _obs(key, query, setup, rank, value, utility=None):
-    return Observation(key=key, text=f"text {key}", title=None, query=query, setup=setup, rank=rank, value=value,
-                       utility=utility)
+    return Observation(
+        key=key, text=f"text {key}", title=None, query=query, setup=setup, rank=rank, value=value, utility=utility
+    )
 
 
 def test_document_table_and_rank_curve_on_hand_built_observations():
-    obs = [_obs("A", "q1", "s", 1, 0.5), _obs("A", "q2", "s", 2, -0.1), _obs("A", "q3", "t", 1, 0.2),
-           _obs("B", "q1", "s", 2, -0.3), _obs("B", "q2", "s", 1, -0.1), _obs("C", "q3", "t", 2, 0.0)]
+    obs = [
+        _obs("A", "q1", "s", 1, 0.5),
+        _obs("A", "q2", "s", 2, -0.1),
+        _obs("A", "q3", "t", 1, 0.2),
+        _obs("B", "q1", "s", 2, -0.3),
+        _obs("B", "q2", "s", 1, -0.1),
+        _obs("C", "q3", "t", 2, 0.0),
+    ]
     rows = {r["key"]: r for r in document_table(obs, min_count=2)}
     a, b, c = rows["A"], rows["B"], rows["C"]
     assert [r["key"] for r in document_table(obs)] == ["A", "B", "C"]  # most retrieved first
@@ -88,24 +107,43 @@ def test_document_table_and_rank_curve_on_hand_built_observations():
     assert b["mean_value"] == pytest.approx(-0.2) and b["never_useful"] and b["harmful"]
     assert not c["never_useful"] and not c["harmful"]  # retrieved once: below min_count
     curve = rank_curve(obs)
-    assert curve["s"] == [{"rank": 1, "n": 2, "mean_value": pytest.approx(0.2), "useful_share": 0.5},
-                          {"rank": 2, "n": 2, "mean_value": pytest.approx(-0.2), "useful_share": 0.0}]
+    assert curve["s"] == [
+        {"rank": 1, "n": 2, "mean_value": pytest.approx(0.2), "useful_share": 0.5},
+        {"rank": 2, "n": 2, "mean_value": pytest.approx(-0.2), "useful_share": 0.0},
+    ]
     assert curve["t"][1] == {"rank": 2, "n": 1, "mean_value": 0.0, "useful_share": 0.0}
 
 
 def _record(query, docs, error=None, setup="x"):
     rec = {k: None for k in RECORD_FIELDS}
-    rec.update(event="grogu_influence", framework="langchain", query=query, metadata={"setup": setup}, error=error,
-               documents=[{**{k: None for k in DOCUMENT_FIELDS}, "index": i, "id": ident, "page_content": text,
-                           "metadata": {}, "influence": infl, "utility": util}
-                          for i, (ident, text, infl, util) in enumerate(docs)])
+    rec.update(
+        event="grogu_influence",
+        framework="langchain",
+        query=query,
+        metadata={"setup": setup},
+        error=error,
+        documents=[
+            {
+                **{k: None for k in DOCUMENT_FIELDS},
+                "index": i,
+                "id": ident,
+                "page_content": text,
+                "metadata": {},
+                "influence": infl,
+                "utility": util,
+            }
+            for i, (ident, text, infl, util) in enumerate(docs)
+        ],
+    )
     return rec
 
 
 def test_aggregates_from_influence_log_records(tmp_path):
-    recs = [_record("q1", [("d1", "one", 0.4, -1.0), ("d2", "two", 0.0, -2.0)]),
-            _record("q2", [("d2", "two", -0.1, None), ("d1", "one", 0.2, -1.5)], setup="y"),
-            _record("q3", [("d1", "one", 9.0, None)], error="RuntimeError: failed")]
+    recs = [
+        _record("q1", [("d1", "one", 0.4, -1.0), ("d2", "two", 0.0, -2.0)]),
+        _record("q2", [("d2", "two", -0.1, None), ("d1", "one", 0.2, -1.5)], setup="y"),
+        _record("q3", [("d1", "one", 9.0, None)], error="RuntimeError: failed"),
+    ]
     path = tmp_path / "influence.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     out = from_influence_logs([str(path)], setup_field="setup")
@@ -116,7 +154,7 @@ def test_aggregates_from_influence_log_records(tmp_path):
     assert set(out["rank_curve"]) == {"x", "y"}
     html, js = write_report(out, str(tmp_path / "report"))
     page = open(html, encoding="utf-8").read()
-    assert "id=\"chart-rank\"" in page and "two" in page and json.load(open(js))["n_records"] == 3
+    assert 'id="chart-rank"' in page and "two" in page and json.load(open(js))["n_records"] == 3
 
 
 # ------------------------------------------------------------------ the audit on a tiny real model
@@ -158,8 +196,13 @@ def test_audit_aggregates_documents(result):
     rows = {r["key"]: r for r in result.documents}
     assert rows["banana"]["n_retrieved"] == 3 and rows["banana"]["setups"] == ["bad", "good"]
     assert rows["sydney"]["mean_rank"] == 2.0 and rows["canberra"]["n_retrieved"] == 1
-    uses = [d["usefulness"] for r in result.queries for s in r["setups"].values() for d in s["documents"]
-            if d["key"] == "banana"]
+    uses = [
+        d["usefulness"]
+        for r in result.queries
+        for s in r["setups"].values()
+        for d in s["documents"]
+        if d["key"] == "banana"
+    ]
     assert rows["banana"]["mean_value"] == pytest.approx(sum(uses) / 3)
     assert rows["banana"]["harmful"] == (sum(uses) < 0)
     assert [p["rank"] for p in result.rank_curve["good"]] == [1, 2]
@@ -167,8 +210,12 @@ def test_audit_aggregates_documents(result):
 
 def test_audit_reads_set_up_files_and_restricts_queries(tmp_path, scorer):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    a.write_text(json.dumps({"query": Q1, "documents": [DOCS["canberra"]]}) + "\n"
-                 + json.dumps({"query": Q2, "documents": [{"text": DOCS["everest"], "title": "Everest"}]}) + "\n")
+    a.write_text(
+        json.dumps({"query": Q1, "documents": [DOCS["canberra"]]})
+        + "\n"
+        + json.dumps({"query": Q2, "documents": [{"text": DOCS["everest"], "title": "Everest"}]})
+        + "\n"
+    )
     b.write_text(json.dumps({"query": Q1, "documents": [DOCS["banana"]]}) + "\n")
     setups = [read_setup(str(a)), read_setup(str(b), "other")]
     assert [s.name for s in setups] == ["a", "other"] and setups[0].runs[Q2][0]["title"] == "Everest"
@@ -186,8 +233,10 @@ def test_from_retriever_reads_langchain_and_llama_index():
 
     class Fixed(BaseRetriever):
         def _get_relevant_documents(self, query, *, run_manager=None):
-            return [LCDocument(page_content=DOCS["sydney"], id="s1", metadata={"title": "Sydney"}),
-                    LCDocument(page_content=DOCS["banana"])]
+            return [
+                LCDocument(page_content=DOCS["sydney"], id="s1", metadata={"title": "Sydney"}),
+                LCDocument(page_content=DOCS["banana"]),
+            ]
 
     s = from_retriever("lc", Fixed(), [Q1], top_k=1)
     assert s.runs[Q1] == [{"key": "s1", "text": DOCS["sydney"], "title": "Sydney"}]
@@ -217,12 +266,32 @@ def cli_report(tmp_path_factory):
     paths = []
     for s in _setups():
         path = root / f"{s.name}.jsonl"
-        path.write_text("".join(json.dumps({"query": q, "documents": [{"text": d["text"], "id": d["key"]} for d in docs]})
-                                + "\n" for q, docs in s.runs.items()))
+        path.write_text(
+            "".join(
+                json.dumps({"query": q, "documents": [{"text": d["text"], "id": d["key"]} for d in docs]}) + "\n"
+                for q, docs in s.runs.items()
+            )
+        )
         paths.append(f"{s.name}={path}")
     out = root / "report"
-    assert main(["audit", *[f"--setup={p}" for p in paths], "--model", model, "--device", "cpu",
-                 "--max-new-tokens", str(N), "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                *[f"--setup={p}" for p in paths],
+                "--model",
+                model,
+                "--device",
+                "cpu",
+                "--max-new-tokens",
+                str(N),
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -244,21 +313,32 @@ def _chromium() -> str | None:
 def chromium():
     """Debian's chromium: installed with apt-get where it is missing and this is CI or root."""
     found = _chromium()
-    if found is None and (os.environ.get("CI") or (hasattr(os, "geteuid") and os.geteuid() == 0)) \
-            and shutil.which("apt-get"):
+    if (
+        found is None
+        and (os.environ.get("CI") or (hasattr(os, "geteuid") and os.geteuid() == 0))
+        and shutil.which("apt-get")
+    ):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
             subprocess.run(cmd, env=env, capture_output=True, timeout=900)
         found = _chromium()
     if found is None:
-        pytest.skip("no headless browser: chromium is not installed and could not be installed with apt-get "
-                    "(needs root or CI, and a package mirror)")
+        pytest.skip(
+            "no headless browser: chromium is not installed and could not be installed with apt-get "
+            "(needs root or CI, and a package mirror)"
+        )
     return found
 
 
 def _browser(binary: str, *args: str) -> subprocess.CompletedProcess:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,1800",
-             "--virtual-time-budget=3000"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--window-size=1200,1800",
+        "--virtual-time-budget=3000",
+    ]
     return subprocess.run([binary, *flags, *args], capture_output=True, text=True, timeout=120)
 
 

@@ -54,10 +54,31 @@ def test_local_dir_equals_loaded_pair(model_dir, tokenizer):
 def test_cli_rerank_json(model_dir, tmp_path, capsys):
     docs = tmp_path / "docs.jsonl"
     docs.write_text('"plain string document"\n{"text": "titled document text", "title": "T"}\n"third"\n')
-    assert main(["rerank", "--model", model_dir, "--device", "cpu", "--query", "what is it?", "--docs", str(docs),
-                 "--top-n", "2", "--max-new-tokens", "6", "--json"]) == 0
+    assert (
+        main(
+            [
+                "rerank",
+                "--model",
+                model_dir,
+                "--device",
+                "cpu",
+                "--query",
+                "what is it?",
+                "--docs",
+                str(docs),
+                "--top-n",
+                "2",
+                "--max-new-tokens",
+                "6",
+                "--json",
+            ]
+        )
+        == 0
+    )
     record = json.loads(capsys.readouterr().out)
-    expected = UtilityScorer(model_dir, device="cpu", max_new_tokens=6).rerank("what is it?", read_documents(str(docs)), top_n=2)
+    expected = UtilityScorer(model_dir, device="cpu", max_new_tokens=6).rerank(
+        "what is it?", read_documents(str(docs)), top_n=2
+    )
     assert [r["index"] for r in record["results"]] == [r.index for r in expected]
     assert [r["score"] for r in record["results"]] == pytest.approx([r.score for r in expected], abs=1e-5)
 
@@ -65,18 +86,50 @@ def test_cli_rerank_json(model_dir, tmp_path, capsys):
 def test_cli_rerank_settings_are_grogu_mode_settings(model_dir, tmp_path, capsys):
     docs = tmp_path / "docs.jsonl"
     docs.write_text("\n".join(json.dumps(t) for t in ["first doc", "second doc", "third doc", "fourth doc"]))
-    assert main(["rerank", "--model", model_dir, "--device", "cpu", "--query", "what is it?", "--docs", str(docs),
-                 "--top-n", "2", "--max-new-tokens", "6", "--json", "--family", "swap_orders", "--rule", "combined",
-                 "--confidence-weight", "0.25", "--supported", "false"]) == 0
+    assert (
+        main(
+            [
+                "rerank",
+                "--model",
+                model_dir,
+                "--device",
+                "cpu",
+                "--query",
+                "what is it?",
+                "--docs",
+                str(docs),
+                "--top-n",
+                "2",
+                "--max-new-tokens",
+                "6",
+                "--json",
+                "--family",
+                "swap_orders",
+                "--rule",
+                "combined",
+                "--confidence-weight",
+                "0.25",
+                "--supported",
+                "false",
+            ]
+        )
+        == 0
+    )
     record = json.loads(capsys.readouterr().out)
     expected = UtilityScorer(model_dir, device="cpu", max_new_tokens=6).rerank(
-        "what is it?", read_documents(str(docs)), top_n=2,
-        settings=ModeSettings(family="swap_orders", rule="combined", confidence_weight=0.25, supported=False))
+        "what is it?",
+        read_documents(str(docs)),
+        top_n=2,
+        settings=ModeSettings(family="swap_orders", rule="combined", confidence_weight=0.25, supported=False),
+    )
     assert [r["index"] for r in record["results"]] == [r.index for r in expected] and record["mode"] == "context"
     # a bad setting, or settings that do not go together, are usage errors (exit status 2) naming the setting
-    for bad, message in ((["--swaps", "-1"], "swaps must be an int >= 0"), (["--rule", "vote"], "--rule"),
-                         (["--threshold", "-1"], "threshold applies to per-document"),
-                         (["--supported", "maybe"], "not true or false")):
+    for bad, message in (
+        (["--swaps", "-1"], "swaps must be an int >= 0"),
+        (["--rule", "vote"], "--rule"),
+        (["--threshold", "-1"], "threshold applies to per-document"),
+        (["--supported", "maybe"], "not true or false"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(["rerank", "--model", model_dir, "--query", "q?", "--docs", str(docs), *bad])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
@@ -84,10 +137,27 @@ def test_cli_rerank_settings_are_grogu_mode_settings(model_dir, tmp_path, capsys
 
 def test_cli_many_queries_table(model_dir, tmp_path, capsys):
     queries = tmp_path / "q.jsonl"
-    queries.write_text("\n".join(json.dumps({"query": f"question {i}?", "documents": ["a doc", "b doc"]})
-                                 for i in range(3)))
-    assert main(["score", "--model", model_dir, "--device", "cpu", "--queries", str(queries),
-                 "--max-new-tokens", "4", "--batch-queries", "2"]) == 0
+    queries.write_text(
+        "\n".join(json.dumps({"query": f"question {i}?", "documents": ["a doc", "b doc"]}) for i in range(3))
+    )
+    assert (
+        main(
+            [
+                "score",
+                "--model",
+                model_dir,
+                "--device",
+                "cpu",
+                "--queries",
+                str(queries),
+                "--max-new-tokens",
+                "4",
+                "--batch-queries",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("query: question") == 3 and "utility" in out
     text = tmp_path / "docs.txt"
@@ -100,33 +170,119 @@ def test_cli_many_queries_table(model_dir, tmp_path, capsys):
 def test_cli_other_metrics(model_dir, tmp_path, capsys):
     docs = tmp_path / "docs.jsonl"
     docs.write_text('"The Vltava flows through Prague."\n"Bananas are yellow."\n')
-    assert main(["influence", "--model", model_dir, "--device", "cpu", "--query", "Which river?", "--docs", str(docs),
-                 "--max-new-tokens", "5", "--json"]) == 0
+    assert (
+        main(
+            [
+                "influence",
+                "--model",
+                model_dir,
+                "--device",
+                "cpu",
+                "--query",
+                "Which river?",
+                "--docs",
+                str(docs),
+                "--max-new-tokens",
+                "5",
+                "--json",
+            ]
+        )
+        == 0
+    )
     rec = json.loads(capsys.readouterr().out)
     from grogu.influence import InfluenceScorer
 
     ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5).score("Which river?", read_documents(str(docs)))
     assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5) and rec["method"] == "exact"
-    assert main(["influence", "--model", model_dir, "--device", "cpu", "--query", "Which river?", "--docs", str(docs),
-                 "--max-new-tokens", "5", "--method", "ablation", "--ablations", "6", "--seed", "3", "--json"]) == 0
+    assert (
+        main(
+            [
+                "influence",
+                "--model",
+                model_dir,
+                "--device",
+                "cpu",
+                "--query",
+                "Which river?",
+                "--docs",
+                str(docs),
+                "--max-new-tokens",
+                "5",
+                "--method",
+                "ablation",
+                "--ablations",
+                "6",
+                "--seed",
+                "3",
+                "--json",
+            ]
+        )
+        == 0
+    )
     rec = json.loads(capsys.readouterr().out)
-    ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5, method="ablation", n_ablations=6,
-                          seed=3).score("Which river?", read_documents(str(docs)))
+    ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5, method="ablation", n_ablations=6, seed=3).score(
+        "Which river?", read_documents(str(docs))
+    )
     assert rec["method"] == "ablation" and rec["single_answers"] == [] and len(rec["scores"]) == 2
     assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5)
     for method, extra in (("leave_one_out_logprob", []), ("contextcite", ["--ablations", "8", "--seed", "2"])):
-        assert main(["influence", "--model", model_dir, "--device", "cpu", "--query", "Which river?", "--docs",
-                     str(docs), "--max-new-tokens", "5", "--method", method, "--answer", "The Vltava.", *extra,
-                     "--json"]) == 0
+        assert (
+            main(
+                [
+                    "influence",
+                    "--model",
+                    model_dir,
+                    "--device",
+                    "cpu",
+                    "--query",
+                    "Which river?",
+                    "--docs",
+                    str(docs),
+                    "--max-new-tokens",
+                    "5",
+                    "--method",
+                    method,
+                    "--answer",
+                    "The Vltava.",
+                    *extra,
+                    "--json",
+                ]
+            )
+            == 0
+        )
         rec = json.loads(capsys.readouterr().out)
-        ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5, method=method,
-                              n_ablations=8 if extra else None, seed=2 if extra else 0).score(
-            "Which river?", read_documents(str(docs)), answer="The Vltava.")
+        ref = InfluenceScorer(
+            model_dir,
+            device="cpu",
+            max_new_tokens=5,
+            method=method,
+            n_ablations=8 if extra else None,
+            seed=2 if extra else 0,
+        ).score("Which river?", read_documents(str(docs)), answer="The Vltava.")
         assert rec["method"] == method and rec["answer"] == "The Vltava." and len(rec["scores"]) == 2
-        assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5) and rec["logprobs"] == pytest.approx(ref.forward.logprobs, abs=1e-5)
+        assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5) and rec["logprobs"] == pytest.approx(
+            ref.forward.logprobs, abs=1e-5
+        )
         assert len(rec["masks"]) == (8 if extra else 3) and max(map(abs, rec["scores"])) > 0
-    assert main(["acu", "--model", model_dir, "--device", "cpu", "--claim", "The sky is blue.",
-                 "--evidence", "The sky is blue on clear days.", "--stance", "SUPPORTS", "--json"]) == 0
+    assert (
+        main(
+            [
+                "acu",
+                "--model",
+                model_dir,
+                "--device",
+                "cpu",
+                "--claim",
+                "The sky is blue.",
+                "--evidence",
+                "The sky is blue on clear days.",
+                "--stance",
+                "SUPPORTS",
+                "--json",
+            ]
+        )
+        == 0
+    )
     rec = json.loads(capsys.readouterr().out)
     assert -1 <= rec["acu"] <= 1 and set(rec["p_with"]) == {"True", "None", "False"}
 

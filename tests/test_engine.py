@@ -13,7 +13,6 @@ from grogu.engine import EngineConfig
 from grogu.engine.prefixtree import common_prefix, prefix_groups
 from grogu.naive import forward_stats, greedy_generate, naive_grogu_stats
 from grogu.prompts import Document, PromptBuilder
-
 from grogu.testing import squad_paragraphs, tiny_model, with_shared_data
 
 TOL = 1e-4
@@ -36,8 +35,9 @@ def _compare(engine: Engine, k: int, max_new_tokens: int, seed: int = 0):
     gens = engine.generate(grounded, max_new_tokens)
     conts = [g.token_ids or [g.stop_token_id] for g in gens]
     u_stats = engine.token_stats([ungrounded] * k, conts)
-    ref = naive_grogu_stats(engine.model, grounded, ungrounded, max_new_tokens, engine.stop_token_ids,
-                            engine.pad_token_id)
+    ref = naive_grogu_stats(
+        engine.model, grounded, ungrounded, max_new_tokens, engine.stop_token_ids, engine.pad_token_id
+    )
     for g, u, r in zip(gens, u_stats, ref):
         assert g.token_ids == r.token_ids
         assert g.stop_token_id == r.stop_token_id
@@ -119,8 +119,12 @@ def test_gpu_defaults_bf16_and_prompt_lookup_agree_with_the_naive_loop(tokenizer
     ref = naive_grogu_stats(model, grounded, ungrounded, 16, engine.stop_token_ids, engine.pad_token_id)
     for g, u, r in zip(gens, u_stats, ref):
         assert g.token_ids == r.token_ids and len(g.token_ids) > 0
-        for got, want in ((g.entropy, r.grounded_entropy), (g.logprob, r.grounded_logprob),
-                          (u.entropy, r.ungrounded_entropy), (u.logprob, r.ungrounded_logprob)):
+        for got, want in (
+            (g.entropy, r.grounded_entropy),
+            (g.logprob, r.grounded_logprob),
+            (u.entropy, r.ungrounded_entropy),
+            (u.logprob, r.ungrounded_logprob),
+        ):
             assert got.dtype == torch.float32 and torch.isfinite(got).all()
             torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)
     # drafts in bf16 (a 64-token vocabulary makes them common): verified, so the same answers
@@ -141,8 +145,9 @@ def test_gpu_defaults_bf16_and_prompt_lookup_agree_with_the_naive_loop(tokenizer
 def test_config_or_keyword_settings_give_the_same_engine():
     model = tiny_model("llama", vocab_size=64, seed=3)
     by_kwargs = Engine(model, _ToyTokenizer(), device="cpu", prompt_lookup=5, max_batch_size=2, stop_token_ids=[1])
-    by_config = Engine(model, _ToyTokenizer(), device="cpu", stop_token_ids=[1],
-                       config=EngineConfig(prompt_lookup=5, max_batch_size=2))
+    by_config = Engine(
+        model, _ToyTokenizer(), device="cpu", stop_token_ids=[1], config=EngineConfig(prompt_lookup=5, max_batch_size=2)
+    )
     assert by_kwargs.config == by_config.config == EngineConfig(prompt_lookup=5, max_batch_size=2).resolved("cpu")
     assert (by_config.prompt_lookup, by_config.max_batch_size, by_config.max_batch_tokens) == (5, 2, 16384)
     prompts = [[5, 6, 7, 5, 6, 7, 5], [9, 8, 9, 8], [4, 4, 4, 4, 4]]
@@ -261,8 +266,10 @@ def test_out_of_memory_backoff_gives_same_results(tokenizer):
 def test_threads_share_one_engine(tokenizer):
     engine = Engine(tiny_model("llama", seed=3), tokenizer, device="cpu")
     scorer = UtilityScorer(engine, max_new_tokens=6)
-    queries = [(f"question number {i} about topic {i % 4}?", [f"doc {j} for {i}: " + "word " * (j + i % 5)
-                                                              for j in range(3)]) for i in range(80)]
+    queries = [
+        (f"question number {i} about topic {i % 4}?", [f"doc {j} for {i}: " + "word " * (j + i % 5) for j in range(3)])
+        for i in range(80)
+    ]
     sequential = [[(r.score, r.answer) for r in scorer.score(q, d)] for q, d in queries]
     results: dict[int, list] = {}
 
@@ -294,16 +301,22 @@ def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine, monkey
     query, docs = _docs(5, 5)
     pb = PromptBuilder(tiny_engine.tokenizer, tiny_engine.max_context_tokens, 8)
     rows = [pb.grounded_ids(query, docs)]
-    rows += [pb.grounded_ids(query, docs[:i] + docs[i + 1:]) for i in range(5)]
+    rows += [pb.grounded_ids(query, docs[:i] + docs[i + 1 :]) for i in range(5)]
     rows += [pb.grounded_ids(query, [d]) for d in docs]
-    groups = prefix_groups(rows, [len(r) - 1 for r in rows], min_shared_prefix=tiny_engine.min_shared_prefix,
-                           group_overhead_tokens=tiny_engine.group_overhead_tokens)
+    groups = prefix_groups(
+        rows,
+        [len(r) - 1 for r in rows],
+        min_shared_prefix=tiny_engine.min_shared_prefix,
+        group_overhead_tokens=tiny_engine.group_overhead_tokens,
+    )
     assert sorted(i for g, _ in groups for i in g) == list(range(11))
     assert all(rows[i][:p] == rows[g[0]][:p] and p < len(rows[i]) for g, p in groups for i in g)
     # each group's prefix continues the longest agreement with an earlier group's prefix (a prefix tree)
     heads = [rows[g[0]][:p] for g, p in groups]
-    encoded = sum(p - max([min(common_prefix(h, heads[j]), p) for j in range(n)], default=0)
-                  + sum(len(rows[i]) - p for i in g) for n, ((g, p), h) in enumerate(zip(groups, heads)))
+    encoded = sum(
+        p - max([min(common_prefix(h, heads[j]), p) for j in range(n)], default=0) + sum(len(rows[i]) - p for i in g)
+        for n, ((g, p), h) in enumerate(zip(groups, heads))
+    )
     # the ideal: every row encodes only what it does not share with a row before it in token order
     order = sorted(rows)
     tree = len(order[0]) + sum(len(b) - min(common_prefix(a, b), len(b) - 1) for a, b in zip(order, order[1:]))

@@ -22,20 +22,37 @@ CPU = EngineConfig().resolved("cpu")
 
 def _limits(config: EngineConfig = CPU) -> dict:
     """plan_batches' limits under a configuration."""
-    return dict(max_batch_size=config.max_batch_size, max_batch_tokens=config.max_batch_tokens,
-                min_batch_fill=config.min_batch_fill)
+    return dict(
+        max_batch_size=config.max_batch_size,
+        max_batch_tokens=config.max_batch_tokens,
+        min_batch_fill=config.min_batch_fill,
+    )
 
 
 # ---------------------------------------------------------------------------------------- configuration
 def test_defaults_per_device():
     assert dataclasses.asdict(CPU) == dict(
-        max_batch_size=32, max_batch_tokens=16384, logits_budget_mb=256, min_shared_prefix=8,
-        group_overhead_tokens=32, min_batch_fill=0.5, prompt_lookup=0, prompt_lookup_ngram=3,
-        prompt_lookup_min_ngram=2, entropy_chunk_rows=64, cpu_linear="auto", cpu_linear_pack_limit_mb=2048)
+        max_batch_size=32,
+        max_batch_tokens=16384,
+        logits_budget_mb=256,
+        min_shared_prefix=8,
+        group_overhead_tokens=32,
+        min_batch_fill=0.5,
+        prompt_lookup=0,
+        prompt_lookup_ngram=3,
+        prompt_lookup_min_ngram=2,
+        entropy_chunk_rows=64,
+        cpu_linear="auto",
+        cpu_linear_pack_limit_mb=2048,
+    )
     for device in ("cuda", "cuda:1", torch.device("cuda", 0)):
         gpu = EngineConfig().resolved(device)
-        assert (gpu.max_batch_size, gpu.max_batch_tokens, gpu.group_overhead_tokens, gpu.prompt_lookup) == \
-            (64, 65536, 256, 4)
+        assert (gpu.max_batch_size, gpu.max_batch_tokens, gpu.group_overhead_tokens, gpu.prompt_lookup) == (
+            64,
+            65536,
+            256,
+            4,
+        )
         assert dataclasses.replace(gpu, **DEVICE_DEFAULTS["cpu"]) == CPU  # nothing else depends on the device
     assert EngineConfig().resolved(torch.device("cpu")) == CPU
     # settings given are kept; resolving twice changes nothing
@@ -47,23 +64,26 @@ def test_defaults_per_device():
         CPU.max_batch_size = 3
 
 
-@pytest.mark.parametrize("name, value, message", [
-    ("max_batch_size", 0, "max_batch_size must be a positive int, got 0"),
-    ("max_batch_size", True, "max_batch_size must be a positive int, got True"),
-    ("max_batch_tokens", 2.0, "max_batch_tokens must be a positive int, got 2.0"),
-    ("logits_budget_mb", 0, "logits_budget_mb must be a positive int, got 0"),
-    ("min_shared_prefix", -1, "min_shared_prefix must be an int >= 0, got -1"),
-    ("prompt_lookup", -1, "prompt_lookup must be an int >= 0, got -1"),
-    ("prompt_lookup_ngram", 1, "prompt_lookup_ngram must be an int >= 2, got 1"),
-    ("prompt_lookup_min_ngram", 0, "prompt_lookup_min_ngram must be an int >= 1, got 0"),
-    ("cpu_linear", "fast", "cpu_linear must be one of ('auto', 'onednn', 'default'), got 'fast'"),
-    ("group_overhead_tokens", -1, "group_overhead_tokens must be an int >= 0, got -1"),
-    ("min_batch_fill", math.nan, "min_batch_fill must be a finite number, got nan"),
-    ("min_batch_fill", 1.5, "min_batch_fill must be in [0, 1], got 1.5"),
-    ("min_batch_fill", -0.1, "min_batch_fill must be in [0, 1], got -0.1"),
-    ("entropy_chunk_rows", 0, "entropy_chunk_rows must be a positive int, got 0"),
-    ("cpu_linear_pack_limit_mb", -1, "cpu_linear_pack_limit_mb must be an int >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("max_batch_size", 0, "max_batch_size must be a positive int, got 0"),
+        ("max_batch_size", True, "max_batch_size must be a positive int, got True"),
+        ("max_batch_tokens", 2.0, "max_batch_tokens must be a positive int, got 2.0"),
+        ("logits_budget_mb", 0, "logits_budget_mb must be a positive int, got 0"),
+        ("min_shared_prefix", -1, "min_shared_prefix must be an int >= 0, got -1"),
+        ("prompt_lookup", -1, "prompt_lookup must be an int >= 0, got -1"),
+        ("prompt_lookup_ngram", 1, "prompt_lookup_ngram must be an int >= 2, got 1"),
+        ("prompt_lookup_min_ngram", 0, "prompt_lookup_min_ngram must be an int >= 1, got 0"),
+        ("cpu_linear", "fast", "cpu_linear must be one of ('auto', 'onednn', 'default'), got 'fast'"),
+        ("group_overhead_tokens", -1, "group_overhead_tokens must be an int >= 0, got -1"),
+        ("min_batch_fill", math.nan, "min_batch_fill must be a finite number, got nan"),
+        ("min_batch_fill", 1.5, "min_batch_fill must be in [0, 1], got 1.5"),
+        ("min_batch_fill", -0.1, "min_batch_fill must be in [0, 1], got -0.1"),
+        ("entropy_chunk_rows", 0, "entropy_chunk_rows must be a positive int, got 0"),
+        ("cpu_linear_pack_limit_mb", -1, "cpu_linear_pack_limit_mb must be an int >= 0, got -1"),
+    ],
+)
 def test_bad_settings_are_value_errors_naming_the_setting(name, value, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         EngineConfig(**{name: value})
@@ -170,8 +190,9 @@ def test_common_prefix():
 
 
 def _groups(rows, limits, config=CPU):
-    return prefix_groups(rows, limits, min_shared_prefix=config.min_shared_prefix,
-                         group_overhead_tokens=config.group_overhead_tokens)
+    return prefix_groups(
+        rows, limits, min_shared_prefix=config.min_shared_prefix, group_overhead_tokens=config.group_overhead_tokens
+    )
 
 
 def test_prefix_groups_minimise_encoded_tokens():
@@ -210,7 +231,7 @@ def test_prefix_groups_cost_is_the_minimum_over_all_splits():
     for _ in range(300):
         n = rnd.randint(1, 7)
         stem = [rnd.randint(1, 3) for _ in range(6)]
-        seqs = [stem[:rnd.randint(0, 6)] + [rnd.randint(1, 3) for _ in range(rnd.randint(1, 4))] for _ in range(n)]
+        seqs = [stem[: rnd.randint(0, 6)] + [rnd.randint(1, 3) for _ in range(rnd.randint(1, 4))] for _ in range(n)]
         limits = [len(s) - rnd.randint(0, 2) for s in seqs]
         msp, overhead = rnd.choice([0, 2, 8]), rnd.choice([0, 1, 5, 32])
         groups = prefix_groups(seqs, limits, min_shared_prefix=msp, group_overhead_tokens=overhead)
@@ -219,8 +240,11 @@ def test_prefix_groups_cost_is_the_minimum_over_all_splits():
         assert [i for g in runs for i in g] == order  # contiguous runs of the token order, every row once
         got, prefixes = _split_cost(seqs, limits, runs, msp, overhead)
         assert [p for _, p in groups] == prefixes
-        best = min(_split_cost(seqs, limits, [order[a:b] for a, b in zip((0, *cuts), (*cuts, n))], msp, overhead)[0]
-                   for k in range(n) for cuts in itertools.combinations(range(1, n), k))
+        best = min(
+            _split_cost(seqs, limits, [order[a:b] for a, b in zip((0, *cuts), (*cuts, n))], msp, overhead)[0]
+            for k in range(n)
+            for cuts in itertools.combinations(range(1, n), k)
+        )
         assert got == best, (seqs, limits, msp, overhead)
 
 
@@ -229,9 +253,9 @@ def test_prompt_lookup_draft():
     lookup = PromptLookup(max_draft=3, max_ngram=3)
     assert lookup.propose([5, 6, 7, 8, 9, 1, 5, 6], 10) == [7, 8, 9]  # latest earlier copy of (5, 6)
     assert lookup.propose([5, 6, 7, 5, 6, 9, 5, 6], 10) == [9, 5, 6]  # the most recent copy wins
-    assert lookup.propose([5, 6, 7, 5, 6], 1) == [7]                   # budget caps the draft
-    assert lookup.propose([5, 6, 7, 5, 6]) == [7, 5, 6]                # no budget: max_draft
-    assert lookup.propose([1, 2, 3, 4], 5) == []                       # no repeated bigram
+    assert lookup.propose([5, 6, 7, 5, 6], 1) == [7]  # budget caps the draft
+    assert lookup.propose([5, 6, 7, 5, 6]) == [7, 5, 6]  # no budget: max_draft
+    assert lookup.propose([1, 2, 3, 4], 5) == []  # no repeated bigram
     assert lookup.propose([1, 2, 3, 4], 0) == []
     assert lookup.propose([], 5) == [] and lookup.propose([5], 5) == []
     assert PromptLookup(0).propose([5, 6, 7, 5, 6]) == []
@@ -254,9 +278,9 @@ def _reference_draft(history, budget, max_ngram, min_ngram):
     for n in range(max_ngram, min_ngram - 1, -1):
         if n > end - 1:
             continue
-        ends = [s for s in range(n - 1, end - 1) if history[s - n + 1:s + 1] == history[end - n:]]
+        ends = [s for s in range(n - 1, end - 1) if history[s - n + 1 : s + 1] == history[end - n :]]
         if ends:
-            return history[max(ends) + 1:max(ends) + 1 + budget]
+            return history[max(ends) + 1 : max(ends) + 1 + budget]
     return []
 
 

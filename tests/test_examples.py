@@ -21,8 +21,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _run(script: str, *args: str) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", script), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "examples", script), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -44,8 +50,23 @@ def _check_record(record: dict, framework: str, n_docs: int) -> None:
 
 def test_llama_index_example(tmp_path):
     log = tmp_path / "influence.jsonl"
-    out = _run("llama_index_rag.py", "--paragraphs", "30", "--questions", "1", "--top-k", "4", "--top-n", "2",
-               "--max-new-tokens", "16", "--log", str(log), "--threads", "1")
+    out = _run(
+        "llama_index_rag.py",
+        "--paragraphs",
+        "30",
+        "--questions",
+        "1",
+        "--top-k",
+        "4",
+        "--top-n",
+        "2",
+        "--max-new-tokens",
+        "16",
+        "--log",
+        str(log),
+        "--threads",
+        "1",
+    )
     assert "Q: " in out and "\nA: " in out and "influence records appended" in out
     rows = [line for line in out.splitlines() if line.startswith("   ") and "[" in line and "'" in line]
     assert len(rows) == 2  # the two nodes GroguRerank kept, each with retrieval score, utility, influence
@@ -55,8 +76,23 @@ def test_llama_index_example(tmp_path):
 
 def test_langchain_example(tmp_path):
     log = tmp_path / "influence.jsonl"
-    out = _run("langchain_rag.py", "--paragraphs", "30", "--questions", "1", "--k", "4", "--top-n", "2",
-               "--max-new-tokens", "16", "--jsonl", str(log), "--threads", "1")
+    out = _run(
+        "langchain_rag.py",
+        "--paragraphs",
+        "30",
+        "--questions",
+        "1",
+        "--k",
+        "4",
+        "--top-n",
+        "2",
+        "--max-new-tokens",
+        "16",
+        "--jsonl",
+        str(log),
+        "--threads",
+        "1",
+    )
     assert "Q: " in out and "\nA: " in out and "1 influence records appended" in out
     [record] = _records(log)
     _check_record(record, "langchain", 2)

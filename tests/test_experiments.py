@@ -46,7 +46,7 @@ def test_sign_test_by_hand():
     y = [False] * 7 + [True] + [True, False]  # n10 = 7, n01 = 1, two concordant pairs ignored
     res = C.sign_test(x, y)
     assert (res["n10"], res["n01"]) == (7, 1)
-    by_hand = 2 * sum(math.comb(8, k) for k in range(7, 9)) / 2 ** 8
+    by_hand = 2 * sum(math.comb(8, k) for k in range(7, 9)) / 2**8
     assert res["p"] == pytest.approx(by_hand) and by_hand == pytest.approx(18 / 256)
     assert C.sign_test([True, False], [True, False])["p"] == 1.0
     lo, hi = C.proportion_ci(0.0, 60)  # Clopper-Pearson with no success: [0, 1 - 0.025 ** (1 / 60)]
@@ -90,13 +90,19 @@ def test_minilm_retriever_and_hard_negatives():
     from grogu.harness.experiments.negatives import hard_negatives
     from grogu.harness.retrieval import BM25Retriever, DenseRetriever
 
-    texts = ["Paris is the capital of France.", "Bananas are yellow fruit.", "The capital of Italy is Rome.",
-             "France borders Spain and Italy."]
+    texts = [
+        "Paris is the capital of France.",
+        "Bananas are yellow fruit.",
+        "The capital of Italy is Rome.",
+        "France borders Spain and Italy.",
+    ]
     dense = DenseRetriever(texts, cache=False)
     scores = dense.scores("What is the capital of France?")
     assert int(np.argmax(scores)) == 0
     emb = dense.encode(["What is the capital of France?", texts[2]])
-    assert dense.pair_scores(["What is the capital of France?"], [texts[2]])[0] == pytest.approx(float(emb[0] @ emb[1]), abs=1e-5)
+    assert dense.pair_scores(["What is the capital of France?"], [texts[2]])[0] == pytest.approx(
+        float(emb[0] @ emb[1]), abs=1e-5
+    )
     # gold (0) excluded, paragraphs holding the answer "Paris" excluded, the rest in score order
     ranked = [int(i) for i in np.argsort(-scores, kind="stable") if int(i) != 0]
     assert hard_negatives(scores, texts, ["Paris"], {0}, 2) == ranked[:2]
@@ -170,7 +176,9 @@ def test_winrate(tiny_engine, tmp_path):
         assert saved["summary"]["sign_test"][o]["key_entropy vs entropy"]["p"] == pytest.approx(p)
     # batched over questions = the public per-query API
     it = saved["items"][0]
-    direct = UtilityScorer(tiny_engine, max_new_tokens=TOKENS).score(it["question"], [it["texts"][d] for d in ("gold", *OTHERS)])
+    direct = UtilityScorer(tiny_engine, max_new_tokens=TOKENS).score(
+        it["question"], [it["texts"][d] for d in ("gold", *OTHERS)]
+    )
     for d, r in zip(("gold", *OTHERS), direct):
         assert r.answer == it["answer"][d]
         for m, v in r.variants.items():
@@ -242,7 +250,9 @@ def test_seper(tiny_engine, tmp_path):
         assert sum(p["gt"] for p in it["paragraphs"]) == pytest.approx(1.0)
         for p in it["paragraphs"]:
             assert p["dseper_soft"] == pytest.approx(p["p_soft_with"] - p["p_soft_without"])
-            assert p["d_f1"] == pytest.approx(p["f1"] - C.best_over(C.token_f1, it["ungrounded_answer"], it["references"]))
+            assert p["d_f1"] == pytest.approx(
+                p["f1"] - C.best_over(C.token_f1, it["ungrounded_answer"], it["references"])
+            )
     got = saved["summary"]["pearson"]["entropy"]["pooled"]["r"]
     assert got == pytest.approx(pearsonr([p["entropy"] for p in pairs], [p["gt"] for p in pairs]).statistic)
 
@@ -254,10 +264,14 @@ def test_acu(tiny_engine, tmp_path):
     items = saved["items"]
     s = saved["summary"]["all"]
     assert s["mean_sufficient"] == pytest.approx(sum(it["acu_sufficient"] for it in items) / 5)
-    assert s["sufficient_higher"] == pytest.approx(sum(it["acu_sufficient"] > it["acu_insufficient"] for it in items) / 5)
+    assert s["sufficient_higher"] == pytest.approx(
+        sum(it["acu_sufficient"] > it["acu_insufficient"] for it in items) / 5
+    )
     assert saved["summary"]["SUPPORTS"]["n"] + saved["summary"]["REFUTES"]["n"] == 5
     k = sum(it["acu_sufficient"] > it["acu_insufficient"] for it in items)
-    assert s["sign_test_p"] == pytest.approx(C.sign_test([True] * k + [False] * (5 - k), [False] * k + [True] * (5 - k))["p"])
+    assert s["sign_test_p"] == pytest.approx(
+        C.sign_test([True] * k + [False] * (5 - k), [False] * k + [True] * (5 - k))["p"]
+    )
     it = items[0]
     direct = ACUScorer(tiny_engine).score(it["claim"], it["insufficient_evidence"], "NOT ENOUGH")
     assert direct.acu == pytest.approx(it["acu_insufficient"], abs=1e-5)
@@ -272,8 +286,9 @@ def test_cli_eval(tokenizer, tmp_path, capsys):
     tiny_model("llama", seed=1).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     out = tmp_path / "out"
-    rc = with_shared_data(main, ["eval", "acu", "--model", str(model_dir), "--device", "cpu", "--limit", "2",
-                                 "--out", str(out)])
+    rc = with_shared_data(
+        main, ["eval", "acu", "--model", str(model_dir), "--device", "cpu", "--limit", "2", "--out", str(out)]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "mean ACU" in printed and "grogu eval acu --model" in printed
@@ -291,13 +306,21 @@ def test_seper_with_an_nli_model(tiny_engine, tmp_path):
     nli_dir = tmp_path / "nli"
     tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-                     label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2},
+    )
     BertForSequenceClassification(cfg).eval().save_pretrained(nli_dir)
     tok.save_pretrained(nli_dir)
-    _, saved = _run("seper", tmp_path, model=tiny_engine, limit=1, samples=2, paragraphs=3, max_new_tokens=TOKENS,
-                    nli=str(nli_dir))
+    _, saved = _run(
+        "seper", tmp_path, model=tiny_engine, limit=1, samples=2, paragraphs=3, max_new_tokens=TOKENS, nli=str(nli_dir)
+    )
     assert saved["config"]["kernel"] == f"NLI model {nli_dir}"
     for p in saved["items"][0]["paragraphs"]:  # a real (random) classifier: beliefs strictly inside (0, 1)
         assert 0 < p["p_soft_with"] < 1 and 0 < p["p_soft_without"] < 1

@@ -16,9 +16,9 @@ DOCS = ["The Vltava flows through Prague.", "Prague is the Czech capital.", "Ban
 
 def test_influence_arithmetic_by_hand():
     full = torch.tensor([1.0, 0.0])
-    loo = torch.tensor([[0.0, 1.0], [1.0, 0.0]])     # cos with full: 0, 1
+    loo = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # cos with full: 0, 1
     single = torch.tensor([[3.0, 0.0], [1.0, 1.0]])  # cos with full: 1, 1/sqrt(2)
-    assert influence_scores(full, loo, single) == pytest.approx([1.0, 2 ** -0.5 - 1.0])
+    assert influence_scores(full, loo, single) == pytest.approx([1.0, 2**-0.5 - 1.0])
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def _naive(scorer, query, docs, answer=None):
     gen = lambda d: scorer.engine.generate([scorer._prompt(query, d)], 8)[0].text  # noqa: E731
     docs = [Document(d) for d in docs]
     full = answer if answer is not None else gen(docs)
-    loo = [gen(docs[:i] + docs[i + 1:]) for i in range(len(docs))]
+    loo = [gen(docs[:i] + docs[i + 1 :]) for i in range(len(docs))]
     single = [gen([d]) for d in docs]
     emb = lambda t: scorer.embedder.encode(t, convert_to_tensor=True)  # noqa: E731
     f = emb(full)
@@ -52,8 +52,9 @@ def test_given_answer_and_k1(influence):
     scores, *_ = _naive(influence, QUERY, DOCS[:1], answer="The Vltava.")
     assert res.answer == "The Vltava." and res.scores == pytest.approx(scores, abs=1e-4)
     # k = 1: leave-one-out is the query alone
-    assert res.leave_one_out_answers[0] == influence.engine.generate(
-        [influence.prompts.ungrounded_ids(QUERY)], 8)[0].text
+    assert (
+        res.leave_one_out_answers[0] == influence.engine.generate([influence.prompts.ungrounded_ids(QUERY)], 8)[0].text
+    )
 
 
 def test_batch_and_async(influence):

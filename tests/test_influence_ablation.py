@@ -13,11 +13,17 @@ from grogu import Document
 from grogu.influence import AUTO_ABLATION_ABOVE_K, InfluenceScorer, fit_ablation_surrogate
 
 QUERY = "Which river flows through Prague?"
-DOCS = ["The Vltava flows through Prague.", "Prague is the Czech capital.", "Bananas are yellow.",
-        "The Danube flows through Vienna.", "Rivers carry water to the sea."]
+DOCS = [
+    "The Vltava flows through Prague.",
+    "Prague is the Czech capital.",
+    "Bananas are yellow.",
+    "The Danube flows through Vienna.",
+    "Rivers carry water to the sea.",
+]
 
 
 # --- the surrogate fit ---------------------------------------------------------------------------
+
 
 def test_fit_by_hand_full_factorial():
     # 2 documents, all 4 masks, y = 1 + 2 a - b. The centred, standardised masks are orthonormal
@@ -38,11 +44,11 @@ def test_fit_recovers_linear_and_sparse_weights():
     masks = rng.random((128, 12)) < 0.5
     true = np.array([0.6, -0.4, 0.0, 0.0, 0.3, 0.0, 0.0, 0.0, 0.15, 0.0, 0.0, 0.0])
     y = 0.25 + masks @ true
-    w, w0 = fit_ablation_surrogate(masks, y, alpha=1e-6)          # noise-free: exact recovery
+    w, w0 = fit_ablation_surrogate(masks, y, alpha=1e-6)  # noise-free: exact recovery
     assert w == pytest.approx(true.tolist(), abs=1e-4) and w0 == pytest.approx(0.25, abs=1e-4)
     w, w0 = fit_ablation_surrogate(masks, y + rng.normal(0, 0.01, len(y)))  # default alpha 0.01, noise
     w = np.array(w)
-    assert np.all(np.abs(w[true == 0]) < 0.01)                    # sparse: zero weights stay ~0
+    assert np.all(np.abs(w[true == 0]) < 0.01)  # sparse: zero weights stay ~0
     assert np.all(np.abs(w[true != 0] - true[true != 0]) < 0.05)  # shrunk by about alpha / 0.5
     assert np.argsort(-w)[:2].tolist() == [0, 4]
 
@@ -59,6 +65,7 @@ def test_fit_degenerate_and_bad_input():
 
 
 # --- the scorer ----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def exact(tiny_engine):
@@ -133,7 +140,9 @@ def test_seed_reproducible(exact):
 
 def test_auto_batch_and_async(exact):
     auto = _scorer(exact, method="auto", n_ablations=4)
-    assert auto.method_for(AUTO_ABLATION_ABOVE_K) == "exact" and auto.method_for(AUTO_ABLATION_ABOVE_K + 1) == "ablation"
+    assert (
+        auto.method_for(AUTO_ABLATION_ABOVE_K) == "exact" and auto.method_for(AUTO_ABLATION_ABOVE_K + 1) == "ablation"
+    )
     default_m = _scorer(exact, method="auto")  # m = 32: ablation only once it is cheaper (2k + 1 > 32)
     assert [default_m.method_for(k) for k in (13, 15, 16, 40)] == ["exact", "exact", "ablation", "ablation"]
     many = [f"Document number {i} about rivers." for i in range(AUTO_ABLATION_ABOVE_K + 1)]

@@ -12,16 +12,21 @@ import pytest
 import torch
 
 from grogu import Document, Engine, testing
-from grogu.attribution import (contextcite_masks, fit_contextcite, leave_one_out_drops, logit_probability)
+from grogu.attribution import contextcite_masks, fit_contextcite, leave_one_out_drops, logit_probability
 from grogu.influence import InfluenceScorer
 
 QUERY = "Which river flows through Prague?"
-DOCS = ["The Vltava flows through Prague.", "Prague is the Czech capital.", "Bananas are yellow.",
-        "The Danube flows through Vienna."]
+DOCS = [
+    "The Vltava flows through Prague.",
+    "Prague is the Czech capital.",
+    "Bananas are yellow.",
+    "The Danube flows through Vienna.",
+]
 ANSWER = "The Vltava."
 
 
 # --- pure parts, by hand --------------------------------------------------------------------------
+
 
 def test_logit_probability_by_hand():
     assert logit_probability(math.log(0.5)) == pytest.approx(0.0, abs=1e-12)
@@ -95,6 +100,7 @@ def contextcite_solver(masks, outputs, num_output_tokens, alpha=0.01):
 
 # --- the scorer on a tiny real model --------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def loo(tiny_engine):
     return InfluenceScorer(tiny_engine, method="leave_one_out_logprob", max_new_tokens=8)
@@ -110,14 +116,16 @@ def plain_logprob(engine, prompt: list[int], target: list[int]) -> float:
     ids = torch.tensor([prompt + target])
     with torch.no_grad():
         logits = engine.model(input_ids=ids).logits[0].double()
-    logp = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)
+    logp = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
     return float(logp.gather(1, torch.tensor(target)[:, None]).sum())
 
 
 def one_at_a_time(scorer, query, docs, masks, target):
     docs = [Document(d) for d in docs]
-    return [plain_logprob(scorer.engine, scorer._prompt(query, [d for d, k in zip(docs, row) if k]), target)
-            for row in masks]
+    return [
+        plain_logprob(scorer.engine, scorer._prompt(query, [d for d, k in zip(docs, row) if k]), target)
+        for row in masks
+    ]
 
 
 def test_leave_one_out_logprob_equals_one_at_a_time(loo):
@@ -163,8 +171,21 @@ def test_one_token_answer_by_hand(loo):
 
 
 def test_contextcite_equals_direct_reimplementation(cc):
-    masks = np.array([[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 1, 1],
-                      [1, 0, 0, 1], [0, 1, 0, 1], [1, 0, 1, 0], [0, 1, 1, 1]], dtype=bool)
+    masks = np.array(
+        [
+            [1, 0, 1, 1],
+            [0, 0, 0, 0],
+            [1, 1, 0, 0],
+            [0, 1, 1, 0],
+            [1, 1, 1, 1],
+            [0, 0, 1, 1],
+            [1, 0, 0, 1],
+            [0, 1, 0, 1],
+            [1, 0, 1, 0],
+            [0, 1, 1, 1],
+        ],
+        dtype=bool,
+    )
     res = cc.score(QUERY, DOCS, answer=ANSWER, masks=masks)
     target = cc.engine.encode(ANSWER) + [cc.engine.tokenizer.eos_token_id]
     assert res.method == "contextcite" and res.forward.masks == masks.tolist()
@@ -194,7 +215,9 @@ def test_forward_only_generates_nothing_for_a_given_answer(loo, cc, monkeypatch)
     calls = {"generate": [], "token_stats": []}
     for name in calls:
         real = getattr(loo.engine, name)
-        monkeypatch.setattr(loo.engine, name, lambda *a, _real=real, _n=name, **kw: calls[_n].append(len(a[0])) or _real(*a, **kw))
+        monkeypatch.setattr(
+            loo.engine, name, lambda *a, _real=real, _n=name, **kw: calls[_n].append(len(a[0])) or _real(*a, **kw)
+        )
     loo.score(QUERY, DOCS, answer=ANSWER)
     cc.score(QUERY, DOCS, answer=ANSWER)
     assert calls == {"generate": [], "token_stats": [len(DOCS) + 1, 64]}

@@ -15,8 +15,15 @@ import pytest
 
 from grogu import get_engine, testing
 from grogu.influence import InfluenceScorer
-from grogu.influence_log import (CONTEXT_FIELDS, DOCUMENT_FIELDS, RECORD_FIELDS, AnsweredQuery, InfluenceRecorder,
-                                 check_on_error, grogu_utility)
+from grogu.influence_log import (
+    CONTEXT_FIELDS,
+    DOCUMENT_FIELDS,
+    RECORD_FIELDS,
+    AnsweredQuery,
+    InfluenceRecorder,
+    check_on_error,
+    grogu_utility,
+)
 from grogu.targets import build_influence_scorer, engine_label, remote_target
 
 N = 8
@@ -45,7 +52,9 @@ def scorer(tiny, tokenizer):
 
 
 def job(query=QUERY, answer="At Mile High.", texts=TEXTS, **kwargs):
-    fields = [{"id": f"d{i}", "page_content": t, "metadata": {"grogu": {"score": -0.5 * i}}} for i, t in enumerate(texts)]
+    fields = [
+        {"id": f"d{i}", "page_content": t, "metadata": {"grogu": {"score": -0.5 * i}}} for i, t in enumerate(texts)
+    ]
     return AnsweredQuery(query=query, answer=answer, documents=list(texts), fields=fields, **kwargs)
 
 
@@ -113,8 +122,7 @@ def test_background_work_and_flush(scorer):
         recorder.flush(timeout=120)
     recorder.flush(timeout=120)  # the failure was raised once
     assert [r["error"] is None for r in records] == [False, True]
-    assert records[1]["influence"] == pytest.approx(scorer.score(QUERY, TEXTS, answer="At Mile High.").scores,
-                                                    abs=1e-6)
+    assert records[1]["influence"] == pytest.approx(scorer.score(QUERY, TEXTS, answer="At Mile High.").scores, abs=1e-6)
 
 
 def test_event_loop_tasks_and_aflush(scorer):
@@ -165,8 +173,14 @@ def test_build_influence_scorer(scorer, tiny, tokenizer):
 
     same, name = build_influence_scorer(scorer, resolve_engine=None, model_label=label)
     assert same is scorer and name == engine_label(engine) and labels == [scorer]
-    built, _ = build_influence_scorer((tiny, tokenizer), resolve_engine=lambda m, d, t: get_engine(m),
-                                      model_label=label, max_new_tokens=4, method="leave_one_out_logprob", seed=3)
+    built, _ = build_influence_scorer(
+        (tiny, tokenizer),
+        resolve_engine=lambda m, d, t: get_engine(m),
+        model_label=label,
+        max_new_tokens=4,
+        method="leave_one_out_logprob",
+        seed=3,
+    )
     assert built.engine is engine and built.method == "leave_one_out_logprob" and built.max_new_tokens == 4
     assert remote_target("http://127.0.0.1:1") == "http://127.0.0.1:1" and remote_target("smollm2") is None
     with pytest.raises(ValueError, match="device/dtype"):
@@ -189,10 +203,18 @@ def llama_records(tiny, tokenizer):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        llm = HuggingFaceLLM(model=tiny, tokenizer=tokenizer, model_name="tiny", max_new_tokens=N,
-                             is_chat_model=True, generate_kwargs={"do_sample": False})
-    index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=HuggingFaceEmbedding(
-        model_name=embedded_embedder_path(), device="cpu"))
+        llm = HuggingFaceLLM(
+            model=tiny,
+            tokenizer=tokenizer,
+            model_name="tiny",
+            max_new_tokens=N,
+            is_chat_model=True,
+            generate_kwargs={"do_sample": False},
+        )
+    index = VectorStoreIndex.from_documents(
+        [Document(text=t) for t in TEXTS],
+        embed_model=HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu"),
+    )
     records: list = []
     handler = GroguInfluenceHandler(model=llm, sinks=[records], max_new_tokens=N)
     get_dispatcher().add_event_handler(handler)
@@ -212,22 +234,36 @@ def langchain_records(tiny, tokenizer):
     from langchain_core.prompts import PromptTemplate
     from langchain_core.runnables import RunnableParallel, RunnablePassthrough
     from langchain_core.vectorstores import InMemoryVectorStore
+    from langchain_grogu import InfluenceCallbackHandler
     from langchain_huggingface import HuggingFaceEmbeddings, HuggingFacePipeline
     from transformers import pipeline
 
     from grogu.models import embedded_embedder_path
-    from langchain_grogu import InfluenceCallbackHandler
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        llm = HuggingFacePipeline(pipeline=pipeline("text-generation", model=tiny, tokenizer=tokenizer,
-                                                    max_new_tokens=N, do_sample=False, return_full_text=False))
-    store = InMemoryVectorStore.from_documents([Document(t, id=f"d{i}") for i, t in enumerate(TEXTS)],
-                                               HuggingFaceEmbeddings(model_name=embedded_embedder_path()))
+        llm = HuggingFacePipeline(
+            pipeline=pipeline(
+                "text-generation",
+                model=tiny,
+                tokenizer=tokenizer,
+                max_new_tokens=N,
+                do_sample=False,
+                return_full_text=False,
+            )
+        )
+    store = InMemoryVectorStore.from_documents(
+        [Document(t, id=f"d{i}") for i, t in enumerate(TEXTS)],
+        HuggingFaceEmbeddings(model_name=embedded_embedder_path()),
+    )
     retriever = store.as_retriever(search_kwargs={"k": 2})
     context = retriever | (lambda docs: "\n\n".join(d.page_content for d in docs))
-    chain = RunnableParallel(context=context, question=RunnablePassthrough()) | PromptTemplate.from_template(
-        "Context:\n{context}\n\nQuestion: {question}\nAnswer:") | llm | StrOutputParser()
+    chain = (
+        RunnableParallel(context=context, question=RunnablePassthrough())
+        | PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")
+        | llm
+        | StrOutputParser()
+    )
     records: list = []
     handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)
     answer = chain.invoke(QUERY, config={"callbacks": [handler]})

@@ -13,8 +13,10 @@ from grogu.engine.kernels import CpuLinears, choose_linear_backend, cpu_linears
 from grogu.engine.kvcache import ReservedLayer, reserve
 from grogu.testing import tiny_model
 
-needs_onednn = pytest.mark.skipif(choose_linear_backend(torch.nn.Sequential(torch.nn.Linear(4, 4)), "onednn")
-                                  != "onednn", reason="this PyTorch build has no oneDNN linear op")
+needs_onednn = pytest.mark.skipif(
+    choose_linear_backend(torch.nn.Sequential(torch.nn.Linear(4, 4)), "onednn") != "onednn",
+    reason="this PyTorch build has no oneDNN linear op",
+)
 TOL = 1e-4
 
 
@@ -23,8 +25,13 @@ def _patched(model) -> list[str]:
 
 
 def _prompts(tokenizer, n=5):
-    texts = ["The capital of France is", "Water boils at", "Shakespeare wrote the play",
-             "The largest planet in the solar system is", "Photosynthesis turns light into"]
+    texts = [
+        "The capital of France is",
+        "Water boils at",
+        "Shakespeare wrote the play",
+        "The largest planet in the solar system is",
+        "Photosynthesis turns light into",
+    ]
     return [tokenizer.encode(t, add_special_tokens=False) for t in texts[:n]]
 
 

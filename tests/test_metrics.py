@@ -37,7 +37,9 @@ def test_entropy_and_perplexity_variants():
     logp = [math.log(0.5), math.log(0.25), math.log(0.125)]
     h_u = [1.0, 1.0, 4.0]  # key: token 1 only
     assert M.compute("entropy", h_g, logp, h_u).confidence == pytest.approx(7 / 3)
-    assert M.compute("ppl", h_g, logp, h_u).confidence == pytest.approx(math.exp((math.log(2) + math.log(4) + math.log(8)) / 3))
+    assert M.compute("ppl", h_g, logp, h_u).confidence == pytest.approx(
+        math.exp((math.log(2) + math.log(4) + math.log(8)) / 3)
+    )
     assert M.compute("ppl", h_g, logp, h_u).confidence == pytest.approx(4.0)  # geometric mean of 2, 4, 8
     assert M.compute("key_ppl", h_g, logp, h_u).confidence == pytest.approx(4.0)
     assert M.compute("KeyEntropy", h_g, logp, h_u).confidence == pytest.approx(2.0)

@@ -8,13 +8,16 @@ import math
 import pytest
 import torch
 
-from grogu import UtilityScorer, metrics as M
+from grogu import UtilityScorer
+from grogu import metrics as M
 from grogu.engine import Generation
 from grogu.prompts import SHORT_ANSWER_TEMPLATE, Document
 
 QUERY = "Which river flows through the old city of Prague?"
-DOCS = ["The Vltava is the longest river within the Czech Republic and flows through Prague.",
-        "Bananas are rich in potassium."]
+DOCS = [
+    "The Vltava is the longest river within the Czech Republic and flows through Prague.",
+    "Bananas are rich in potassium.",
+]
 
 
 # ---------------------------------------------------------------- building blocks
@@ -94,8 +97,17 @@ def test_tuned_settings_are_the_documented_ones():
     # docs/results.md reports these (tuned on the SQuAD tuning split); change both together
     assert (M.ADAPTIVE_KEY_QUANTILE, M.CHANGE_KEY_QUANTILE, M.COPY_NGRAM) == (0.9, 0.5, 5)
     assert M.DEFAULT_METRIC == "key_entropy"
-    assert {"key_entropy", "entropy", "ppl", "key_ppl", "key_entropy_adaptive", "entropy_change",
-            "adaptive_entropy_change", "copy_aware_key_entropy", "copy_aware_entropy_change"} == set(M.METRICS)
+    assert {
+        "key_entropy",
+        "entropy",
+        "ppl",
+        "key_ppl",
+        "key_entropy_adaptive",
+        "entropy_change",
+        "adaptive_entropy_change",
+        "copy_aware_key_entropy",
+        "copy_aware_entropy_change",
+    } == set(M.METRICS)
 
 
 def test_key_entropy_adaptive():
@@ -151,10 +163,19 @@ def test_scorer_variants_use_logp_u_and_copy_mask(tiny_engine):
         d = r.details
         assert len(d.ungrounded_logprob) == len(d.copied) == len(d.token_ids)
         g = scorer.prompts.grounded_ids(QUERY, [Document(DOCS[r.index])])
-        assert d.copied.tolist() == M.copied_mask(d.token_ids, g, scorer.prompts.ungrounded_ids(QUERY), M.COPY_NGRAM).tolist()
+        assert (
+            d.copied.tolist()
+            == M.copied_mask(d.token_ids, g, scorer.prompts.ungrounded_ids(QUERY), M.COPY_NGRAM).tolist()
+        )
         for name in M.METRICS:
-            ref = M.compute(name, d.grounded_entropy, d.grounded_logprob, d.ungrounded_entropy,
-                            logp_u=d.ungrounded_logprob, copied=d.copied)
+            ref = M.compute(
+                name,
+                d.grounded_entropy,
+                d.grounded_logprob,
+                d.ungrounded_entropy,
+                logp_u=d.ungrounded_logprob,
+                copied=d.copied,
+            )
             assert r.variants[name] == pytest.approx(ref.utility)
         assert r.score == r.variants["key_entropy"]
     ranked = UtilityScorer(tiny_engine, max_new_tokens=10, metric="adaptive-entropy-change").score(QUERY, DOCS)
@@ -185,8 +206,12 @@ def test_short_answer_style_changes_prompt_and_caps_tokens(tiny_engine):
 def _gen(tokenizer, text: str) -> Generation:
     ids = tokenizer.encode(text, add_special_tokens=False)
     n = len(ids)
-    return Generation(token_ids=ids, entropy=torch.arange(n, dtype=torch.float32),
-                      logprob=-torch.arange(n, dtype=torch.float32), text=text)
+    return Generation(
+        token_ids=ids,
+        entropy=torch.arange(n, dtype=torch.float32),
+        logprob=-torch.arange(n, dtype=torch.float32),
+        text=text,
+    )
 
 
 def test_short_answer_cut_at_first_line_or_sentence(tiny_engine):

@@ -16,8 +16,11 @@ TOL = 1e-4
 
 def _limits(engine: Engine) -> dict:
     """plan_batches' limits under an engine's settings (the logits budget is far from binding here)."""
-    return dict(max_batch_size=engine.max_batch_size, max_batch_tokens=engine.max_batch_tokens,
-                min_batch_fill=engine.min_batch_fill)
+    return dict(
+        max_batch_size=engine.max_batch_size,
+        max_batch_tokens=engine.max_batch_tokens,
+        min_batch_fill=engine.min_batch_fill,
+    )
 
 
 def masked_prompts(k: int = 6, m: int = 24, doc_len: int = 12) -> list[list[int]]:

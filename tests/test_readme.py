@@ -70,8 +70,9 @@ def _run(code: str, tmp_path) -> list[str]:
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, f"the example failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout.splitlines()
 
@@ -82,8 +83,9 @@ def test_readme_example_prints_what_it_shows(heading, tmp_path):
     code, shown = example(_read(README), heading)
     assert shown, f"no output shown under {heading!r}"
     printed = _run(code, tmp_path)
-    assert printed == shown, f"{heading}: the README shows\n" + "\n".join(shown) + "\nthe code printed\n" + \
-        "\n".join(printed)
+    assert printed == shown, (
+        f"{heading}: the README shows\n" + "\n".join(shown) + "\nthe code printed\n" + "\n".join(printed)
+    )
 
 
 # --- readability ----------------------------------------------------------------------------------------
@@ -167,8 +169,16 @@ def figures(path: str) -> Figures:
     longest = max(range(len(sents)), key=lengths.__getitem__)
     all_cells = cells(rows) or [""]
     cell = max(all_cells, key=len)
-    return Figures(len(text.splitlines()), len(sents), sum(lengths) / len(lengths), lengths[longest],
-                   sents[longest], len(cell), cell, pitch_line(text))
+    return Figures(
+        len(text.splitlines()),
+        len(sents),
+        sum(lengths) / len(lengths),
+        lengths[longest],
+        sents[longest],
+        len(cell),
+        cell,
+        pitch_line(text),
+    )
 
 
 def pitch_line(text: str) -> int | None:
@@ -187,10 +197,12 @@ def test_readme_limits(name):
     f = figures(READMES[name])
     assert f.lines <= MAX_LINES, f"{name}: {f.lines} lines"
     assert f.mean_words <= MAX_MEAN_WORDS, f"{name}: {f.mean_words:.1f} words a sentence on average"
-    assert f.longest_sentence <= MAX_SENTENCE_WORDS, f"{name}: a sentence of {f.longest_sentence} words: " \
-        f"{f.longest_sentence_text}"
-    assert f.longest_cell <= MAX_CELL_CHARS, f"{name}: a table cell of {f.longest_cell} characters: " \
-        f"{f.longest_cell_text}"
+    assert f.longest_sentence <= MAX_SENTENCE_WORDS, (
+        f"{name}: a sentence of {f.longest_sentence} words: {f.longest_sentence_text}"
+    )
+    assert f.longest_cell <= MAX_CELL_CHARS, (
+        f"{name}: a table cell of {f.longest_cell} characters: {f.longest_cell_text}"
+    )
     assert f.pitch_line is not None and f.pitch_line <= PITCH_WITHIN, f"{name}: the pitch is on line {f.pitch_line}"
 
 
@@ -199,7 +211,7 @@ def test_readme_first_block_is_the_two_commands():
     lines = _read(README).splitlines()
     first = lines.index("```bash")
     assert not any(line.startswith("```") for line in lines[:first])
-    block = lines[first + 1:lines.index("```", first + 1)]
+    block = lines[first + 1 : lines.index("```", first + 1)]
     assert len(block) == 2
     assert block[0].startswith("pip install torch==") and block[0].endswith("&& grogu rerank --example")
     assert block[1].endswith("&& python -m pytest -q")
@@ -215,10 +227,14 @@ def test_readme_keeps_its_sections():
 if __name__ == "__main__":
     for name, path in READMES.items():
         f = figures(path)
-        print(f"{name}: {f.lines} lines, {f.sentences} sentences, mean {f.mean_words:.1f} words, "
-              f"longest sentence {f.longest_sentence} words, longest cell {f.longest_cell} characters, "
-              f"pitch on line {f.pitch_line}")
+        print(
+            f"{name}: {f.lines} lines, {f.sentences} sentences, mean {f.mean_words:.1f} words, "
+            f"longest sentence {f.longest_sentence} words, longest cell {f.longest_cell} characters, "
+            f"pitch on line {f.pitch_line}"
+        )
     for path in sys.argv[1:]:
         f = figures(path)
-        print(f"{path}: {f.lines} lines, mean {f.mean_words:.1f} words, longest {f.longest_sentence}: "
-              f"{f.longest_sentence_text[:120]}...")
+        print(
+            f"{path}: {f.lines} lines, mean {f.mean_words:.1f} words, longest {f.longest_sentence}: "
+            f"{f.longest_sentence_text[:120]}..."
+        )

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from grogu import Document, UtilityScorer, batching, checks, metrics as M
+from grogu import Document, UtilityScorer, batching, checks
+from grogu import metrics as M
 from grogu.acu import ACUScorer
 from grogu.cli import main as cli_main
 from grogu.influence import InfluenceScorer
@@ -70,14 +71,17 @@ BAD_COUNTS = [0, -1, True, False, 2.5, 2.0, "3", None, NAN]
 BAD_REALS = [NAN, INF, -INF, True, "0.1", None]
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    *[({"alpha": v}, "alpha") for v in [*BAD_REALS, -0.1]],
-    *[({"top_k_frac": v}, "top_k_frac") for v in [*BAD_REALS, 0, 0.0, -0.5, 1.5]],
-    *[({"max_new_tokens": v}, "max_new_tokens") for v in BAD_COUNTS if v is not None],
-    *[({"copy_ngram": v}, "copy_ngram") for v in BAD_COUNTS],
-    ({"answer_style": "medium"}, "answer_style"),
-    ({"metric": "bleu"}, "metric"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        *[({"alpha": v}, "alpha") for v in [*BAD_REALS, -0.1]],
+        *[({"top_k_frac": v}, "top_k_frac") for v in [*BAD_REALS, 0, 0.0, -0.5, 1.5]],
+        *[({"max_new_tokens": v}, "max_new_tokens") for v in BAD_COUNTS if v is not None],
+        *[({"copy_ngram": v}, "copy_ngram") for v in BAD_COUNTS],
+        ({"answer_style": "medium"}, "answer_style"),
+        ({"metric": "bleu"}, "metric"),
+    ],
+)
 def test_scorer_rejects_bad_settings(tiny_engine, kwargs, name):
     with pytest.raises(ValueError, match=name) as err:
         UtilityScorer(tiny_engine, **kwargs)
@@ -106,9 +110,14 @@ def test_scorer_bad_inputs_are_clear_and_nothing_is_dropped(scorer):
             scorer.score(query, DOCS)
         with pytest.raises(error, match="query"):
             asyncio.run(scorer.ascore(query, DOCS))
-    for documents, match in (("one string", "list of documents"), (None, "list of documents"),
-                             (["ok", None], "document 1"), (["ok", 3], "document 1"),
-                             ([{"title": "no text"}], "document 0"), ([{"text": "x", "title": 5}], "document 0")):
+    for documents, match in (
+        ("one string", "list of documents"),
+        (None, "list of documents"),
+        (["ok", None], "document 1"),
+        (["ok", 3], "document 1"),
+        ([{"title": "no text"}], "document 0"),
+        ([{"text": "x", "title": 5}], "document 0"),
+    ):
         with pytest.raises(TypeError, match=match):
             scorer.score(QUERY, documents)
         with pytest.raises(TypeError, match=match):
@@ -167,12 +176,15 @@ def influence(tiny_engine):
     return InfluenceScorer(tiny_engine, max_new_tokens=TOKENS)
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    *[({"max_new_tokens": v}, "max_new_tokens") for v in BAD_COUNTS],
-    *[({"n_ablations": v}, "n_ablations") for v in BAD_COUNTS if v is not None],  # None: the method's default
-    *[({"lasso_alpha": v}, "lasso_alpha") for v in [*BAD_REALS, 0, -1]],
-    ({"method": "sampled"}, "method"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        *[({"max_new_tokens": v}, "max_new_tokens") for v in BAD_COUNTS],
+        *[({"n_ablations": v}, "n_ablations") for v in BAD_COUNTS if v is not None],  # None: the method's default
+        *[({"lasso_alpha": v}, "lasso_alpha") for v in [*BAD_REALS, 0, -1]],
+        ({"method": "sampled"}, "method"),
+    ],
+)
 def test_influence_rejects_bad_settings(tiny_engine, kwargs, name):
     with pytest.raises(ValueError, match=name):
         InfluenceScorer(tiny_engine, **kwargs)
@@ -203,10 +215,12 @@ def _kernel(premises, hypotheses):
 
 
 def test_seper_rejects_bad_settings_and_kernels(tiny_engine):
-    bad = [*[({"n_samples": v}, "n_samples") for v in BAD_COUNTS],
-           *[({"temperature": v}, "temperature") for v in [*BAD_REALS, 0, -0.5]],
-           *[({"tau": v}, "tau") for v in [*BAD_REALS, -0.1, 1.5]],
-           *[({"max_new_tokens": v}, "max_new_tokens") for v in BAD_COUNTS]]
+    bad = [
+        *[({"n_samples": v}, "n_samples") for v in BAD_COUNTS],
+        *[({"temperature": v}, "temperature") for v in [*BAD_REALS, 0, -0.5]],
+        *[({"tau": v}, "tau") for v in [*BAD_REALS, -0.1, 1.5]],
+        *[({"max_new_tokens": v}, "max_new_tokens") for v in BAD_COUNTS],
+    ]
     for kwargs, name in bad:
         with pytest.raises(ValueError, match=name):
             SePerScorer(tiny_engine, entailment=_kernel, **kwargs)
@@ -250,15 +264,16 @@ def test_acu_bad_inputs(tiny_engine):
 
 
 def test_cli_rejects_bad_options_before_loading_a_model(capsys):
-    for argv, text in ((["rerank", "--example", "--top-n", "0"], "top_n must be a positive int"),
-                       (["rerank", "--example", "--threshold", "nan"], "threshold must be a finite number"),
-                       (["rerank", "--example", "--alpha", "nan"], "alpha must be a finite number"),
-                       (["score", "--example", "--top-k-frac", "0"], "must be in (0, 1]"),
-                       (["score", "--example", "--batch-queries", "0"], "must be a positive int"),
-                       (["score", "--example", "--max-new-tokens", "x"], "not an int"),
-                       (["seper", "--query", "q", "--docs", "d", "--reference", "r", "--nli", "n",
-                         "--tau", "2"], "must be in [0, 1]"),
-                       (["influence", "--query", "q", "--docs", "d", "--ablations", "0"], "must be a positive int")):
+    for argv, text in (
+        (["rerank", "--example", "--top-n", "0"], "top_n must be a positive int"),
+        (["rerank", "--example", "--threshold", "nan"], "threshold must be a finite number"),
+        (["rerank", "--example", "--alpha", "nan"], "alpha must be a finite number"),
+        (["score", "--example", "--top-k-frac", "0"], "must be in (0, 1]"),
+        (["score", "--example", "--batch-queries", "0"], "must be a positive int"),
+        (["score", "--example", "--max-new-tokens", "x"], "not an int"),
+        (["seper", "--query", "q", "--docs", "d", "--reference", "r", "--nli", "n", "--tau", "2"], "must be in [0, 1]"),
+        (["influence", "--query", "q", "--docs", "d", "--ablations", "0"], "must be a positive int"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             cli_main(argv)
         assert exit_info.value.code == 2
@@ -277,11 +292,14 @@ def test_llamaindex_rerank_bad_inputs(pair, scorer):
     from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
     from llama_index.postprocessor.grogu import GroguRerank
 
-    for kwargs, name in [*[({"top_n": v}, "top_n") for v in (0, -2, True, 1.5)],
-                         *[({"threshold": v}, "threshold") for v in (NAN, INF, -INF, True, "high")],
-                         *[({"max_new_tokens": v}, "max_new_tokens") for v in (0, True, 2.5)],
-                         ({"layout": "best"}, "layout"), ({"on_error": "ignore"}, "on_error"),
-                         ({"metric": "bleu"}, "metric")]:
+    for kwargs, name in [
+        *[({"top_n": v}, "top_n") for v in (0, -2, True, 1.5)],
+        *[({"threshold": v}, "threshold") for v in (NAN, INF, -INF, True, "high")],
+        *[({"max_new_tokens": v}, "max_new_tokens") for v in (0, True, 2.5)],
+        ({"layout": "best"}, "layout"),
+        ({"on_error": "ignore"}, "on_error"),
+        ({"metric": "bleu"}, "metric"),
+    ]:
         with pytest.raises(ValueError, match=name):
             GroguRerank(model=pair, **kwargs)
     nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0 - i / 10) for i, t in enumerate(TEXTS)]
@@ -305,17 +323,21 @@ def test_langchain_bad_inputs(pair, scorer):
     from langchain_grogu import GroguCompressor, GroguRetriever
     from pydantic import ValidationError
 
-    bad = [*[({"top_n": v}, "top_n") for v in (0, -2, True, 1.5, NAN)],
-           *[({"threshold": v}, "threshold") for v in (NAN, INF, -INF, True, "high")],
-           *[({"alpha": v}, "alpha") for v in (NAN, INF, -0.1, True)],
-           *[({"top_k_frac": v}, "top_k_frac") for v in (0, NAN, 1.5, True)],
-           *[({"max_new_tokens": v}, "max_new_tokens") for v in (0, True, 2.5)],
-           ({"metric": "bleu"}, "metric")]
+    bad = [
+        *[({"top_n": v}, "top_n") for v in (0, -2, True, 1.5, NAN)],
+        *[({"threshold": v}, "threshold") for v in (NAN, INF, -INF, True, "high")],
+        *[({"alpha": v}, "alpha") for v in (NAN, INF, -0.1, True)],
+        *[({"top_k_frac": v}, "top_k_frac") for v in (0, NAN, 1.5, True)],
+        *[({"max_new_tokens": v}, "max_new_tokens") for v in (0, True, 2.5)],
+        ({"metric": "bleu"}, "metric"),
+    ]
     docs = [LCDocument(page_content=t, id=f"d{i}") for i, t in enumerate(TEXTS)]
     base = RunnableLambda(lambda query: docs)
     for kwargs, name in bad:
-        for make in (lambda **kw: GroguCompressor(model=pair, **kw),
-                     lambda **kw: GroguRetriever(base_retriever=base, model=pair, **kw)):
+        for make in (
+            lambda **kw: GroguCompressor(model=pair, **kw),
+            lambda **kw: GroguRetriever(base_retriever=base, model=pair, **kw),
+        ):
             with pytest.raises(ValidationError, match=name) as err:  # a ValidationError is a ValueError
                 make(**kwargs)
             assert isinstance(err.value, ValueError)
@@ -381,7 +403,8 @@ def test_async_integrations_equal_sequential(pair):
     for a, b in zip(asyncio.run(main()), sequential):
         assert [d.id for d in a] == [d.id for d in b]
         assert [d.metadata["grogu"]["score"] for d in a] == pytest.approx(
-            [d.metadata["grogu"]["score"] for d in b], abs=1e-5)
+            [d.metadata["grogu"]["score"] for d in b], abs=1e-5
+        )
 
 
 def test_cancelled_and_failing_requests_do_not_break_the_others(scorer):
@@ -402,9 +425,13 @@ def test_cancelled_and_failing_requests_do_not_break_the_others(scorer):
     assert all(isinstance(r, list) and len(r) == len(DOCS) for i, r in enumerate(results) if i not in (1, 4))
 
     async def mixed_good_and_bad():
-        return await asyncio.gather(scorer.ascore(QUERY, DOCS), scorer.ascore("", DOCS),
-                                    scorer.ascore(QUERY, ["ok", 3]), scorer.ascore(QUERY, DOCS),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            scorer.ascore(QUERY, DOCS),
+            scorer.ascore("", DOCS),
+            scorer.ascore(QUERY, ["ok", 3]),
+            scorer.ascore(QUERY, DOCS),
+            return_exceptions=True,
+        )
 
     ok1, empty, bad_doc, ok2 = asyncio.run(mixed_good_and_bad())
     assert isinstance(empty, ValueError) and isinstance(bad_doc, TypeError)
@@ -464,8 +491,12 @@ def saved_tokenizer(tokenizer, tmp_path_factory):
 
 
 def _script_env(saved_tokenizer: str) -> dict:
-    return {**os.environ, "GROGU_RELIABILITY_TOKENIZER": saved_tokenizer, "GROGU_RELIABILITY_MODEL": "tiny",
-            "OMP_NUM_THREADS": os.environ.get("GROGU_RELIABILITY_THREADS", "1")}
+    return {
+        **os.environ,
+        "GROGU_RELIABILITY_TOKENIZER": saved_tokenizer,
+        "GROGU_RELIABILITY_MODEL": "tiny",
+        "OMP_NUM_THREADS": os.environ.get("GROGU_RELIABILITY_THREADS", "1"),
+    }
 
 
 def _clean(code: int, out: str, err: str) -> bool:
@@ -475,11 +506,16 @@ def _clean(code: int, out: str, err: str) -> bool:
 def _runs(script: str, env: dict, out_dir: str) -> list[tuple[str, int, str, str]]:
     """(run, exit status, stdout, stderr) of one fresh ``python SCRIPT`` and of RUNS_PER_SCRIPT runs
     forked by run_many.py (one process each, ending through the normal interpreter exit)."""
-    fresh = subprocess.run([sys.executable, script], cwd=SCRIPTS, env=env, capture_output=True, text=True,
-                           timeout=300)
+    fresh = subprocess.run([sys.executable, script], cwd=SCRIPTS, env=env, capture_output=True, text=True, timeout=300)
     runs = [("fresh", fresh.returncode, fresh.stdout, fresh.stderr)]
-    many = subprocess.run([sys.executable, "run_many.py", script, str(RUNS_PER_SCRIPT), out_dir], cwd=SCRIPTS,
-                          env=env, capture_output=True, text=True, timeout=900)
+    many = subprocess.run(
+        [sys.executable, "run_many.py", script, str(RUNS_PER_SCRIPT), out_dir],
+        cwd=SCRIPTS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert many.returncode == 0, f"run_many.py failed: {many.stderr[-2000:]}"
     for line in many.stdout.split("\n"):
         if line.strip():
@@ -500,8 +536,10 @@ def test_scripts_exit_cleanly(saved_tokenizer, tmp_path):
     scripts = ["sync_script.py", "threaded_script.py", "async_script.py", "mixed_script.py"]
     with ThreadPoolExecutor(PARALLEL_RUNS) as pool:
         results = dict(zip(scripts, pool.map(lambda s: _runs(s, env, str(tmp_path / s)), scripts)))
-    failed = {s: [(run, code, err[-1500:]) for run, code, out, err in runs if not _clean(code, out, err)]
-              for s, runs in results.items()}
+    failed = {
+        s: [(run, code, err[-1500:]) for run, code, out, err in runs if not _clean(code, out, err)]
+        for s, runs in results.items()
+    }
     failed = {s: f for s, f in failed.items() if f}
     assert not failed, "runs that did not exit cleanly (script: [(run, exit status, stderr)]): " + repr(failed)
 
@@ -510,7 +548,13 @@ def test_scripts_exit_cleanly(saved_tokenizer, tmp_path):
 def test_exit_with_requests_in_flight(saved_tokenizer):
     """A process that ends while async requests are being scored exits cleanly (status 0, no error on
     stderr): the worker finishes the batch in flight at exit instead of being killed inside torch."""
-    proc = subprocess.run([sys.executable, "inflight_script.py"], cwd=SCRIPTS, env=_script_env(saved_tokenizer),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "inflight_script.py"],
+        cwd=SCRIPTS,
+        env=_script_env(saved_tokenizer),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert (proc.returncode, proc.stdout.split()) == (0, ["ok"]), proc.stderr[-2000:]
     assert not any(text in proc.stderr for text in ("Traceback", "Exception", "terminate called")), proc.stderr

@@ -74,8 +74,10 @@ def test_bm25_by_hand():
         return idf * tf * 2.2 / (tf + 1.2 * (1 - 0.5 + 0.5 * dl / avgdl))
 
     # "cat" is in 2 of 3 passages: idf < 0, floored at 0.25 x the mean idf of the vocabulary
-    idfs = {w: math.log(n - df + 0.5) - math.log(df + 0.5) for w, df in
-            {"a": 2, "cat": 2, "sat": 1, "dog": 2, "bird": 1}.items()}
+    idfs = {
+        w: math.log(n - df + 0.5) - math.log(df + 0.5)
+        for w, df in {"a": 2, "cat": 2, "sat": 1, "dog": 2, "bird": 1}.items()
+    }
     floor = 0.25 * sum(idfs.values()) / len(idfs)
     cat = [floor * tf * 2.2 / (tf + 1.2 * (1 - 0.5 + 0.5 * dl / avgdl)) for tf, dl in ((1, 3), (0, 2), (3, 5))]
     assert bm25.scores("cat bird") == pytest.approx([cat[0], 0.0, cat[2] + term(1, 1, 5)], rel=1e-12)

@@ -22,9 +22,25 @@ import torch
 
 from grogu import Engine, UtilityScorer, testing
 from grogu.harness.rewrite import (
-    BM25Retriever, DenseRetriever, LangChainRetriever, LlamaIndexRetriever, PreferencePair, RewritePairs,
-    ScoredRewrite, Turn, TurnResult, as_retriever, best_and_worst, build_rewrite_pairs, clean_rewrite,
-    dedupe_candidates, drop_smallest_gaps, generate_candidates, read_turns, rewrite_prompt, summarize,
+    BM25Retriever,
+    DenseRetriever,
+    LangChainRetriever,
+    LlamaIndexRetriever,
+    PreferencePair,
+    RewritePairs,
+    ScoredRewrite,
+    Turn,
+    TurnResult,
+    as_retriever,
+    best_and_worst,
+    build_rewrite_pairs,
+    clean_rewrite,
+    dedupe_candidates,
+    drop_smallest_gaps,
+    generate_candidates,
+    read_turns,
+    rewrite_prompt,
+    summarize,
 )
 
 CORPUS = [
@@ -67,8 +83,8 @@ def _pair(i: int, chosen_score: float, rejected_score: float) -> PreferencePair:
 def test_best_and_worst_hand_values():
     assert best_and_worst([-2.0, -1.5, -3.0, -1.25]) == (3, 2)
     assert best_and_worst([-2.0, -1.0, -2.0, -1.0]) == (1, 0)  # ties: the earlier candidate
-    assert best_and_worst([-1.0]) is None                        # one candidate: no pair
-    assert best_and_worst([-1.5, -1.5, -1.5]) is None            # no gap: no pair
+    assert best_and_worst([-1.0]) is None  # one candidate: no pair
+    assert best_and_worst([-1.5, -1.5, -1.5]) is None  # no gap: no pair
     assert best_and_worst([]) is None
 
 
@@ -83,7 +99,7 @@ def test_drop_smallest_gaps_hand_values():
     pairs = [_pair(0, 0.0, -0.5), _pair(1, 0.0, -0.25), _pair(2, 0.0, -0.25), _pair(3, 0.0, -2.0), _pair(4, 0.0, -1.0)]
     kept, dropped = drop_smallest_gaps(pairs, 0.5)
     assert [p.turn_index for p in dropped] == [1, 2] and [p.turn_index for p in kept] == [0, 3, 4]
-    kept, dropped = drop_smallest_gaps(pairs, 0.2)                # configurable ratio: 1 of 5
+    kept, dropped = drop_smallest_gaps(pairs, 0.2)  # configurable ratio: 1 of 5
     assert [p.turn_index for p in dropped] == [1]
     assert drop_smallest_gaps(pairs, 0.0) == (pairs, [])
     assert drop_smallest_gaps([], 0.5) == ([], [])
@@ -93,24 +109,32 @@ def test_drop_smallest_gaps_hand_values():
 
 def _result(question: str, rewrites: list[tuple[str, float]]) -> TurnResult:
     turn = Turn(question=question)
-    return TurnResult(turn=turn, prompt=rewrite_prompt(turn), n_raw_candidates=len(rewrites), generated=True,
-                      rewrites=[ScoredRewrite(rewrite=r, score=s, passages=[], answer="", is_original=r == question)
-                                for r, s in rewrites])
+    return TurnResult(
+        turn=turn,
+        prompt=rewrite_prompt(turn),
+        n_raw_candidates=len(rewrites),
+        generated=True,
+        rewrites=[
+            ScoredRewrite(rewrite=r, score=s, passages=[], answer="", is_original=r == question) for r, s in rewrites
+        ],
+    )
 
 
 def test_turn_results_to_records_and_summary(tmp_path):
     results = [
-        _result("q0", [("q0", -2.0), ("a", -1.0), ("b", -2.5)]),   # pair (a, b), gap 1.5
-        _result("q1", [("q1", -1.0)]),                              # all candidates identical -> single
-        _result("q2", [("q2", -1.0), ("c", -1.0)]),                 # equal scores -> zero gap
-        _result("q3", [("q3", -1.0), ("d", -1.25)]),                # pair (q3, d), gap 0.25 -> dropped
+        _result("q0", [("q0", -2.0), ("a", -1.0), ("b", -2.5)]),  # pair (a, b), gap 1.5
+        _result("q1", [("q1", -1.0)]),  # all candidates identical -> single
+        _result("q2", [("q2", -1.0), ("c", -1.0)]),  # equal scores -> zero gap
+        _result("q3", [("q3", -1.0), ("d", -1.25)]),  # pair (q3, d), gap 0.25 -> dropped
     ]
     assert [r.no_pair_reason for r in results] == [None, "single_candidate", "zero_gap", None]
     pairs = [p for i, r in enumerate(results) if (p := r.pair(i)) is not None]
     kept, dropped = drop_smallest_gaps(pairs, 0.5)
     out = RewritePairs(results=results, kept=kept, dropped=dropped, summary=summarize(results, kept, dropped, 0.5))
-    assert out.sft_records() == [{"prompt": rewrite_prompt(Turn(question=q)), "completion": c}
-                                 for q, c in (("q0", "a"), ("q1", "q1"), ("q2", "q2"), ("q3", "q3"))]
+    assert out.sft_records() == [
+        {"prompt": rewrite_prompt(Turn(question=q)), "completion": c}
+        for q, c in (("q0", "a"), ("q1", "q1"), ("q2", "q2"), ("q3", "q3"))
+    ]
     assert out.dpo_records() == [{"prompt": rewrite_prompt(Turn(question="q0")), "chosen": "a", "rejected": "b"}]
     s = out.summary
     assert s["turns"] == 4 and s["sft_records"] == 4 and s["sft_chose_original_question"] == 3
@@ -140,7 +164,7 @@ def test_files_load_as_trl_expects(tmp_path):
 
 # ------------------------------------------------------------------------------ turns and candidates
 def test_turn_validation_and_reading(tmp_path):
-    assert Turn(question=" Who? ", history=[]).question == "Who?"   # empty history is fine
+    assert Turn(question=" Who? ", history=[]).question == "Who?"  # empty history is fine
     with pytest.raises(ValueError, match="question is empty"):
         Turn(question="   ")
     with pytest.raises(TypeError, match="history"):
@@ -149,8 +173,10 @@ def test_turn_validation_and_reading(tmp_path):
     path.write_text(json.dumps({"question": "q1", "history": ["h"]}) + "\n\n" + json.dumps({"question": ""}) + "\n")
     with pytest.raises(ValueError, match=r"turns.jsonl:3: .*empty"):
         read_turns(str(path))
-    path.write_text(json.dumps({"question": "q1", "history": ["h", {"role": "assistant", "content": "a"}],
-                                "candidates": ["c"]}) + "\n")
+    path.write_text(
+        json.dumps({"question": "q1", "history": ["h", {"role": "assistant", "content": "a"}], "candidates": ["c"]})
+        + "\n"
+    )
     (turn,) = read_turns(str(path))
     assert turn.id == 1 and turn.candidates == ["c"]
     prompt = rewrite_prompt(turn)
@@ -227,8 +253,12 @@ def test_llamaindex_retriever_through_the_adapter(tiny_scorer):
     assert isinstance(retriever, LlamaIndexRetriever)
     top = retriever.retrieve("quantum chromodynamics quarks gluons", 3)
     assert top[0] == CORPUS[1] and len(top) == 3
-    out = build_rewrite_pairs([{"question": "Who wrote Hamlet?", "candidates": ["Hamlet author", "quantum"]}],
-                              index.as_retriever(similarity_top_k=3), tiny_scorer, k=3)
+    out = build_rewrite_pairs(
+        [{"question": "Who wrote Hamlet?", "candidates": ["Hamlet author", "quantum"]}],
+        index.as_retriever(similarity_top_k=3),
+        tiny_scorer,
+        k=3,
+    )
     assert out.summary["settings"]["retriever"] == "llama_index"
     assert out.results[0].rewrites[0].passages[0] == CORPUS[6]
 
@@ -251,8 +281,9 @@ def test_langchain_retriever_through_the_adapter(tiny_scorer):
     retriever = as_retriever(base)
     assert isinstance(retriever, LangChainRetriever)
     assert retriever.retrieve("Who wrote Hamlet?", 2)[0] == CORPUS[6]
-    out = build_rewrite_pairs([{"question": "Capital of Germany?", "candidates": ["Berlin capital Germany"]}],
-                              base, tiny_scorer, k=3)
+    out = build_rewrite_pairs(
+        [{"question": "Capital of Germany?", "candidates": ["Berlin capital Germany"]}], base, tiny_scorer, k=3
+    )
     assert out.summary["settings"]["retriever"] == "langchain"
     assert all(len(r.passages) == 3 for r in out.results[0].rewrites)
 
@@ -267,10 +298,17 @@ def test_end_to_end_matches_one_rewrite_at_a_time(tiny_scorer):
     retriever = BM25Retriever(CORPUS)
     turns = [
         Turn(question="When was it built?", history=["Tell me about the Eiffel Tower."], id="t0"),
-        Turn(question="And who wrote it?", history=[{"role": "user", "content": "What is Hamlet?"},
-                                                      {"role": "assistant", "content": "A tragedy."}], id="t1"),
-        Turn(question="What about Germany?", history=["What is the capital of France?"], id="t2",
-             candidates=["What is the capital of Germany?", "Germany capital city", "what about germany?"]),
+        Turn(
+            question="And who wrote it?",
+            history=[{"role": "user", "content": "What is Hamlet?"}, {"role": "assistant", "content": "A tragedy."}],
+            id="t1",
+        ),
+        Turn(
+            question="What about Germany?",
+            history=["What is the capital of France?"],
+            id="t2",
+            candidates=["What is the capital of Germany?", "Germany capital city", "what about germany?"],
+        ),
         Turn(question="Tell me more.", id="t3", candidates=["tell me more.", "Tell me  more."]),  # all identical
     ]
     out = build_rewrite_pairs(turns, retriever, tiny_scorer, n_candidates=4, rewrite_max_new_tokens=10, k=10, seed=3)
@@ -305,8 +343,9 @@ def test_bad_input_to_build(tiny_scorer):
     with pytest.raises(ValueError, match="corpus is empty"):
         build_rewrite_pairs([{"question": "q"}], BM25Retriever([]), tiny_scorer)
     with pytest.raises(ValueError, match="no non-empty candidate"):
-        build_rewrite_pairs([{"question": "q", "candidates": [""]}], BM25Retriever(CORPUS), tiny_scorer,
-                            include_original=False)
+        build_rewrite_pairs(
+            [{"question": "q", "candidates": [""]}], BM25Retriever(CORPUS), tiny_scorer, include_original=False
+        )
 
 
 # ------------------------------------------------------------------------------ CLI and training
@@ -323,17 +362,39 @@ def pairs_dir(tmp_path_factory, tiny_dir):
     from grogu import cli
 
     root = tmp_path_factory.mktemp("rewrite")
-    turns = [{"question": "When was it built?", "history": ["Tell me about the Eiffel Tower."]},
-             {"question": "Who wrote it?", "history": ["What is Hamlet?"]},
-             {"question": "Capital of Germany?", "candidates": ["Berlin Germany capital", "bread recipe"]},
-             {"question": "Highest mountain?", "candidates": ["Mount Everest", "strong interaction"]}]
+    turns = [
+        {"question": "When was it built?", "history": ["Tell me about the Eiffel Tower."]},
+        {"question": "Who wrote it?", "history": ["What is Hamlet?"]},
+        {"question": "Capital of Germany?", "candidates": ["Berlin Germany capital", "bread recipe"]},
+        {"question": "Highest mountain?", "candidates": ["Mount Everest", "strong interaction"]},
+    ]
     (root / "turns.jsonl").write_text("".join(json.dumps(t) + "\n" for t in turns))
     (root / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in CORPUS))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rc = cli.main(["rewrite-pairs", "--turns", str(root / "turns.jsonl"), "--corpus", str(root / "corpus.jsonl"),
-                       "--out", str(root / "out"), "--model", tiny_dir, "--device", "cpu", "--n-candidates", "3",
-                       "--max-new-tokens", str(ANSWER_TOKENS), "--rewrite-max-new-tokens", "8", "-k", "4"])
+        rc = cli.main(
+            [
+                "rewrite-pairs",
+                "--turns",
+                str(root / "turns.jsonl"),
+                "--corpus",
+                str(root / "corpus.jsonl"),
+                "--out",
+                str(root / "out"),
+                "--model",
+                tiny_dir,
+                "--device",
+                "cpu",
+                "--n-candidates",
+                "3",
+                "--max-new-tokens",
+                str(ANSWER_TOKENS),
+                "--rewrite-max-new-tokens",
+                "8",
+                "-k",
+                "4",
+            ]
+        )
     assert rc == 0
     return str(root / "out")
 
@@ -364,9 +425,27 @@ def test_train_rewriter_end_to_end(pairs_dir, tiny_dir, tmp_path):
     out = tmp_path / "rewriter"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rc = cli.main(["train-rewriter", "--pairs", pairs_dir, "--model", tiny_dir, "--output", str(out),
-                       "--sft-steps", "2", "--dpo-steps", "2", "--batch-size", "2", "--device", "cpu",
-                       "--max-length", "512"])
+        rc = cli.main(
+            [
+                "train-rewriter",
+                "--pairs",
+                pairs_dir,
+                "--model",
+                tiny_dir,
+                "--output",
+                str(out),
+                "--sft-steps",
+                "2",
+                "--dpo-steps",
+                "2",
+                "--batch-size",
+                "2",
+                "--device",
+                "cpu",
+                "--max-length",
+                "512",
+            ]
+        )
     assert rc == 0
     log = json.load(open(out / "train_log.json"))
     assert log["chat_format"] and log["sft_steps"] == 2 and log["dpo_steps"] == 2
@@ -377,6 +456,10 @@ def test_train_rewriter_end_to_end(pairs_dir, tiny_dir, tmp_path):
 
 
 def test_modules_are_light_to_import():
-    code = ("import sys, grogu.harness.rewrite, grogu.harness.rewrite.train; "
-            "print([m for m in ('trl', 'datasets', 'sentence_transformers', 'bm25s') if m in sys.modules])")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    code = (
+        "import sys, grogu.harness.rewrite, grogu.harness.rewrite.train; "
+        "print([m for m in ('trl', 'datasets', 'sentence_transformers', 'bm25s') if m in sys.modules])"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )

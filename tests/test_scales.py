@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from grogu import EngineConfig, UtilityScorer, metrics as M
+from grogu import EngineConfig, UtilityScorer
+from grogu import metrics as M
 from grogu.engine.config import configure_engine
 from grogu.scales import SCORE_SCALES, check_score_scale, probability, utility_threshold
 
@@ -108,4 +109,6 @@ def test_configure_engine_sets_the_batch_and_memory_settings(tokenizer):
     # scores do not depend on the batch size
     before = [r.score for r in UtilityScorer(engine, max_new_tokens=8).score(QUERY, DOCS)]
     configure_engine(engine, batch_size=1)
-    assert [r.score for r in UtilityScorer(engine, max_new_tokens=8).score(QUERY, DOCS)] == pytest.approx(before, abs=1e-4)
+    assert [r.score for r in UtilityScorer(engine, max_new_tokens=8).score(QUERY, DOCS)] == pytest.approx(
+        before, abs=1e-4
+    )

@@ -7,7 +7,8 @@ import warnings
 
 import pytest
 
-from grogu import Document, Engine, TruncationWarning, UtilityScorer, metrics as M
+from grogu import Document, Engine, TruncationWarning, UtilityScorer
+from grogu import metrics as M
 from grogu.naive import naive_grogu_stats
 from grogu.scorer import long_context_order, standard_layouts
 from grogu.testing import tiny_model
@@ -29,8 +30,10 @@ def scorer(tiny_engine):
 def test_scores_match_metric_on_naive_statistics(scorer):
     results = scorer.score(QUERY, DOCS, return_details=True)
     engine = scorer.engine
-    docs = [Document(d) if isinstance(d, str) else d if isinstance(d, Document) else Document(d["text"], d["title"])
-            for d in DOCS]
+    docs = [
+        Document(d) if isinstance(d, str) else d if isinstance(d, Document) else Document(d["text"], d["title"])
+        for d in DOCS
+    ]
     grounded = [scorer.prompts.grounded_ids(QUERY, [d]) for d in docs]
     ungrounded = scorer.prompts.ungrounded_ids(QUERY)
     ref = naive_grogu_stats(engine.model, grounded, ungrounded, 10, engine.stop_token_ids, engine.pad_token_id)
@@ -38,8 +41,14 @@ def test_scores_match_metric_on_naive_statistics(scorer):
         assert r.answer == engine.decode(n.token_ids)
         copied = M.copied_mask(n.token_ids, g, ungrounded, M.COPY_NGRAM)
         for name in M.METRICS:
-            expected = M.compute(name, n.grounded_entropy, n.grounded_logprob, n.ungrounded_entropy,
-                                 logp_u=n.ungrounded_logprob, copied=copied)
+            expected = M.compute(
+                name,
+                n.grounded_entropy,
+                n.grounded_logprob,
+                n.ungrounded_entropy,
+                logp_u=n.ungrounded_logprob,
+                copied=copied,
+            )
             assert r.variants[name] == pytest.approx(expected.utility, abs=1e-4)
         assert r.score == r.variants["key_entropy"] and r.metric == "key_entropy"
         assert r.n_tokens == len(n.token_ids) and r.details.key_mask.sum() == r.n_key_tokens
@@ -52,7 +61,9 @@ def test_rerank_order_top_n_threshold(scorer):
     assert [r.index for r in ranked] == sorted(range(4), key=lambda i: (-scored[i].score, i))
     assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2, mode="document")] == [r.index for r in ranked[:2]]
     cut = ranked[1].score
-    assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut, mode="document")] == [r.index for r in ranked[:2]]
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut, mode="document")] == [
+        r.index for r in ranked[:2]
+    ]
     for bad in (0, -1, True, 2.0, "2"):  # asking for no documents is a mistake, not an empty result
         with pytest.raises(ValueError, match="top_n"):
             scorer.rerank(QUERY, DOCS, top_n=bad, mode="document")
@@ -145,8 +156,7 @@ def test_async_equals_sync_and_is_batched(scorer):
 
 def test_async_error_reaches_only_its_caller(scorer):
     async def main():
-        return await asyncio.gather(scorer.ascore(QUERY, DOCS[:1]), scorer.ascore("", DOCS[:1]),
-                                    return_exceptions=True)
+        return await asyncio.gather(scorer.ascore(QUERY, DOCS[:1]), scorer.ascore("", DOCS[:1]), return_exceptions=True)
 
     ok, err = asyncio.run(main())
     assert isinstance(err, ValueError) and len(ok) == 1
@@ -165,6 +175,7 @@ def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
     from grogu.prompts import as_document
 
     assert R.DEFAULT_MODE == "context"
+
     def by_hand(relevance):
         """The defaults by hand: swap_orders candidates from the retrieval order; KeyEntropy utility plus the
         share of the answer's words in the candidate's documents, margin 0.3; then the support tie-break."""
@@ -216,8 +227,7 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
                 settings = R.ModeSettings(context_metric=metric, margin=margin, rule=rule)
                 assert R.grounded_choice(settings)
                 forced_rows.clear()
-                got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings,
-                                    return_details=True)
+                got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings, return_details=True)
                 assert forced_rows == [1]  # the chosen context only, not all six
                 plan = scorer.plan_rerank(QUERY, DOCS, 2, settings=settings, relevance=relevance)
                 sel = R.decide(settings, plan.base, plan.contexts, full, 2, None, relevance, plan.support_texts())
@@ -227,8 +237,9 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
                 # teacher-forced alone rather than in a batch of six: equal to float32 rounding
                 assert ctx.score == pytest.approx(want.score, abs=1e-5)
                 assert ctx.variants == pytest.approx(want.variants, abs=1e-5)
-                assert ctx.details.ungrounded_entropy.tolist() == pytest.approx(want.details.ungrounded_entropy.tolist(),
-                                                                               abs=1e-5)
+                assert ctx.details.ungrounded_entropy.tolist() == pytest.approx(
+                    want.details.ungrounded_entropy.tolist(), abs=1e-5
+                )
                 assert got[0].score == pytest.approx(want.score, abs=1e-5)
         # a context_metric that needs the ungrounded statistics: every candidate is teacher-forced
         settings = R.ModeSettings(context_metric="key_entropy", rule="confidence")
@@ -244,8 +255,9 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
         sync = [scorer.rerank(q, DOCS, top_n=2, relevance=relevance, settings=by_ppl) for q in queries]
 
         async def main():
-            return await asyncio.gather(*(scorer.arerank(q, DOCS, top_n=2, relevance=relevance, settings=by_ppl)
-                                          for q in queries))
+            return await asyncio.gather(
+                *(scorer.arerank(q, DOCS, top_n=2, relevance=relevance, settings=by_ppl) for q in queries)
+            )
 
         forced_rows.clear()
         before = scorer.async_batches_run
@@ -291,8 +303,9 @@ def test_gate_answers_the_retrievers_context_first(scorer):
         # always in doubt (a mean token probability below 1): two batches, then the ungated choice
         for rule, metric in (("confidence_support", "key_entropy"), ("confidence", "ppl")):
             generated.clear()
-            doubtful = R.ModeSettings(gate="doubt", gate_support=1.0, gate_confidence=1.0, rule=rule,
-                                      context_metric=metric)
+            doubtful = R.ModeSettings(
+                gate="doubt", gate_support=1.0, gate_confidence=1.0, rule=rule, context_metric=metric
+            )
             always = R.ModeSettings(rule=rule, context_metric=metric)
             got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=doubtful)
             n = len(S.context_candidates(len(DOCS), 2, "swap_orders"))
@@ -305,8 +318,9 @@ def test_gate_answers_the_retrievers_context_first(scorer):
         sync = [scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=s) for s in settings]
 
         async def main():
-            return await asyncio.gather(*(scorer.arerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=s)
-                                          for s in settings))
+            return await asyncio.gather(
+                *(scorer.arerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=s) for s in settings)
+            )
 
         for s, a in zip(sync, asyncio.run(main())):
             assert [r.index for r in s] == [r.index for r in a]

@@ -20,8 +20,8 @@ def test_rank_scores_by_hand():
 def test_fuse_by_hand_and_extremes():
     utility, relevance = [-2.0, -0.5, -1.0], [0.9, 0.1, 0.5]  # utility ranks .0 1 .5; relevance 1 0 .5
     assert S.fuse(utility, relevance, 0.25) == pytest.approx([0.75, 0.25, 0.5])
-    assert S.order_by(S.fuse(utility, relevance, 0.0)) == [0, 2, 1]      # retrieval order
-    assert S.order_by(S.fuse(utility, relevance, 1.0)) == [1, 2, 0]      # utility order
+    assert S.order_by(S.fuse(utility, relevance, 0.0)) == [0, 2, 1]  # retrieval order
+    assert S.order_by(S.fuse(utility, relevance, 1.0)) == [1, 2, 0]  # utility order
     with pytest.raises(ValueError, match="weight"):
         S.fuse(utility, relevance, float("nan"))
     with pytest.raises(ValueError, match="weight"):
@@ -48,12 +48,18 @@ def test_context_candidates_families():
     assert len(S.context_candidates(5, 3, "all")) == 10
     assert S.context_candidates(5, 3, "orders") == [[0, 1, 2], [2, 1, 0], [0, 2, 1]]
     assert S.context_candidates(5, 3, "swap_reversed") == [[0, 1, 2], [0, 1, 3], [0, 1, 4], [2, 1, 0]]
-    assert S.context_candidates(5, 3, "swap_orders") == [[0, 1, 2], [0, 1, 3], [0, 1, 4],
-                                                         [2, 1, 0], [3, 1, 0], [4, 1, 0]]
+    assert S.context_candidates(5, 3, "swap_orders") == [
+        [0, 1, 2],
+        [0, 1, 3],
+        [0, 1, 4],
+        [2, 1, 0],
+        [3, 1, 0],
+        [4, 1, 0],
+    ]
     assert S.context_candidates(4, 3, "swap_orders", swaps=1) == [[0, 1, 2], [0, 1, 3], [2, 1, 0], [3, 1, 0]]
     assert S.context_candidates(2, 3, "swap_reversed") == [[0, 1], [1, 0]]
     assert S.context_candidates(1, 3, "swap_orders") == [[0]]
-    assert S.context_candidates(2, 3, "swap") == [[0, 1]]          # fewer documents than top_n
+    assert S.context_candidates(2, 3, "swap") == [[0, 1]]  # fewer documents than top_n
     assert S.context_candidates(0, 3, "swap") == []
     with pytest.raises(ValueError, match="family"):
         S.context_candidates(5, 3, "best")
@@ -61,9 +67,9 @@ def test_context_candidates_families():
 
 def test_choose_context_needs_to_beat_the_retrievers_context_by_the_margin():
     assert S.choose_context([-1.0, -0.5, -0.8]) == 1
-    assert S.choose_context([-1.0, -0.5, -0.8], margin=0.5) == 0     # -0.5 is not > -1.0 + 0.5
+    assert S.choose_context([-1.0, -0.5, -0.8], margin=0.5) == 0  # -0.5 is not > -1.0 + 0.5
     assert S.choose_context([-1.0, -0.5, -0.8], margin=0.4) == 1
-    assert S.choose_context([-1.0, -1.0]) == 0                        # a tie keeps the retriever's
+    assert S.choose_context([-1.0, -1.0]) == 0  # a tie keeps the retriever's
     with pytest.raises(ValueError):
         S.choose_context([])
 
@@ -102,19 +108,32 @@ def test_plan_and_decide_each_mode():
     prune = ModeSettings(mode="prune")
     assert plan(prune, [2, 0, 1], 3) == [[0], [1], [2], []]
     sel = decide(prune, [2, 0, 1], plan(prune, [2, 0, 1], 3), _scores(-0.5, -2.0, -1.0, -1.0), 3, None, None)
-    assert sel.order == [2, 0] and sel.none.score == -1.0      # kept ones in retrieval order
+    assert sel.order == [2, 0] and sel.none.score == -1.0  # kept ones in retrieval order
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"mode": "best"}, "mode"), ({"weight": math.nan}, "weight"), ({"weight": -0.1}, "weight"),
-    ({"weight": True}, "weight"), ({"family": "x"}, "family"), ({"swaps": -1}, "swaps"),
-    ({"margin": math.inf}, "margin"), ({"margin": -0.1}, "margin"), ({"margin": "0.1"}, "margin"),
-    ({"rule": "vote"}, "rule"), ({"confidence_weight": 2.0}, "confidence_weight"),
-    ({"confidence_weight": math.nan}, "confidence_weight"), ({"supported": 1}, "supported"),
-    ({"context_metric": "bleu"}, "context_metric: unknown metric 'bleu'.*or 'auto'"),
-    ({"context_metric": 3}, "context_metric"), ({"support_weight": -1.0}, "support_weight"),
-    ({"support_weight": math.nan}, "support_weight"), ({"support_weight": "1"}, "support_weight"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"mode": "best"}, "mode"),
+        ({"weight": math.nan}, "weight"),
+        ({"weight": -0.1}, "weight"),
+        ({"weight": True}, "weight"),
+        ({"family": "x"}, "family"),
+        ({"swaps": -1}, "swaps"),
+        ({"margin": math.inf}, "margin"),
+        ({"margin": -0.1}, "margin"),
+        ({"margin": "0.1"}, "margin"),
+        ({"rule": "vote"}, "rule"),
+        ({"confidence_weight": 2.0}, "confidence_weight"),
+        ({"confidence_weight": math.nan}, "confidence_weight"),
+        ({"supported": 1}, "supported"),
+        ({"context_metric": "bleu"}, "context_metric: unknown metric 'bleu'.*or 'auto'"),
+        ({"context_metric": 3}, "context_metric"),
+        ({"support_weight": -1.0}, "support_weight"),
+        ({"support_weight": math.nan}, "support_weight"),
+        ({"support_weight": "1"}, "support_weight"),
+    ],
+)
 def test_mode_settings_reject_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ModeSettings(**kwargs)
@@ -122,13 +141,14 @@ def test_mode_settings_reject_bad_values(kwargs, match):
 
 def test_mode_settings_build_from_a_base_and_changes():
     base = ModeSettings(family="drop", margin=0.2)
-    built = ModeSettings.build(base, swaps=4, margin=None)          # None: not given, the base's value stays
+    built = ModeSettings.build(base, swaps=4, margin=None)  # None: not given, the base's value stays
     assert built == ModeSettings(family="drop", margin=0.2, swaps=4)
     assert ModeSettings.build({"mode": "fusion", "weight": 0.3}) == ModeSettings(mode="fusion", weight=0.3)
     assert ModeSettings.build(None) == ModeSettings()
-    assert ModeSettings.build(built.as_dict()) == built              # as_dict round-trips
-    assert ModeSettings.from_arguments(None, {"query": "q", "family": "orders", "swaps": None}) == \
-        ModeSettings(family="orders")
+    assert ModeSettings.build(built.as_dict()) == built  # as_dict round-trips
+    assert ModeSettings.from_arguments(None, {"query": "q", "family": "orders", "swaps": None}) == ModeSettings(
+        family="orders"
+    )
     with pytest.raises(TypeError, match=r"unknown rerank setting\(s\) \['famly'\].*'family'"):
         ModeSettings.build(famly="drop")
     with pytest.raises(TypeError, match="ModeSettings"):
@@ -136,7 +156,7 @@ def test_mode_settings_build_from_a_base_and_changes():
     with pytest.raises(ValueError, match="swaps"):
         ModeSettings.build(base, swaps=-2)
     with pytest.raises(AttributeError):
-        built.swaps = 1                                             # frozen: shared safely
+        built.swaps = 1  # frozen: shared safely
     assert ModeSettings(weight=1).weight == 1.0 and isinstance(ModeSettings(weight=1).weight, float)
 
 
@@ -148,16 +168,22 @@ def test_threshold_needs_a_per_document_mode():
 
 
 def test_split_settings():
-    assert split_settings({"mode": "fusion", "top_n": 3, "weight": 0.5}) == ({"mode": "fusion", "weight": 0.5},
-                                                                             {"top_n": 3})
+    assert split_settings({"mode": "fusion", "top_n": 3, "weight": 0.5}) == (
+        {"mode": "fusion", "weight": 0.5},
+        {"top_n": 3},
+    )
 
 
 def test_check_relevance():
     from grogu.checks import check_relevance
 
     assert check_relevance([1, 0.5], 2) == [1.0, 0.5]
-    for bad, match in (([1.0], "one score per document"), ("ab", "one score per document"),
-                       ([1.0, math.nan], "finite"), ([1.0, True], "finite")):
+    for bad, match in (
+        ([1.0], "one score per document"),
+        ("ab", "one score per document"),
+        ([1.0, math.nan], "finite"),
+        ([1.0, True], "finite"),
+    ):
         with pytest.raises(ValueError, match=match):
             check_relevance(bad, 2)
 
@@ -204,10 +230,12 @@ def test_selection_rules_by_hand():
         S.selection_scores("combined", utilities, answers, "entropy", 1.5)
     # confidence_support: utility + weight * support
     support = [1.0, 0.0, 0.5]
-    assert S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support) == \
-        pytest.approx([0.0, -0.2, -0.1])
-    assert S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support, 0.4) == \
-        pytest.approx([-0.6, -0.2, -0.4])
+    assert S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support) == pytest.approx(
+        [0.0, -0.2, -0.1]
+    )
+    assert S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support, 0.4) == pytest.approx(
+        [-0.6, -0.2, -0.4]
+    )
     with pytest.raises(ValueError, match="support"):
         S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5)
     with pytest.raises(ValueError, match="support_weight"):
@@ -218,8 +246,8 @@ def test_prefer_supported_keeps_the_answer_and_moves_to_the_documents_that_hold_
     # DESIGN.md's example: [Sydney, platypus] and [Sydney, Canberra] both answer "Canberra"
     answers, support = ["Canberra", "Canberra.", "Sydney"], [0.0, 1.0, 1.0]
     assert S.prefer_supported(0, answers, support) == 1
-    assert S.prefer_supported(2, answers, support) == 2            # no other candidate gives "Sydney"
-    assert S.prefer_supported(1, answers, [1.0, 1.0, 0.0]) == 1    # a tie keeps the chosen one
+    assert S.prefer_supported(2, answers, support) == 2  # no other candidate gives "Sydney"
+    assert S.prefer_supported(1, answers, [1.0, 1.0, 0.0]) == 1  # a tie keeps the chosen one
 
 
 def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
@@ -233,19 +261,31 @@ def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
     assert confident.chosen == 1 and confident.order == [0, 2] and confident.rule_scores == [-0.1, -0.9, -0.5]
     no_support = decide(ModeSettings(supported=False, **E), base, contexts, scored, 2, None, None, texts)
     assert no_support.chosen == 0
-    agree = decide(ModeSettings(supported=False, **{**E, "rule": "agreement"}), base, contexts, scored, 2, None, None, texts)
+    agree = decide(
+        ModeSettings(supported=False, **{**E, "rule": "agreement"}), base, contexts, scored, 2, None, None, texts
+    )
     assert agree.chosen == 0 and agree.rule_scores == [0.5, 0.5, 0.0]
-    margin = decide(ModeSettings(rule="agreement", margin=0.6, context_metric="entropy"), base, contexts,
-                    _scores(-0.1, -0.9, -0.5, answers=["Perth", "Canberra", "Canberra"]), 2, None, None, texts)
-    assert margin.chosen == 0                                       # 0.5 does not beat 0.0 by more than 0.6
+    margin = decide(
+        ModeSettings(rule="agreement", margin=0.6, context_metric="entropy"),
+        base,
+        contexts,
+        _scores(-0.1, -0.9, -0.5, answers=["Perth", "Canberra", "Canberra"]),
+        2,
+        None,
+        None,
+        texts,
+    )
+    assert margin.chosen == 0  # 0.5 does not beat 0.0 by more than 0.6
     # confidence_support: the surest answer ("Canberra" from [0, 1], support 0) against the supported ones:
     # [0, 2] holds "Canberra" (-0.9 + 1 = 0.1), [0, 3] does not hold "Perth" (-0.5 + 0 = -0.5)
     S_ = {"rule": "confidence_support", "context_metric": "entropy", "supported": False}
     sup = decide(ModeSettings(margin=0.1, **S_), base, contexts, scored, 2, None, None, texts)
     assert sup.rule_scores == pytest.approx([-0.1, 0.1, -0.5]) and sup.chosen == 1 and sup.order == [0, 2]
     assert decide(ModeSettings(margin=0.3, **S_), base, contexts, scored, 2, None, None, texts).chosen == 0
-    assert decide(ModeSettings(margin=0.1, support_weight=0.5, **S_), base, contexts, scored, 2, None, None,
-                  texts).chosen == 0                                # -0.9 + 0.5 = -0.4 < -0.1
+    assert (
+        decide(ModeSettings(margin=0.1, support_weight=0.5, **S_), base, contexts, scored, 2, None, None, texts).chosen
+        == 0
+    )  # -0.9 + 0.5 = -0.4 < -0.1
     with pytest.raises(ValueError, match="texts"):
         decide(ModeSettings(**S_), base, contexts, scored, 2, None, None, None)
 
@@ -277,13 +317,17 @@ def test_the_context_metric_is_read_from_the_variants():
     """The candidates are compared by context_metric's utility (each scored context carries every metric's
     utility in ``variants``), whatever metric the scorer reports as ``score``."""
     base, contexts = [0, 1, 2], [[0, 1], [0, 2]]
-    scored = [SimpleNamespace(score=-1.0, metric="key_entropy", answer="a", variants={"ppl": -3.0, "key_entropy": -1.0}),
-              SimpleNamespace(score=-2.0, metric="key_entropy", answer="b", variants={"ppl": -1.5, "key_entropy": -2.0})]
+    scored = [
+        SimpleNamespace(score=-1.0, metric="key_entropy", answer="a", variants={"ppl": -3.0, "key_entropy": -1.0}),
+        SimpleNamespace(score=-2.0, metric="key_entropy", answer="b", variants={"ppl": -1.5, "key_entropy": -2.0}),
+    ]
     C = {"family": "swap", "rule": "confidence"}
     by_ppl = decide(ModeSettings(context_metric="ppl", **C), base, contexts, scored, 2, None, None)
     assert by_ppl.chosen == 1 and by_ppl.rule_scores == [-3.0, -1.5]
     assert decide(ModeSettings(context_metric="key_entropy", **C), base, contexts, scored, 2, None, None).chosen == 0
-    assert decide(ModeSettings(context_metric="ppl", margin=2.0, **C), base, contexts, scored, 2, None, None).chosen == 0
+    assert (
+        decide(ModeSettings(context_metric="ppl", margin=2.0, **C), base, contexts, scored, 2, None, None).chosen == 0
+    )
     with pytest.raises(ValueError, match="context_metric='entropy', which this target does not give"):
         decide(ModeSettings(context_metric="entropy", **C), base, contexts, scored, 2, None, None)
     # the default, 'auto', is the target's default metric: key_entropy, or ppl on a grounded-only target
@@ -310,21 +354,36 @@ def test_gate_keeps_the_retrievers_context_unless_in_doubt():
     first = SimpleNamespace(answer="Paris", variants={"ppl": -2.0, "key_entropy": -1.0})  # probability 0.5
     other = SimpleNamespace(answer="Rome", variants={"ppl": -1.0, "key_entropy": -0.1})
     G = {"family": "swap", "rule": "confidence", "context_metric": "key_entropy", "gate": "doubt"}
-    calm = decide(ModeSettings(gate_support=1.0, gate_confidence=0.5, **G), base, contexts, [first], 2, None, None,
-                  texts)
+    calm = decide(
+        ModeSettings(gate_support=1.0, gate_confidence=0.5, **G), base, contexts, [first], 2, None, None, texts
+    )
     assert (calm.chosen, calm.order, calm.candidates, calm.doubt) == (0, [0, 1], [[0, 1]], False)
-    unsure = decide(ModeSettings(gate_support=1.0, gate_confidence=0.6, **G), base, contexts, [first, other], 2,
-                    None, None, texts)
+    unsure = decide(
+        ModeSettings(gate_support=1.0, gate_confidence=0.6, **G), base, contexts, [first, other], 2, None, None, texts
+    )
     assert (unsure.chosen, unsure.order, unsure.doubt) == (1, [0, 2], True)
     unsupported = SimpleNamespace(answer="Paris or Lyon", variants=first.variants)  # support 1/3
-    assert decide(ModeSettings(gate_support=0.5, gate_confidence=0.0, **G), base, contexts,
-                  [unsupported, other], 2, None, None, texts).doubt is True
+    assert (
+        decide(
+            ModeSettings(gate_support=0.5, gate_confidence=0.0, **G),
+            base,
+            contexts,
+            [unsupported, other],
+            2,
+            None,
+            None,
+            texts,
+        ).doubt
+        is True
+    )
     with pytest.raises(ValueError, match="2 candidate contexts but 1 scores"):
         decide(ModeSettings(gate_support=1.0, gate_confidence=0.6, **G), base, contexts, [first], 2, None, None, texts)
     with pytest.raises(ValueError, match="texts"):
         decide(ModeSettings(**G), base, contexts, [first, other], 2, None, None, None)
-    assert decide(ModeSettings(**{**G, "gate": "always"}), base, contexts, [first, other], 2, None, None,
-                  texts).doubt is None
+    assert (
+        decide(ModeSettings(**{**G, "gate": "always"}), base, contexts, [first, other], 2, None, None, texts).doubt
+        is None
+    )
     for bad in ({"gate": "sometimes"}, {"gate_support": 1.5}, {"gate_confidence": float("nan")}):
         with pytest.raises(ValueError):
             ModeSettings(**bad)
@@ -340,9 +399,18 @@ def test_the_defaults_are_pinned():
     assert (R.DEFAULT_GATE, R.DEFAULT_GATE_SUPPORT, R.DEFAULT_GATE_CONFIDENCE) == ("always", 1.0, 0.0)
     defaults = ModeSettings()
     assert (defaults.mode, defaults.family, defaults.rule, defaults.margin, defaults.support_weight) == (
-        "context", "swap_orders", "confidence_support", 0.3, 1.0)
+        "context",
+        "swap_orders",
+        "confidence_support",
+        0.3,
+        1.0,
+    )
     assert (defaults.gate, defaults.gate_support, defaults.gate_confidence, defaults.supported) == (
-        "always", 1.0, 0.0, True)
+        "always",
+        1.0,
+        0.0,
+        True,
+    )
 
 
 def test_candidate_count_is_computed_before_anything_is_built():

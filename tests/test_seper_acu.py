@@ -15,14 +15,21 @@ from grogu.seper import NLIEntailment, SePerScorer, hard_belief, hard_clusters, 
 
 def _gen(tokens, logprobs, stop_lp=None):
     lp = torch.tensor(logprobs, dtype=torch.float32)
-    return Generation(token_ids=tokens, entropy=torch.zeros(len(tokens)), logprob=lp,
-                      stop_token_id=2 if stop_lp is not None else None, stop_logprob=stop_lp)
+    return Generation(
+        token_ids=tokens,
+        entropy=torch.zeros(len(tokens)),
+        logprob=lp,
+        stop_token_id=2 if stop_lp is not None else None,
+        stop_logprob=stop_lp,
+    )
 
 
 def test_sample_weights_by_hand():
-    gens = [_gen([5, 6], [-1.0, -1.0], stop_lp=-1.0),  # mean -1
-            _gen([7], [-3.0]),                          # mean -3 (no stop token)
-            _gen([], [], stop_lp=-2.0)]                 # empty answer: its stop token, mean -2
+    gens = [
+        _gen([5, 6], [-1.0, -1.0], stop_lp=-1.0),  # mean -1
+        _gen([7], [-3.0]),  # mean -3 (no stop token)
+        _gen([], [], stop_lp=-2.0),
+    ]  # empty answer: its stop token, mean -2
     w = sample_weights(gens)
     z = math.exp(-1) + math.exp(-3) + math.exp(-2)
     assert w.tolist() == pytest.approx([math.exp(-1) / z, math.exp(-3) / z, math.exp(-2) / z])
@@ -68,8 +75,9 @@ def _expected_beliefs(engine, query, prompt, gens, ref, tau=0.5):
         else:
             heads.append(i)
             members.append([i])
-    hard = sum(float(w[i]) for c, h in enumerate(heads) if e(qa[h], qr) >= tau and e(qr, qa[h]) >= tau
-               for i in members[c])
+    hard = sum(
+        float(w[i]) for c, h in enumerate(heads) if e(qa[h], qr) >= tau and e(qr, qa[h]) >= tau for i in members[c]
+    )
     return soft, hard
 
 
@@ -81,7 +89,7 @@ def test_seper_equals_reference_computation(seper, tiny_engine):
     assert [r.samples_with for r in res] == [r.samples_with for r in seper.score(query, docs, [ref])]  # seeded
     prompts = [seper.prompts.ungrounded_ids(query)] + [seper.prompts.grounded_ids(query, [Document(d)]) for d in docs]
     gens = tiny_engine.generate([p for p in prompts for _ in range(4)], 5, temperature=1.0, seed=11)
-    groups = [gens[i * 4:(i + 1) * 4] for i in range(3)]
+    groups = [gens[i * 4 : (i + 1) * 4] for i in range(3)]
     soft0, hard0 = _expected_beliefs(tiny_engine, query, prompts[0], groups[0], ref)
     assert 0 < soft0 < 1  # the stub kernel gives a non-trivial belief
     for r, prompt, group in zip(res, prompts[1:], groups[1:]):
@@ -97,7 +105,9 @@ def test_seper_beliefs_with_a_kernel_that_always_agrees(tiny_engine):
     s = SePerScorer(tiny_engine, entailment=lambda p, h: [1.0] * len(p), n_samples=3, max_new_tokens=4)
     r = s.score_context("q?", ["a doc"], ["anything", "else"])
     # every sample entails every reference and each other: one cluster holding all the weight
-    assert (r.p_soft_with, r.p_hard_with, r.p_soft_without, r.delta_soft, r.delta_hard) == pytest.approx((1, 1, 1, 0, 0))
+    assert (r.p_soft_with, r.p_hard_with, r.p_soft_without, r.delta_soft, r.delta_hard) == pytest.approx(
+        (1, 1, 1, 0, 0)
+    )
 
 
 def test_seper_bad_input(seper):
@@ -123,10 +133,16 @@ def test_nli_entailment_tiny_classifier(tmp_path):
 
     tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, num_labels=3,
-                     id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-                     label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2},
+    )
     model = BertForSequenceClassification(cfg).eval()
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
@@ -143,8 +159,8 @@ def test_nli_entailment_tiny_classifier(tmp_path):
 
 
 def test_delta_p_and_acu_by_hand():
-    assert delta_p(0.6, 0.2) == pytest.approx(0.5)     # (0.6 - 0.2) / 0.8
-    assert delta_p(0.1, 0.4) == pytest.approx(-0.75)   # (0.1 - 0.4) / 0.4
+    assert delta_p(0.6, 0.2) == pytest.approx(0.5)  # (0.6 - 0.2) / 0.8
+    assert delta_p(0.1, 0.4) == pytest.approx(-0.75)  # (0.1 - 0.4) / 0.4
     assert delta_p(1.0, 1.0) == 0.0
     p_with = {"True": 0.6, "None": 0.1, "False": 0.3}
     p_without = {"True": 0.2, "None": 0.4, "False": 0.3}
@@ -158,13 +174,18 @@ def test_acu_scorer_against_manual_probabilities(tiny_engine):
     r = scorer.score(claim, evidence, "SUPPORTS")
     assert r.raised == "True" and -1 <= r.acu <= 1
     tok = tiny_engine.tokenizer
-    for key, text in (("p_with", scorer.prompt_with.format(claim=claim, evidence=evidence)),
-                      ("p_without", scorer.prompt_without.format(claim=claim))):
+    for key, text in (
+        ("p_with", scorer.prompt_with.format(claim=claim, evidence=evidence)),
+        ("p_without", scorer.prompt_without.format(claim=claim)),
+    ):
         ids = scorer._prompt(text)
         probs = torch.softmax(tiny_engine.model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
         for lab in ("True", "None", "False"):
-            variants = {tok.encode(v, add_special_tokens=False)[0] for v in (lab, " " + lab)
-                        if len(tok.encode(v, add_special_tokens=False)) == 1}
+            variants = {
+                tok.encode(v, add_special_tokens=False)[0]
+                for v in (lab, " " + lab)
+                if len(tok.encode(v, add_special_tokens=False)) == 1
+            }
             assert getattr(r, key)[lab] == pytest.approx(float(sum(probs[i] for i in variants).detach()), abs=1e-5)
     assert r.acu == pytest.approx(acu(r.p_with, r.p_without, "True"))
     batch = scorer.score_batch([(claim, evidence, "SUPPORTS"), (claim, "", "NOT ENOUGH")])

@@ -20,8 +20,15 @@ import grogu  # noqa: E402
 from grogu import testing  # noqa: E402
 from grogu.acu import ACUScorer  # noqa: E402
 from grogu.influence import InfluenceScorer  # noqa: E402
-from grogu.serve import (RemoteACUScorer, RemoteInfluenceScorer, RemoteScorer, RemoteSePerScorer,  # noqa: E402
-                         ServiceAuthError, ServiceUnavailable, ServiceValueError)
+from grogu.serve import (  # noqa: E402
+    RemoteACUScorer,
+    RemoteInfluenceScorer,
+    RemoteScorer,
+    RemoteSePerScorer,
+    ServiceAuthError,
+    ServiceUnavailable,
+    ServiceValueError,
+)
 
 pytestmark = pytest.mark.slow  # Ray Serve: not in the fast subset (-m 'not slow')
 
@@ -61,18 +68,37 @@ def nli_dir(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("tiny-nli"))
     tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-                     label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2},
+    )
     BertForSequenceClassification(cfg).eval().save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
 
 #: the service's limits in these tests (small, so that each can be crossed cheaply)
-LIMITS = dict(max_docs=12, max_doc_chars=400, max_query_chars=200, max_template_chars=600, max_request_chars=3000,
-              max_new_tokens=100, max_rerank_contexts=24, max_samples=10, max_ablations=40, max_acu_items=20,
-              max_request_tokens=4_000, max_body_bytes=64_000, body_timeout_s=2.0)
+LIMITS = dict(
+    max_docs=12,
+    max_doc_chars=400,
+    max_query_chars=200,
+    max_template_chars=600,
+    max_request_chars=3000,
+    max_new_tokens=100,
+    max_rerank_contexts=24,
+    max_samples=10,
+    max_ablations=40,
+    max_acu_items=20,
+    max_request_tokens=4_000,
+    max_body_bytes=64_000,
+    body_timeout_s=2.0,
+)
 MAX_BATCH_TOKENS = 64  # generation budget of one engine call: 8 contexts of N tokens
 HEADER_TIMEOUT_S = 2.0
 
@@ -81,13 +107,13 @@ HEADER_TIMEOUT_S = 2.0
 def service(model_dir, nli_dir):
     """One local Ray (2 CPUs) and one application of the tiny model, with a token and small limits,
     behind Ray Serve's proxy configured as grogu serve configures it."""
+    import os
+
     import ray
     from ray import serve
 
     from grogu.serve.proxy import http_options, proxy_environment
     from grogu.serve.service import ServeConfig, build_app
-
-    import os
 
     port = _free_port()
     env = proxy_environment(max_body_bytes=LIMITS["max_body_bytes"], header_timeout_s=HEADER_TIMEOUT_S)
@@ -96,8 +122,17 @@ def service(model_dir, nli_dir):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options=http_options("127.0.0.1", port, request_timeout_s=120, keep_alive_timeout_s=5))
-        config = ServeConfig(model=model_dir, device="cpu", token=TOKEN, max_batch_size=8, batch_wait_s=0.05,
-                             nli=nli_dir, max_batch_tokens=MAX_BATCH_TOKENS, stats_pids=True, **LIMITS)
+        config = ServeConfig(
+            model=model_dir,
+            device="cpu",
+            token=TOKEN,
+            max_batch_size=8,
+            batch_wait_s=0.05,
+            nli=nli_dir,
+            max_batch_tokens=MAX_BATCH_TOKENS,
+            stats_pids=True,
+            **LIMITS,
+        )
         serve.run(build_app(config), name="tiny", route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -158,8 +193,9 @@ def test_audit_through_the_service_equals_in_process(remote, local):
     for name in ("first", "last"):
         a, b = got.queries[0]["setups"][name], want.queries[0]["setups"][name]
         assert a["answer"] == b["answer"] and a["utility"] == pytest.approx(b["utility"], abs=TOL)
-        assert [d["usefulness"] for d in a["documents"]] == pytest.approx([d["usefulness"] for d in b["documents"]],
-                                                                          abs=TOL)
+        assert [d["usefulness"] for d in a["documents"]] == pytest.approx(
+            [d["usefulness"] for d in b["documents"]], abs=TOL
+        )
 
 
 def test_contexts_layout_and_ungrounded_equal_in_process(remote, local):
@@ -174,12 +210,15 @@ def test_contexts_layout_and_ungrounded_equal_in_process(remote, local):
     assert u.answer == v.answer and u.confidence == pytest.approx(v.confidence, abs=TOL)
 
 
-@pytest.mark.parametrize("mode,kwargs", [
-    ("context", {"top_n": 2}),
-    ("document", {"top_n": 3, "threshold": -50.0}),
-    ("fusion", {"top_n": 3, "relevance": [0.9, 0.8, 0.1, 0.5], "weight": 0.5}),
-    ("prune", {}),
-])
+@pytest.mark.parametrize(
+    "mode,kwargs",
+    [
+        ("context", {"top_n": 2}),
+        ("document", {"top_n": 3, "threshold": -50.0}),
+        ("fusion", {"top_n": 3, "relevance": [0.9, 0.8, 0.1, 0.5], "weight": 0.5}),
+        ("prune", {}),
+    ],
+)
 def test_rerank_modes_equal_in_process(remote, local, mode, kwargs):
     got, want = remote.rerank(QUERY, DOCS, mode=mode, **kwargs), local.rerank(QUERY, DOCS, mode=mode, **kwargs)
     assert [r.index for r in got] == [r.index for r in want]
@@ -224,13 +263,18 @@ def test_influence_and_acu_equal_in_process(service, model_dir, local):
     forward = RemoteInfluenceScorer(service, token=TOKEN, max_new_tokens=N, method="leave_one_out_logprob")
     got = forward.score(QUERY, DOCS[:3], answer="Canberra")
     want = InfluenceScorer(local.engine, max_new_tokens=N, method="leave_one_out_logprob").score(
-        QUERY, DOCS[:3], answer="Canberra")
+        QUERY, DOCS[:3], answer="Canberra"
+    )
     assert forward.forward_only and got.method == want.method and got.embedder is None
     assert got.scores == pytest.approx(want.scores, abs=TOL)
     assert got.forward.logprobs == pytest.approx(want.forward.logprobs, abs=TOL)
-    items = [("Canberra is the capital of Australia.", "Canberra was chosen in 1908.", "SUPPORTS"),
-             ("Sydney is the capital of Australia.", "Canberra is the capital.", "REFUTES")]
-    for a, b in zip(RemoteACUScorer(service, token=TOKEN).score_batch(items), ACUScorer(local.engine).score_batch(items)):
+    items = [
+        ("Canberra is the capital of Australia.", "Canberra was chosen in 1908.", "SUPPORTS"),
+        ("Sydney is the capital of Australia.", "Canberra is the capital.", "REFUTES"),
+    ]
+    for a, b in zip(
+        RemoteACUScorer(service, token=TOKEN).score_batch(items), ACUScorer(local.engine).score_batch(items)
+    ):
         assert a.raised == b.raised and a.acu == pytest.approx(b.acu, abs=TOL)
         assert a.p_with == pytest.approx(b.p_with, abs=TOL)
 
@@ -242,7 +286,9 @@ def test_seper_equals_in_process(service, nli_dir, local):
     reference = SePerScorer(local.engine, entailment=NLIEntailment(nli_dir), n_samples=4, max_new_tokens=N)
     for a, b in zip(remote.score(QUERY, DOCS[:2], ["Canberra"]), reference.score(QUERY, DOCS[:2], ["Canberra"])):
         assert a.samples_with == b.samples_with and a.samples_without == b.samples_without
-        assert a.delta_soft == pytest.approx(b.delta_soft, abs=TOL) and a.delta_hard == pytest.approx(b.delta_hard, abs=TOL)
+        assert a.delta_soft == pytest.approx(b.delta_soft, abs=TOL) and a.delta_hard == pytest.approx(
+            b.delta_hard, abs=TOL
+        )
     a = remote.score_context(QUERY, DOCS[:2], "Canberra")
     b = reference.score_context(QUERY, DOCS[:2], ["Canberra"])
     assert a.samples_with == b.samples_with and a.p_soft_with == pytest.approx(b.p_soft_with, abs=TOL)
@@ -339,19 +385,27 @@ def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        llm = HuggingFaceLLM(model=local.engine.model, tokenizer=local.engine.tokenizer, model_name="tiny",
-                             max_new_tokens=N, is_chat_model=True, generate_kwargs={"do_sample": False})
+        llm = HuggingFaceLLM(
+            model=local.engine.model,
+            tokenizer=local.engine.tokenizer,
+            model_name="tiny",
+            max_new_tokens=N,
+            is_chat_model=True,
+            generate_kwargs={"do_sample": False},
+        )
     texts = [d if isinstance(d, str) else d["text"] if isinstance(d, dict) else d.text for d in DOCS]
-    index = VectorStoreIndex.from_documents([Document(text=t, metadata={"n": i}) for i, t in enumerate(texts)],
-                                            embed_model=HuggingFaceEmbedding(model_name=embedded_embedder_path(),
-                                                                             device="cpu"))
+    index = VectorStoreIndex.from_documents(
+        [Document(text=t, metadata={"n": i}) for i, t in enumerate(texts)],
+        embed_model=HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu"),
+    )
     rerank = GroguRerank(top_n=2, model=RemoteScorer(service, token=TOKEN), max_new_tokens=N, mode="document")
     handler = GroguInfluenceHandler(model=RemoteInfluenceScorer(service, token=TOKEN, max_new_tokens=N), sinks=[[]])
     root = get_dispatcher()
     root.add_event_handler(handler)
     try:
-        engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=4), llm=llm,
-                                                node_postprocessors=[rerank])
+        engine = RetrieverQueryEngine.from_args(
+            index.as_retriever(similarity_top_k=4), llm=llm, node_postprocessors=[rerank]
+        )
         response = engine.query(QUERY)
     finally:
         root.event_handlers.remove(handler)
@@ -366,7 +420,8 @@ def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
     assert got[0].node.metadata["grogu"]["answer"] == want[0].answer
     [record] = handler.records
     expected = InfluenceScorer(local.engine, max_new_tokens=N).score(
-        QUERY, [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in got], answer=str(response))
+        QUERY, [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in got], answer=str(response)
+    )
     assert [row["influence"] for row in record["documents"]] == pytest.approx(expected.scores, abs=TOL)
     assert [row["id"] for row in record["documents"]] == [n.node.node_id for n in got]
 
@@ -378,26 +433,36 @@ def test_langchain_chain_with_the_service(service, local, monkeypatch):
     from langchain_core.prompts import PromptTemplate
     from langchain_core.runnables import RunnablePassthrough
     from langchain_core.vectorstores import InMemoryVectorStore
+    from langchain_grogu import METADATA_KEY, GroguRetriever, InfluenceCallbackHandler
     from langchain_huggingface import HuggingFaceEmbeddings, HuggingFacePipeline
     from transformers import pipeline
 
     from grogu.models import embedded_embedder_path
-    from langchain_grogu import METADATA_KEY, GroguRetriever, InfluenceCallbackHandler
 
     texts = [d if isinstance(d, str) else d["text"] if isinstance(d, dict) else d.text for d in DOCS]
     docs = [Document(t, id=f"d{i}", metadata={"rank": i, "secret": "stays here"}) for i, t in enumerate(texts)]
     store = InMemoryVectorStore.from_documents(docs, HuggingFaceEmbeddings(model_name=embedded_embedder_path()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pipe = pipeline("text-generation", model=local.engine.model, tokenizer=local.engine.tokenizer,
-                        max_new_tokens=N, do_sample=False, return_full_text=False)
+        pipe = pipeline(
+            "text-generation",
+            model=local.engine.model,
+            tokenizer=local.engine.tokenizer,
+            max_new_tokens=N,
+            do_sample=False,
+            return_full_text=False,
+        )
     llm = HuggingFacePipeline(pipeline=pipe)
     base = store.as_retriever(search_kwargs={"k": 4})
     monkeypatch.setenv("GROGU_SERVE_TOKEN", TOKEN)  # a bare URL takes the token from the environment
     retriever = GroguRetriever(base_retriever=base, model=f"{service}/", top_n=2, max_new_tokens=N, mode="document")
     prompt = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")
-    chain = ({"context": retriever | (lambda ds: "\n\n".join(d.page_content for d in ds)),
-              "question": RunnablePassthrough()} | prompt | llm | StrOutputParser())
+    chain = (
+        {"context": retriever | (lambda ds: "\n\n".join(d.page_content for d in ds)), "question": RunnablePassthrough()}
+        | prompt
+        | llm
+        | StrOutputParser()
+    )
     records: list = []
     handler = InfluenceCallbackHandler(model=service, sinks=[records], max_new_tokens=N)
     answer = chain.invoke(QUERY, config={"callbacks": [handler]})
@@ -408,8 +473,9 @@ def test_langchain_chain_with_the_service(service, local, monkeypatch):
     assert [d.metadata[METADATA_KEY]["score"] for d in kept] == pytest.approx([r.score for r in want], abs=TOL)
     assert all(d.metadata["secret"] == "stays here" for d in kept)
     [record] = records
-    expected = InfluenceScorer(local.engine, max_new_tokens=N).score(QUERY, [d.page_content for d in kept],
-                                                                     answer=answer)
+    expected = InfluenceScorer(local.engine, max_new_tokens=N).score(
+        QUERY, [d.page_content for d in kept], answer=answer
+    )
     assert record["answer"] == answer and record["influence"] == pytest.approx(expected.scores, abs=TOL)
 
 
@@ -426,8 +492,9 @@ def _same_records(got, want):
     for g, w in zip(got, want):
         assert g["query"] == w["query"] and len(g["results"]) == len(w["results"])
         for a, b in zip(g["results"], w["results"]):
-            assert {k: v for k, v in a.items() if k not in ("score", "confidence", "variants")} == \
-                   {k: v for k, v in b.items() if k not in ("score", "confidence", "variants")}
+            assert {k: v for k, v in a.items() if k not in ("score", "confidence", "variants")} == {
+                k: v for k, v in b.items() if k not in ("score", "confidence", "variants")
+            }
             assert a["score"] == pytest.approx(b["score"], rel=1e-5, abs=1e-5)
             assert a["variants"] == pytest.approx(b["variants"], rel=1e-5, abs=1e-5)  # PPLs: relative
 
@@ -442,8 +509,15 @@ def test_ray_data_scoring_equals_sequential_and_resumes(service, model_dir, tmp_
     with open(queries, "w") as f:
         for i in range(240):
             a, b = words[i % 8], words[(i * 3 + 1) % 8]
-            f.write(json.dumps({"query": f"Where is the {a} number {i}?",
-                                "documents": [f"The {a} is near the {b}.", {"text": f"{i} {b}s", "title": a}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "query": f"Where is the {a} number {i}?",
+                        "documents": [f"The {a} is near the {b}.", {"text": f"{i} {b}s", "title": a}],
+                    }
+                )
+                + "\n"
+            )
     common = ["score", "--queries", str(queries), "--model", model_dir, "--device", "cpu", "--max-new-tokens", "4"]
     assert main([*common, "--out", str(tmp_path / "seq.jsonl")]) == 0
     assert main([*common, "--out", str(tmp_path / "ray.jsonl"), "--ray", "--workers", "1"]) == 0
@@ -483,7 +557,10 @@ def _post(service, path, json=None, **kw):
 def test_bad_templates_and_prompts_are_422_here_and_in_the_client(service, local):
     body = {"query": QUERY, "documents": ["a document"], "max_new_tokens": N}
     for template, message in [
-        ({"grounded": "{nope} {context}"}, "template.grounded has the placeholder {nope}; it may hold only {query}, {context}"),
+        (
+            {"grounded": "{nope} {context}"},
+            "template.grounded has the placeholder {nope}; it may hold only {query}, {context}",
+        ),
         ({"document": "{0}"}, "template.document has the placeholder {0}"),
         ({"ungrounded": "{query.__class__}"}, "template.ungrounded has the placeholder {query.__class__}"),
         ({"grounded": "{query:>100000000} {context}"}, "takes no conversion or format spec (got {query:>100000000})"),
@@ -491,11 +568,21 @@ def test_bad_templates_and_prompts_are_422_here_and_in_the_client(service, local
     ]:
         r = _post(service, "/score", {**body, "template": template})
         assert r.status_code == 422 and message in r.json()["detail"] and r.json()["error"] == "ValueError", r.text
-    r = _post(service, "/influence", {"items": [{"query": QUERY, "documents": ["d"]}], "max_new_tokens": N,
-                                      "template": {"grounded": "{nope} {context}"}})
+    r = _post(
+        service,
+        "/influence",
+        {
+            "items": [{"query": QUERY, "documents": ["d"]}],
+            "max_new_tokens": N,
+            "template": {"grounded": "{nope} {context}"},
+        },
+    )
     assert r.status_code == 422 and "{nope}" in r.json()["detail"]
-    r = _post(service, "/acu", {"items": [{"claim": "c", "evidence": "e", "stance": "SUPPORTS"}],
-                                "prompt_with": "{claim} {secret}"})
+    r = _post(
+        service,
+        "/acu",
+        {"items": [{"claim": "c", "evidence": "e", "stance": "SUPPORTS"}], "prompt_with": "{claim} {secret}"},
+    )
     assert r.status_code == 422 and "prompt_with has the placeholder {secret}" in r.json()["detail"]
     # the client refuses the same templates before any request
     with pytest.raises(ValueError, match=r"template.grounded has the placeholder \{nope\}"):
@@ -510,9 +597,12 @@ def test_bad_templates_and_prompts_are_422_here_and_in_the_client(service, local
     want = grogu.UtilityScorer(local.engine, max_new_tokens=N, template=template).score(QUERY, DOCS[:1])
     same(got[0], want[0])
     # settings are checked while the request is parsed, with grogu's own messages
-    for setting, message in [({"alpha": -1.0}, "alpha must be >= 0"), ({"top_k_frac": 0}, "top_k_frac must be in (0, 1]"),
-                             ({"copy_ngram": 0}, "copy_ngram must be a positive int, got 0"),
-                             ({"max_new_tokens": 0}, "max_new_tokens must be a positive int, got 0")]:
+    for setting, message in [
+        ({"alpha": -1.0}, "alpha must be >= 0"),
+        ({"top_k_frac": 0}, "top_k_frac must be in (0, 1]"),
+        ({"copy_ngram": 0}, "copy_ngram must be a positive int, got 0"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be a positive int, got 0"),
+    ]:
         r = _post(service, "/score", {**body, **setting})
         assert r.status_code == 422 and message in r.json()["detail"], r.text
     r = _post(service, "/rerank", {**body, "swaps": -1})
@@ -527,20 +617,47 @@ def test_every_limit_is_a_413_naming_its_option(service, remote):
     body = {"query": QUERY, "documents": ["a document"], "max_new_tokens": N}
     cases = [
         ("/score", {**body, "query": "q" * 201}, "query 0 has 201 characters", "--max-query-chars"),
-        ("/score_batch", {"items": [{"query": "ok", "documents": ["d"]}, {"query": "q" * 250, "documents": ["d"]}],
-                          "max_new_tokens": N}, "query 1 has 250 characters", "--max-query-chars"),
+        (
+            "/score_batch",
+            {
+                "items": [{"query": "ok", "documents": ["d"]}, {"query": "q" * 250, "documents": ["d"]}],
+                "max_new_tokens": N,
+            },
+            "query 1 has 250 characters",
+            "--max-query-chars",
+        ),
         ("/score", {**body, "template": {"system": "s" * 700}}, "the template has", "--max-template-chars"),
-        ("/acu", {"items": [{"claim": "c", "evidence": "e", "stance": "SUPPORTS"}], "prompt_with": "{claim}" + "p" * 600},
-         "the prompt_with has 607 characters", "--max-template-chars"),
-        ("/score", {**body, "documents": ["w" * 350] * 10}, "characters in all; this service takes at most 3000",
-         "--max-request-chars"),
+        (
+            "/acu",
+            {"items": [{"claim": "c", "evidence": "e", "stance": "SUPPORTS"}], "prompt_with": "{claim}" + "p" * 600},
+            "the prompt_with has 607 characters",
+            "--max-template-chars",
+        ),
+        (
+            "/score",
+            {**body, "documents": ["w" * 350] * 10},
+            "characters in all; this service takes at most 3000",
+            "--max-request-chars",
+        ),
         ("/score", {**body, "max_new_tokens": 101}, "max_new_tokens is 101", "--max-new-tokens"),
-        ("/influence", {"items": [{"query": QUERY, "documents": ["d"]}], "max_new_tokens": 500},
-         "max_new_tokens is 500", "--max-new-tokens"),
-        ("/seper", {"query": QUERY, "documents": ["d"], "references": ["x"], "max_new_tokens": 101},
-         "max_new_tokens is 101", "--max-new-tokens"),
-        ("/rerank", {**body, "documents": [f"doc {i}" for i in range(12)], "mode": "context", "family": "orders", "top_n": 10},
-         "3 candidate contexts holding 30 documents", "--max-rerank-contexts"),
+        (
+            "/influence",
+            {"items": [{"query": QUERY, "documents": ["d"]}], "max_new_tokens": 500},
+            "max_new_tokens is 500",
+            "--max-new-tokens",
+        ),
+        (
+            "/seper",
+            {"query": QUERY, "documents": ["d"], "references": ["x"], "max_new_tokens": 101},
+            "max_new_tokens is 101",
+            "--max-new-tokens",
+        ),
+        (
+            "/rerank",
+            {**body, "documents": [f"doc {i}" for i in range(12)], "mode": "context", "family": "orders", "top_n": 10},
+            "3 candidate contexts holding 30 documents",
+            "--max-rerank-contexts",
+        ),
         ("/score", {**body, "documents": ["d"] * 13}, "13 documents", "--max-docs"),
         ("/score", {**body, "documents": ["x" * 401]}, "401 characters", "--max-doc-chars"),
     ]
@@ -549,7 +666,12 @@ def test_every_limit_is_a_413_naming_its_option(service, remote):
         assert r.status_code == 413, (path, r.text)
         assert message in r.json()["detail"] and option in r.json()["detail"] and r.json()["error"] == "LimitError"
     # under each limit, the same routes work
-    assert _post(service, "/rerank", {**body, "documents": [f"doc {i}" for i in range(12)], "mode": "document"}).status_code == 200
+    assert (
+        _post(
+            service, "/rerank", {**body, "documents": [f"doc {i}" for i in range(12)], "mode": "document"}
+        ).status_code
+        == 200
+    )
     with pytest.raises(ServiceValueError, match="--max-new-tokens"):
         RemoteScorer(service, token=TOKEN, max_new_tokens=101).score(QUERY, ["d"])
     info = remote.info()
@@ -592,31 +714,48 @@ def _status_and_json(raw: bytes):
     import json
 
     head, _, body = raw.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body[body.index(b"{"):body.rindex(b"}") + 1])
+    return int(head.split()[1]), json.loads(body[body.index(b"{") : body.rindex(b"}") + 1])
 
 
 def test_request_bodies_are_bounded_before_they_are_parsed(service):
     limit = LIMITS["max_body_bytes"]
     big = b'{"query": "q", "documents": ["' + b"x" * limit + b'"]}'
     r = _post(service, "/score", content=big, headers={"content-type": "application/json"})
-    assert r.status_code == 413 and f"takes at most {limit}" in r.json()["detail"] and "--max-body-bytes" in r.json()["detail"]
+    assert (
+        r.status_code == 413
+        and f"takes at most {limit}" in r.json()["detail"]
+        and "--max-body-bytes" in r.json()["detail"]
+    )
     # a declared 50 MB body is refused at once, from its Content-Length, without its bytes being sent
     t0 = __import__("time").perf_counter()
-    raw = _raw(service, b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
-               b"\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n{")
+    raw = _raw(
+        service,
+        b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n{",
+    )
     status, data = _status_and_json(raw)
     assert status == 413 and "50000000 bytes" in data["detail"] and __import__("time").perf_counter() - t0 < 5
     # a streamed body (no Content-Length) is counted as it arrives: 413 once it passes the limit
-    head = (b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
-            b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    head = (
+        b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     piece = b"x" * 16_000
     chunk = hex(len(piece))[2:].encode() + b"\r\n" + piece + b"\r\n"
     status, data = _status_and_json(_raw(service, head, chunks=[chunk] * 40, pause=0.05))
     assert status == 413 and f"more than {limit} bytes" in data["detail"] and data["error"] == "LimitError"
     # a body that trickles in is cut off after body_timeout_s: 408
     t0 = __import__("time").perf_counter()
-    raw = _raw(service, b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() +
-               b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"q", chunks=[b" "] * 20, pause=0.5)
+    raw = _raw(
+        service,
+        b"POST /score HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b'\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"q',
+        chunks=[b" "] * 20,
+        pause=0.5,
+    )
     status, data = _status_and_json(raw)
     elapsed = __import__("time").perf_counter() - t0
     assert status == 408 and "did not arrive within 2 s" in data["detail"] and "--body-timeout-s" in data["detail"]
@@ -648,8 +787,12 @@ def test_open_routes_show_no_paths_pids_or_redirects(service, model_dir):
     r = httpx.get(f"{service}/score", headers=AUTH)
     assert r.status_code == 405 and r.json()["error"] == "MethodNotAllowed"
     # a client cannot lift Ray's request timeout with Ray's own header (it is dropped by the proxy)
-    r = _post(service, "/score", {"query": QUERY, "documents": ["d"], "max_new_tokens": N},
-              headers={"x-request-timeout-seconds": "0"})
+    r = _post(
+        service,
+        "/score",
+        {"query": QUERY, "documents": ["d"], "max_new_tokens": N},
+        headers={"x-request-timeout-seconds": "0"},
+    )
     assert r.status_code == 200
 
 
@@ -685,9 +828,8 @@ def test_serve_refuses_an_empty_token_and_open_hosts_without_one(monkeypatch, ca
 
 
 def _timed_post(service, path, payload, **kw):
-    import time
-
     import json
+    import time
 
     t0 = time.perf_counter()  # ASCII JSON: a lone surrogate travels as its \\u escape, as a client's JSON would send it
     r = _post(service, path, content=json.dumps(payload).encode(), headers={"content-type": "application/json"}, **kw)
@@ -704,22 +846,59 @@ def test_requests_that_used_to_stall_are_answered_at_once(service, remote, local
         ("/score", {**body, "documents": []}, 200, None),
         ("/acu", {"items": []}, 200, None),
         ("/seper", {"query": QUERY, "documents": [], "references": ["x"]}, 200, None),
-        ("/seper", {"query": QUERY, "documents": ["d"], "references": ["x"], "n_samples": 100_000}, 413,
-         "n_samples is 100000; this service takes at most 10 samples per prompt (grogu serve --max-samples)"),
-        ("/influence", {"items": [{"query": QUERY, "documents": ["a", "b"]}], "method": "contextcite",
-                        "n_ablations": 100_000}, 413, "n_ablations is 100000; this service takes at most 40"),
-        ("/influence", {"items": [{"query": QUERY, "documents": ["a", "b"]}], "method": "ablation",
-                        "n_ablations": 40, "max_new_tokens": 100}, 413, "--max-request-tokens"),
-        ("/rerank", {**body, "documents": docs12, "mode": "context", "family": "all", "top_n": 6}, 413,
-         "924 candidate contexts holding 5544 documents"),
+        (
+            "/seper",
+            {"query": QUERY, "documents": ["d"], "references": ["x"], "n_samples": 100_000},
+            413,
+            "n_samples is 100000; this service takes at most 10 samples per prompt (grogu serve --max-samples)",
+        ),
+        (
+            "/influence",
+            {"items": [{"query": QUERY, "documents": ["a", "b"]}], "method": "contextcite", "n_ablations": 100_000},
+            413,
+            "n_ablations is 100000; this service takes at most 40",
+        ),
+        (
+            "/influence",
+            {
+                "items": [{"query": QUERY, "documents": ["a", "b"]}],
+                "method": "ablation",
+                "n_ablations": 40,
+                "max_new_tokens": 100,
+            },
+            413,
+            "--max-request-tokens",
+        ),
+        (
+            "/rerank",
+            {**body, "documents": docs12, "mode": "context", "family": "all", "top_n": 6},
+            413,
+            "924 candidate contexts holding 5544 documents",
+        ),
         ("/acu", {"items": [{"claim": "c", "evidence": "e", "stance": "SUPPORTS"}] * 21}, 413, "--max-acu-items"),
-        ("/score", {**body, "documents": ["0123456789 " * 35], "max_new_tokens": 100,
-                    "template": {"grounded": "{context} {query}", "document": "{text}" * 70}}, 422,
-         "once the template is filled"),
-        ("/seper", {"query": QUERY, "documents": ["d"], "references": ["x"], "temperature": 1e-50}, 422,
-         "temperature must be >= 0.001"),
-        ("/score", {**body, "documents": ["fine", "bad \ud800 text"]}, 422,
-         "documents[1] is not valid UTF-8 text: a lone surrogate"),
+        (
+            "/score",
+            {
+                **body,
+                "documents": ["0123456789 " * 35],
+                "max_new_tokens": 100,
+                "template": {"grounded": "{context} {query}", "document": "{text}" * 70},
+            },
+            422,
+            "once the template is filled",
+        ),
+        (
+            "/seper",
+            {"query": QUERY, "documents": ["d"], "references": ["x"], "temperature": 1e-50},
+            422,
+            "temperature must be >= 0.001",
+        ),
+        (
+            "/score",
+            {**body, "documents": ["fine", "bad \ud800 text"]},
+            422,
+            "documents[1] is not valid UTF-8 text: a lone surrogate",
+        ),
         ("/score", {**body, "query": "bad \udfff"}, 422, "query is not valid UTF-8"),
         ("/acu", {"items": [{"claim": "c", "evidence": "\ud801", "stance": "SUPPORTS"}]}, 422, "evidence is not valid"),
     ]
@@ -746,12 +925,15 @@ def test_sliced_seper_and_acu_equal_in_process(service, nli_dir, local):
     remote = RemoteSePerScorer(service, token=TOKEN, n_samples=6, max_new_tokens=N)
     got = remote.score(QUERY, docs, ["Canberra"])
     calls = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"] - before
-    want = SePerScorer(local.engine, entailment=NLIEntailment(nli_dir), n_samples=6,
-                       max_new_tokens=N).score(QUERY, docs, ["Canberra"])
+    want = SePerScorer(local.engine, entailment=NLIEntailment(nli_dir), n_samples=6, max_new_tokens=N).score(
+        QUERY, docs, ["Canberra"]
+    )
     assert calls >= 24 // 8 + 4  # 24 samples in 3 slices, then 4 prompts' beliefs
     for a, b in zip(got, want):
         assert a.samples_with == b.samples_with and a.samples_without == b.samples_without
-        assert a.delta_soft == pytest.approx(b.delta_soft, abs=TOL) and a.delta_hard == pytest.approx(b.delta_hard, abs=TOL)
+        assert a.delta_soft == pytest.approx(b.delta_soft, abs=TOL) and a.delta_hard == pytest.approx(
+            b.delta_hard, abs=TOL
+        )
     assert got[0].samples_with != got[1].samples_with
     items = [("Canberra is the capital.", DOCS[0], "SUPPORTS"), ("Sydney is the capital.", DOCS[0], "REFUTES")] * 3
     r = RemoteACUScorer(service, token=TOKEN).score_batch(items)
@@ -763,8 +945,11 @@ def test_a_cancelled_request_stops_its_slices(service):
     """A client that gives up on a heavy request: its remaining slices are not run."""
     import time
 
-    heavy = {"query": QUERY, "documents": [f"passage {i} on the history of Canberra" for i in range(12)],
-             "max_new_tokens": 100}
+    heavy = {
+        "query": QUERY,
+        "documents": [f"passage {i} on the history of Canberra" for i in range(12)],
+        "max_new_tokens": 100,
+    }
     with pytest.raises(httpx.TimeoutException):
         httpx.post(f"{service}/score", json=heavy, headers=AUTH, timeout=0.6)
     time.sleep(1.0)
@@ -787,8 +972,9 @@ def test_health_is_503_while_the_worker_is_stuck(model_dir):
     wrapper = getattr(GroguService, "func_or_class", GroguService)  # Ray's ingress wrapper around the class
     cls = next(c for c in wrapper.__mro__ if "check_health" in vars(c))
     replica = object.__new__(cls)
-    cls.__init__(replica, __import__("dataclasses").asdict(ServeConfig(model=model_dir, device="cpu",
-                                                                       health_stall_s=0.5)))
+    cls.__init__(
+        replica, __import__("dataclasses").asdict(ServeConfig(model=model_dir, device="cpu", health_stall_s=0.5))
+    )
     assert asyncio.run(replica.health()) == {"status": "ok"}
     release = threading.Event()
     stuck = batching.submit(release.wait, 30)

@@ -34,8 +34,11 @@ from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, choo
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 
 QUERY = "What is the capital city of Australia?"
-DOCS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
-        "Paris is the capital of France."]
+DOCS = [
+    "Canberra is the capital city of Australia.",
+    "Sydney is the largest city in Australia.",
+    "Paris is the capital of France.",
+]
 K = 20
 BUDGET = 12
 #: llama.cpp's numbers reach grogu as float32 in JSON: entropies recomputed from them agree to ~1e-7
@@ -81,8 +84,15 @@ def chat_request(server, prompt: ChatPrompt) -> dict:
     """The server's chat endpoint with log-probabilities, by hand (httpx)."""
     import httpx
 
-    body = {"model": grogu.DEFAULT_MODEL, "messages": prompt.messages(), "max_tokens": BUDGET, "temperature": 0.0,
-            "logprobs": True, "top_logprobs": K, **GREEDY}
+    body = {
+        "model": grogu.DEFAULT_MODEL,
+        "messages": prompt.messages(),
+        "max_tokens": BUDGET,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": K,
+        **GREEDY,
+    }
     resp = httpx.post(server.url + "/chat/completions", json=body, timeout=120)
     resp.raise_for_status()
     return resp.json()
@@ -103,12 +113,18 @@ def test_sends_the_templates_messages_and_answers_as_the_chat_endpoint(server, t
 
     prompt = grounded(scorer, DOCS[0])
     context = scorer.template.render_context([grogu.Document(DOCS[0])])
-    assert prompt.messages() == [{"role": "user", "content": scorer.template.grounded.format(query=QUERY,
-                                                                                              context=context)}]
+    assert prompt.messages() == [
+        {"role": "user", "content": scorer.template.grounded.format(query=QUERY, context=context)}
+    ]
     gen = target.generate([prompt], BUDGET)[0]
     client = openai.OpenAI(base_url=server.url, api_key="none")
-    plain = client.chat.completions.create(model=grogu.DEFAULT_MODEL, messages=prompt.messages(), temperature=0,
-                                           max_tokens=BUDGET, extra_body={"repeat_penalty": 1.0})
+    plain = client.chat.completions.create(
+        model=grogu.DEFAULT_MODEL,
+        messages=prompt.messages(),
+        temperature=0,
+        max_tokens=BUDGET,
+        extra_body={"repeat_penalty": 1.0},
+    )
     assert gen.text == plain.choices[0].message.content.strip() and "Canberra" in gen.text
     assert gen.finished == (plain.choices[0].finish_reason == "stop")
     assert "".join(gen.tokens).strip() == gen.text and gen.token_ids == [UNKNOWN_TOKEN_ID] * len(gen.tokens)
@@ -121,8 +137,9 @@ def test_statistics_equal_llama_cpp_in_process(target, reference, scorer, vocab)
     gen = target.generate([prompt], BUDGET)[0]  # after the same prompt, on both sides (module docstring)
     reference.reset()
     for _ in range(2):
-        out = reference.create_chat_completion(prompt.messages(), max_tokens=BUDGET, temperature=0.0, logprobs=True,
-                                               top_logprobs=K, **GREEDY)
+        out = reference.create_chat_completion(
+            prompt.messages(), max_tokens=BUDGET, temperature=0.0, logprobs=True, top_logprobs=K, **GREEDY
+        )
     content = out["choices"][0]["logprobs"]["content"]
     assert gen.tokens == [c["token"] for c in content] and len(gen.tokens) > 3
     np.testing.assert_allclose(gen.logprob.numpy(), [float(c["logprob"]) for c in content], atol=EXACT)
@@ -169,16 +186,24 @@ def test_llama_index_openailike_chat_model(server):
     from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
     from llama_index.postprocessor.grogu.prompts import template_from_llama_index
 
-    llm = OpenAILike(api_base=server.url, model=grogu.DEFAULT_MODEL, api_key="none", is_chat_model=True,
-                     temperature=0.0, max_tokens=BUDGET, additional_kwargs={"extra_body": {"repeat_penalty": 1.0}})
+    llm = OpenAILike(
+        api_base=server.url,
+        model=grogu.DEFAULT_MODEL,
+        api_key="none",
+        is_chat_model=True,
+        temperature=0.0,
+        max_tokens=BUDGET,
+        additional_kwargs={"extra_body": {"repeat_penalty": 1.0}},
+    )
     target = target_from_llm(llm, api="chat")
     assert target is target_from_llm(llm, api="chat") and target.api == "chat" and target.tokenizer is None
     synth = get_response_synthesizer(llm=llm, response_mode="compact")
     with pytest.raises(ValueError, match="metric='entropy' or metric='ppl'"):
         GroguRerank(top_n=2, model=target, metric="key_entropy")
     assert GroguRerank(top_n=2, model=target).metric == "ppl"  # the default of a grounded-only target
-    rerank = GroguRerank(top_n=2, model=target, metric="entropy", template=template_from_llama_index(synth, llm),
-                         max_new_tokens=BUDGET)
+    rerank = GroguRerank(
+        top_n=2, model=target, metric="entropy", template=template_from_llama_index(synth, llm), max_new_tokens=BUDGET
+    )
     nodes = [NodeWithScore(node=TextNode(text=t), score=s) for t, s in zip(DOCS, (0.9, 0.5, 0.1))]
     kept = rerank.postprocess_nodes(nodes, query_str=QUERY)
     context = kept[0].node.metadata["grogu"]["context"]
@@ -199,11 +224,25 @@ def test_langchain_chat_openai(server, monkeypatch):
 
     # ChatOpenAI sends max_tokens as max_completion_tokens, which llama-cpp-python ignores: the budget goes
     # in the body too
-    chat = ChatOpenAI(base_url=server.url, model=grogu.DEFAULT_MODEL, api_key="none", temperature=0,
-                      max_tokens=BUDGET, extra_body={"repeat_penalty": 1.0, "max_tokens": BUDGET})
-    prompt = ChatPromptTemplate.from_messages([("human", "Answer from the context.\n\n{context}\n\nQuestion: {question}")])
-    compressor = GroguCompressor(model=target_from_llm(chat, api="chat"), metric="entropy", mode="document", top_n=1,
-                                 qa_prompt=prompt, max_new_tokens=BUDGET)
+    chat = ChatOpenAI(
+        base_url=server.url,
+        model=grogu.DEFAULT_MODEL,
+        api_key="none",
+        temperature=0,
+        max_tokens=BUDGET,
+        extra_body={"repeat_penalty": 1.0, "max_tokens": BUDGET},
+    )
+    prompt = ChatPromptTemplate.from_messages(
+        [("human", "Answer from the context.\n\n{context}\n\nQuestion: {question}")]
+    )
+    compressor = GroguCompressor(
+        model=target_from_llm(chat, api="chat"),
+        metric="entropy",
+        mode="document",
+        top_n=1,
+        qa_prompt=prompt,
+        max_new_tokens=BUDGET,
+    )
     kept = compressor.compress_documents([Document(page_content=d) for d in DOCS[:2]], QUERY)
     info = kept[0].metadata["grogu"]
     assert info["metric"] == "entropy" and set(info["variants"]) == {"entropy", "ppl"}
@@ -243,8 +282,9 @@ def test_seper_samples_through_the_chat_api(target, reference):
     sample = target.generate([prompt], 1, temperature=1.5, seed=1)[0]
     reference.reset()
     for _ in range(2):
-        out = reference.create_chat_completion(prompt.messages(), max_tokens=1, temperature=0.0, logprobs=True,
-                                               top_logprobs=reference.n_vocab(), **GREEDY)
+        out = reference.create_chat_completion(
+            prompt.messages(), max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=reference.n_vocab(), **GREEDY
+        )
     full = {t["token"]: float(t["logprob"]) for t in out["choices"][0]["logprobs"]["content"][0]["top_logprobs"]}
     untempered = full[sample.tokens[0]]
     tempered = untempered / 1.5 - math.log(sum(math.exp(v / 1.5) for v in full.values()))
@@ -303,8 +343,10 @@ def test_the_hosted_openai_api_is_a_chat_target_without_a_request():
     assert target.tokenizer is None and target.vocab_size is None and target.tail == "min"
     body = target._chat_body(ChatPrompt("Who wrote Hamlet?", "Be brief."), 7, None, 3)
     assert body["max_completion_tokens"] == 7 and "max_tokens" not in body and "repeat_penalty" not in body
-    assert body["messages"] == [{"role": "system", "content": "Be brief."},
-                                {"role": "user", "content": "Who wrote Hamlet?"}]
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Who wrote Hamlet?"},
+    ]
     assert (body["logprobs"], body["top_logprobs"], body["temperature"], body["seed"]) == (True, 20, 0.0, 3)
 
     class OpenAI:  # the fields LlamaIndex's OpenAI LLM has, at their defaults
@@ -325,13 +367,16 @@ def test_choose_api():
     assert choose_api("http://localhost:8080/v1", ["llamacpp"]) == "chat"  # llama.cpp's llama-server
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(top_logprobs=21), "at most 20 with api='chat'"),
-    (dict(tail="uniform"), "pass vocab_size="),
-    (dict(context_window=4096), "needs the model's tokenizer"),
-    (dict(stop_token_ids=[2]), "do not apply to api='chat'"),
-    (dict(vocab_size=0), "vocab_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(top_logprobs=21), "at most 20 with api='chat'"),
+        (dict(tail="uniform"), "pass vocab_size="),
+        (dict(context_window=4096), "needs the model's tokenizer"),
+        (dict(stop_token_ids=[2]), "do not apply to api='chat'"),
+        (dict(vocab_size=0), "vocab_size"),
+    ],
+)
 def test_bad_chat_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ServerTarget(HOSTED, "gpt-4o-mini", api="chat", api_key="sk-test", **kwargs)

@@ -98,8 +98,9 @@ def fresh(server) -> None:
     """A one-token completion sharing only the BOS with what follows (see the module docstring)."""
     import httpx
 
-    r = httpx.post(server.url + "/completions", json={"model": "gemma-3-270m", "prompt": "Reset.", "max_tokens": 1},
-                   timeout=120)
+    r = httpx.post(
+        server.url + "/completions", json={"model": "gemma-3-270m", "prompt": "Reset.", "max_tokens": 1}, timeout=120
+    )
     assert r.status_code == 200
 
 
@@ -134,8 +135,10 @@ def test_the_served_model_reads_the_intended_prompt(server, target, reference):
         diff = float(np.abs(st.logprob.numpy() - np.array(lps)).max(initial=0.0))
         print(f"teacher-forced {target.decode(gen.token_ids)!r}: max |logprob diff| {diff:.4f}")
         worst_t = max(worst_t, diff)
-    print(f"gemma-3-270m: {len(CONTEXTS)} contexts, greedy answers equal; max |logprob diff| grounded "
-          f"{worst_g:.4f}, teacher-forced {worst_t:.4f}")
+    print(
+        f"gemma-3-270m: {len(CONTEXTS)} contexts, greedy answers equal; max |logprob diff| grounded "
+        f"{worst_g:.4f}, teacher-forced {worst_t:.4f}"
+    )
     assert worst_g < TOL and worst_t < TOL
     assert sum(len(g.token_ids) for g in gens) > len(CONTEXTS)  # answers, not empty turns
 

@@ -122,14 +122,30 @@ def _completion(ids: list[int], *, token_ids: bool = True, token_text: bool = Fa
     """A vLLM CompletionResponse: ``token_ids`` with return_token_ids; tokens as 'token_id:N' with
     return_tokens_as_token_ids (or as text, as a server without it answers)."""
     tokens = [f"t{t}" if token_text else f"token_id:{t}" for t in ids]
-    choice = {"index": 0, "text": "x" * len(ids), "finish_reason": "length", "stop_reason": None,
-              "logprobs": {"text_offset": list(range(len(ids))), "token_logprobs": [-0.5] * len(ids), "tokens": tokens,
-                           "top_logprobs": [{tok: -0.5, "token_id:7": -1.5} for tok in tokens]},
-              "prompt_logprobs": None, "prompt_token_ids": None}
+    choice = {
+        "index": 0,
+        "text": "x" * len(ids),
+        "finish_reason": "length",
+        "stop_reason": None,
+        "logprobs": {
+            "text_offset": list(range(len(ids))),
+            "token_logprobs": [-0.5] * len(ids),
+            "tokens": tokens,
+            "top_logprobs": [{tok: -0.5, "token_id:7": -1.5} for tok in tokens],
+        },
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+    }
     if token_ids:
         choice["token_ids"] = ids
-    return {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m", "choices": [choice],
-            "usage": {"prompt_tokens": 3, "total_tokens": 3 + len(ids), "completion_tokens": len(ids)}}
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 1,
+        "model": "m",
+        "choices": [choice],
+        "usage": {"prompt_tokens": 3, "total_tokens": 3 + len(ids), "completion_tokens": len(ids)},
+    }
 
 
 def test_vllm_generation_request_and_token_ids(vllm, tokenizer):
@@ -164,8 +180,12 @@ def test_vllm_teacher_forcing_request(vllm, tokenizer):
     reply = _completion([5])
     # prompt_logprobs: list[dict[int, Logprob] | None] (Logprob: logprob, rank, decoded_token), JSON keys as text
     reply["choices"][0]["prompt_logprobs"] = [None] + [
-        {str(t): {"logprob": -0.25 * (i + 1), "rank": 1, "decoded_token": "a"},
-         "7": {"logprob": -3.0, "rank": 2, "decoded_token": "b"}} for i, t in enumerate(prompt[1:] + cont)]
+        {
+            str(t): {"logprob": -0.25 * (i + 1), "rank": 1, "decoded_token": "a"},
+            "7": {"logprob": -3.0, "rank": 2, "decoded_token": "b"},
+        }
+        for i, t in enumerate(prompt[1:] + cont)
+    ]
     vllm.replies["/v1/completions"] = reply
     st = target.token_stats([prompt], [cont])[0]
     assert st.token_ids == cont and st.logprob.tolist() == pytest.approx([-0.75, -1.0])
@@ -181,14 +201,34 @@ def test_sglang_is_scored_through_its_chat_api(tokenizer):
     try:
         target = ServerTarget(stub.url, tokenizer=tokenizer, retries=0, top_logprobs=2)
         assert target.api == "chat" and target.grounded_only and target.backend == "sglang"
-        content = [{"token": tok, "bytes": list(tok.encode()), "logprob": -0.5,
-                    "top_logprobs": [{"token": tok, "bytes": list(tok.encode()), "logprob": -0.5},
-                                     {"token": "z", "bytes": [122], "logprob": -2.0}]} for tok in ("Can", "berra")]
+        content = [
+            {
+                "token": tok,
+                "bytes": list(tok.encode()),
+                "logprob": -0.5,
+                "top_logprobs": [
+                    {"token": tok, "bytes": list(tok.encode()), "logprob": -0.5},
+                    {"token": "z", "bytes": [122], "logprob": -2.0},
+                ],
+            }
+            for tok in ("Can", "berra")
+        ]
         stub.replies["/v1/chat/completions"] = {
-            "id": "1", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Canberra"},
-                         "logprobs": {"content": content}, "finish_reason": "stop", "matched_stop": 1}],
-            "usage": {"prompt_tokens": 5, "total_tokens": 7, "completion_tokens": 2}}
+            "id": "1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Canberra"},
+                    "logprobs": {"content": content},
+                    "finish_reason": "stop",
+                    "matched_stop": 1,
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "total_tokens": 7, "completion_tokens": 2},
+        }
         gen = target.generate([ChatPrompt("Where?")], 4)[0]
         assert gen.text == "Canberra" and gen.tokens == ["Can", "berra"] and gen.finished
         body = stub.bodies[-1][1]

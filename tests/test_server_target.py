@@ -26,8 +26,11 @@ from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, topk
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 
 QUERY = "What is the capital city of Australia?"
-DOCS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
-        "Paris is the capital of France."]
+DOCS = [
+    "Canberra is the capital city of Australia.",
+    "Sydney is the largest city in Australia.",
+    "Paris is the capital of France.",
+]
 K = 20
 BUDGET = 12
 #: llama-cpp-python keeps the KV cache of the previous request's longest common prefix and evaluates the
@@ -67,8 +70,8 @@ def reference_stats(llm, target: ServerTarget, prompt: list[int], cont: list[int
     llm.reset()
     llm.eval(ids)
     logits = np.asarray(llm.scores[: len(ids)], dtype=np.float64)
-    rows = torch.log_softmax(torch.from_numpy(logits[len(ids) - len(cont) - 1: len(ids) - 1]), dim=-1)
-    tail_ids = ids[len(ids) - len(cont):]
+    rows = torch.log_softmax(torch.from_numpy(logits[len(ids) - len(cont) - 1 : len(ids) - 1]), dim=-1)
+    tail_ids = ids[len(ids) - len(cont) :]
     ent = [topk_entropy(torch.topk(r, K).values.tolist(), target.vocab_size, tail) for r in rows]
     lp = [float(r[t]) for r, t in zip(rows, tail_ids)]
     return ent, lp
@@ -110,9 +113,11 @@ def test_characters_split_over_byte_tokens(target, reference):
     ids = reference.tokenize(text.encode(), add_bos=False, special=True)
     reference.reset()
     reference.eval(ids)
-    rows = np.asarray(reference.scores[len(ids) - len(answer) - 1: len(ids) - 1], dtype=np.float64)
-    distinct = [len({reference.detokenize([int(i)]).decode("utf-8", errors="ignore") for i in np.argsort(-r)[:K]}) == K
-                for r in rows]
+    rows = np.asarray(reference.scores[len(ids) - len(answer) - 1 : len(ids) - 1], dtype=np.float64)
+    distinct = [
+        len({reference.detokenize([int(i)]).decode("utf-8", errors="ignore") for i in np.argsort(-r)[:K]}) == K
+        for r in rows
+    ]
     assert 0 < sum(distinct) < len(distinct)
     np.testing.assert_allclose(st.entropy.numpy()[distinct], np.array(ent)[distinct], atol=2e-4)
 
@@ -137,8 +142,14 @@ def test_scores_follow_the_metric(served_scores):
     _, scores = served_scores
     for s in scores:
         d = s.details
-        value = grogu.metrics.compute("key_entropy", d.grounded_entropy, d.grounded_logprob, d.ungrounded_entropy,
-                                      logp_u=d.ungrounded_logprob, copied=d.copied)
+        value = grogu.metrics.compute(
+            "key_entropy",
+            d.grounded_entropy,
+            d.grounded_logprob,
+            d.ungrounded_entropy,
+            logp_u=d.ungrounded_logprob,
+            copied=d.copied,
+        )
         assert math.isclose(s.score, value.utility, rel_tol=1e-6)
 
 
@@ -163,8 +174,7 @@ def test_rerank_every_mode(target, served_scores):
     assert len(ctx) == 2 and ctx[0].context is not None
     plan = scorer.plan_rerank(QUERY, DOCS, 2, relevance=rel)
     candidates = scorer.score_contexts(QUERY, plan.context_documents())
-    want = grogu.rerank.decide(plan.settings, plan.base, plan.contexts, candidates, 2, None, rel,
-                               plan.support_texts())
+    want = grogu.rerank.decide(plan.settings, plan.base, plan.contexts, candidates, 2, None, rel, plan.support_texts())
     assert [r.index for r in ctx] == want.order and ctx[0].answer == candidates[want.chosen].answer
     # fusion: the utility ranks of the per-document scores fused with the relevance ranks (weight 0.6)
     fused = scorer.rerank(QUERY, DOCS, mode="fusion", relevance=rel)
@@ -199,8 +209,7 @@ def test_influence_through_the_server(target):
     assert res.answer and len(res.scores) == 2 and all(math.isfinite(x) for x in res.scores)
     # by hand: the full context's and each leave-one-out context's teacher-forced answer log-probability
     target_ids = res.forward.target_token_ids
-    prompts = [fwd.prompts.grounded_ids(QUERY, [grogu.Document(d) for d in ds])
-               for ds in (docs, docs[1:], docs[:1])]
+    prompts = [fwd.prompts.grounded_ids(QUERY, [grogu.Document(d) for d in ds]) for ds in (docs, docs[1:], docs[:1])]
     sums = [float(st.logprob.double().sum()) for st in target.token_stats(prompts, [target_ids] * 3)]
     # sums over the answer's tokens: the server's request-order rounding (SERVER_RTOL per mean) adds up
     # over them; a misaligned or wrong token would be off by nats
@@ -215,7 +224,8 @@ def test_influence_through_the_server(target):
     from grogu.influence import load_embedder
 
     vectors = load_embedder(ex.embedder, device="cpu").encode(
-        [ex.answer, *ex.leave_one_out_answers, *ex.single_answers], normalize_embeddings=True, convert_to_numpy=True)
+        [ex.answer, *ex.leave_one_out_answers, *ex.single_answers], normalize_embeddings=True, convert_to_numpy=True
+    )
     full, loo, one = vectors[0], vectors[1:3], vectors[3:5]
     assert ex.scores == pytest.approx([float(one[i] @ full - loo[i] @ full) for i in range(2)], abs=1e-5)
 
@@ -229,8 +239,23 @@ def test_command_line_through_the_server(server, served_scores, tmp_path, capsys
     _, scores = served_scores
     docs = tmp_path / "docs.txt"
     docs.write_text("\n\n".join(DOCS))
-    assert main(["score", "--server", server.url, "--query", QUERY, "--docs", str(docs), "--json",
-                 "--max-new-tokens", str(BUDGET)]) == 0
+    assert (
+        main(
+            [
+                "score",
+                "--server",
+                server.url,
+                "--query",
+                QUERY,
+                "--docs",
+                str(docs),
+                "--json",
+                "--max-new-tokens",
+                str(BUDGET),
+            ]
+        )
+        == 0
+    )
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert record["model"] == grogu.DEFAULT_MODEL
     assert [r["answer"] for r in record["results"]] == [s.answer for s in scores]
@@ -250,8 +275,23 @@ def test_audit_through_the_server(server, served_scores, tmp_path):
     for name, docs in setups.items():
         (tmp_path / f"{name}.jsonl").write_text(json.dumps({"query": QUERY, "documents": docs}) + "\n")
     out = tmp_path / "report"
-    assert main(["audit", "--server", server.url, *[f"--setup={n}={tmp_path / n}.jsonl" for n in setups],
-                 "--max-new-tokens", str(BUDGET), "--no-documents", "--quiet", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                "--server",
+                server.url,
+                *[f"--setup={n}={tmp_path / n}.jsonl" for n in setups],
+                "--max-new-tokens",
+                str(BUDGET),
+                "--no-documents",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == grogu.DEFAULT_MODEL and summary["timing"]["contexts"] == 2
     for name, docs in setups.items():
@@ -280,8 +320,14 @@ def test_log_probabilities_do_not_depend_on_k(server, target, served_scores):
 
 def test_server_down_is_a_clear_error():
     with pytest.raises(ServerError, match="cannot reach the LLM server"):
-        ServerTarget(f"http://127.0.0.1:{testing.free_port()}", model="m", tokenizer=grogu.DEFAULT_MODEL,
-                     retries=1, backoff=0.01, timeout=2)
+        ServerTarget(
+            f"http://127.0.0.1:{testing.free_port()}",
+            model="m",
+            tokenizer=grogu.DEFAULT_MODEL,
+            retries=1,
+            backoff=0.01,
+            timeout=2,
+        )
 
 
 def test_unknown_model_is_a_clear_error(server):
@@ -306,16 +352,19 @@ def test_log_probabilities_switched_off_is_a_clear_error():
             target.generate([target.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")], 4)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(base_url="localhost:8000"), "http"),
-    (dict(api="ollama"), "api must be"),
-    (dict(tail="gauss"), "tail must be"),
-    (dict(top_logprobs=0), "top_logprobs"),
-    (dict(timeout=float("nan")), "timeout"),
-    (dict(max_concurrency=0), "max_concurrency"),
-    (dict(retries=-1), "retries must be an int >= 0"),
-    (dict(backoff=float("inf")), "backoff"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(base_url="localhost:8000"), "http"),
+        (dict(api="ollama"), "api must be"),
+        (dict(tail="gauss"), "tail must be"),
+        (dict(top_logprobs=0), "top_logprobs"),
+        (dict(timeout=float("nan")), "timeout"),
+        (dict(max_concurrency=0), "max_concurrency"),
+        (dict(retries=-1), "retries must be an int >= 0"),
+        (dict(backoff=float("inf")), "backoff"),
+    ],
+)
 def test_bad_settings(kwargs, message):
     args = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "tokenizer": grogu.DEFAULT_MODEL, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -329,7 +378,9 @@ def test_topk_entropy_by_hand():
     assert topk_entropy(lp, 10, "min") == pytest.approx(head - 0.2 * math.log(0.3))
     assert topk_entropy(lp, 10, "uniform") == pytest.approx(head - 0.2 * math.log(0.2 / 8))
     full = [math.log(p) for p in (0.5, 0.3, 0.2)]
-    assert topk_entropy(full, 3, "min") == pytest.approx(-(0.5 * math.log(0.5) + 0.3 * math.log(0.3) + 0.2 * math.log(0.2)))
+    assert topk_entropy(full, 3, "min") == pytest.approx(
+        -(0.5 * math.log(0.5) + 0.3 * math.log(0.3) + 0.2 * math.log(0.2))
+    )
     with pytest.raises(ValueError):
         topk_entropy([], 10)
     with warnings.catch_warnings():

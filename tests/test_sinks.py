@@ -15,11 +15,13 @@ def test_jsonl_sink_appends_lines_and_creates_the_folder(tmp_path):
     path = tmp_path / "logs" / "influence.jsonl"
     sink = as_sink(path)
     assert isinstance(sink, JSONLSink)
-    sink({"q": "a", "when": dt.date(2026, 1, 2)})      # called ...
-    sink.write({"q": "b", "scores": [0.5, -0.25]})     # ... or written
+    sink({"q": "a", "when": dt.date(2026, 1, 2)})  # called ...
+    sink.write({"q": "b", "scores": [0.5, -0.25]})  # ... or written
     lines = path.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == [{"q": "a", "when": "2026-01-02"},
-                                                    {"q": "b", "scores": [0.5, -0.25]}]
+    assert [json.loads(line) for line in lines] == [
+        {"q": "a", "when": "2026-01-02"},
+        {"q": "b", "scores": [0.5, -0.25]},
+    ]
 
 
 def test_list_logger_and_callable_sinks(caplog):

@@ -10,17 +10,38 @@ from .metrics import ALPHA, DEFAULT_METRIC, METRICS, TOP_K_FRAC
 from .models import DEFAULT_MODEL, load_model
 from .prompts import Document, PromptTemplate, TruncationWarning
 from .rerank import ModeSettings
-from .servers import ServerCapabilityError, ServerError, ServerTarget
 from .scorer import ContextScore, DocumentScore, LayoutChoice, UtilityScorer, standard_layouts
+from .servers import ServerCapabilityError, ServerError, ServerTarget
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Engine", "EngineConfig", "Generation", "TokenStats", "get_engine",
-    "ALPHA", "DEFAULT_METRIC", "METRICS", "TOP_K_FRAC",
-    "DEFAULT_MODEL", "load_model", "ModeSettings", "Document", "PromptTemplate", "TruncationWarning", "UtilityScorer",
-    "DocumentScore", "ContextScore", "LayoutChoice", "standard_layouts", "__version__",
-    "RemoteScorer", "RemoteInfluenceScorer", "ServerTarget", "ServerError", "ServerCapabilityError",
+    "Engine",
+    "EngineConfig",
+    "Generation",
+    "TokenStats",
+    "get_engine",
+    "ALPHA",
+    "DEFAULT_METRIC",
+    "METRICS",
+    "TOP_K_FRAC",
+    "DEFAULT_MODEL",
+    "load_model",
+    "ModeSettings",
+    "Document",
+    "PromptTemplate",
+    "TruncationWarning",
+    "UtilityScorer",
+    "DocumentScore",
+    "ContextScore",
+    "LayoutChoice",
+    "standard_layouts",
+    "__version__",
+    "RemoteScorer",
+    "RemoteInfluenceScorer",
+    "ServerTarget",
+    "ServerError",
+    "ServerCapabilityError",
 ]
 
 

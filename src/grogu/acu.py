@@ -15,14 +15,24 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .engine import get_engine
-from .servers import ServerTarget
 from .models import DEFAULT_MODEL
 from .prompts import chat_ids, check_text
+from .servers import ServerTarget
 
 #: stance of the evidence -> the label it should raise
-STANCES = {"supports": "True", "support": "True", "true": "True", "refutes": "False", "refute": "False",
-           "false": "False", "insufficient": "None", "not enough": "None", "not enough info": "None", "none": "None",
-           "nei": "None"}
+STANCES = {
+    "supports": "True",
+    "support": "True",
+    "true": "True",
+    "refutes": "False",
+    "refute": "False",
+    "false": "False",
+    "insufficient": "None",
+    "not enough": "None",
+    "not enough info": "None",
+    "none": "None",
+    "nei": "None",
+}
 
 
 def delta_p(p_with: float, p_without: float) -> float:
@@ -49,10 +59,14 @@ class ACUResult:
     raised: str
 
 
-DEFAULT_PROMPT_WITH = ("Evidence: {evidence}\n\nClaim: {claim}\n\nBased on the evidence, is the claim True, False, "
-                       "or is there not enough information (None)? Answer with one word: True, False or None.")
-DEFAULT_PROMPT_WITHOUT = ("Claim: {claim}\n\nIs the claim True, False, or is there not enough information (None)? "
-                          "Answer with one word: True, False or None.")
+DEFAULT_PROMPT_WITH = (
+    "Evidence: {evidence}\n\nClaim: {claim}\n\nBased on the evidence, is the claim True, False, "
+    "or is there not enough information (None)? Answer with one word: True, False or None."
+)
+DEFAULT_PROMPT_WITHOUT = (
+    "Claim: {claim}\n\nIs the claim True, False, or is there not enough information (None)? "
+    "Answer with one word: True, False or None."
+)
 
 
 def _check_prompt(name: str, prompt: Any, fields: tuple[str, ...]) -> None:
@@ -75,9 +89,16 @@ class ACUScorer:
         prompt_with / prompt_without: templates with ``{claim}`` (and ``{evidence}``).
     """
 
-    def __init__(self, model: Any = DEFAULT_MODEL, *, labels: Sequence[str] = ("True", "None", "False"),
-                 prompt_with: str = DEFAULT_PROMPT_WITH, prompt_without: str = DEFAULT_PROMPT_WITHOUT,
-                 device: str | None = None, dtype: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Any = DEFAULT_MODEL,
+        *,
+        labels: Sequence[str] = ("True", "None", "False"),
+        prompt_with: str = DEFAULT_PROMPT_WITH,
+        prompt_without: str = DEFAULT_PROMPT_WITHOUT,
+        device: str | None = None,
+        dtype: str | None = None,
+    ) -> None:
         if isinstance(labels, str) or not isinstance(labels, Sequence):
             raise TypeError(f"labels must be a list of label words, got {type(labels).__name__}")
         for i, lab in enumerate(labels):
@@ -104,17 +125,22 @@ class ACUScorer:
         if not ids:
             vocab = [t for t in tok.get_vocab() if isinstance(t, str)]
             close = difflib.get_close_matches(label, vocab, n=5, cutoff=0.5) + difflib.get_close_matches(
-                "Ġ" + label, vocab, n=3, cutoff=0.5)
-            raise ValueError(f"label word {label!r} is not a single token of this tokenizer (with or without a "
-                             f"leading space); closest tokens: {close}")
+                "Ġ" + label, vocab, n=3, cutoff=0.5
+            )
+            raise ValueError(
+                f"label word {label!r} is not a single token of this tokenizer (with or without a "
+                f"leading space); closest tokens: {close}"
+            )
         return ids
 
     def _prompt(self, text: str) -> list[int]:
         ids = chat_ids(self.engine.tokenizer, text, plain_suffix="\nAnswer:")
         window = getattr(self.engine, "max_context_tokens", None)
         if window is not None and len(ids) > window:
-            raise ValueError(f"an ACU prompt takes {len(ids)} tokens (claim and evidence in the template); the "
-                             f"model's context window holds {window}: shorten the evidence")
+            raise ValueError(
+                f"an ACU prompt takes {len(ids)} tokens (claim and evidence in the template); the "
+                f"model's context window holds {window}: shorten the evidence"
+            )
         return ids
 
     def _raised(self, stance: str) -> str:
@@ -156,12 +182,18 @@ class ACUScorer:
                 start, vals = 0, {}
                 for lab in self.labels:
                     k = len(self.label_tokens[lab])
-                    vals[lab] = float(probs[row, start:start + k].sum())
+                    vals[lab] = float(probs[row, start : start + k].sum())
                     start += k
                 p[key] = vals
-            out.append(ACUResult(acu=acu(p["with"], p["without"], raised),
-                                 delta_p={t: delta_p(p["with"][t], p["without"][t]) for t in self.labels},
-                                 p_with=p["with"], p_without=p["without"], raised=raised))
+            out.append(
+                ACUResult(
+                    acu=acu(p["with"], p["without"], raised),
+                    delta_p={t: delta_p(p["with"][t], p["without"][t]) for t in self.labels},
+                    p_with=p["with"],
+                    p_without=p["without"],
+                    raised=raised,
+                )
+            )
         return out
 
     def score(self, claim: str, evidence: str, stance: str) -> ACUResult:

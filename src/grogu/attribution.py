@@ -56,8 +56,9 @@ class ForwardData:
 
 
 # ---------------------------------------------------------------------------------------- pure parts
-def contextcite_masks(k: int, m: int = CONTEXTCITE_ABLATIONS, seed: int = 0,
-                      keep_prob: float = CONTEXTCITE_KEEP_PROB) -> np.ndarray:
+def contextcite_masks(
+    k: int, m: int = CONTEXTCITE_ABLATIONS, seed: int = 0, keep_prob: float = CONTEXTCITE_KEEP_PROB
+) -> np.ndarray:
     """[m, k] bool masks drawn as ContextCite draws them: row j from ``RandomState(seed + j)``, each
     document kept with probability ``keep_prob``."""
     k, m = int(k), check_positive_int("n_ablations", m)
@@ -78,8 +79,9 @@ def logit_probability(logprob: float) -> float:
     return logprob - math.log(max(-math.expm1(logprob), np.finfo(np.float64).tiny))
 
 
-def fit_contextcite(masks: Any, targets: Any, num_output_tokens: int,
-                    alpha: float = CONTEXTCITE_LASSO_ALPHA) -> tuple[list[float], float]:
+def fit_contextcite(
+    masks: Any, targets: Any, num_output_tokens: int, alpha: float = CONTEXTCITE_LASSO_ALPHA
+) -> tuple[list[float], float]:
     """ContextCite's LASSO surrogate (their ``LassoRegression.fit``): standardise the [m, k] masks,
     fit ``Lasso(alpha, random_state=0)`` to targets / num_output_tokens, map the weights back to mask
     units and multiply by num_output_tokens. Returns (weights w_1..w_k, bias)."""
@@ -136,8 +138,16 @@ def context_masks(method: str, k: int, given: np.ndarray | None, n_ablations: in
     return given if given is not None else contextcite_masks(k, n_ablations, seed)
 
 
-def attribute(engine: Any, prompt: Callable[[str, list[Document]], list[int]], requests: Sequence[AttributionRequest],
-              method: str, *, n_ablations: int, seed: int, alpha: float) -> list[tuple[list[float], ForwardData]]:
+def attribute(
+    engine: Any,
+    prompt: Callable[[str, list[Document]], list[int]],
+    requests: Sequence[AttributionRequest],
+    method: str,
+    *,
+    n_ablations: int,
+    seed: int,
+    alpha: float,
+) -> list[tuple[list[float], ForwardData]]:
     """Scores and data of many requests, every context of every request teacher-forced in one engine call."""
     prompts, targets, plans = [], [], []
     for req in requests:
@@ -145,8 +155,10 @@ def attribute(engine: Any, prompt: Callable[[str, list[Document]], list[int]], r
         for row in masks:
             p = prompt(req.query, [d for d, keep in zip(req.docs, row) if keep])
             if len(p) + len(req.target) > engine.max_context_tokens:
-                raise ValueError(f"a prompt of {len(p)} tokens plus the {len(req.target)}-token answer does not "
-                                 f"fit the {engine.max_context_tokens}-token context window: give a shorter answer")
+                raise ValueError(
+                    f"a prompt of {len(p)} tokens plus the {len(req.target)}-token answer does not "
+                    f"fit the {engine.max_context_tokens}-token context window: give a shorter answer"
+                )
             prompts.append(p)
             targets.append(req.target)
         plans.append(masks)
@@ -159,6 +171,12 @@ def attribute(engine: Any, prompt: Callable[[str, list[Document]], list[int]], r
         else:
             ys = [logit_probability(lp) for lp in logps]
             scores, bias = fit_contextcite(masks, ys, len(req.target), alpha)
-        out.append((scores, ForwardData(masks=masks.tolist(), logprobs=logps, targets=ys,
-                                        target_token_ids=list(req.target), intercept=bias)))
+        out.append(
+            (
+                scores,
+                ForwardData(
+                    masks=masks.tolist(), logprobs=logps, targets=ys, target_token_ids=list(req.target), intercept=bias
+                ),
+            )
+        )
     return out

@@ -31,8 +31,14 @@ def target_of(args: argparse.Namespace | dict[str, Any]) -> Any:
         raise SystemExit("--device/--dtype apply to a model loaded here, not to one behind --server")
     from .servers import ServerTarget
 
-    return ServerTarget(a["server"], a.get("served_model"), api=a.get("server_api", "auto"), tokenizer=a["model"],
-                        top_logprobs=a.get("top_logprobs", 20), api_key=a.get("api_key"))
+    return ServerTarget(
+        a["server"],
+        a.get("served_model"),
+        api=a.get("server_api", "auto"),
+        tokenizer=a["model"],
+        top_logprobs=a.get("top_logprobs", 20),
+        api_key=a.get("api_key"),
+    )
 
 
 def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list[dict]:
@@ -40,8 +46,10 @@ def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list
     ``grogu rerank``: each query's mode runs its own batch). ``options``: the parsed arguments."""
     if options["command"] == "rerank":
         settings = ModeSettings.from_arguments(None, options)
-        scored = [scorer.rerank(it["query"], it["documents"], options["top_n"], options["threshold"],
-                                settings=settings) for it in chunk]
+        scored = [
+            scorer.rerank(it["query"], it["documents"], options["top_n"], options["threshold"], settings=settings)
+            for it in chunk
+        ]
         mode = settings.mode
     else:
         scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
@@ -49,26 +57,43 @@ def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list
     return [record(item, results, scorer, mode) for item, results in zip(chunk, scored)]
 
 
-
 def record(item: dict, results: list, scorer: Any, mode: str) -> dict:
     """The output record of one query: its results in the order of the mode, with each document."""
     return {
-        "query": item["query"], "model": scorer.model_name, "metric": scorer.metric, "mode": mode,
-        "results": [{
-            "index": r.index, "score": r.score, "confidence": r.confidence, "n_tokens": r.n_tokens,
-            "n_key_tokens": r.n_key_tokens, "answer": r.answer, "variants": r.variants,
-            "document": r.document, "rank_score": r.rank_score,
-        } for r in results],
+        "query": item["query"],
+        "model": scorer.model_name,
+        "metric": scorer.metric,
+        "mode": mode,
+        "results": [
+            {
+                "index": r.index,
+                "score": r.score,
+                "confidence": r.confidence,
+                "n_tokens": r.n_tokens,
+                "n_key_tokens": r.n_key_tokens,
+                "answer": r.answer,
+                "variants": r.variants,
+                "document": r.document,
+                "rank_score": r.rank_score,
+            }
+            for r in results
+        ],
     }
-
 
 
 def scorer_options(args: argparse.Namespace | dict[str, Any]) -> dict[str, Any]:
     """:class:`grogu.UtilityScorer` keyword arguments from the parsed ``score`` / ``rerank`` arguments."""
     a = vars(args) if isinstance(args, argparse.Namespace) else args
-    return dict(model=target_of(a), metric=a["metric"], alpha=a["alpha"], top_k_frac=a["top_k_frac"],
-                max_new_tokens=a["max_new_tokens"], device=a["device"], dtype=a["dtype"],
-                answer_style=a["answer_style"])
+    return dict(
+        model=target_of(a),
+        metric=a["metric"],
+        alpha=a["alpha"],
+        top_k_frac=a["top_k_frac"],
+        max_new_tokens=a["max_new_tokens"],
+        device=a["device"],
+        dtype=a["dtype"],
+        answer_style=a["answer_style"],
+    )
 
 
 def completed_prefix(path: str, items: list[dict]) -> int:
@@ -79,22 +104,26 @@ def completed_prefix(path: str, items: list[dict]) -> int:
         return 0
     with open(path, "rb") as f:
         data = f.read()
-    complete = data[:data.rfind(b"\n") + 1]
+    complete = data[: data.rfind(b"\n") + 1]
     if len(complete) != len(data):  # a crash in the middle of a line: drop the partial record
         with open(path, "wb") as f:
             f.write(complete)
     lines = complete.decode("utf-8").splitlines()
     if len(lines) > len(items):
-        raise SystemExit(f"{path} holds {len(lines)} records but the input has {len(items)} queries: "
-                         f"it is the output of another input (use another --out)")
+        raise SystemExit(
+            f"{path} holds {len(lines)} records but the input has {len(items)} queries: "
+            f"it is the output of another input (use another --out)"
+        )
     for n, (line, item) in enumerate(zip(lines, items), 1):
         try:
             query = json.loads(line)["query"]
         except (ValueError, KeyError, TypeError):
             raise SystemExit(f"{path}:{n}: not a grogu record; use another --out or delete the file") from None
         if query != item["query"]:
-            raise SystemExit(f"{path}:{n} is the record of {query!r:.60}, but query {n} of the input is "
-                             f"{item['query']!r:.60}: it is the output of another input (use another --out)")
+            raise SystemExit(
+                f"{path}:{n} is the record of {query!r:.60}, but query {n} of the input is "
+                f"{item['query']!r:.60}: it is the output of another input (use another --out)"
+            )
     return len(lines)
 
 
@@ -132,13 +161,20 @@ def score_on_ray(args: argparse.Namespace, items: list[dict], done: int) -> int:
     from ray.data import DataContext
 
     size = args.batch_queries
-    rows = [{"start": done + s, "payload": json.dumps(todo[s:s + size], ensure_ascii=False)}
-            for s in range(0, len(todo), size)]
+    rows = [
+        {"start": done + s, "payload": json.dumps(todo[s : s + size], ensure_ascii=False)}
+        for s in range(0, len(todo), size)
+    ]
     DataContext.get_current().execution_options.preserve_order = True
     options = {k: v for k, v in vars(args).items() if k != "func"}
     ds = ray.data.from_items(rows).map_batches(
-        ChunkScorer, fn_constructor_kwargs={"options": options}, batch_size=1, concurrency=args.workers,
-        num_cpus=1, num_gpus=args.gpus_per_worker)
+        ChunkScorer,
+        fn_constructor_kwargs={"options": options},
+        batch_size=1,
+        concurrency=args.workers,
+        num_cpus=1,
+        num_gpus=args.gpus_per_worker,
+    )
     expected = done
     with open(args.out, "a", encoding="utf-8") as out:
         for row in ds.iter_rows():

@@ -210,8 +210,9 @@ class Coalescer:
         try:
             results = self._run_jobs([job for jobs, _ in batch for job in jobs])
             if len(results) != sum(len(jobs) for jobs, _ in batch):
-                raise RuntimeError(f"run_jobs returned {len(results)} results for "
-                                   f"{sum(len(jobs) for jobs, _ in batch)} jobs")
+                raise RuntimeError(
+                    f"run_jobs returned {len(results)} results for {sum(len(jobs) for jobs, _ in batch)} jobs"
+                )
         except BaseException as exc:  # noqa: BLE001 - isolate the failing request
             if len(batch) == 1:
                 batch[0][1].set_exception(exc)
@@ -221,5 +222,5 @@ class Coalescer:
             return
         start = 0
         for jobs, future in batch:
-            future.set_result(results[start:start + len(jobs)])
+            future.set_result(results[start : start + len(jobs)])
             start += len(jobs)

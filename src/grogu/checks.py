@@ -16,7 +16,6 @@ from typing import Any, Iterable, Sequence
 
 from .prompts import Document, as_document, check_text
 
-
 #: the smallest sampling temperature: logits / T must stay finite in float32 (logits reach ~1e2)
 MIN_TEMPERATURE = 1e-3
 #: absurd counts, refused everywhere (a service sets lower limits: grogu serve --help)
@@ -98,8 +97,15 @@ def check_top_n(value: Any, name: str = "top_n") -> int | None:
     return int(value)
 
 
-def check_float(name: str, value: Any, *, minimum: float | None = None, maximum: float | None = None,
-                min_inclusive: bool = True, max_inclusive: bool = True) -> float:
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    min_inclusive: bool = True,
+    max_inclusive: bool = True,
+) -> float:
     """A finite real number (int or float, not a bool, not NaN or an infinity) within the bounds."""
     if not _is_number(value) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
@@ -176,8 +182,10 @@ def check_temperature(value: Any, name: str = "temperature", *, allow_none: bool
         raise ValueError(f"{name} must be a finite number > 0, got None")
     value = check_positive_float(name, value)
     if value < MIN_TEMPERATURE:
-        raise ValueError(f"{name} must be >= {MIN_TEMPERATURE:g}, got {value!r}: a smaller temperature overflows "
-                         f"the scaled logits and cannot be sampled (use greedy decoding instead)")
+        raise ValueError(
+            f"{name} must be >= {MIN_TEMPERATURE:g}, got {value!r}: a smaller temperature overflows "
+            f"the scaled logits and cannot be sampled (use greedy decoding instead)"
+        )
     return value
 
 
@@ -194,8 +202,9 @@ def check_seed(value: Any, name: str = "seed", *, allow_none: bool = True) -> in
     if value is None and allow_none:
         return None
     if not _is_int(value):
-        raise TypeError(f"{name} must be an int{' or None' if allow_none else ''}, got {value!r} "
-                        f"({type(value).__name__})")
+        raise TypeError(
+            f"{name} must be an int{' or None' if allow_none else ''}, got {value!r} ({type(value).__name__})"
+        )
     return int(value)
 
 
@@ -210,8 +219,10 @@ def check_masks(masks: Any, k: int, name: str = "masks") -> Any:
     except (ValueError, TypeError) as exc:  # ragged rows
         raise ValueError(f"{name} must be an [m, {k}] array of 0/1 or bools: {exc}") from exc
     if arr.dtype == object or arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != k:
-        raise ValueError(f"{name} must be an [m, {k}] array of 0/1 or bools with m >= 1 "
-                         f"(one column per document), got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must be an [m, {k}] array of 0/1 or bools with m >= 1 "
+            f"(one column per document), got shape {arr.shape}"
+        )
     if arr.dtype != bool:
         if not np.issubdtype(arr.dtype, np.number):
             raise ValueError(f"{name} must hold 0/1 or bools, got dtype {arr.dtype}")
@@ -229,18 +240,35 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
 
 
 __all__ = [
-    "check_query", "check_text", "check_count", "check_documents", "check_document_list", "check_pairs", "check_int", "check_positive_int",
-    "check_top_n", "check_float",
-    "check_threshold", "check_alpha", "check_fraction", "check_probability", "check_positive_float",
-    "check_temperature", "check_seed", "check_choice", "check_masks", "check_influence_items",
+    "check_query",
+    "check_text",
+    "check_count",
+    "check_documents",
+    "check_document_list",
+    "check_pairs",
+    "check_int",
+    "check_positive_int",
+    "check_top_n",
+    "check_float",
+    "check_threshold",
+    "check_alpha",
+    "check_fraction",
+    "check_probability",
+    "check_positive_float",
+    "check_temperature",
+    "check_seed",
+    "check_choice",
+    "check_masks",
+    "check_influence_items",
 ]
 
 
 def check_influence_items(items: Any) -> list[tuple[Any, Any, Any]]:
     """``InfluenceScorer.score_batch``'s items as (query, documents, answer-or-None) triples; a pair means no answer."""
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise TypeError(f"items must be a list of (query, documents, answer-or-None) triples, got "
-                        f"{type(items).__name__}")
+        raise TypeError(
+            f"items must be a list of (query, documents, answer-or-None) triples, got {type(items).__name__}"
+        )
     out = []
     for i, item in enumerate(items):
         if isinstance(item, (tuple, list)) and len(item) == 2:

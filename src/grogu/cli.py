@@ -16,21 +16,24 @@ import argparse
 import importlib
 import json
 import sys
-from importlib import resources
 from dataclasses import fields
+from importlib import resources
 from typing import Any, Iterator
 
+from . import batch
 from . import checks as C
 from . import metrics as M
 from .files import read_documents
 from .models import DEFAULT_MODEL
-from . import batch
 from .rerank import ModeSettings
 
 # Subcommands that live in their own module: name -> module with ``add_arguments(parser)`` and
 # ``run(args) -> int``. Imported lazily (only the chosen one), so ``grogu score`` stays light.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
-    "eval": (".harness.experiments.cli", "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)"),
+    "eval": (
+        ".harness.experiments.cli",
+        "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)",
+    ),
     "rewrite-pairs": (".harness.rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
     "train-rewriter": (".harness.rewrite.train", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
     "serve": (".serve.cli", "the shared scoring service on Ray Serve (HTTP API; pip install 'grogu[serve]')"),
@@ -41,6 +44,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
 def _setting(convert, check, *args):
     """An argparse ``type`` that converts the text (int or float) and checks it with :mod:`grogu.checks`,
     so a bad option is a usage error naming the option and the value, as in the Python API."""
+
     def parse(text: str):
         try:
             value = convert(text)
@@ -50,6 +54,7 @@ def _setting(convert, check, *args):
             return check(*args, value)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+
     parse.__name__ = getattr(check, "__name__", "setting")
     return parse
 
@@ -99,17 +104,20 @@ def _snippet(doc: Any, width: int) -> str:
 
 def _table(record: dict) -> str:
     context = record["mode"] == "context"
-    lines = [f"query: {record['query']}",
-             f"model: {record['model']}   mode: {record['mode']}   metric: {record['metric']} (utility, higher = more useful)"]
+    lines = [
+        f"query: {record['query']}",
+        f"model: {record['model']}   mode: {record['mode']}   metric: {record['metric']} (utility, higher = more useful)",
+    ]
     if context and record["results"]:
         first = record["results"][0]
         lines.append(f"chosen context: utility {first['score']:.4f}, answer -> {_snippet(first['answer'], 70)}")
-    lines += [
-             f"{'rank':>4} {'doc':>4} {'utility':>9} {'key/tok':>8}  document / grounded answer"]
+    lines += [f"{'rank':>4} {'doc':>4} {'utility':>9} {'key/tok':>8}  document / grounded answer"]
     for rank, r in enumerate(record["results"], 1):
         utility = "(context)" if context else f"{r['score']:>9.4f}"
-        lines.append(f"{rank:>4} {r['index']:>4} {utility:>9} {r['n_key_tokens']:>3}/{r['n_tokens']:<4}  "
-                     f"{_snippet(r['document'], 70)}")
+        lines.append(
+            f"{rank:>4} {r['index']:>4} {utility:>9} {r['n_key_tokens']:>3}/{r['n_tokens']:<4}  "
+            f"{_snippet(r['document'], 70)}"
+        )
         if not context:
             lines.append(f"{'':>30}-> {_snippet(r['answer'], 68)}")
     return "\n".join(lines)
@@ -118,8 +126,10 @@ def _table(record: dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grogu", description="LLM-specific utility of retrieved documents (GROGU).")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("score", "score each document (input order)"),
-                            ("rerank", "sort documents by utility, optionally keep the best")):
+    for name, help_text in (
+        ("score", "score each document (input order)"),
+        ("rerank", "sort documents by utility, optionally keep the best"),
+    ):
         _add_scoring_arguments(sub.add_parser(name, help=help_text), rerank=name == "rerank")
     _add_metric_commands(sub)
     for name, (module, help_text) in EXTRA_COMMANDS.items():
@@ -133,11 +143,19 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     from .servers.target import APIS
 
     g = p.add_argument_group("target LLM on an inference server (vLLM, SGLang, llama.cpp, Ollama, OpenAI-compatible)")
-    g.add_argument("--server", default=None, help="its OpenAI-compatible base URL (http://host:8000/v1); --model "
-                                                  "then names the tokenizer (alias, path, .gguf or hub id)")
+    g.add_argument(
+        "--server",
+        default=None,
+        help="its OpenAI-compatible base URL (http://host:8000/v1); --model "
+        "then names the tokenizer (alias, path, .gguf or hub id)",
+    )
     g.add_argument("--served-model", default=None, help="the served model's name (default: the only one it lists)")
-    g.add_argument("--server-api", default="auto", choices=("auto", *APIS),
-                   help="the server's API ('chat': a chat API, grounded-only metrics entropy/ppl)")
+    g.add_argument(
+        "--server-api",
+        default="auto",
+        choices=("auto", *APIS),
+        help="the server's API ('chat': a chat API, grounded-only metrics entropy/ppl)",
+    )
     g.add_argument("--top-logprobs", type=POSITIVE_INT, default=20, help="alternatives per token the server returns")
     g.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY)")
 
@@ -149,22 +167,44 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     src.add_argument("--docs", help="documents: .jsonl, .json or text file (paragraphs)")
     src.add_argument("--queries", help="JSONL file of {'query', 'documents'} objects")
     src.add_argument("--example", action="store_true", help="use the small bundled example")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM: alias, path, .gguf or hub id (default {DEFAULT_MODEL})")
-    p.add_argument("--metric", default=None, choices=sorted(M.METRICS),
-                   help=f"GROGU variant (default {M.DEFAULT_METRIC}; {M.GROUNDED_DEFAULT_METRIC} with --server-api chat)")
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"target LLM: alias, path, .gguf or hub id (default {DEFAULT_MODEL})"
+    )
+    p.add_argument(
+        "--metric",
+        default=None,
+        choices=sorted(M.METRICS),
+        help=f"GROGU variant (default {M.DEFAULT_METRIC}; {M.GROUNDED_DEFAULT_METRIC} with --server-api chat)",
+    )
     p.add_argument("--alpha", type=ALPHA, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
     p.add_argument("--top-k-frac", type=FRACTION, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
-    p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=None, help="longest scored answer (default 64; 16 with --answer-style short)")
-    p.add_argument("--answer-style", default="long", choices=("long", "short"),
-                   help="'short': ask for the answer only and cut it at its first line/sentence (small models)")
+    p.add_argument(
+        "--max-new-tokens",
+        type=POSITIVE_INT,
+        default=None,
+        help="longest scored answer (default 64; 16 with --answer-style short)",
+    )
+    p.add_argument(
+        "--answer-style",
+        default="long",
+        choices=("long", "short"),
+        help="'short': ask for the answer only and cut it at its first line/sentence (small models)",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU)")
     p.add_argument("--batch-queries", type=POSITIVE_INT, default=8, help="queries scored together in one engine pass")
     p.add_argument("--json", action="store_true", help="one JSON object per query on stdout")
-    p.add_argument("--out", default=None, help="write the JSON records to this .jsonl file instead; a rerun "
-                                               "skips the queries already in it (resumes after a crash)")
-    p.add_argument("--ray", action="store_true", help="score on Ray Data: an actor pool of engines "
-                                                      "(needs --out and --queries; pip install 'grogu[serve]')")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="write the JSON records to this .jsonl file instead; a rerun "
+        "skips the queries already in it (resumes after a crash)",
+    )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="score on Ray Data: an actor pool of engines (needs --out and --queries; pip install 'grogu[serve]')",
+    )
     p.add_argument("--address", default=None, help="--ray: the Ray cluster to join (default: a local Ray)")
     p.add_argument("--workers", type=POSITIVE_INT, default=1, help="--ray: engine actors (default 1)")
     p.add_argument("--gpus-per-worker", type=float, default=0.0, help="--ray: GPUs per engine actor")
@@ -174,26 +214,42 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
         p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
         settings = p.add_argument_group("rerank settings (grogu.ModeSettings; default: its defaults)")
         for f in fields(ModeSettings):
-            settings.add_argument(f"--{f.name.replace('_', '-')}", type=_SETTING_TYPES[type(f.default)], default=None,
-                                  choices=f.metadata["choices"], help=f"{f.metadata['help']} (default {f.default})")
+            settings.add_argument(
+                f"--{f.name.replace('_', '-')}",
+                type=_SETTING_TYPES[type(f.default)],
+                default=None,
+                choices=f.metadata["choices"],
+                help=f"{f.metadata['help']} (default {f.default})",
+            )
 
 
 def _add_metric_commands(sub: Any) -> None:
     """``grogu influence``, ``grogu seper`` and ``grogu acu``."""
-    p = sub.add_parser("influence", help="Influence Score of each document on the answer (2k+1 generations; "
-                                          "forward-only methods: no generation)")
+    p = sub.add_parser(
+        "influence",
+        help="Influence Score of each document on the answer (2k+1 generations; forward-only methods: no generation)",
+    )
     _common(p)
     p.add_argument("--answer", default=None, help="the answer actually given (default: generate it from all documents)")
-    p.add_argument("--embedder", default="all-minilm-l6-v2", help="sentence-transformers model (default: packaged MiniLM)")
-    p.add_argument("--method", default="exact",
-                   choices=("exact", "ablation", "auto", "leave_one_out_logprob", "contextcite"),
-                   help="exact: 2k+1 generations; ablation: ContextCite-style estimate from --ablations random "
-                        "ablations; auto: ablation above 12 documents when cheaper; forward-only, no generation but "
-                        "the answer when --answer is not given: leave_one_out_logprob (drop of the answer's "
-                        "log-probability without each document, k+1 forward passes) or contextcite (ContextCite's "
-                        "LASSO on --ablations masks)")
-    p.add_argument("--ablations", type=POSITIVE_INT, default=None,
-                   help="random ablations for --method ablation/auto (default 32) or contextcite (default 64)")
+    p.add_argument(
+        "--embedder", default="all-minilm-l6-v2", help="sentence-transformers model (default: packaged MiniLM)"
+    )
+    p.add_argument(
+        "--method",
+        default="exact",
+        choices=("exact", "ablation", "auto", "leave_one_out_logprob", "contextcite"),
+        help="exact: 2k+1 generations; ablation: ContextCite-style estimate from --ablations random "
+        "ablations; auto: ablation above 12 documents when cheaper; forward-only, no generation but "
+        "the answer when --answer is not given: leave_one_out_logprob (drop of the answer's "
+        "log-probability without each document, k+1 forward passes) or contextcite (ContextCite's "
+        "LASSO on --ablations masks)",
+    )
+    p.add_argument(
+        "--ablations",
+        type=POSITIVE_INT,
+        default=None,
+        help="random ablations for --method ablation/auto (default 32) or contextcite (default 64)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the ablation masks")
     p = sub.add_parser("seper", help="ΔSePer of each document (reference-based)")
     _common(p)
@@ -231,8 +287,11 @@ def _print_rows(title: str, header: list[str], rows: list[list[Any]], as_json: b
     print(title)
     print("  ".join(f"{h:>10}" for h in header))
     for row in rows:
-        print("  ".join(f"{v:>10.4f}" if isinstance(v, float) else f"{str(v):>10}" for v in row[:-1])
-              + "  " + _snippet(row[-1], 60))
+        print(
+            "  ".join(f"{v:>10.4f}" if isinstance(v, float) else f"{str(v):>10}" for v in row[:-1])
+            + "  "
+            + _snippet(row[-1], 60)
+        )
 
 
 def other_metric(args: argparse.Namespace) -> int:
@@ -250,32 +309,68 @@ def other_metric(args: argparse.Namespace) -> int:
         scorer = ACUScorer(args.model, device=args.device, dtype=args.dtype)
         results = scorer.score_batch([(it["claim"], it["evidence"], it["stance"]) for it in items])
         for it, r in zip(items, results):
-            _print_rows(f"claim: {it['claim']}", ["ACU", "raised", "evidence"], [[r.acu, r.raised, it["evidence"]]],
-                        args.json, {**it, "acu": r.acu, "delta_p": r.delta_p, "p_with": r.p_with,
-                                    "p_without": r.p_without})
+            _print_rows(
+                f"claim: {it['claim']}",
+                ["ACU", "raised", "evidence"],
+                [[r.acu, r.raised, it["evidence"]]],
+                args.json,
+                {**it, "acu": r.acu, "delta_p": r.delta_p, "p_with": r.p_with, "p_without": r.p_without},
+            )
         return 0
     docs = read_documents(args.docs)
     if args.command == "influence":
         from .influence import InfluenceScorer
 
-        r = InfluenceScorer(batch.target_of(args), embedder=args.embedder, max_new_tokens=args.max_new_tokens,
-                            device=args.device, dtype=args.dtype, method=args.method, n_ablations=args.ablations,
-                            seed=args.seed).score(args.query, docs, answer=args.answer)
-        _print_rows(f"query: {args.query}\nanswer: {r.answer}\nmethod: {r.method}", ["doc", "influence", "document"],
-                    [[i, s, d] for i, (s, d) in enumerate(zip(r.scores, docs))], args.json,
-                    {"query": args.query, "answer": r.answer, "method": r.method, "scores": r.scores,
-                     "leave_one_out_answers": r.leave_one_out_answers, "single_answers": r.single_answers,
-                     **({"logprobs": r.forward.logprobs, "masks": r.forward.masks} if r.forward else {})})
+        r = InfluenceScorer(
+            batch.target_of(args),
+            embedder=args.embedder,
+            max_new_tokens=args.max_new_tokens,
+            device=args.device,
+            dtype=args.dtype,
+            method=args.method,
+            n_ablations=args.ablations,
+            seed=args.seed,
+        ).score(args.query, docs, answer=args.answer)
+        _print_rows(
+            f"query: {args.query}\nanswer: {r.answer}\nmethod: {r.method}",
+            ["doc", "influence", "document"],
+            [[i, s, d] for i, (s, d) in enumerate(zip(r.scores, docs))],
+            args.json,
+            {
+                "query": args.query,
+                "answer": r.answer,
+                "method": r.method,
+                "scores": r.scores,
+                "leave_one_out_answers": r.leave_one_out_answers,
+                "single_answers": r.single_answers,
+                **({"logprobs": r.forward.logprobs, "masks": r.forward.masks} if r.forward else {}),
+            },
+        )
         return 0
     from .seper import SePerScorer
 
-    scorer = SePerScorer(batch.target_of(args), entailment=args.nli, n_samples=args.samples, tau=args.tau, seed=args.seed,
-                         max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
+    scorer = SePerScorer(
+        batch.target_of(args),
+        entailment=args.nli,
+        n_samples=args.samples,
+        tau=args.tau,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        dtype=args.dtype,
+    )
     res = scorer.score(args.query, docs, args.reference)
-    _print_rows(f"query: {args.query}   references: {args.reference}", ["doc", "dSePer_S", "dSePer_H", "document"],
-                [[i, r.delta_soft, r.delta_hard, d] for i, (r, d) in enumerate(zip(res, docs))], args.json,
-                {"query": args.query, "references": args.reference,
-                 "results": [{"index": i, **vars(r)} for i, r in enumerate(res)]})
+    _print_rows(
+        f"query: {args.query}   references: {args.reference}",
+        ["doc", "dSePer_S", "dSePer_H", "document"],
+        [[i, r.delta_soft, r.delta_hard, d] for i, (r, d) in enumerate(zip(res, docs))],
+        args.json,
+        {
+            "query": args.query,
+            "references": args.reference,
+            "results": [{"index": i, **vars(r)} for i, r in enumerate(res)],
+        },
+    )
     return 0
 
 
@@ -291,10 +386,10 @@ def main(argv: list[str] | None = None) -> int:
         return other_metric(args)
     if args.command in EXTRA_COMMANDS:
         return importlib.import_module(EXTRA_COMMANDS[args.command][0], __package__).run(args)
-    from .scorer import UtilityScorer
     from tqdm import tqdm
 
     from .batch import completed_prefix, score_chunk, scorer_options
+    from .scorer import UtilityScorer
 
     items = list(iter_queries(args))
     done = completed_prefix(args.out, items) if args.out else 0
@@ -308,10 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         return score_on_ray(args, items, done)
     scorer = UtilityScorer(**scorer_options(args))
     out = open(args.out, "a", encoding="utf-8") if args.out else None
-    progress = tqdm(total=len(items), initial=done, desc="queries", unit="q", disable=len(items) < 2,
-                    file=sys.stderr)
+    progress = tqdm(total=len(items), initial=done, desc="queries", unit="q", disable=len(items) < 2, file=sys.stderr)
     for start in range(done, len(items), args.batch_queries):
-        chunk = items[start:start + args.batch_queries]
+        chunk = items[start : start + args.batch_queries]
         for record in score_chunk(scorer, vars(args), chunk):
             if out is not None:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -15,8 +15,9 @@ def require(module: str, purpose: str, install: str = EVAL_INSTALL) -> ModuleTyp
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{purpose} needs the package {module.split('.')[0]!r}, which is not installed: "
-                          f"{install}") from exc
+        raise ImportError(
+            f"{purpose} needs the package {module.split('.')[0]!r}, which is not installed: {install}"
+        ) from exc
 
 
 __all__ = ["require", "EVAL_INSTALL"]

@@ -23,7 +23,7 @@ def gguf_string(path: str, key: str) -> str | None:
 
         def string(at: int) -> tuple[bytes, int]:
             (n,) = struct.unpack_from("<Q", buf, at)
-            return buf[at + 8:at + 8 + n], at + 8 + n
+            return buf[at + 8 : at + 8 + n], at + 8 + n
 
         def skip(kind: int, at: int) -> int:
             if kind == 8:

@@ -28,15 +28,24 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .batching import Coalescer
 from . import attribution
 from .attribution import FORWARD_METHODS, AttributionRequest, ForwardData
-from .checks import (MAX_ABLATIONS, check_choice, check_count, check_documents, check_influence_items, check_masks,
-                     check_positive_float, check_positive_int, check_query, check_seed)
+from .batching import Coalescer
+from .checks import (
+    MAX_ABLATIONS,
+    check_choice,
+    check_count,
+    check_documents,
+    check_influence_items,
+    check_masks,
+    check_positive_float,
+    check_positive_int,
+    check_query,
+    check_seed,
+)
 from .engine import get_engine
 from .models import DEFAULT_MODEL, EMBEDDED_EMBEDDERS, embedded_embedder_path
 from .prompts import Document, PromptBuilder, PromptTemplate
-
 
 #: ``method="auto"`` uses the ablation estimate above this many documents, when it also needs fewer
 #: generations than the exact score (n_ablations < 2k + 1).
@@ -138,8 +147,10 @@ def load_embedder(embedder: Any, device: str | torch.device | None = None):
     try:
         return SentenceTransformer(path, device=str(device) if device is not None else None)
     except Exception as exc:
-        raise ValueError(f"Could not load the sentence-transformers model {embedder!r} (tried {path!r}; "
-                         f"embedded aliases: {sorted(EMBEDDED_EMBEDDERS)}): {exc}") from exc
+        raise ValueError(
+            f"Could not load the sentence-transformers model {embedder!r} (tried {path!r}; "
+            f"embedded aliases: {sorted(EMBEDDED_EMBEDDERS)}): {exc}"
+        ) from exc
 
 
 def _model_path(embedder: Any) -> str:
@@ -170,10 +181,20 @@ class InfluenceScorer:
         lasso_alpha: L1 penalty of the surrogate fit, on standardised masks (default 0.01, ContextCite's).
     """
 
-    def __init__(self, model: Any = DEFAULT_MODEL, *, embedder: Any = "all-minilm-l6-v2",
-                 max_new_tokens: int = 64, template: PromptTemplate | None = None,
-                 device: str | None = None, dtype: str | None = None, method: str = "exact",
-                 n_ablations: int | None = None, seed: int | None = 0, lasso_alpha: float = 0.01) -> None:
+    def __init__(
+        self,
+        model: Any = DEFAULT_MODEL,
+        *,
+        embedder: Any = "all-minilm-l6-v2",
+        max_new_tokens: int = 64,
+        template: PromptTemplate | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        method: str = "exact",
+        n_ablations: int | None = None,
+        seed: int | None = 0,
+        lasso_alpha: float = 0.01,
+    ) -> None:
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         method = check_choice("method", method, METHODS)
         if n_ablations is None:
@@ -239,8 +260,18 @@ class InfluenceScorer:
         """Forward-only attribution of many requests: one generation call for the answers not given, one
         teacher-forced call for every context."""
         todo = [i for i, r in enumerate(requests) if r.answer is None]
-        gens = dict(zip(todo, self.engine.generate([self._prompt(requests[i].query, requests[i].documents)
-                                                    for i in todo], self.max_new_tokens))) if todo else {}
+        gens = (
+            dict(
+                zip(
+                    todo,
+                    self.engine.generate(
+                        [self._prompt(requests[i].query, requests[i].documents) for i in todo], self.max_new_tokens
+                    ),
+                )
+            )
+            if todo
+            else {}
+        )
         answers, attributed = [], []
         for i, r in enumerate(requests):
             answer = r.answer
@@ -253,14 +284,32 @@ class InfluenceScorer:
             if r.documents:
                 attributed.append(AttributionRequest(r.query, r.documents, target, r.masks))
         seed = self.seed if self.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
-        done = iter(attribution.attribute(self.engine, self._prompt, attributed, self.method,
-                                          n_ablations=self.n_ablations, seed=seed, alpha=self.lasso_alpha))
+        done = iter(
+            attribution.attribute(
+                self.engine,
+                self._prompt,
+                attributed,
+                self.method,
+                n_ablations=self.n_ablations,
+                seed=seed,
+                alpha=self.lasso_alpha,
+            )
+        )
         out = []
         for r, answer in zip(requests, answers):
             scores, data = next(done) if r.documents else ([], None)
-            out.append(InfluenceResult(scores=scores, answer=answer, leave_one_out_answers=[], single_answers=[],
-                                       model=str(self.engine.model_name), embedder=None, method=self.method,
-                                       forward=data))
+            out.append(
+                InfluenceResult(
+                    scores=scores,
+                    answer=answer,
+                    leave_one_out_answers=[],
+                    single_answers=[],
+                    model=str(self.engine.model_name),
+                    embedder=None,
+                    method=self.method,
+                    forward=data,
+                )
+            )
         return out
 
     def _run_generative(self, requests: list[InfluenceRequest]) -> list[InfluenceResult]:
@@ -272,7 +321,7 @@ class InfluenceScorer:
             k = len(docs)
             method, masks = self.method_for(k), None
             if method == "exact":
-                contexts = [docs[:i] + docs[i + 1:] for i in range(k)] + [[d] for d in docs]
+                contexts = [docs[:i] + docs[i + 1 :] for i in range(k)] + [[d] for d in docs]
             else:
                 masks = self.ablation_masks(k)
                 contexts = [[d for d, keep in zip(docs, row) if keep] for row in masks]
@@ -291,35 +340,67 @@ class InfluenceScorer:
         out, start = [], 0
         for r, (method, masks), block_texts in zip(requests, plans, answers):
             k, full, rest = len(r.documents), block_texts[0], block_texts[1:]
-            block = emb[start:start + len(block_texts)]
+            block = emb[start : start + len(block_texts)]
             start += len(block_texts)
             common = dict(answer=full, model=str(self.engine.model_name), embedder=str(self.embedder_name))
             if method == "exact":
-                out.append(InfluenceResult(scores=influence_scores(block[0], block[1:1 + k], block[1 + k:]),
-                                           leave_one_out_answers=rest[:k], single_answers=rest[k:], **common))
+                out.append(
+                    InfluenceResult(
+                        scores=influence_scores(block[0], block[1 : 1 + k], block[1 + k :]),
+                        leave_one_out_answers=rest[:k],
+                        single_answers=rest[k:],
+                        **common,
+                    )
+                )
                 continue
             normed = torch.nn.functional.normalize(block.float(), dim=-1)
             sims = (normed[1:] @ normed[0]).tolist()
             weights, intercept = fit_ablation_surrogate(masks, sims, self.lasso_alpha)
-            ablations = Ablations(masks=masks.tolist(), similarities=sims, answers=rest,
-                                  intercept=intercept) if r.return_ablations else None
-            out.append(InfluenceResult(scores=weights, leave_one_out_answers=[], single_answers=[],
-                                       method="ablation", ablations=ablations, **common))
+            ablations = (
+                Ablations(masks=masks.tolist(), similarities=sims, answers=rest, intercept=intercept)
+                if r.return_ablations
+                else None
+            )
+            out.append(
+                InfluenceResult(
+                    scores=weights,
+                    leave_one_out_answers=[],
+                    single_answers=[],
+                    method="ablation",
+                    ablations=ablations,
+                    **common,
+                )
+            )
         return out
 
-    def _request(self, query: str, documents: Sequence[Any], answer: str | None, return_ablations: bool = False,
-                 masks: Any = None) -> InfluenceRequest:
+    def _request(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        answer: str | None,
+        return_ablations: bool = False,
+        masks: Any = None,
+    ) -> InfluenceRequest:
         query, docs = check_query(query), check_documents(documents)
         if answer is not None and not isinstance(answer, str):
             raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
         if masks is not None:
             if self.method != "contextcite":
-                raise ValueError(f"masks are taken by method='contextcite' only, this scorer's method is {self.method!r}")
+                raise ValueError(
+                    f"masks are taken by method='contextcite' only, this scorer's method is {self.method!r}"
+                )
             masks = check_masks(masks, len(docs))
         return InfluenceRequest(query, docs, answer, bool(return_ablations), masks)
 
-    def score(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
-              return_ablations: bool = False, masks: Any = None) -> InfluenceResult:
+    def score(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        answer: str | None = None,
+        *,
+        return_ablations: bool = False,
+        masks: Any = None,
+    ) -> InfluenceResult:
         """Influence Score of each document for the answer to ``query`` (generated from all documents
         when ``answer`` is None). No documents give an empty result. With the ablation method,
         ``return_ablations=True`` keeps the masks, similarities and answers in ``result.ablations``.
@@ -327,14 +408,17 @@ class InfluenceScorer:
         masks (e.g. to compare with another implementation on the same ablations)."""
         return self._run_requests([self._request(query, documents, answer, return_ablations, masks)])[0]
 
-    def score_batch(self, items: Sequence[tuple[str, Sequence[Any], str | None]], *,
-                    return_ablations: bool = False) -> list[InfluenceResult]:
+    def score_batch(
+        self, items: Sequence[tuple[str, Sequence[Any], str | None]], *, return_ablations: bool = False
+    ) -> list[InfluenceResult]:
         """Influence Scores of many (query, documents, answer-or-None) triples in one engine call (a
         (query, documents) pair means answer=None)."""
-        return self._run_requests([self._request(*item, return_ablations=return_ablations)
-                                   for item in check_influence_items(items)])
+        return self._run_requests(
+            [self._request(*item, return_ablations=return_ablations) for item in check_influence_items(items)]
+        )
 
-    async def ascore(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
-                     return_ablations: bool = False) -> InfluenceResult:
+    async def ascore(
+        self, query: str, documents: Sequence[Any], answer: str | None = None, *, return_ablations: bool = False
+    ) -> InfluenceResult:
         """Async :meth:`score`: runs off the event loop, batched with concurrent requests."""
         return (await self._coalescer.run([self._request(query, documents, answer, return_ablations)]))[0]

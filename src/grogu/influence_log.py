@@ -73,11 +73,37 @@ from .sinks import Record, as_sinks, to_json
 
 EVENT = "grogu_influence"
 
-RECORD_FIELDS = ("event", "framework", "created_at", "elapsed_s", "run_id", "run_name", "tags", "metadata",
-                 "query", "answer", "answer_source", "model", "embedder", "method", "influence", "logprobs",
-                 "documents", "error")
-DOCUMENT_FIELDS = ("index", "id", "page_content", "metadata", "retrieval_score", "utility", "influence",
-                   "single_answer", "leave_one_out_answer")
+RECORD_FIELDS = (
+    "event",
+    "framework",
+    "created_at",
+    "elapsed_s",
+    "run_id",
+    "run_name",
+    "tags",
+    "metadata",
+    "query",
+    "answer",
+    "answer_source",
+    "model",
+    "embedder",
+    "method",
+    "influence",
+    "logprobs",
+    "documents",
+    "error",
+)
+DOCUMENT_FIELDS = (
+    "index",
+    "id",
+    "page_content",
+    "metadata",
+    "retrieval_score",
+    "utility",
+    "influence",
+    "single_answer",
+    "leave_one_out_answer",
+)
 #: the per-document fields a framework fills in (the others come from the scores)
 DOCUMENT_INPUT_FIELDS = ("id", "page_content", "metadata", "retrieval_score", "utility")
 CONTEXT_FIELDS = ("run_id", "run_name", "tags", "metadata")
@@ -148,8 +174,17 @@ class InfluenceRecorder:
         logger: where failures (and, with ``sinks=None``, records) are logged.
     """
 
-    def __init__(self, scorer: Any, model: str, sinks: Any = None, *, framework: str, on_error: str = "record",
-                 background: bool = False, logger: logging.Logger | str | None = None) -> None:
+    def __init__(
+        self,
+        scorer: Any,
+        model: str,
+        sinks: Any = None,
+        *,
+        framework: str,
+        on_error: str = "record",
+        background: bool = False,
+        logger: logging.Logger | str | None = None,
+    ) -> None:
         self.scorer, self.model, self.framework = scorer, model, framework
         self.logger = logger if isinstance(logger, logging.Logger) else logging.getLogger(logger or __name__)
         self.sinks = as_sinks(sinks, self.logger)
@@ -218,8 +253,11 @@ class InfluenceRecorder:
                 if job.documents or job.answer is None:
                     result = await self.scorer.ascore(job.query, job.documents, answer=job.answer)
             except asyncio.CancelledError:
-                self.logger.warning("grogu influence for query %r was cancelled (the event loop closed first?): "
-                                    "await aflush() before leaving the loop", job.query)
+                self.logger.warning(
+                    "grogu influence for query %r was cancelled (the event loop closed first?): "
+                    "await aflush() before leaving the loop",
+                    job.query,
+                )
                 raise
             except Exception as exc:  # noqa: BLE001 - on_error decides
                 return self._fail(job, exc, time.perf_counter() - start, span)
@@ -235,19 +273,26 @@ class InfluenceRecorder:
         """The record of ``job`` from its InfluenceResult (None: failed, or no documents)."""
         failed = error is not None
         record: Record = {
-            "event": EVENT, "framework": self.framework,
-            "created_at": datetime.now(timezone.utc).isoformat(), "elapsed_s": round(elapsed, 4),
+            "event": EVENT,
+            "framework": self.framework,
+            "created_at": datetime.now(timezone.utc).isoformat(),
+            "elapsed_s": round(elapsed, 4),
         }
         record.update({k: job.context.get(k) for k in CONTEXT_FIELDS})
-        record.update({
-            "query": job.query, "answer": result.answer if result is not None else job.answer,
-            "answer_source": job.answer_source, "model": self.model,
-            "embedder": result.embedder if result is not None else None,
-            "method": result.method if result is not None else self.scorer.method,
-            "influence": None if failed else [float(s) for s in result.scores] if result is not None else [],
-            "logprobs": result.forward.logprobs if result is not None and result.forward is not None else None,
-            "documents": _documents(job, result), "error": error,
-        })
+        record.update(
+            {
+                "query": job.query,
+                "answer": result.answer if result is not None else job.answer,
+                "answer_source": job.answer_source,
+                "model": self.model,
+                "embedder": result.embedder if result is not None else None,
+                "method": result.method if result is not None else self.scorer.method,
+                "influence": None if failed else [float(s) for s in result.scores] if result is not None else [],
+                "logprobs": result.forward.logprobs if result is not None and result.forward is not None else None,
+                "documents": _documents(job, result),
+                "error": error,
+            }
+        )
         return record
 
     def _deliver(self, job: AnsweredQuery, result: Any, elapsed: float, span: Any = None) -> Record:
@@ -279,8 +324,13 @@ class InfluenceRecorder:
             except Exception as exc:  # noqa: BLE001 - on_error decides
                 if self.raise_errors:
                     raise
-                self.logger.error("grogu influence: sink %r failed (%s: %s); record: %s", sink,
-                                  type(exc).__name__, exc, to_json(record))
+                self.logger.error(
+                    "grogu influence: sink %r failed (%s: %s); record: %s",
+                    sink,
+                    type(exc).__name__,
+                    exc,
+                    to_json(record),
+                )
         if job is not None and job.on_record is not None:
             job.on_record(record)
 
@@ -325,8 +375,10 @@ class InfluenceRecorder:
             pending = self._snapshot()
             if not pending:
                 break
-            await asyncio.gather(*(p if isinstance(p, asyncio.Future) else asyncio.wrap_future(p)
-                                   for p in pending), return_exceptions=True)
+            await asyncio.gather(
+                *(p if isinstance(p, asyncio.Future) else asyncio.wrap_future(p) for p in pending),
+                return_exceptions=True,
+            )
         self._raise_failed()
 
 
@@ -339,11 +391,25 @@ def _documents(job: AnsweredQuery, result: Any) -> list[dict[str, Any]]:
     for i, row in enumerate(job.fields):
         doc = dict.fromkeys(DOCUMENT_FIELDS)
         doc.update(row)
-        doc.update(index=i, influence=float(scores[i]) if scores else None,
-                   single_answer=singles[i] if singles else None, leave_one_out_answer=loos[i] if loos else None)
+        doc.update(
+            index=i,
+            influence=float(scores[i]) if scores else None,
+            single_answer=singles[i] if singles else None,
+            leave_one_out_answer=loos[i] if loos else None,
+        )
         docs.append(doc)
     return docs
 
 
-__all__ = ["EVENT", "RECORD_FIELDS", "DOCUMENT_FIELDS", "DOCUMENT_INPUT_FIELDS", "CONTEXT_FIELDS", "ON_ERROR",
-           "check_on_error", "grogu_utility", "AnsweredQuery", "InfluenceRecorder"]
+__all__ = [
+    "EVENT",
+    "RECORD_FIELDS",
+    "DOCUMENT_FIELDS",
+    "DOCUMENT_INPUT_FIELDS",
+    "CONTEXT_FIELDS",
+    "ON_ERROR",
+    "check_on_error",
+    "grogu_utility",
+    "AnsweredQuery",
+    "InfluenceRecorder",
+]

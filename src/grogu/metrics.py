@@ -110,12 +110,12 @@ def copied_mask(answer_ids, source_ids, exclude_ids=(), n: int = 3) -> torch.Ten
 
     def grams(ids) -> set[tuple[int, ...]]:
         ids = [int(t) for t in ids]
-        return {tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)}
+        return {tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)}
 
     found = grams(source_ids) - grams(exclude_ids)
     for i in range(len(a) - n + 1):
-        if tuple(a[i:i + n]) in found:
-            mask[i:i + n] = True
+        if tuple(a[i : i + n]) in found:
+            mask[i : i + n] = True
     return mask
 
 
@@ -276,8 +276,10 @@ def _key_ppl_metric(s, alpha, k):
 def _needs(s: AnswerStats, metric: str, *fields: str) -> None:
     missing = [f for f in fields if getattr(s, f) is None]
     if missing:
-        raise ValueError(f"metric {metric!r} needs {', '.join(missing)} (pass logp_u= / copied= to compute(); "
-                         f"UtilityScorer always does)")
+        raise ValueError(
+            f"metric {metric!r} needs {', '.join(missing)} (pass logp_u= / copied= to compute(); "
+            f"UtilityScorer always does)"
+        )
 
 
 def _key_entropy_adaptive_metric(s, alpha, k):
@@ -352,8 +354,9 @@ def metric_name(name: str) -> str:
     raise ValueError(f"unknown metric {name!r}; choose one of {sorted(METRICS)}")
 
 
-def compute(metric: str, h_g, logp_g, h_u, alpha: float = ALPHA, top_k_frac: float = TOP_K_FRAC, *,
-            logp_u=None, copied=None) -> MetricValue:
+def compute(
+    metric: str, h_g, logp_g, h_u, alpha: float = ALPHA, top_k_frac: float = TOP_K_FRAC, *, logp_u=None, copied=None
+) -> MetricValue:
     """Confidence of ``metric`` for one answer from its token statistics (see :class:`AnswerStats`).
     ``logp_u`` (ungrounded log-probabilities) and ``copied`` (copy mask) are needed only by the
     small-model variants; they raise a ValueError naming what is missing. ``h_u`` may be None for the
@@ -361,11 +364,17 @@ def compute(metric: str, h_g, logp_g, h_u, alpha: float = ALPHA, top_k_frac: flo
     alpha, top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
     canonical = metric_name(metric)
     if h_u is None and canonical not in GROUNDED_METRICS:
-        raise ValueError(f"metric {canonical!r} needs h_u, the ungrounded entropies; without them only "
-                         f"{' and '.join(map(repr, GROUNDED_METRICS))} can be computed")
-    stats = AnswerStats(_vec(h_g), _vec(logp_g), None if h_u is None else _vec(h_u),
-                        None if logp_u is None else _vec(logp_u),
-                        None if copied is None else torch.as_tensor(copied, dtype=torch.bool).flatten())
+        raise ValueError(
+            f"metric {canonical!r} needs h_u, the ungrounded entropies; without them only "
+            f"{' and '.join(map(repr, GROUNDED_METRICS))} can be computed"
+        )
+    stats = AnswerStats(
+        _vec(h_g),
+        _vec(logp_g),
+        None if h_u is None else _vec(h_u),
+        None if logp_u is None else _vec(logp_u),
+        None if copied is None else torch.as_tensor(copied, dtype=torch.bool).flatten(),
+    )
     n = len(stats.h_g)
     for name, t in (("h_u", stats.h_u), ("logp_g", stats.logp_g), ("logp_u", stats.logp_u), ("copied", stats.copied)):
         if t is not None and len(t) != n:

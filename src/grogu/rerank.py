@@ -57,31 +57,53 @@ class ModeSettings:
 
     mode: str = _setting(DEFAULT_MODE, "rerank mode (see the README, 'Which rerank mode')", S.RERANK_MODES)
     weight: float = _setting(DEFAULT_WEIGHT, "fusion: weight of the utility rank (1 - weight: retrieval rank)")
-    family: str = _setting(DEFAULT_FAMILY, "context: the candidate contexts (grogu.selection.context_candidates)",
-                           S.CANDIDATE_FAMILIES)
+    family: str = _setting(
+        DEFAULT_FAMILY, "context: the candidate contexts (grogu.selection.context_candidates)", S.CANDIDATE_FAMILIES
+    )
     swaps: int = _setting(2, "context: how many next documents try the last slot of the top-n")
-    margin: float = _setting(DEFAULT_MARGIN, "context: how much a candidate must beat the retriever's own context "
-                                             "on the rule's score (the default is tuned for the default rule "
-                                             "and context_metric: 0.3 of KeyEntropy plus support)")
-    context_metric: str = _setting(DEFAULT_CONTEXT_METRIC, "context: the GROGU metric whose utility is the "
-                                                           "candidates' confidence (grogu.metrics.METRICS), or 'auto': "
-                                                           "key_entropy, or ppl on a grounded-only target")
-    rule: str = _setting(DEFAULT_RULE, "context: how the candidate is chosen (grogu.selection.selection_scores)",
-                         S.SELECTION_RULES)
-    confidence_weight: float = _setting(DEFAULT_CONFIDENCE_WEIGHT, "context, rule 'combined': weight of the "
-                                                                   "confidence against the answers' agreement")
-    support_weight: float = _setting(DEFAULT_SUPPORT_WEIGHT, "context, rule 'confidence_support': weight of the share "
-                                                             "of the answer's words found in the candidate's own "
-                                                             "documents, added to its confidence")
-    supported: bool = _setting(True, "context: among candidates giving the chosen answer, hand over the one whose "
-                                     "documents hold it (grogu.selection.prefer_supported)")
-    gate: str = _setting(DEFAULT_GATE, "context: 'always' scores every candidate; 'doubt' answers the retriever's "
-                                       "context first and tries the others only when that answer is in doubt",
-                         S.GATES)
-    gate_support: float = _setting(DEFAULT_GATE_SUPPORT, "context, gate 'doubt': in doubt when less than this share "
-                                                         "of the answer's words is in its documents")
-    gate_confidence: float = _setting(DEFAULT_GATE_CONFIDENCE, "context, gate 'doubt': in doubt when the answer's "
-                                                               "mean token probability is below this")
+    margin: float = _setting(
+        DEFAULT_MARGIN,
+        "context: how much a candidate must beat the retriever's own context "
+        "on the rule's score (the default is tuned for the default rule "
+        "and context_metric: 0.3 of KeyEntropy plus support)",
+    )
+    context_metric: str = _setting(
+        DEFAULT_CONTEXT_METRIC,
+        "context: the GROGU metric whose utility is the "
+        "candidates' confidence (grogu.metrics.METRICS), or 'auto': "
+        "key_entropy, or ppl on a grounded-only target",
+    )
+    rule: str = _setting(
+        DEFAULT_RULE, "context: how the candidate is chosen (grogu.selection.selection_scores)", S.SELECTION_RULES
+    )
+    confidence_weight: float = _setting(
+        DEFAULT_CONFIDENCE_WEIGHT, "context, rule 'combined': weight of the confidence against the answers' agreement"
+    )
+    support_weight: float = _setting(
+        DEFAULT_SUPPORT_WEIGHT,
+        "context, rule 'confidence_support': weight of the share "
+        "of the answer's words found in the candidate's own "
+        "documents, added to its confidence",
+    )
+    supported: bool = _setting(
+        True,
+        "context: among candidates giving the chosen answer, hand over the one whose "
+        "documents hold it (grogu.selection.prefer_supported)",
+    )
+    gate: str = _setting(
+        DEFAULT_GATE,
+        "context: 'always' scores every candidate; 'doubt' answers the retriever's "
+        "context first and tries the others only when that answer is in doubt",
+        S.GATES,
+    )
+    gate_support: float = _setting(
+        DEFAULT_GATE_SUPPORT,
+        "context, gate 'doubt': in doubt when less than this share of the answer's words is in its documents",
+    )
+    gate_confidence: float = _setting(
+        DEFAULT_GATE_CONFIDENCE,
+        "context, gate 'doubt': in doubt when the answer's mean token probability is below this",
+    )
 
     def __post_init__(self) -> None:
         S.check_mode(self.mode)
@@ -110,8 +132,9 @@ class ModeSettings:
         """Settings from ``base`` (a ModeSettings, a mapping of settings, or None for the defaults) with
         the ``changes`` that are not None; an unknown name is a TypeError naming the known ones."""
         if base is not None and not isinstance(base, (ModeSettings, Mapping)):
-            raise TypeError(f"settings must be a grogu.ModeSettings or a mapping of its settings, "
-                            f"got {type(base).__name__}")
+            raise TypeError(
+                f"settings must be a grogu.ModeSettings or a mapping of its settings, got {type(base).__name__}"
+            )
         values = dict(base.as_dict() if isinstance(base, ModeSettings) else (base or {}))
         values.update({k: v for k, v in changes.items() if v is not None})
         unknown = sorted(set(values) - set(cls.names()))
@@ -120,8 +143,9 @@ class ModeSettings:
         return cls(**values)
 
     @classmethod
-    def from_arguments(cls, base: "ModeSettings | Mapping[str, Any] | None",
-                       arguments: Mapping[str, Any]) -> "ModeSettings":
+    def from_arguments(
+        cls, base: "ModeSettings | Mapping[str, Any] | None", arguments: Mapping[str, Any]
+    ) -> "ModeSettings":
         """:meth:`build` from the settings among a call's arguments (its ``locals()``): each setting is a
         keyword argument of ``rerank``, None when not given."""
         return cls.build(base, **{name: arguments[name] for name in cls.names() if name in arguments})
@@ -145,8 +169,11 @@ class ModeSettings:
 
 #: The rerank settings as keyword arguments of ``rerank`` / ``arerank`` (each optional; None keeps the value
 #: of ``settings=``), made from :class:`ModeSettings`' fields: ``help()`` and IDEs list them, declared once.
-ModeOverrides = TypedDict("ModeOverrides", {f.name: f"{f.type} | None" for f in fields(ModeSettings)},  # type: ignore[misc]
-                          total=False)
+ModeOverrides = TypedDict(
+    "ModeOverrides",
+    {f.name: f"{f.type} | None" for f in fields(ModeSettings)},  # type: ignore[misc]
+    total=False,
+)
 
 
 def split_settings(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -256,9 +283,16 @@ def doubt(settings: ModeSettings, first: Any, texts: Sequence[str] | None, conte
     return S.doubtful(support, confidence, settings.gate_support, settings.gate_confidence)
 
 
-def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], scored: Sequence[Any],
-           top_n: int | None, threshold: float | None, relevance: Sequence[float] | None,
-           texts: Sequence[str] | None = None) -> Selection:
+def decide(
+    settings: ModeSettings,
+    base: list[int],
+    contexts: list[list[int]],
+    scored: Sequence[Any],
+    top_n: int | None,
+    threshold: float | None,
+    relevance: Sequence[float] | None,
+    texts: Sequence[str] | None = None,
+) -> Selection:
     """The selection from the scored contexts of :func:`plan`. ``texts``: each input document's text
     (the context mode's support reads them: the ``confidence_support`` rule and the gate need them, the
     support tie-break is skipped without them). Under a gate (:func:`gated`), ``scored`` may hold the
@@ -273,22 +307,44 @@ def decide(settings: ModeSettings, base: list[int], contexts: list[list[int]], s
         if gated(settings, contexts):
             in_doubt = doubt(settings, scored[0], texts, contexts[0])
             if not in_doubt:
-                return Selection(mode=mode, order=list(contexts[0]), candidates=[contexts[0]],
-                                 candidate_scores=[scored[0]], chosen=0, doubt=False)
+                return Selection(
+                    mode=mode,
+                    order=list(contexts[0]),
+                    candidates=[contexts[0]],
+                    candidate_scores=[scored[0]],
+                    chosen=0,
+                    doubt=False,
+                )
         if len(scored) != len(contexts):
             raise ValueError(f"{len(contexts)} candidate contexts but {len(scored)} scores")
         answers = [s.answer for s in scored]
         utilities = [_utility(s, settings.context_metric) for s in scored]
-        support = None if texts is None else S.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
+        support = (
+            None if texts is None else S.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
+        )
         if support is None and settings.rule == "confidence_support":
             raise ValueError("rule 'confidence_support' reads the documents' texts; pass texts=")
-        rule_scores = S.selection_scores(settings.rule, utilities, answers, settings.context_metric,
-                                         settings.confidence_weight, support, settings.support_weight)
+        rule_scores = S.selection_scores(
+            settings.rule,
+            utilities,
+            answers,
+            settings.context_metric,
+            settings.confidence_weight,
+            support,
+            settings.support_weight,
+        )
         chosen = S.choose_context(rule_scores, settings.margin)
         if settings.supported and support is not None:
             chosen = S.prefer_supported(chosen, answers, support)
-        return Selection(mode=mode, order=list(contexts[chosen]), candidates=contexts,
-                         candidate_scores=list(scored), chosen=chosen, rule_scores=rule_scores, doubt=in_doubt)
+        return Selection(
+            mode=mode,
+            order=list(contexts[chosen]),
+            candidates=contexts,
+            candidate_scores=list(scored),
+            chosen=chosen,
+            rule_scores=rule_scores,
+            doubt=in_doubt,
+        )
     n_docs = len(base)
     per_doc = list(scored[:n_docs])
     utility = [s.score for s in per_doc]
@@ -318,8 +374,10 @@ def _utility(scored: Any, metric: str) -> float:
         return float(variants[metric])
     if getattr(scored, "metric", None) == metric:
         return float(scored.score)
-    raise ValueError(f"the context mode compares candidates by context_metric={metric!r}, which this target does "
-                     f"not give (it gives {sorted(variants) or [scored.metric]}); choose one of those")
+    raise ValueError(
+        f"the context mode compares candidates by context_metric={metric!r}, which this target does "
+        f"not give (it gives {sorted(variants) or [scored.metric]}); choose one of those"
+    )
 
 
 @lru_cache(maxsize=2)
@@ -339,5 +397,16 @@ def relevance_scores(query: str, texts: Sequence[str], embedder: str = "all-mini
     return [float(v @ vectors[0]) for v in vectors[1:]]
 
 
-__all__ = ["ModeSettings", "ModeOverrides", "split_settings", "Selection", "plan", "grounded_choice", "gated", "doubt", "decide",
-           "relevance_scores", "DEFAULT_MODE"]
+__all__ = [
+    "ModeSettings",
+    "ModeOverrides",
+    "split_settings",
+    "Selection",
+    "plan",
+    "grounded_choice",
+    "gated",
+    "doubt",
+    "decide",
+    "relevance_scores",
+    "DEFAULT_MODE",
+]

@@ -10,7 +10,6 @@ from typing import Any, Sequence
 import torch
 
 
-
 @dataclass(kw_only=True)
 class TokenDetail:
     """Per-token arrays of a grounded answer (float32; entropies in nats). From a grounded-only target
@@ -91,7 +90,6 @@ class UngroundedScore:
     confidence: float
     n_tokens: int
     n_key_tokens: int
-
 
 
 def long_context_order(docs: Sequence[Any]) -> list[Any]:

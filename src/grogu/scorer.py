@@ -16,22 +16,41 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from typing_extensions import Unpack
-
 import torch
+from typing_extensions import Unpack
 
 from . import metrics as M
 from . import rerank as R
 from . import selection as S
 from .batching import Coalescer
-from .checks import (check_alpha, check_choice, check_document_list, check_documents, check_fraction,
-                     check_pairs, check_positive_int, check_query, check_relevance, check_threshold, check_top_n)
+from .checks import (
+    check_alpha,
+    check_choice,
+    check_document_list,
+    check_documents,
+    check_fraction,
+    check_pairs,
+    check_positive_int,
+    check_query,
+    check_relevance,
+    check_threshold,
+    check_top_n,
+)
 from .engine import Generation, get_engine
 from .models import DEFAULT_MODEL
 from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate
+from .results import (
+    ContextScore,
+    DocumentScore,
+    LayoutChoice,
+    ScoreResult,
+    TokenDetail,
+    UngroundedScore,
+    choose_layout,
+    long_context_order,
+    standard_layouts,
+)
 from .servers.target import ServerCapabilityError
-from .results import (ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail, UngroundedScore,
-                      choose_layout, long_context_order, standard_layouts)
 
 #: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
 #: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
@@ -97,7 +116,8 @@ class UtilityScorer:
         self.metric = M.default_metric(self.grounded_only) if metric is None else metric
         if self.grounded_only and self.metric not in M.GROUNDED_METRICS:
             raise self.engine.teacher_forcing_error(
-                f"metric={self.metric!r} (it compares the answer's token statistics with and without the documents)")
+                f"metric={self.metric!r} (it compares the answer's token statistics with and without the documents)"
+            )
         self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
         self._coalescer = Coalescer(lambda contexts: self._score_contexts(contexts, details=True))
         # concurrent areranks: their plans scored together (the context mode's choice needs a plan whole)
@@ -133,8 +153,9 @@ class UtilityScorer:
             gens = [self._first_line(g) for g in gens]
         return grounded, gens
 
-    def _results(self, contexts: Sequence[QueryContext], grounded: list[list[int]], gens: list[Generation],
-                 details: bool) -> list[ScoreResult]:
+    def _results(
+        self, contexts: Sequence[QueryContext], grounded: list[list[int]], gens: list[Generation], details: bool
+    ) -> list[ScoreResult]:
         """The contexts' results from their answers: each answer teacher-forced under the ungrounded prompt
         (query only), all in one batch; a grounded-only target teacher-forces none."""
         if self.grounded_only or not gens:  # no teacher forcing: the grounded statistics alone
@@ -143,8 +164,10 @@ class UtilityScorer:
         conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
         u_prompts = [ungrounded[q] for q, _ in contexts]
         u_stats = self.engine.token_stats(u_prompts, conts)
-        return [self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
-                for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)]
+        return [
+            self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
+            for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)
+        ]
 
     def score_plans(self, plans: Sequence[R.RerankPlan], return_details: bool = False) -> list[list[ContextScore]]:
         """The scores of each rerank plan's contexts (:meth:`plan_rerank`), as :meth:`rerank` scores them:
@@ -157,8 +180,12 @@ class UtilityScorer:
         grounded, gens = self._generate(list(contexts))
         return list(zip(grounded, gens))
 
-    def score_generated(self, plans: Sequence[R.RerankPlan], generated: Sequence[tuple[list[int], Generation]],
-                        return_details: bool = False) -> list[list[ContextScore]]:
+    def score_generated(
+        self,
+        plans: Sequence[R.RerankPlan],
+        generated: Sequence[tuple[list[int], Generation]],
+        return_details: bool = False,
+    ) -> list[list[ContextScore]]:
         """:meth:`score_plans` from the plans' answers (:meth:`generate_contexts` of every plan's contexts,
         in order)."""
         contexts = iter(zip([(p.query, docs) for p in plans for docs in p.context_documents()], generated))
@@ -178,17 +205,26 @@ class UtilityScorer:
         plans' contexts are all teacher-forced."""
         wanted = [p.contexts[:1] if R.gated(p.settings, p.contexts) else p.contexts for p in plans]
         answered = self._answer_plans(plans, wanted)
-        doubtful = [i for i, p in enumerate(plans) if len(wanted[i]) < len(p.contexts)
-                    and R.doubt(p.settings, self._result(answered[i][0][2], None, None, False, "ppl"),
-                                p.support_texts(), p.contexts[0])]
-        for i, more in zip(doubtful, self._answer_plans([plans[i] for i in doubtful],
-                                                        [plans[i].contexts[1:] for i in doubtful])):
+        doubtful = [
+            i
+            for i, p in enumerate(plans)
+            if len(wanted[i]) < len(p.contexts)
+            and R.doubt(
+                p.settings, self._result(answered[i][0][2], None, None, False, "ppl"), p.support_texts(), p.contexts[0]
+            )
+        ]
+        for i, more in zip(
+            doubtful, self._answer_plans([plans[i] for i in doubtful], [plans[i].contexts[1:] for i in doubtful])
+        ):
             answered[i] += more
         return self._score_generated(plans, answered, details)
 
-    def _score_generated(self, plans: Sequence[R.RerankPlan],
-                         answered: list[list[tuple[QueryContext, list[int], Generation]]],
-                         details: bool) -> list[list[ContextScore]]:
+    def _score_generated(
+        self,
+        plans: Sequence[R.RerankPlan],
+        answered: list[list[tuple[QueryContext, list[int], Generation]]],
+        details: bool,
+    ) -> list[list[ContextScore]]:
         """The plans' results from their answered contexts (per plan, (context, grounded prompt, answer) of
         its first candidates: all of them, or the first alone where a gate is calm)."""
         rows = [row for a in answered for row in a]
@@ -199,22 +235,26 @@ class UtilityScorer:
             if R.grounded_choice(p.settings) and n:
                 metric = p.settings.context_metric
                 first = [self._result(gen, None, None, details, metric) for _, _, gen in answered[i]]
-                chosen = R.decide(p.settings, p.base, p.contexts, first, p.top_n, p.threshold, p.relevance,
-                                  p.support_texts()).chosen
-                out[start:start + n] = first
+                chosen = R.decide(
+                    p.settings, p.base, p.contexts, first, p.top_n, p.threshold, p.relevance, p.support_texts()
+                ).chosen
+                out[start : start + n] = first
                 out[start + chosen] = None
             start += n
         todo = [j for j, r in enumerate(out) if r is None]
-        scored = self._results([rows[j][0] for j in todo], [rows[j][1] for j in todo], [rows[j][2] for j in todo],
-                               details)
+        scored = self._results(
+            [rows[j][0] for j in todo], [rows[j][1] for j in todo], [rows[j][2] for j in todo], details
+        )
         for j, r in zip(todo, scored):
             out[j] = r
         results = iter(zip(rows, out))
-        return [[ContextScore(documents=row[0][1], **vars(r)) for row, r in (next(results) for _ in a)]
-                for a in answered]
+        return [
+            [ContextScore(documents=row[0][1], **vars(r)) for row, r in (next(results) for _ in a)] for a in answered
+        ]
 
-    def _answer_plans(self, plans: Sequence[R.RerankPlan], wanted: Sequence[Sequence[list[int]]]
-                      ) -> list[list[tuple[QueryContext, list[int], Generation]]]:
+    def _answer_plans(
+        self, plans: Sequence[R.RerankPlan], wanted: Sequence[Sequence[list[int]]]
+    ) -> list[list[tuple[QueryContext, list[int], Generation]]]:
         """Each plan's ``wanted`` contexts answered, all in one engine batch: per plan, (context, its
         grounded prompt, its answer) for each."""
         contexts = [(p.query, [p.documents[j] for j in c]) for p, cs in zip(plans, wanted) for c in cs]
@@ -231,9 +271,11 @@ class UtilityScorer:
         if gen.tokens is not None:
             pieces = list(gen.tokens)
         else:
-            prefixes = [""] + [self.engine.tokenizer.decode(gen.token_ids[:i + 1]) for i in range(len(gen.token_ids))]
-            pieces = [b[len(a):] if b.startswith(a) else self.engine.tokenizer.decode([t])
-                      for a, b, t in zip(prefixes, prefixes[1:], gen.token_ids)]
+            prefixes = [""] + [self.engine.tokenizer.decode(gen.token_ids[: i + 1]) for i in range(len(gen.token_ids))]
+            pieces = [
+                b[len(a) :] if b.startswith(a) else self.engine.tokenizer.decode([t])
+                for a, b, t in zip(prefixes, prefixes[1:], gen.token_ids)
+            ]
         seen_text, cut = False, None
         for i, piece in enumerate(pieces):
             if seen_text and "\n" in piece:
@@ -246,10 +288,16 @@ class UtilityScorer:
         if cut is None:
             return gen
         text = "".join(pieces[:cut]).strip() if gen.tokens is not None else self.engine.decode(gen.token_ids[:cut])
-        return Generation(token_ids=gen.token_ids[:cut], entropy=gen.entropy[:cut], logprob=gen.logprob[:cut],
-                          stop_token_id=gen.token_ids[cut], stop_entropy=float(gen.entropy[cut]),
-                          stop_logprob=float(gen.logprob[cut]), text=text,
-                          tokens=None if gen.tokens is None else gen.tokens[:cut])
+        return Generation(
+            token_ids=gen.token_ids[:cut],
+            entropy=gen.entropy[:cut],
+            logprob=gen.logprob[:cut],
+            stop_token_id=gen.token_ids[cut],
+            stop_entropy=float(gen.entropy[cut]),
+            stop_logprob=float(gen.logprob[cut]),
+            text=text,
+            tokens=None if gen.tokens is None else gen.tokens[:cut],
+        )
 
     def _answer_stats(self, gen: Generation) -> tuple[list[int], list[str] | None, torch.Tensor, torch.Tensor]:
         """(token ids, token texts or None, entropies, log-probabilities) scored for an answer: its tokens,
@@ -261,35 +309,52 @@ class UtilityScorer:
                 f"{self.engine!r} gave an empty answer (its end-of-turn token first) and returned no "
                 "log-probability of that token, so the answer has no statistics to score (a chat API reports "
                 "the text tokens it generates only). Check the prompt (template=), or score through a "
-                "completions API (api='vllm' or 'llama-cpp'), which teacher-forces the end-of-turn token")
-        return ([gen.stop_token_id], None if gen.tokens is None else [""],
-                torch.tensor([gen.stop_entropy], dtype=torch.float32),
-                torch.tensor([gen.stop_logprob], dtype=torch.float32))
+                "completions API (api='vllm' or 'llama-cpp'), which teacher-forces the end-of-turn token"
+            )
+        return (
+            [gen.stop_token_id],
+            None if gen.tokens is None else [""],
+            torch.tensor([gen.stop_entropy], dtype=torch.float32),
+            torch.tensor([gen.stop_logprob], dtype=torch.float32),
+        )
 
-    def _result(self, gen: Generation, u: Any, copied: torch.Tensor | None, details: bool,
-                metric: str | None = None) -> ScoreResult:
+    def _result(
+        self, gen: Generation, u: Any, copied: torch.Tensor | None, details: bool, metric: str | None = None
+    ) -> ScoreResult:
         """One context's result under ``metric`` (default: the scorer's); ``u`` (the ungrounded statistics)
         None for an answer not teacher-forced (a grounded-only target), whose result holds the grounded
         metrics only."""
         h_u, lp_u = (u.entropy, u.logprob) if u is not None else (None, None)
         ids, tokens, h_g, lp_g = self._answer_stats(gen)
         names = M.METRICS if u is not None else M.GROUNDED_METRICS
-        values = {name: M.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac, logp_u=lp_u, copied=copied)
-                  for name in names}
+        values = {
+            name: M.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac, logp_u=lp_u, copied=copied)
+            for name in names
+        }
         metric = metric or self.metric
         chosen = values[metric]
         detail = None
         if details:
             detail = TokenDetail(
                 tokens=list(tokens) if tokens is not None else self.engine.tokenizer.convert_ids_to_tokens(ids),
-                token_ids=list(ids), grounded_entropy=h_g, grounded_logprob=lp_g, ungrounded_entropy=h_u,
+                token_ids=list(ids),
+                grounded_entropy=h_g,
+                grounded_logprob=lp_g,
+                ungrounded_entropy=h_u,
                 key_mask=None if h_u is None else M.key_token_mask(h_g, h_u, self.alpha, self.top_k_frac),
-                ungrounded_logprob=lp_u, copied=copied,
+                ungrounded_logprob=lp_u,
+                copied=copied,
             )
         return ScoreResult(
-            score=chosen.utility, metric=metric, confidence=chosen.confidence, answer=gen.text,
-            n_tokens=len(gen.token_ids), n_key_tokens=chosen.n_key_tokens,
-            variants={k: v.utility for k, v in values.items()}, answer_finished=gen.finished, details=detail,
+            score=chosen.utility,
+            metric=metric,
+            confidence=chosen.confidence,
+            answer=gen.text,
+            n_tokens=len(gen.token_ids),
+            n_key_tokens=chosen.n_key_tokens,
+            variants={k: v.utility for k, v in values.items()},
+            answer_finished=gen.finished,
+            details=detail,
         )
 
     # ------------------------------------------------------------------ public API
@@ -297,8 +362,9 @@ class UtilityScorer:
         """Score each document alone as the grounding context; results in input order."""
         return self.score_batch([(query, documents)], return_details=return_details)[0]
 
-    def score_batch(self, items: Sequence[tuple[str, Sequence[Any]]], *,
-                    return_details: bool = False) -> list[list[DocumentScore]]:
+    def score_batch(
+        self, items: Sequence[tuple[str, Sequence[Any]]], *, return_details: bool = False
+    ) -> list[list[DocumentScore]]:
         """Per-document scores for many (query, documents) pairs in one batched engine pass."""
         checked = []
         for query, documents in check_pairs("items", items, "(query, documents)"):
@@ -315,16 +381,18 @@ class UtilityScorer:
         """Score an ordered list of documents used together as one context."""
         return self.score_contexts(query, [documents], return_details=return_details)[0]
 
-    def score_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
-                       return_details: bool = False) -> list[ContextScore]:
+    def score_contexts(
+        self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False
+    ) -> list[ContextScore]:
         """Score several contexts (ordered document lists) for one query, batched."""
         query = check_query(query)
         if isinstance(contexts, (str, bytes)):
             raise TypeError("contexts must be a list of document lists")
         return self.score_contexts_batch([(query, contexts)], return_details=return_details)[0]
 
-    def score_contexts_batch(self, items: Sequence[tuple[str, Sequence[Sequence[Any]]]], *,
-                             return_details: bool = False) -> list[list[ContextScore]]:
+    def score_contexts_batch(
+        self, items: Sequence[tuple[str, Sequence[Sequence[Any]]]], *, return_details: bool = False
+    ) -> list[list[ContextScore]]:
         """Several contexts (ordered document lists) for each of many queries, all in one batched
         engine pass: ``items`` = [(query, [context, ...]), ...]; results per item, in context order."""
         checked = []
@@ -335,8 +403,7 @@ class UtilityScorer:
             pairs = [check_document_list(c) for c in contexts]
             checked.append((query, [orig for orig, _ in pairs], [docs for _, docs in pairs]))
         flat = iter(self._score_contexts([(q, c) for q, _, docs in checked for c in docs], return_details))
-        return [[ContextScore(documents=orig, **vars(next(flat))) for orig in contexts]
-                for _, contexts, _ in checked]
+        return [[ContextScore(documents=orig, **vars(next(flat))) for orig in contexts] for _, contexts, _ in checked]
 
     def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> LayoutChoice:
         """Score each candidate order (layout) of the documents as one context; pick the most useful.
@@ -345,10 +412,18 @@ class UtilityScorer:
             raise ValueError("best_layout needs at least one layout")
         return choose_layout(self.score_contexts(query, layouts))
 
-    def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-               threshold: float | None = None, *, settings: R.ModeSettings | None = None,
-               relevance: Sequence[float] | None = None, return_details: bool = False,
-               **overrides: Unpack[R.ModeOverrides]) -> list[DocumentScore]:
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        top_n: int | None = None,
+        threshold: float | None = None,
+        *,
+        settings: R.ModeSettings | None = None,
+        relevance: Sequence[float] | None = None,
+        return_details: bool = False,
+        **overrides: Unpack[R.ModeOverrides],
+    ) -> list[DocumentScore]:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
 
         - ``"context"`` (default): candidate contexts of ``top_n`` documents from the retrieval order (by
@@ -369,9 +444,16 @@ class UtilityScorer:
         plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
         return self.finish_rerank(plan, self._score_plans([plan], return_details)[0])
 
-    def plan_rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                    threshold: float | None = None, *, settings: R.ModeSettings | None = None,
-                    relevance: Sequence[float] | None = None) -> R.RerankPlan:
+    def plan_rerank(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        top_n: int | None = None,
+        threshold: float | None = None,
+        *,
+        settings: R.ModeSettings | None = None,
+        relevance: Sequence[float] | None = None,
+    ) -> R.RerankPlan:
         """The first half of :meth:`rerank`: checks its inputs, sets the retrieval order (computing the
         MiniLM relevance when none is given) and plans the contexts to score (:class:`grogu.rerank.RerankPlan`)."""
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
@@ -383,21 +465,37 @@ class UtilityScorer:
         elif settings.mode != "document" and docs:
             relevance = R.relevance_scores(query, [self.prompts.template.render_context([d]) for d in docs])
         base = list(range(len(docs))) if relevance is None else S.order_by(relevance)
-        return R.RerankPlan(query=query, settings=settings, documents=docs, originals=originals, relevance=relevance,
-                            base=base, contexts=R.plan(settings, base, top_n), top_n=top_n, threshold=threshold)
+        return R.RerankPlan(
+            query=query,
+            settings=settings,
+            documents=docs,
+            originals=originals,
+            relevance=relevance,
+            base=base,
+            contexts=R.plan(settings, base, top_n),
+            top_n=top_n,
+            threshold=threshold,
+        )
 
     def finish_rerank(self, plan: R.RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:
         """The second half of :meth:`rerank`: the result, given the scores of ``plan.contexts``."""
         settings, originals = plan.settings, plan.originals
-        sel = R.decide(settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance,
-                       plan.support_texts())
+        sel = R.decide(
+            settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance, plan.support_texts()
+        )
         if sel.mode == "context":
             ctx = sel.context
             fields = {k: v for k, v in vars(ctx).items() if k != "documents"} if ctx is not None else {}
             return [DocumentScore(index=i, document=originals[i], context=ctx, **fields) for i in sel.order]
-        return [DocumentScore(index=i, document=originals[i], rank_score=None if sel.fused is None else sel.fused[i],
-                              **{k: v for k, v in vars(sel.scores[i]).items() if k != "documents"})
-                for i in sel.order]
+        return [
+            DocumentScore(
+                index=i,
+                document=originals[i],
+                rank_score=None if sel.fused is None else sel.fused[i],
+                **{k: v for k, v in vars(sel.scores[i]).items() if k != "documents"},
+            )
+            for i in sel.order
+        ]
 
     # ------------------------------------------------------------------ async API
     # Each coroutine runs its engine work in a worker thread (the event loop is not blocked) and is
@@ -409,18 +507,30 @@ class UtilityScorer:
             results = [ScoreResult(**{**vars(r), "details": None}) for r in results]
         return results
 
-    async def ascore(self, query: str, documents: Sequence[Any], *, return_details: bool = False) -> list[DocumentScore]:
+    async def ascore(
+        self, query: str, documents: Sequence[Any], *, return_details: bool = False
+    ) -> list[DocumentScore]:
         """Async :meth:`score`."""
         query = check_query(query)
         originals, docs = check_document_list(documents)
         results = await self._acontexts([(query, [d]) for d in docs], return_details)
-        return [DocumentScore(index=i, document=o, **vars(r))
-                for i, (o, r) in enumerate(zip(originals, results, strict=True))]
+        return [
+            DocumentScore(index=i, document=o, **vars(r))
+            for i, (o, r) in enumerate(zip(originals, results, strict=True))
+        ]
 
-    async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                      threshold: float | None = None, *, settings: R.ModeSettings | None = None,
-                      relevance: Sequence[float] | None = None, return_details: bool = False,
-                      **overrides: Unpack[R.ModeOverrides]) -> list[DocumentScore]:
+    async def arerank(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        top_n: int | None = None,
+        threshold: float | None = None,
+        *,
+        settings: R.ModeSettings | None = None,
+        relevance: Sequence[float] | None = None,
+        return_details: bool = False,
+        **overrides: Unpack[R.ModeOverrides],
+    ) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
         settings = R.ModeSettings.build(settings, **overrides)
         plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
@@ -429,8 +539,9 @@ class UtilityScorer:
             scored = [ContextScore(**{**vars(r), "details": None}) for r in scored]
         return self.finish_rerank(plan, scored)
 
-    async def ascore_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
-                              return_details: bool = False) -> list[ContextScore]:
+    async def ascore_contexts(
+        self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False
+    ) -> list[ContextScore]:
         """Async :meth:`score_contexts`."""
         query = check_query(query)
         if isinstance(contexts, (str, bytes)):
@@ -439,8 +550,9 @@ class UtilityScorer:
         results = await self._acontexts([(query, docs) for _, docs in pairs], return_details)
         return [ContextScore(documents=orig, **vars(r)) for (orig, _), r in zip(pairs, results, strict=True)]
 
-    async def ascore_context(self, query: str, documents: Sequence[Any], *,
-                             return_details: bool = False) -> ContextScore:
+    async def ascore_context(
+        self, query: str, documents: Sequence[Any], *, return_details: bool = False
+    ) -> ContextScore:
         """Async :meth:`score_context`."""
         return (await self.ascore_contexts(query, [documents], return_details=return_details))[0]
 
@@ -459,8 +571,12 @@ class UtilityScorer:
             gen = self._first_line(gen)
         h = self._answer_stats(gen)[2]
         mask = M.ungrounded_key_mask(h, self.alpha, self.top_k_frac)
-        return UngroundedScore(answer=gen.text, confidence=M.key_entropy(h, mask), n_tokens=len(gen.token_ids),
-                               n_key_tokens=int(mask.sum()))
+        return UngroundedScore(
+            answer=gen.text,
+            confidence=M.key_entropy(h, mask),
+            n_tokens=len(gen.token_ids),
+            n_key_tokens=int(mask.sum()),
+        )
 
 
 _INITIALS = re.compile(r"(?:^|\s)(?:[A-Za-z]\.)+$|(?:^|\s)(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|etc|No)\.$")
@@ -475,6 +591,15 @@ def _sentence_end(text: str) -> bool:
 
 
 __all__ = [
-    "UtilityScorer", "DocumentScore", "ContextScore", "LayoutChoice", "ScoreResult", "TokenDetail",
-    "UngroundedScore", "standard_layouts", "long_context_order", "check_query", "check_documents",
+    "UtilityScorer",
+    "DocumentScore",
+    "ContextScore",
+    "LayoutChoice",
+    "ScoreResult",
+    "TokenDetail",
+    "UngroundedScore",
+    "standard_layouts",
+    "long_context_order",
+    "check_query",
+    "check_documents",
 ]

@@ -209,9 +209,15 @@ def support_scores(answers: Sequence[str], contexts: Sequence[str]) -> list[floa
     return out
 
 
-def selection_scores(rule: str, utilities: Sequence[float], answers: Sequence[str], metric: str,
-                     confidence_weight: float, support: Sequence[float] | None = None,
-                     support_weight: float = 1.0) -> list[float]:
+def selection_scores(
+    rule: str,
+    utilities: Sequence[float],
+    answers: Sequence[str],
+    metric: str,
+    confidence_weight: float,
+    support: Sequence[float] | None = None,
+    support_weight: float = 1.0,
+) -> list[float]:
     """Each candidate context's score under a selection rule (higher is better):
 
     - ``"confidence"``: its GROGU utility (how sure the LLM is of the answer it gives from it);
@@ -230,8 +236,10 @@ def selection_scores(rule: str, utilities: Sequence[float], answers: Sequence[st
         return [float(u) for u in utilities]
     if rule == "confidence_support":
         if support is None or len(support) != len(utilities):
-            raise ValueError("rule 'confidence_support' needs each candidate's support (grogu.selection.support_scores "
-                             "of its answer in its own documents' text)")
+            raise ValueError(
+                "rule 'confidence_support' needs each candidate's support (grogu.selection.support_scores "
+                "of its answer in its own documents' text)"
+            )
         weight = check_float("support_weight", support_weight, minimum=0.0)
         return [float(u) + weight * float(x) for u, x in zip(utilities, support)]
     agreement = agreement_scores(answers)
@@ -270,7 +278,22 @@ def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margi
 
 __all__ = [
     "argmax",
-    "RERANK_MODES", "CANDIDATE_FAMILIES", "check_mode", "rank_scores", "fuse", "order_by",
-    "context_candidates", "choose_context", "kept_relative_to_none", "SELECTION_RULES", "answer_tokens", "token_f1",
-    "agreement_scores", "support_scores", "selection_scores", "prefer_supported", "GATES", "doubtful",
+    "RERANK_MODES",
+    "CANDIDATE_FAMILIES",
+    "check_mode",
+    "rank_scores",
+    "fuse",
+    "order_by",
+    "context_candidates",
+    "choose_context",
+    "kept_relative_to_none",
+    "SELECTION_RULES",
+    "answer_tokens",
+    "token_f1",
+    "agreement_scores",
+    "support_scores",
+    "selection_scores",
+    "prefer_supported",
+    "GATES",
+    "doubtful",
 ]

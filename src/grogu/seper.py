@@ -22,7 +22,16 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .checks import MAX_SAMPLES, check_count, check_documents, check_positive_int, check_probability, check_query, check_seed, check_temperature
+from .checks import (
+    MAX_SAMPLES,
+    check_count,
+    check_documents,
+    check_positive_int,
+    check_probability,
+    check_query,
+    check_seed,
+    check_temperature,
+)
 from .engine import Generation, get_engine
 from .models import DEFAULT_MODEL
 from .prompts import Document, PromptBuilder, PromptTemplate
@@ -47,16 +56,20 @@ class NLIEntailment:
                 self.tokenizer = AutoTokenizer.from_pretrained(model)
                 self.model = AutoModelForSequenceClassification.from_pretrained(model)
             except Exception as exc:
-                raise ValueError(f"Could not load the NLI model {model!r} (a hub id or local path of a "
-                                 f"sequence-classification model): {exc}") from exc
+                raise ValueError(
+                    f"Could not load the NLI model {model!r} (a hub id or local path of a "
+                    f"sequence-classification model): {exc}"
+                ) from exc
         if device is not None:
             self.model.to(device)
         self.model.eval()
         labels = {int(i): str(l) for i, l in self.model.config.id2label.items()}
         hits = [i for i, l in labels.items() if "entail" in l.lower() and "not" not in l.lower()]
         if len(hits) != 1:
-            raise ValueError(f"cannot tell the entailment class from id2label={labels}; "
-                             f"it needs exactly one label containing 'entail'")
+            raise ValueError(
+                f"cannot tell the entailment class from id2label={labels}; "
+                f"it needs exactly one label containing 'entail'"
+            )
         self.entailment_index = hits[0]
         self.batch_size = batch_size
 
@@ -65,8 +78,13 @@ class NLIEntailment:
         out: list[float] = []
         dev = next(self.model.parameters()).device
         for s in range(0, len(premises), self.batch_size):
-            enc = self.tokenizer(list(premises[s:s + self.batch_size]), list(hypotheses[s:s + self.batch_size]),
-                                 padding=True, truncation=True, return_tensors="pt").to(dev)
+            enc = self.tokenizer(
+                list(premises[s : s + self.batch_size]),
+                list(hypotheses[s : s + self.batch_size]),
+                padding=True,
+                truncation=True,
+                return_tensors="pt",
+            ).to(dev)
             probs = torch.softmax(self.model(**enc).logits.float(), dim=-1)[:, self.entailment_index]
             out += probs.cpu().tolist()
         return out
@@ -80,10 +98,12 @@ def sample_weights(generations: Sequence[Generation]) -> torch.Tensor:
     for i, g in enumerate(generations):
         n = len(g.token_ids) + (1 if g.finished and g.stop_logprob is not None else 0)
         if n == 0:
-            raise ValueError(f"sample {i} is an empty answer whose end-of-turn log-probability the target did "
-                             "not return (a chat API returns none), so it has no likelihood to weight it by; "
-                             "ΔSePer needs a target that reports it (a model in process, or a completions API: "
-                             "api='vllm' or 'llama-cpp')")
+            raise ValueError(
+                f"sample {i} is an empty answer whose end-of-turn log-probability the target did "
+                "not return (a chat API returns none), so it has no likelihood to weight it by; "
+                "ΔSePer needs a target that reports it (a model in process, or a completions API: "
+                "api='vllm' or 'llama-cpp')"
+            )
         means.append(g.sequence_logprob / n)
     return torch.softmax(torch.tensor(means, dtype=torch.float64), dim=0)
 
@@ -110,8 +130,13 @@ def hard_clusters(pair_entail: torch.Tensor, tau: float) -> list[int]:
     return ids
 
 
-def hard_belief(weights: torch.Tensor, cluster_ids: Sequence[int], head_ref_entail: torch.Tensor,
-                ref_head_entail: torch.Tensor, tau: float) -> float:
+def hard_belief(
+    weights: torch.Tensor,
+    cluster_ids: Sequence[int],
+    head_ref_entail: torch.Tensor,
+    ref_head_entail: torch.Tensor,
+    tau: float,
+) -> float:
     """SePer_H for one reference: total weight of the clusters whose first member and a* entail each
     other (>= tau both ways). head_ref_entail[c] = E(head_c, a*), ref_head_entail[c] = E(a*, head_c)."""
     ok = [(head_ref_entail[c] >= tau) and (ref_head_entail[c] >= tau) for c in range(len(head_ref_entail))]
@@ -163,17 +188,30 @@ class SePerScorer:
             None: fresh samples every call).
     """
 
-    def __init__(self, model: Any = DEFAULT_MODEL, *, entailment: Any, n_samples: int = 10,
-                 temperature: float = 1.0, tau: float = 0.5, max_new_tokens: int = 32, seed: int | None = 0,
-                 template: PromptTemplate | None = None, device: str | None = None, dtype: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Any = DEFAULT_MODEL,
+        *,
+        entailment: Any,
+        n_samples: int = 10,
+        temperature: float = 1.0,
+        tau: float = 0.5,
+        max_new_tokens: int = 32,
+        seed: int | None = 0,
+        template: PromptTemplate | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+    ) -> None:
         n_samples = check_count("n_samples", n_samples, MAX_SAMPLES)
         temperature = check_temperature(temperature)
         tau = check_probability("tau (an entailment probability threshold)", tau)
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         seed = check_seed(seed)
         if not callable(entailment) and not isinstance(entailment, (str, os.PathLike, tuple)):
-            raise TypeError(f"entailment must be a (premises, hypotheses) -> probabilities callable, an NLI model "
-                            f"id/path or a (model, tokenizer) pair, got {type(entailment).__name__}")
+            raise TypeError(
+                f"entailment must be a (premises, hypotheses) -> probabilities callable, an NLI model "
+                f"id/path or a (model, tokenizer) pair, got {type(entailment).__name__}"
+            )
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.kernel: Kernel = entailment if callable(entailment) else NLIEntailment(entailment, device=device)
         self.n_samples, self.temperature, self.tau, self.seed = n_samples, temperature, tau, seed
@@ -199,13 +237,15 @@ class SePerScorer:
                     hyp.append(qa[j])
         scores = torch.tensor(list(self.kernel(prem, hyp)), dtype=torch.float64)
         if scores.shape != (len(prem),) or not bool(((scores >= 0) & (scores <= 1)).all()):
-            raise ValueError(f"the entailment kernel must return one probability in [0, 1] per (premise, "
-                             f"hypothesis) pair: got {tuple(scores.shape)} values for {len(prem)} pairs, "
-                             f"min {scores.min().item() if scores.numel() else None}, "
-                             f"max {scores.max().item() if scores.numel() else None}")
+            raise ValueError(
+                f"the entailment kernel must return one probability in [0, 1] per (premise, "
+                f"hypothesis) pair: got {tuple(scores.shape)} values for {len(prem)} pairs, "
+                f"min {scores.min().item() if scores.numel() else None}, "
+                f"max {scores.max().item() if scores.numel() else None}"
+            )
         ar = scores[: 2 * n * len(refs)].view(n, len(refs), 2)  # [..., 0] = E(answer, ref), [..., 1] = E(ref, answer)
         pair = torch.ones(n, n, dtype=torch.float64)
-        pair[~torch.eye(n, dtype=torch.bool)] = scores[2 * n * len(refs):]
+        pair[~torch.eye(n, dtype=torch.bool)] = scores[2 * n * len(refs) :]
         clusters = hard_clusters(pair, self.tau)
         heads = [clusters.index(c) for c in range(max(clusters) + 1)]
         soft = [soft_belief(w, ar[:, k].max(dim=-1).values) for k in range(len(refs))]
@@ -227,10 +267,17 @@ class SePerScorer:
 
     def sample(self, rows: Sequence[tuple[list[int], int]]) -> list[Generation]:
         """The samples of ``rows`` (from :meth:`sample_rows`), in one engine call."""
-        return self.engine.generate([p for p, _ in rows], self.max_new_tokens, temperature=self.temperature,
-                                    seed=self.seed, sample_numbers=[n for _, n in rows])
+        return self.engine.generate(
+            [p for p, _ in rows],
+            self.max_new_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+            sample_numbers=[n for _, n in rows],
+        )
 
-    def beliefs(self, query: str, references: Sequence[str], groups: Sequence[list[Generation]]) -> list[tuple[float, float]]:
+    def beliefs(
+        self, query: str, references: Sequence[str], groups: Sequence[list[Generation]]
+    ) -> list[tuple[float, float]]:
         """(soft, hard) belief in the references of each group of N samples."""
         return [self._beliefs(query, list(g), list(references)) for g in groups]
 
@@ -239,9 +286,18 @@ class SePerScorer:
         """ΔSePer of each context from its samples' beliefs; group 0 is the ungrounded prompt's."""
         (soft0, hard0), out = beliefs[0], []
         for g, (soft, hard) in zip(groups[1:], beliefs[1:]):
-            out.append(SePerResult(delta_soft=soft - soft0, delta_hard=hard - hard0, p_soft_with=soft,
-                                   p_soft_without=soft0, p_hard_with=hard, p_hard_without=hard0,
-                                   samples_with=[x.text for x in g], samples_without=[x.text for x in groups[0]]))
+            out.append(
+                SePerResult(
+                    delta_soft=soft - soft0,
+                    delta_hard=hard - hard0,
+                    p_soft_with=soft,
+                    p_soft_without=soft0,
+                    p_hard_with=hard,
+                    p_hard_without=hard0,
+                    samples_with=[x.text for x in g],
+                    samples_without=[x.text for x in groups[0]],
+                )
+            )
         return out
 
     def _run(self, query: str, contexts: list[list[Document]], references: Sequence[str]) -> list[SePerResult]:
@@ -250,7 +306,7 @@ class SePerScorer:
         prompts = [self.prompts.ungrounded_ids(query)] + [self.prompts.grounded_ids(query, c) for c in contexts]
         rows = [p for p in prompts for _ in range(self.n_samples)]
         gens = self.engine.generate(rows, self.max_new_tokens, temperature=self.temperature, seed=self.seed)
-        groups = [gens[i * self.n_samples:(i + 1) * self.n_samples] for i in range(len(prompts))]
+        groups = [gens[i * self.n_samples : (i + 1) * self.n_samples] for i in range(len(prompts))]
         return self.results(groups, self.beliefs(query, refs, groups))
 
     def score(self, query: str, documents: Sequence[Any], references: Sequence[str]) -> list[SePerResult]:

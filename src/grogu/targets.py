@@ -35,16 +35,33 @@ class Scorer(Protocol):
 
     def score(self, query: str, documents: Sequence[Any], *, return_details: bool = False) -> list: ...
 
-    def score_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *,
-                       return_details: bool = False) -> list: ...
+    def score_contexts(
+        self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False
+    ) -> list: ...
 
-    def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-               threshold: float | None = None, *, settings: ModeSettings | None = None,
-               relevance: Sequence[float] | None = None, return_details: bool = False) -> list: ...
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        top_n: int | None = None,
+        threshold: float | None = None,
+        *,
+        settings: ModeSettings | None = None,
+        relevance: Sequence[float] | None = None,
+        return_details: bool = False,
+    ) -> list: ...
 
-    async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                      threshold: float | None = None, *, settings: ModeSettings | None = None,
-                      relevance: Sequence[float] | None = None, return_details: bool = False) -> list: ...
+    async def arerank(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        top_n: int | None = None,
+        threshold: float | None = None,
+        *,
+        settings: ModeSettings | None = None,
+        relevance: Sequence[float] | None = None,
+        return_details: bool = False,
+    ) -> list: ...
 
     def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> Any: ...
 
@@ -70,9 +87,17 @@ def engine_label(engine: Engine) -> str:
     return type(engine.model).__name__
 
 
-def build_scorer(model: Any, *, resolve_engine: Callable[[Any, str | None, str | None], Any],
-                 model_label: Callable[[Any, Any], str], device: str | None = None, dtype: str | None = None,
-                 batch_size: int | None = None, engine_config: Any = None, **options: Any) -> tuple[Scorer, str]:
+def build_scorer(
+    model: Any,
+    *,
+    resolve_engine: Callable[[Any, str | None, str | None], Any],
+    model_label: Callable[[Any, Any], str],
+    device: str | None = None,
+    dtype: str | None = None,
+    batch_size: int | None = None,
+    engine_config: Any = None,
+    **options: Any,
+) -> tuple[Scorer, str]:
     """The utility :class:`Scorer` for ``model`` and a readable name of the target LLM: the one place an
     integration's ``model=`` becomes a scorer.
 
@@ -103,10 +128,16 @@ def build_scorer(model: Any, *, resolve_engine: Callable[[Any, str | None, str |
     return UtilityScorer(engine, **options), model_label(model, engine)
 
 
-def build_influence_scorer(model: Any, *, resolve_engine: Callable[[Any, str | None, str | None], Engine],
-                           model_label: Callable[[Any, Engine], str], embedder: Any = "all-minilm-l6-v2",
-                           device: str | None = None, dtype: str | None = None,
-                           **settings: Any) -> tuple[Any, str]:
+def build_influence_scorer(
+    model: Any,
+    *,
+    resolve_engine: Callable[[Any, str | None, str | None], Engine],
+    model_label: Callable[[Any, Engine], str],
+    embedder: Any = "all-minilm-l6-v2",
+    device: str | None = None,
+    dtype: str | None = None,
+    **settings: Any,
+) -> tuple[Any, str]:
     """The Influence scorer for ``model`` and a readable name of the target LLM.
 
     ``model``: a ``grogu.RemoteInfluenceScorer`` or a ready ``InfluenceScorer`` (used as they are), a

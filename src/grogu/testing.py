@@ -24,8 +24,9 @@ def shared_data_path(*parts: str) -> str:
     """Path under ../shared/data; FileNotFoundError saying where it looked when absent."""
     path = os.path.join(SHARED_DATA, *parts)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"real data not found at {path}: clone the project next to ../shared "
-                                f"or set GROGU_SHARED_DATA")
+        raise FileNotFoundError(
+            f"real data not found at {path}: clone the project next to ../shared or set GROGU_SHARED_DATA"
+        )
     return path
 
 
@@ -48,20 +49,44 @@ def tiny_model(arch: str = "llama", vocab_size: int = 49152, seed: int = 0, **ov
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab_size, initializer_range=0.4, bos_token_id=1, eos_token_id=2, pad_token_id=2)
     if arch == "llama":
-        cfg = tf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, max_position_embeddings=4096, **common)
+        cfg = tf.LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            **common,
+        )
         cls = tf.LlamaForCausalLM
     elif arch == "qwen2":
-        cfg = tf.Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False, **common)
+        cfg = tf.Qwen2Config(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            tie_word_embeddings=False,
+            **common,
+        )
         cls = tf.Qwen2ForCausalLM
     elif arch == "gpt2":
         cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=1024, **common)
         cls = tf.GPT2LMHeadModel
     elif arch == "gemma3":
-        cfg = tf.Gemma3TextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                  num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-                                  sliding_window=16, layer_types=["sliding_attention", "full_attention"], **common)
+        cfg = tf.Gemma3TextConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=4096,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"],
+            **common,
+        )
         cls = tf.Gemma3ForCausalLM
     else:
         raise ValueError(f"unknown tiny architecture {arch!r}; use 'llama', 'qwen2', 'gpt2' or 'gemma3'")
@@ -89,9 +114,17 @@ def squad_paragraphs(n: int | None = None, seed: int = 0) -> list[dict]:
     """SQuAD v1.1 dev paragraphs, each {'title', 'text', 'question', 'answers'} (first question);
     n random ones (seeded) or all of them in file order."""
     data = _squad(shared_data_path("squad-v1.1-dev", "dev-v1.1.json"))
-    paras = [{"title": a["title"].replace("_", " "), "text": p["context"], "question": p["qas"][0]["question"],
-              "answers": [x["text"] for x in p["qas"][0]["answers"]], "qas": p["qas"]}
-             for a in data for p in a["paragraphs"]]
+    paras = [
+        {
+            "title": a["title"].replace("_", " "),
+            "text": p["context"],
+            "question": p["qas"][0]["question"],
+            "answers": [x["text"] for x in p["qas"][0]["answers"]],
+            "qas": p["qas"],
+        }
+        for a in data
+        for p in a["paragraphs"]
+    ]
     if n is None:
         return paras
     return random.Random(seed).sample(paras, n)
@@ -114,18 +147,44 @@ class LlamaCppServer:
     without the log-probabilities grogu needs; ``chat_format``: llama-cpp-python's chat handler (default:
     the GGUF's own chat template; ``"functionary"`` answers chat requests without log-probabilities)."""
 
-    def __init__(self, gguf: str | None = None, alias: str | None = None, *, n_ctx: int = 2048,
-                 threads: int = 1, api_key: str | None = None, logits_all: bool = True,
-                 chat_format: str | None = None, startup_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        gguf: str | None = None,
+        alias: str | None = None,
+        *,
+        n_ctx: int = 2048,
+        threads: int = 1,
+        api_key: str | None = None,
+        logits_all: bool = True,
+        chat_format: str | None = None,
+        startup_s: float = 180.0,
+    ) -> None:
         from .models import DEFAULT_MODEL, embedded_path
 
         self.gguf = gguf or embedded_path(DEFAULT_MODEL)
         self.alias = alias or DEFAULT_MODEL
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.args = ["--model", self.gguf, "--model_alias", self.alias, "--n_ctx", str(n_ctx),
-                     "--n_threads", str(threads), "--n_threads_batch", str(threads), "--host", "127.0.0.1",
-                     "--port", str(self.port), "--logits_all", str(logits_all).lower(), "--verbose", "false"]
+        self.args = [
+            "--model",
+            self.gguf,
+            "--model_alias",
+            self.alias,
+            "--n_ctx",
+            str(n_ctx),
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--logits_all",
+            str(logits_all).lower(),
+            "--verbose",
+            "false",
+        ]
         if api_key:
             self.args += ["--api_key", api_key]
         if chat_format:
@@ -140,12 +199,18 @@ class LlamaCppServer:
         import urllib.request
 
         if importlib_util_find("llama_cpp") is None:
-            raise ImportError("the llama-cpp-python server is not installed: pip install 'llama-cpp-python[server]' "
-                              "(compiled at install; the README's test set-up command does it)")
+            raise ImportError(
+                "the llama-cpp-python server is not installed: pip install 'llama-cpp-python[server]' "
+                "(compiled at install; the README's test set-up command does it)"
+            )
         # stderr to a file, not a pipe nobody reads while the server runs (a full pipe would stall it)
         self._log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", *self.args],
-                                     stdout=subprocess.DEVNULL, stderr=self._log, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", *self.args],
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            text=True,
+        )
         deadline = time.monotonic() + self.startup_s
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         while time.monotonic() < deadline:
@@ -194,8 +259,14 @@ def reference_llama(gguf: str | None = None, n_ctx: int = 2048):
 
     from .models import DEFAULT_MODEL, embedded_path
 
-    return llama_cpp.Llama(gguf or embedded_path(DEFAULT_MODEL), n_ctx=n_ctx, logits_all=True, verbose=False,
-                           n_threads=1, n_threads_batch=1)
+    return llama_cpp.Llama(
+        gguf or embedded_path(DEFAULT_MODEL),
+        n_ctx=n_ctx,
+        logits_all=True,
+        verbose=False,
+        n_threads=1,
+        n_threads_batch=1,
+    )
 
 
 @contextmanager

@@ -176,9 +176,17 @@ class RerankSpan:
 
 
 @contextmanager
-def rerank_span(*, framework: str, query: str, model: str, top_k: int | None,
-                documents: Sequence[Mapping[str, Any]], mode: str | None = None, metric: str | None = None,
-                parent: Any = None) -> Iterator[RerankSpan]:
+def rerank_span(
+    *,
+    framework: str,
+    query: str,
+    model: str,
+    top_k: int | None,
+    documents: Sequence[Mapping[str, Any]],
+    mode: str | None = None,
+    metric: str | None = None,
+    parent: Any = None,
+) -> Iterator[RerankSpan]:
     """A ``grogu.rerank`` span around one rerank call, current inside the block; ``documents`` are the
     input documents (dicts with ``id``, ``page_content``, ``metadata`` and ``score``, the retriever's).
     ``parent``: the context to start it in (None: the current one). An exception leaving the block is
@@ -187,12 +195,18 @@ def rerank_span(*, framework: str, query: str, model: str, top_k: int | None,
     if t is None:
         yield RerankSpan()
         return
-    with t.start_as_current_span(RERANK_SPAN, context=parent, record_exception=False,
-                                 set_status_on_exception=False) as span:
+    with t.start_as_current_span(
+        RERANK_SPAN, context=parent, record_exception=False, set_status_on_exception=False
+    ) as span:
         handle = RerankSpan(span)
         if span.is_recording():
-            attributes = {SPAN_KIND: RERANKER, RERANKER_QUERY: query, RERANKER_MODEL_NAME: model,
-                          INPUT_VALUE: query, "grogu.framework": framework}
+            attributes = {
+                SPAN_KIND: RERANKER,
+                RERANKER_QUERY: query,
+                RERANKER_MODEL_NAME: model,
+                INPUT_VALUE: query,
+                "grogu.framework": framework,
+            }
             if top_k is not None:
                 attributes[RERANKER_TOP_K] = int(top_k)
             if mode is not None:
@@ -232,16 +246,20 @@ def record_attributes(record: Mapping[str, Any]) -> dict[str, Any]:
         if value is not None:
             attributes[INFLUENCE_PREFIX + key] = value
     attributes[INFLUENCE_PREFIX + "document_ids"] = [
-        "" if d.get("id") is None else str(d["id"]) for d in record.get("documents") or []]
+        "" if d.get("id") is None else str(d["id"]) for d in record.get("documents") or []
+    ]
     return attributes
 
 
 def event_attributes(record: Mapping[str, Any]) -> dict[str, Any]:
     """The ``grogu_influence`` event's attributes: method, model, embedder, document ids, scores, error."""
-    attributes = {INFLUENCE_PREFIX + k: _attribute(record.get(k))
-                  for k in ("method", "model", "embedder", "influence", "error", "elapsed_s")}
+    attributes = {
+        INFLUENCE_PREFIX + k: _attribute(record.get(k))
+        for k in ("method", "model", "embedder", "influence", "error", "elapsed_s")
+    }
     attributes[INFLUENCE_PREFIX + "document_ids"] = [
-        "" if d.get("id") is None else str(d["id"]) for d in record.get("documents") or []]
+        "" if d.get("id") is None else str(d["id"]) for d in record.get("documents") or []
+    ]
     return {k: v for k, v in attributes.items() if v is not None}
 
 
@@ -274,8 +292,9 @@ def influence_span(parent: Any = None) -> Iterator[InfluenceSpan]:
         return
     if parent is None:
         parent = otel_context.get_current()
-    with t.start_as_current_span(INFLUENCE_SPAN, context=parent, record_exception=False,
-                                 set_status_on_exception=False) as span:
+    with t.start_as_current_span(
+        INFLUENCE_SPAN, context=parent, record_exception=False, set_status_on_exception=False
+    ) as span:
         try:
             yield InfluenceSpan(span, parent)
         except BaseException as exc:
@@ -284,6 +303,20 @@ def influence_span(parent: Any = None) -> Iterator[InfluenceSpan]:
             raise
 
 
-__all__ = ["available", "set_tracer_provider", "tracer", "current_context", "context_of", "rerank_span",
-           "influence_span", "RerankSpan", "InfluenceSpan", "record_attributes", "event_attributes",
-           "document_attributes", "RERANK_SPAN", "INFLUENCE_SPAN", "INFLUENCE_EVENT"]
+__all__ = [
+    "available",
+    "set_tracer_provider",
+    "tracer",
+    "current_context",
+    "context_of",
+    "rerank_span",
+    "influence_span",
+    "RerankSpan",
+    "InfluenceSpan",
+    "record_attributes",
+    "event_attributes",
+    "document_attributes",
+    "RERANK_SPAN",
+    "INFLUENCE_SPAN",
+    "INFLUENCE_EVENT",
+]

@@ -21,6 +21,15 @@ except metadata.PackageNotFoundError:  # running from a source checkout
     __version__ = ""
 
 __all__ = [
-    "GroguCompressor", "GroguRetriever", "InfluenceCallbackHandler", "JSONLSink", "ListSink", "LoggerSink",
-    "METADATA_KEY", "RELEVANCE_KEY", "EVENT_NAME", "template_from_langchain", "__version__",
+    "GroguCompressor",
+    "GroguRetriever",
+    "InfluenceCallbackHandler",
+    "JSONLSink",
+    "ListSink",
+    "LoggerSink",
+    "METADATA_KEY",
+    "RELEVANCE_KEY",
+    "EVENT_NAME",
+    "template_from_langchain",
+    "__version__",
 ]

@@ -64,8 +64,10 @@ def engine_spec(target: Any) -> Engine | ServerTarget | str | tuple[Any, Any]:
     if served is not None:
         return served
     if type(target).__name__ == "HuggingFacePipeline":
-        raise ValueError("the HuggingFacePipeline has no loaded transformers pipeline (is it an OpenVINO or "
-                         "remote backend?); " + _TARGET_HELP)
+        raise ValueError(
+            "the HuggingFacePipeline has no loaded transformers pipeline (is it an OpenVINO or "
+            "remote backend?); " + _TARGET_HELP
+        )
     raise TypeError(
         f"cannot use a {type(target).__name__} as the target LLM: grogu needs the model's token "
         f"log-probabilities, which grogu reads from local models and OpenAI-compatible servers; {_TARGET_HELP}"

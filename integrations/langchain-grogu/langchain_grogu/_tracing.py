@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from grogu import tracing
-from grogu.influence_log import grogu_utility
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.documents import Document
+
+from grogu import tracing
+from grogu.influence_log import grogu_utility
 
 
 def run_span_context(callbacks: Any, run_id: UUID | None = None) -> Any:
@@ -25,12 +26,16 @@ def run_span_context(callbacks: Any, run_id: UUID | None = None) -> Any:
     if callbacks is None or not tracing.available():
         return None
     if run_id is None:
-        run_id = getattr(callbacks, "run_id", None) if not isinstance(callbacks, BaseCallbackManager) \
+        run_id = (
+            getattr(callbacks, "run_id", None)
+            if not isinstance(callbacks, BaseCallbackManager)
             else callbacks.parent_run_id
+        )
     if run_id is None:
         return None
-    handlers = list(getattr(callbacks, "handlers", None) or []) + \
-        list(getattr(callbacks, "inheritable_handlers", None) or [])
+    handlers = list(getattr(callbacks, "handlers", None) or []) + list(
+        getattr(callbacks, "inheritable_handlers", None) or []
+    )
     for handler in handlers:
         get_span = getattr(handler, "get_span", None)
         if callable(get_span):
@@ -45,8 +50,14 @@ def run_span_context(callbacks: Any, run_id: UUID | None = None) -> Any:
 
 def _document(doc: Document, score: Any, relevance_key: str | None, **fields: Any) -> dict[str, Any]:
     retrieval = doc.metadata.get(relevance_key) if relevance_key else None
-    return {"id": doc.id, "page_content": doc.page_content, "metadata": dict(doc.metadata), "score": score,
-            "retrieval_score": retrieval, **fields}
+    return {
+        "id": doc.id,
+        "page_content": doc.page_content,
+        "metadata": dict(doc.metadata),
+        "score": score,
+        "retrieval_score": retrieval,
+        **fields,
+    }
 
 
 def mode_score(doc: Document, info: dict[str, Any]) -> float | None:
@@ -68,11 +79,17 @@ def mode_score(doc: Document, info: dict[str, Any]) -> float | None:
 def rerank_span(scoring: Any, docs: Sequence[Document], query: str, top_n: int | None, callbacks: Any) -> Any:
     """The ``grogu.rerank`` span of one rerank call of a GroguCompressor / GroguRetriever."""
     key = scoring.relevance_key
-    documents = [_document(d, d.metadata.get(key) if key else None, key) for d in docs] \
-        if tracing.available() else []
-    return tracing.rerank_span(framework="langchain", query=query, model=scoring.model_name,
-                               top_k=top_n if top_n is not None else len(docs), mode=scoring.mode,
-                               metric=scoring.metric, documents=documents, parent=run_span_context(callbacks))
+    documents = [_document(d, d.metadata.get(key) if key else None, key) for d in docs] if tracing.available() else []
+    return tracing.rerank_span(
+        framework="langchain",
+        query=query,
+        model=scoring.model_name,
+        top_k=top_n if top_n is not None else len(docs),
+        mode=scoring.mode,
+        metric=scoring.metric,
+        documents=documents,
+        parent=run_span_context(callbacks),
+    )
 
 
 def finish(span: Any, scoring: Any, out: Sequence[Document], key: str = "grogu") -> None:
@@ -85,6 +102,13 @@ def finish(span: Any, scoring: Any, out: Sequence[Document], key: str = "grogu")
         context = info.get("context")
         if isinstance(context, dict):
             context_score = context.get("score")
-        documents.append(_document(doc, mode_score(doc, info), scoring.relevance_key, index=info.get("index"),
-                                   utility=grogu_utility(doc.metadata)))
+        documents.append(
+            _document(
+                doc,
+                mode_score(doc, info),
+                scoring.relevance_key,
+                index=info.get("index"),
+                utility=grogu_utility(doc.metadata),
+            )
+        )
     span.output(documents, context_score=context_score)

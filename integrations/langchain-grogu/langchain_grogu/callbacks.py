@@ -31,15 +31,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from uuid import UUID
 
-from grogu import PromptTemplate
-from grogu.influence_log import EVENT, AnsweredQuery, InfluenceRecorder, check_on_error, grogu_utility
-from grogu.models import DEFAULT_MODEL
-from grogu.targets import build_influence_scorer
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager, CallbackManager
 from langchain_core.documents import Document
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import ensure_config
+
+from grogu import PromptTemplate
+from grogu.influence_log import EVENT, AnsweredQuery, InfluenceRecorder, check_on_error, grogu_utility
+from grogu.models import DEFAULT_MODEL
+from grogu.targets import build_influence_scorer
 
 from . import _tracing
 from ._target import model_label, resolve_engine
@@ -170,11 +171,21 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         if event_name is not None and (not isinstance(event_name, str) or not event_name):
             raise ValueError("event_name must be a non-empty str or None")
         scorer, label = build_influence_scorer(
-            model, resolve_engine=resolve_engine, model_label=model_label, embedder=embedder,
-            max_new_tokens=max_new_tokens, template=template, device=device, dtype=dtype, method=method,
-            n_ablations=n_ablations, seed=seed)
-        self.recorder = InfluenceRecorder(scorer, label, sinks, framework="langchain", on_error=on_error,
-                                          background=background, logger=DEFAULT_LOGGER)
+            model,
+            resolve_engine=resolve_engine,
+            model_label=model_label,
+            embedder=embedder,
+            max_new_tokens=max_new_tokens,
+            template=template,
+            device=device,
+            dtype=dtype,
+            method=method,
+            n_ablations=n_ablations,
+            seed=seed,
+        )
+        self.recorder = InfluenceRecorder(
+            scorer, label, sinks, framework="langchain", on_error=on_error, background=background, logger=DEFAULT_LOGGER
+        )
         self.scorer, self.model_name, self.sinks = scorer, label, self.recorder.sinks
         self.on_error, self.background = self.recorder.on_error, self.recorder.background
         self.raise_error = self.recorder.raise_errors
@@ -189,14 +200,19 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         return f"InfluenceCallbackHandler(model={self.model_name!r}, sinks={self.sinks!r})"
 
     # ------------------------------------------------------------------ run-tree bookkeeping
-    def _start(self, run_id: UUID, parent_run_id: UUID | None, name: str | None,
-               tags: list[str] | None, metadata: dict[str, Any] | None) -> _RunTree:
+    def _start(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        name: str | None,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+    ) -> _RunTree:
         with self._lock:
             root = self._root_of.get(parent_run_id) if parent_run_id is not None else None
             if root is None:  # a run whose parent we did not see is the top of a tree
                 root = run_id
-                self._trees[root] = _RunTree(root=root, name=name, tags=list(tags or []),
-                                             metadata=dict(metadata or {}))
+                self._trees[root] = _RunTree(root=root, name=name, tags=list(tags or []), metadata=dict(metadata or {}))
             tree = self._trees[root]
             self._root_of[run_id] = root
             self._parent[run_id] = parent_run_id
@@ -258,16 +274,27 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
     def _answered(self, tree: _RunTree, answer: str | None, source: str) -> AnsweredQuery:
         query = tree.query if tree.query is not None else next(iter(tree.outer_queries.values()))
         context = {"run_id": str(tree.root), "run_name": tree.name, "tags": tree.tags, "metadata": tree.metadata}
-        return AnsweredQuery(query=query, answer=answer, documents=grogu_documents(tree.documents, self.title_key),
-                            fields=[self._fields(d) for d in tree.documents], answer_source=source,
-                            context=context, on_record=lambda record: self._dispatch(tree, record),
-                            trace_context=tree.trace_context or _tracing.run_span_context(tree.manager, tree.root))
+        return AnsweredQuery(
+            query=query,
+            answer=answer,
+            documents=grogu_documents(tree.documents, self.title_key),
+            fields=[self._fields(d) for d in tree.documents],
+            answer_source=source,
+            context=context,
+            on_record=lambda record: self._dispatch(tree, record),
+            trace_context=tree.trace_context or _tracing.run_span_context(tree.manager, tree.root),
+        )
 
     def _fields(self, doc: Document) -> dict[str, Any]:
         score = doc.metadata.get(self.relevance_key) if self.relevance_key else None
         numeric = isinstance(score, (int, float)) and not isinstance(score, bool)
-        return {"id": doc.id, "page_content": doc.page_content, "metadata": dict(doc.metadata),
-                "retrieval_score": float(score) if numeric else None, "utility": grogu_utility(doc.metadata)}
+        return {
+            "id": doc.id,
+            "page_content": doc.page_content,
+            "metadata": dict(doc.metadata),
+            "retrieval_score": float(score) if numeric else None,
+            "utility": grogu_utility(doc.metadata),
+        }
 
     def _dispatch(self, tree: _RunTree, record: Record) -> None:
         """The record as the custom event ``event_name`` on the root run, to the run's other handlers."""
@@ -278,8 +305,11 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
                 # A sync manager also reaches async handlers (LangChain runs their coroutines), as
                 # dispatch_custom_event does from sync code; the event belongs to the root run.
                 CallbackManager(
-                    handlers=handlers, inheritable_handlers=handlers, parent_run_id=tree.root,
-                    tags=list(manager.inheritable_tags), metadata=dict(manager.inheritable_metadata),
+                    handlers=handlers,
+                    inheritable_handlers=handlers,
+                    parent_run_id=tree.root,
+                    tags=list(manager.inheritable_tags),
+                    metadata=dict(manager.inheritable_metadata),
                 ).on_custom_event(self.event_name, record, run_id=tree.root)
 
     def flush(self, timeout: float | None = None) -> None:
@@ -292,30 +322,47 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         await self.recorder.aflush()
 
     # ------------------------------------------------------------------ LangChain hooks
-    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
-                       parent_run_id: UUID | None = None, tags: list[str] | None = None,
-                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._start(run_id, parent_run_id, kwargs.get("name") or (serialized or {}).get("name"), tags, metadata)
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         self._end(run_id, outputs)
 
-    def on_chain_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
-                       **kwargs: Any) -> None:
+    def on_chain_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self._abort(run_id, error)
 
-    def on_retriever_start(self, serialized: dict[str, Any] | None, query: str, *, run_id: UUID,
-                           parent_run_id: UUID | None = None, tags: list[str] | None = None,
-                           metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        tree = self._start(run_id, parent_run_id, kwargs.get("name") or (serialized or {}).get("name"), tags,
-                           metadata)
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any] | None,
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        tree = self._start(run_id, parent_run_id, kwargs.get("name") or (serialized or {}).get("name"), tags, metadata)
         with self._lock:
             if not self._has_retriever_ancestor(parent_run_id, tree):
                 tree.outer_queries[run_id] = query
             tree.retrievers.add(run_id)
 
-    def on_retriever_end(self, documents: Sequence[Document], *, run_id: UUID, parent_run_id: UUID | None = None,
-                         **kwargs: Any) -> None:
+    def on_retriever_end(
+        self, documents: Sequence[Document], *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         with self._lock:
             tree = self._tree_of(run_id)
             if tree is not None and run_id in tree.outer_queries:
@@ -326,22 +373,40 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
                     tree.trace_context = _tracing.run_span_context(tree.manager, tree.root)
         self._end(run_id, None)
 
-    def on_retriever_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
-                           **kwargs: Any) -> None:
+    def on_retriever_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self._abort(run_id, error)
 
-    def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *, run_id: UUID,
-                     parent_run_id: UUID | None = None, tags: list[str] | None = None,
-                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any] | None,
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._start(run_id, parent_run_id, kwargs.get("name"), tags, metadata)
 
-    def on_chat_model_start(self, serialized: dict[str, Any] | None, messages: list[list[BaseMessage]], *,
-                            run_id: UUID, parent_run_id: UUID | None = None, tags: list[str] | None = None,
-                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._start(run_id, parent_run_id, kwargs.get("name"), tags, metadata)
 
-    def on_llm_end(self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None,
-                   **kwargs: Any) -> None:
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         text = _llm_text(response)
         with self._lock:
             tree = self._tree_of(run_id)
@@ -349,18 +414,28 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
                 tree.llm_answer = text
         self._end(run_id, None)
 
-    def on_llm_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
-                     **kwargs: Any) -> None:
+    def on_llm_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self._abort(run_id, error)
 
-    def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *, run_id: UUID,
-                      parent_run_id: UUID | None = None, tags: list[str] | None = None,
-                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._start(run_id, parent_run_id, kwargs.get("name") or (serialized or {}).get("name"), tags, metadata)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         self._end(run_id, output)
 
-    def on_tool_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None,
-                      **kwargs: Any) -> None:
+    def on_tool_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
         self._abort(run_id, error)

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from grogu import PromptTemplate
-from grogu.prompts import template_from_messages
 from langchain_core.language_models import BaseChatModel
 from langchain_core.prompts import BasePromptTemplate
+
+from grogu import PromptTemplate
+from grogu.prompts import template_from_messages
 
 _CONTEXT, _QUERY = "\x00grogu-context\x00", "\x00grogu-query\x00"
 _ROLES = {"system": "system", "human": "user"}
 
 
-def template_from_langchain(prompt: BasePromptTemplate, llm: Any = None, *, context_key: str = "context",
-                            question_key: str = "question", separator: str = "\n\n") -> PromptTemplate:
+def template_from_langchain(
+    prompt: BasePromptTemplate,
+    llm: Any = None,
+    *,
+    context_key: str = "context",
+    question_key: str = "question",
+    separator: str = "\n\n",
+) -> PromptTemplate:
     """A grogu template that renders exactly what ``llm`` reads from ``prompt``.
 
     ``prompt``: the chain's prompt, with the documents in ``context_key`` (joined by ``separator``, as
@@ -31,8 +38,9 @@ def template_from_langchain(prompt: BasePromptTemplate, llm: Any = None, *, cont
     value = prompt.invoke({context_key: _CONTEXT, question_key: _QUERY})
     chat = isinstance(llm, BaseChatModel) or getattr(llm, "takes_messages", False)  # a chat-API grogu.ServerTarget too
     if llm is not None and not chat:
-        return template_from_messages([("user", value.to_string())], context=_CONTEXT, query=_QUERY,
-                                      separator=separator, chat=False)
+        return template_from_messages(
+            [("user", value.to_string())], context=_CONTEXT, query=_QUERY, separator=separator, chat=False
+        )
     messages = []
     for m in value.to_messages():
         if m.type not in _ROLES:

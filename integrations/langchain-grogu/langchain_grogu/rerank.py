@@ -22,17 +22,18 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, Literal
 
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from typing_extensions import override
+
 from grogu import DocumentScore, EngineConfig, PromptTemplate
-from grogu.targets import Scorer, build_scorer, remote_target
 from grogu.checks import check_alpha, check_fraction, check_positive_int, check_threshold, check_top_n
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
 from grogu.models import DEFAULT_MODEL
 from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import check_score_scale, probability, utility_threshold
-from langchain_core.callbacks import Callbacks
-from langchain_core.documents import BaseDocumentCompressor, Document
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
-from typing_extensions import override
+from grogu.targets import Scorer, build_scorer, remote_target
 
 from . import _tracing
 from ._target import model_label, resolve_engine
@@ -40,9 +41,12 @@ from .prompts import template_from_langchain
 
 #: each scalar field's check (grogu's own, so a bad value is the same error here as in grogu)
 _FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "top_n": check_top_n, "threshold": check_threshold, "alpha": check_alpha,
+    "top_n": check_top_n,
+    "threshold": check_threshold,
+    "alpha": check_alpha,
     "metric": lambda value: None if value is None else metric_name(value),
-    "top_k_frac": functools.partial(check_fraction, "top_k_frac"), "score_scale": check_score_scale,
+    "top_k_frac": functools.partial(check_fraction, "top_k_frac"),
+    "score_scale": check_score_scale,
     "max_new_tokens": functools.partial(check_positive_int, "max_new_tokens"),
     "batch_size": lambda value: None if value is None else check_positive_int("batch_size", value),
 }
@@ -179,14 +183,28 @@ class GroguScoring(BaseModel):
             if template is not None:
                 raise ValueError("give template (grogu's prompt text) or qa_prompt (the chain's prompt), not both")
             llm = None if remote_target(self.model) is not None else self.model  # a service: chat messages
-            template = template_from_langchain(self.qa_prompt, llm, context_key=self.context_key,
-                                               question_key=self.question_key)
-        options = dict(metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
-                       max_new_tokens=self.max_new_tokens, template=template, answer_style=self.answer_style)
+            template = template_from_langchain(
+                self.qa_prompt, llm, context_key=self.context_key, question_key=self.question_key
+            )
+        options = dict(
+            metric=self.metric,
+            alpha=self.alpha,
+            top_k_frac=self.top_k_frac,
+            max_new_tokens=self.max_new_tokens,
+            template=template,
+            answer_style=self.answer_style,
+        )
         # a service (documents' metadata stay here), or the model / server run for this process
         self._scorer, self._model_label = build_scorer(
-            self.model, resolve_engine=resolve_engine, model_label=model_label, device=self.device, dtype=self.dtype,
-            batch_size=self.batch_size, engine_config=self.engine_config, **options)
+            self.model,
+            resolve_engine=resolve_engine,
+            model_label=model_label,
+            device=self.device,
+            dtype=self.dtype,
+            batch_size=self.batch_size,
+            engine_config=self.engine_config,
+            **options,
+        )
         self.metric = self._scorer.metric  # None: the target's default
         if self.score_scale == "probability":
             utility_threshold(self.metric, self.threshold)  # a ValueError unless in [0, 1]
@@ -235,7 +253,9 @@ class GroguScoring(BaseModel):
         values = [d.metadata.get(self.relevance_key) for d in docs]
         for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError(f"document {i} has no numeric metadata[{self.relevance_key!r}] (relevance_key; got {v!r})")
+                raise ValueError(
+                    f"document {i} has no numeric metadata[{self.relevance_key!r}] (relevance_key; got {v!r})"
+                )
         return [float(v) for v in values]
 
     def _scaled(self, metric: str, utility: float) -> float:
@@ -250,18 +270,33 @@ class GroguScoring(BaseModel):
         ``metadata['grogu']['previous_relevance_score']``."""
         out = []
         for rank, r in enumerate(ranked, start=1):
-            info: dict[str, Any] = {"mode": self.mode, "rank": rank, "index": r.index, "model": self._model_label,
-                                    "metric": r.metric}
+            info: dict[str, Any] = {
+                "mode": self.mode,
+                "rank": rank,
+                "index": r.index,
+                "model": self._model_label,
+                "metric": r.metric,
+            }
             relevance = self._scaled(r.metric, r.score) if r.rank_score is None else r.rank_score
             if r.context is not None:  # context mode: the chosen context's GROGU, shared by its documents
-                info["context"] = {"score": r.score, "confidence": r.confidence, "answer": r.answer,
-                                   "indices": [x.index for x in ranked]}
+                info["context"] = {
+                    "score": r.score,
+                    "confidence": r.confidence,
+                    "answer": r.answer,
+                    "indices": [x.index for x in ranked],
+                }
                 if self.score_scale == "probability":
                     info["context"]["probability"] = relevance
             else:
-                info.update(score=r.score, confidence=r.confidence, answer=r.answer,
-                            answer_finished=r.answer_finished, n_tokens=r.n_tokens, n_key_tokens=r.n_key_tokens,
-                            variants=dict(r.variants))
+                info.update(
+                    score=r.score,
+                    confidence=r.confidence,
+                    answer=r.answer,
+                    answer_finished=r.answer_finished,
+                    n_tokens=r.n_tokens,
+                    n_key_tokens=r.n_key_tokens,
+                    variants=dict(r.variants),
+                )
                 if r.rank_score is not None:
                     info["fused_score"] = r.rank_score
                 if self.score_scale == "probability":
@@ -283,14 +318,21 @@ class GroguScoring(BaseModel):
 
     def _passthrough(self, docs: list[Document], query: str, exc: Exception) -> list[Document]:
         message = f"{type(exc).__name__}: {exc}"
-        logger.warning("grogu scoring failed for query %r; passing %d documents through unscored: %s",
-                       query[:200], len(docs), message)
+        logger.warning(
+            "grogu scoring failed for query %r; passing %d documents through unscored: %s",
+            query[:200],
+            len(docs),
+            message,
+        )
         info = {"score": None, "error": message, "model": self._model_label}
-        return [d.model_copy(update={"metadata": {**d.metadata, METADATA_KEY: {**info, "index": i}}})
-                for i, d in enumerate(docs)]
+        return [
+            d.model_copy(update={"metadata": {**d.metadata, METADATA_KEY: {**info, "index": i}}})
+            for i, d in enumerate(docs)
+        ]
 
-    def rerank_documents(self, documents: Sequence[Document], query: str, top_n: Any = _DEFAULT,
-                         callbacks: Any = None) -> list[Document]:
+    def rerank_documents(
+        self, documents: Sequence[Document], query: str, top_n: Any = _DEFAULT, callbacks: Any = None
+    ) -> list[Document]:
         """The documents sorted by utility (ties keep the input order), cut by ``threshold`` and
         ``top_n``, as copies with ``metadata['grogu']`` added (score, metric, confidence, rank from 1,
         input index, grounded answer, token counts, all metric variants, model). ``callbacks``: the
@@ -304,8 +346,9 @@ class GroguScoring(BaseModel):
             run.ranked = self._scorer.rerank(query, self._grogu_docs(docs), **self._rerank_kwargs(docs, top_n))
         return run.out
 
-    async def arerank_documents(self, documents: Sequence[Document], query: str,
-                                top_n: Any = _DEFAULT, callbacks: Any = None) -> list[Document]:
+    async def arerank_documents(
+        self, documents: Sequence[Document], query: str, top_n: Any = _DEFAULT, callbacks: Any = None
+    ) -> list[Document]:
         """Async :meth:`rerank_documents`: scoring runs off the event loop, and concurrent calls share
         one engine batch. Same result as the sync call."""
         docs = self._check(documents, query)

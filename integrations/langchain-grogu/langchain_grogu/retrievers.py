@@ -78,8 +78,10 @@ class GroguRetriever(GroguScoring, BaseRetriever):
         def scored_answer(docs: list[Document]) -> str | None:
             context = docs[0].metadata.get(METADATA_KEY, {}).get("context") if reuse and docs else None
             if context is None and generate is None:
-                raise ValueError("no scored answer for this question (no documents, or scoring failed): "
-                                 "pass llm= to as_qa_chain to answer in that case")
+                raise ValueError(
+                    "no scored answer for this question (no documents, or scoring failed): "
+                    "pass llm= to as_qa_chain to answer in that case"
+                )
             return None if context is None else context["answer"]
 
         def run(query: str, config: RunnableConfig) -> dict[str, Any]:

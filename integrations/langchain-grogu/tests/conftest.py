@@ -51,8 +51,14 @@ def llm(tiny, tokenizer):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pipe = pipeline("text-generation", model=tiny, tokenizer=tokenizer, max_new_tokens=MAX_NEW_TOKENS,
-                        do_sample=False, return_full_text=False)
+        pipe = pipeline(
+            "text-generation",
+            model=tiny,
+            tokenizer=tokenizer,
+            max_new_tokens=MAX_NEW_TOKENS,
+            do_sample=False,
+            return_full_text=False,
+        )
     return HuggingFacePipeline(pipeline=pipe)
 
 
@@ -65,8 +71,11 @@ def paragraphs():
 def documents(paragraphs):
     """Real SQuAD paragraphs (cut to 25..70 words) as LangChain documents with ids and metadata."""
     return [
-        Document(" ".join(p["text"].split()[: 25 + 9 * i]), id=f"squad-{i}",
-                 metadata={"title": p["title"], "source": "squad-dev", "retriever_rank": i})
+        Document(
+            " ".join(p["text"].split()[: 25 + 9 * i]),
+            id=f"squad-{i}",
+            metadata={"title": p["title"], "source": "squad-dev", "retriever_rank": i},
+        )
         for i, p in enumerate(paragraphs)
     ]
 

@@ -24,21 +24,27 @@ def tokenizer():
 
 @pytest.fixture(scope="session")
 def llm(tokenizer):
-    from grogu import testing
     from llama_index.llms.huggingface import HuggingFaceLLM
+
+    from grogu import testing
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return HuggingFaceLLM(
-            model=testing.tiny_model("llama"), tokenizer=tokenizer, model_name="tiny-llama",
-            max_new_tokens=ANSWER_TOKENS, is_chat_model=True, generate_kwargs={"do_sample": False},
+            model=testing.tiny_model("llama"),
+            tokenizer=tokenizer,
+            model_name="tiny-llama",
+            max_new_tokens=ANSWER_TOKENS,
+            is_chat_model=True,
+            generate_kwargs={"do_sample": False},
         )
 
 
 @pytest.fixture(scope="session")
 def embed_model():
-    from grogu.models import embedded_embedder_path
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    from grogu.models import embedded_embedder_path
 
     return HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
 

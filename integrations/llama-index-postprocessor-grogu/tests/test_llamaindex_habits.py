@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-import grogu
-from grogu.scales import probability
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events.rerank import ReRankStartEvent
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.postprocessor.grogu import GroguRerank
 from llama_index.postprocessor.grogu.utils import resolve_engine
+
+import grogu
+from grogu.scales import probability
 
 K = 5
 TOKENS = 8
@@ -66,8 +66,9 @@ def test_per_call_top_n(index, llm, questions, attach):
 
     # a query engine's own call: the block's top_n, for this reranker only, in this call only
     recorder = attach(TopNRecorder(top_n=[]))
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                            node_postprocessors=[rerank])
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank]
+    )
     with rerank.using(top_n=2):
         assert ids(engine.query(query).source_nodes) == best[:2]
         assert ids(other.postprocess_nodes(retrieve(index, query), query_str=query)) == best[:3]
@@ -108,11 +109,13 @@ def test_probability_scale(index, llm, questions):
     assert scores == sorted(scores, reverse=True) and len(set(scores)) > 1
 
     cut = scores[2]  # exactly the three nodes at or above the third one's probability
-    kept = GroguRerank(top_n=None, model=llm, max_new_tokens=TOKENS, mode="document", score_scale="probability",
-                       threshold=cut).postprocess_nodes(retrieve(index, query), query_str=query)
+    kept = GroguRerank(
+        top_n=None, model=llm, max_new_tokens=TOKENS, mode="document", score_scale="probability", threshold=cut
+    ).postprocess_nodes(retrieve(index, query), query_str=query)
     assert ids(kept) == ids(got)[:3]
-    two = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, mode="document", score_scale="probability",
-                      threshold=cut).postprocess_nodes(retrieve(index, query), query_str=query)
+    two = GroguRerank(
+        top_n=2, model=llm, max_new_tokens=TOKENS, mode="document", score_scale="probability", threshold=cut
+    ).postprocess_nodes(retrieve(index, query), query_str=query)
     assert ids(two) == ids(got)[:2]
 
     context = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, score_scale="probability")
@@ -131,7 +134,8 @@ def test_probability_scale(index, llm, questions):
 def test_batch_size_and_engine_config(index, llm, questions, restore_engine):
     engine, query = restore_engine, questions[1]
     reference = GroguRerank(top_n=None, model=llm, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
-        retrieve(index, query), query_str=query)
+        retrieve(index, query), query_str=query
+    )
     small = GroguRerank(top_n=None, model=llm, max_new_tokens=TOKENS, mode="document", batch_size=2)
     assert small.scorer.engine is engine and engine.max_batch_size == 2 and small.batch_size == 2
     got = small.postprocess_nodes(retrieve(index, query), query_str=query)

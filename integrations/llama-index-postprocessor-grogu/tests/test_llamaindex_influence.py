@@ -8,16 +8,21 @@ import json
 import logging
 
 import pytest
-
-import grogu
-from grogu.influence import InfluenceScorer
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode
+from llama_index.postprocessor.grogu import (
+    GroguInfluenceCallbackHandler,
+    GroguInfluenceHandler,
+    GroguRerank,
+    JsonlSink,
+    MemorySink,
+)
+
+import grogu
+from grogu.influence import InfluenceScorer
 from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
 from grogu.sinks import JSONLSink, ListSink
-from llama_index.postprocessor.grogu import (GroguInfluenceCallbackHandler, GroguInfluenceHandler, GroguRerank,
-                                             JsonlSink, MemorySink)
 
 K = 4
 TOKENS = 8
@@ -31,8 +36,9 @@ def reference(llm, embed_model):
 
 def query_engine(index, llm, **kwargs):
     rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
-    return RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                          node_postprocessors=[rerank], **kwargs)
+    return RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank], **kwargs
+    )
 
 
 def check_against_reference(response, record, reference):
@@ -84,11 +90,19 @@ def test_handler_writes_metadata_and_one_record_per_query(index, llm, embed_mode
 def test_ablation_method(index, llm, embed_model, questions, attach):
     """method="ablation": the ContextCite-style estimate, equal to InfluenceScorer's, no per-node answers."""
     records = []
-    attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sinks=[records], max_new_tokens=TOKENS,
-                                 method="ablation", n_ablations=6))
+    attach(
+        GroguInfluenceHandler(
+            model=llm, embedder=embed_model, sinks=[records], max_new_tokens=TOKENS, method="ablation", n_ablations=6
+        )
+    )
     response = query_engine(index, llm).query(questions[2])
-    reference = InfluenceScorer((llm._model, llm._tokenizer), embedder=embed_model._model, max_new_tokens=TOKENS,
-                                method="ablation", n_ablations=6)
+    reference = InfluenceScorer(
+        (llm._model, llm._tokenizer),
+        embedder=embed_model._model,
+        max_new_tokens=TOKENS,
+        method="ablation",
+        n_ablations=6,
+    )
     assert len(records) == 1 and records[0]["method"] == "ablation"
     check_against_reference(response, records[0], reference)
     assert all(d["single_answer"] is None and d["leave_one_out_answer"] is None for d in records[0]["documents"])
@@ -100,11 +114,21 @@ def test_forward_only_methods(index, llm, embed_model, questions, attach, method
     and log-probabilities equal InfluenceScorer's on the response's source nodes."""
     records = []
     n = 10 if method == "contextcite" else None
-    attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sinks=[records], max_new_tokens=TOKENS,
-                                 method=method, n_ablations=n, seed=2))
+    attach(
+        GroguInfluenceHandler(
+            model=llm,
+            embedder=embed_model,
+            sinks=[records],
+            max_new_tokens=TOKENS,
+            method=method,
+            n_ablations=n,
+            seed=2,
+        )
+    )
     response = query_engine(index, llm).query(questions[3])
-    reference = InfluenceScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS, method=method,
-                                n_ablations=n, seed=2)
+    reference = InfluenceScorer(
+        (llm._model, llm._tokenizer), max_new_tokens=TOKENS, method=method, n_ablations=n, seed=2
+    )
     assert len(records) == 1
     record = records[0]
     docs = [node.node.get_content(metadata_mode=MetadataMode.LLM) for node in response.source_nodes]
@@ -113,7 +137,9 @@ def test_forward_only_methods(index, llm, embed_model, questions, attach, method
     assert record["answer"] == str(response) == expected.answer
     assert [r["influence"] for r in record["documents"]] == pytest.approx(expected.scores, abs=1e-4)
     assert record["influence"] == pytest.approx(expected.scores, abs=1e-4)
-    assert [node.node.metadata["influence"] for node in response.source_nodes] == pytest.approx(expected.scores, abs=1e-4)
+    assert [node.node.metadata["influence"] for node in response.source_nodes] == pytest.approx(
+        expected.scores, abs=1e-4
+    )
     assert record["logprobs"] == pytest.approx(expected.forward.logprobs, abs=1e-4)
     assert len(record["logprobs"]) == (len(docs) + 1 if method == "leave_one_out_logprob" else 10)
     assert max(abs(r["influence"]) for r in record["documents"]) > 0
@@ -158,8 +184,9 @@ def test_async_queries_do_not_block_and_are_recorded(index, llm, embed_model, qu
 
 
 def test_background_thread_mode(index, llm, embed_model, questions, reference, attach):
-    handler = attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sinks=[[]], background=True,
-                                           max_new_tokens=TOKENS))
+    handler = attach(
+        GroguInfluenceHandler(model=llm, embedder=embed_model, sinks=[[]], background=True, max_new_tokens=TOKENS)
+    )
     response = query_engine(index, llm).query(questions[9])
     handler.flush(timeout=60)
     assert len(handler.records) == 1
@@ -167,7 +194,9 @@ def test_background_thread_mode(index, llm, embed_model, questions, reference, a
 
 
 def test_legacy_callback_handler(index, llm, embed_model, questions, reference):
-    handler = GroguInfluenceCallbackHandler(model=llm, embedder=embed_model, sinks=[MemorySink()], max_new_tokens=TOKENS)
+    handler = GroguInfluenceCallbackHandler(
+        model=llm, embedder=embed_model, sinks=[MemorySink()], max_new_tokens=TOKENS
+    )
     engine = query_engine(index, llm, callback_manager=CallbackManager([handler]))
     response = engine.query(questions[10])
     assert len(handler.records) == 1
@@ -193,8 +222,9 @@ def test_failure_is_recorded_not_raised(index, llm, embed_model, tokenizer, ques
     assert [d["id"] for d in record["documents"]] == [n.node.node_id for n in response.source_nodes]
     assert any("influence failed" in r.getMessage() for r in caplog.records)
 
-    strict = GroguInfluenceCallbackHandler(model=small, embedder=embed_model, sinks=[[]], on_error="raise",
-                                           max_new_tokens=TOKENS)
+    strict = GroguInfluenceCallbackHandler(
+        model=small, embedder=embed_model, sinks=[[]], on_error="raise", max_new_tokens=TOKENS
+    )
     with pytest.raises(ValueError, match="context window"):
         query_engine(index, llm, callback_manager=CallbackManager([strict])).query(query)
     assert "context window" in strict.records[0]["error"]
@@ -203,8 +233,9 @@ def test_failure_is_recorded_not_raised(index, llm, embed_model, tokenizer, ques
 def test_streaming_response_is_scored_once_read(index, llm, embed_model, questions, reference, attach, caplog):
     handler = attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sinks=[[]], max_new_tokens=TOKENS))
     rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                            node_postprocessors=[rerank], streaming=True)
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank], streaming=True
+    )
     with caplog.at_level(logging.WARNING, logger="llama_index.postprocessor.grogu.influence"):
         response = engine.query(questions[1])
     assert handler.records == [] and any("not consumed" in r.getMessage() for r in caplog.records)
@@ -241,12 +272,14 @@ def test_deprecated_sink_and_raise_errors(index, llm, embed_model, questions, re
 
     small = grogu.Engine(grogu.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu")
     with pytest.warns(DeprecationWarning, match="on_error"):
-        strict = GroguInfluenceCallbackHandler(model=small, embedder=embed_model, sinks=[[]], raise_errors=True,
-                                               max_new_tokens=TOKENS)
+        strict = GroguInfluenceCallbackHandler(
+            model=small, embedder=embed_model, sinks=[[]], raise_errors=True, max_new_tokens=TOKENS
+        )
     assert strict.recorder.on_error == "raise"
     with pytest.raises(ValueError, match="context window"):
         query_engine(index, llm, callback_manager=CallbackManager([strict])).query(
-            questions[11] + " Please explain in detail. " * 60)
+            questions[11] + " Please explain in detail. " * 60
+        )
     assert "context window" in strict.records[0]["error"]
     with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="not both"):
         GroguInfluenceHandler(model=llm, embedder=embed_model, raise_errors=False, on_error="record")

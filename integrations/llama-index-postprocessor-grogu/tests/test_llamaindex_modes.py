@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 
 import pytest
-
-import grogu
-from grogu import selection as S
 from llama_index.core import get_response_synthesizer
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 from llama_index.postprocessor.grogu import GroguRerank, template_from_llama_index
+
+import grogu
+from grogu import selection as S
 
 K = 5
 TOKENS = 8
@@ -31,13 +31,15 @@ def synthesizer(llm):
 @pytest.fixture(scope="module")
 def pipe_scorer(llm, synthesizer):
     """grogu's scorer with the synthesizer's own QA prompt, as a user would call it directly."""
-    return grogu.UtilityScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS,
-                               template=template_from_llama_index(synthesizer, llm))
+    return grogu.UtilityScorer(
+        (llm._model, llm._tokenizer), max_new_tokens=TOKENS, template=template_from_llama_index(synthesizer, llm)
+    )
 
 
 def query_engine(index, llm, rerank):
-    return RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                          node_postprocessors=[rerank], response_mode="compact")
+    return RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank], response_mode="compact"
+    )
 
 
 def test_qa_template_renders_exactly_the_prompt_the_llm_reads(llm, synthesizer, index, questions):
@@ -62,9 +64,18 @@ def test_context_mode_answer_is_the_synthesizers_answer(index, llm, synthesizer,
         best = max(range(3), key=lambda i: (scored[i].score, -i))
         best = best if scored[best].score > scored[0].score else 0
 
-        rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="context", qa_template=synthesizer,
-                             family="swap", rule="confidence", context_metric="key_entropy", margin=0.0,
-                             supported=False)
+        rerank = GroguRerank(
+            top_n=3,
+            model=llm,
+            max_new_tokens=TOKENS,
+            mode="context",
+            qa_template=synthesizer,
+            family="swap",
+            rule="confidence",
+            context_metric="key_entropy",
+            margin=0.0,
+            supported=False,
+        )
         response = query_engine(index, llm, rerank).query(query)
         got = response.source_nodes
         assert [n.node.node_id for n in got] == [retrieved[i].node.node_id for i in candidates[best]]
@@ -79,8 +90,10 @@ def test_context_mode_answer_is_the_synthesizers_answer(index, llm, synthesizer,
 def test_fusion_mode_by_hand(index, llm, questions):
     query = questions[1]
     retrieved = index.as_retriever(similarity_top_k=K).retrieve(query)
-    utility = [r.score for r in grogu.UtilityScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS)
-               .score(query, texts(retrieved))]
+    utility = [
+        r.score
+        for r in grogu.UtilityScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS).score(query, texts(retrieved))
+    ]
     fused = S.fuse(utility, [n.score for n in retrieved], 0.4)
     expected = S.order_by(fused)[:3]
     rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="fusion", weight=0.4)
@@ -107,8 +120,9 @@ def test_default_is_the_context_mode_on_the_default_synthesizers_prompt(index, l
 
     query = questions[4]
     default = GroguRerank(top_n=3, model=llm)
-    explicit = GroguRerank(top_n=3, model=llm, mode="context", qa_template=synthesizer,
-                           max_new_tokens=llm.max_new_tokens)
+    explicit = GroguRerank(
+        top_n=3, model=llm, mode="context", qa_template=synthesizer, max_new_tokens=llm.max_new_tokens
+    )
     assert default.mode == "context" and default.max_new_tokens == llm.max_new_tokens
     retrieved = index.as_retriever(similarity_top_k=K).retrieve(query)
     a = default.postprocess_nodes([NodeWithScore(node=n.node, score=n.score) for n in retrieved], query_str=query)
@@ -117,26 +131,41 @@ def test_default_is_the_context_mode_on_the_default_synthesizers_prompt(index, l
     assert a[0].node.metadata["grogu"]["context"] == b[0].node.metadata["grogu"]["context"]
     # so a default pipeline reuses the answer
     reusing = GroguSynthesizer(get_response_synthesizer(llm=llm))
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                            node_postprocessors=[default], response_synthesizer=reusing)
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[default], response_synthesizer=reusing
+    )
     engine.query(query)
     assert reusing.reused == 1
 
 
 def test_nodes_without_scores_keep_their_order_as_the_retrieval_order(llm):
-    nodes = [NodeWithScore(node=TextNode(text=t, id_=str(i)), score=None) for i, t in enumerate(
-        ["Paris is the capital of France.", "Berlin is in Germany.", "The Seine flows through Paris.",
-         "Rome is in Italy."])]
+    nodes = [
+        NodeWithScore(node=TextNode(text=t, id_=str(i)), score=None)
+        for i, t in enumerate(
+            [
+                "Paris is the capital of France.",
+                "Berlin is in Germany.",
+                "The Seine flows through Paris.",
+                "Rome is in Italy.",
+            ]
+        )
+    ]
     rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, mode="context", swaps=0)
     got = rerank.postprocess_nodes(nodes, query_str="What is the capital of France?")
     assert [n.node.node_id for n in got] == ["0", "1"]  # one candidate: the first two as given
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"mode": "best"}, "mode"), ({"mode": "fusion", "weight": math.nan}, "weight"),
-    ({"mode": "context", "margin": -1.0}, "margin"), ({"mode": "context", "threshold": -1.0}, "threshold"),
-    ({"mode": "fusion", "layout": "after"}, "layout"), ({"mode": "context", "family": "best"}, "family"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"mode": "best"}, "mode"),
+        ({"mode": "fusion", "weight": math.nan}, "weight"),
+        ({"mode": "context", "margin": -1.0}, "margin"),
+        ({"mode": "context", "threshold": -1.0}, "threshold"),
+        ({"mode": "fusion", "layout": "after"}, "layout"),
+        ({"mode": "context", "family": "best"}, "family"),
+    ],
+)
 def test_bad_mode_settings_are_clear_errors(llm, kwargs, match):
     with pytest.raises(ValueError, match=match):
         GroguRerank(model=llm, max_new_tokens=TOKENS, **kwargs)
@@ -154,13 +183,14 @@ def test_qa_template_errors(llm):
 def test_grogu_synthesizer_reuses_the_scored_answer(index, llm, synthesizer, questions):
     from llama_index.postprocessor.grogu import GroguSynthesizer
 
-    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=llm.max_new_tokens, mode="context",
-                         qa_template=synthesizer)
+    rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=llm.max_new_tokens, mode="context", qa_template=synthesizer)
     reusing = GroguSynthesizer(synthesizer)
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank],
-                                            response_synthesizer=reusing)
-    plain = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank],
-                                           response_synthesizer=synthesizer)
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank], response_synthesizer=reusing
+    )
+    plain = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank], response_synthesizer=synthesizer
+    )
     for query in questions[3:6]:
         assert str(engine.query(query)).strip() == str(plain.query(query)).strip()
     assert reusing.reused == 3
@@ -168,12 +198,15 @@ def test_grogu_synthesizer_reuses_the_scored_answer(index, llm, synthesizer, que
     nodes = index.as_retriever(similarity_top_k=2).retrieve(questions[6])
     for n in nodes:
         n.node.metadata.pop("grogu", None)
-    assert str(reusing.synthesize(questions[6], nodes)).strip() == str(synthesizer.synthesize(questions[6], nodes)).strip()
+    assert (
+        str(reusing.synthesize(questions[6], nodes)).strip() == str(synthesizer.synthesize(questions[6], nodes)).strip()
+    )
     assert reusing.reused == 3
     # a rerank scored with grogu's own prompt: its answer is not the synthesizer's, so it is not reused
     own = GroguRerank(top_n=3, model=llm, max_new_tokens=llm.max_new_tokens, mode="context", qa_template=None)
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[own],
-                                            response_synthesizer=reusing)
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[own], response_synthesizer=reusing
+    )
     engine.query(questions[7])
     assert reusing.reused == 3
 
@@ -184,18 +217,27 @@ def test_the_rerank_settings_are_one_grogu_settings_object(llm):
     named = GroguRerank(model=llm, max_new_tokens=TOKENS, family="drop", margin=0.1)
     assert given.settings == named.settings == settings and given.mode == "context"
     # a setting given by name replaces the settings' value; any grogu.ModeSettings setting is taken by name
-    assert GroguRerank(model=llm, max_new_tokens=TOKENS, settings=settings, swaps=3).settings == \
-        grogu.ModeSettings(family="drop", margin=0.1, swaps=3)
+    assert GroguRerank(model=llm, max_new_tokens=TOKENS, settings=settings, swaps=3).settings == grogu.ModeSettings(
+        family="drop", margin=0.1, swaps=3
+    )
     assert GroguRerank(model=llm, max_new_tokens=TOKENS, settings=grogu.ModeSettings(mode="fusion")).mode == "fusion"
     with pytest.raises(TypeError, match=r"unknown rerank setting\(s\) \['famly'\]"):
         GroguRerank(model=llm, max_new_tokens=TOKENS, famly="drop")
     # the settings reach the scorer: the orders family's choice equals the scorer's own
     texts = ["Paris is the capital of France.", "Berlin is in Germany.", "The Seine flows through Paris."]
     nodes = [NodeWithScore(node=TextNode(text=t, id_=str(i)), score=1.0 - i / 10) for i, t in enumerate(texts)]
-    for named in ({"family": "orders"}, {"family": "swap_orders", "rule": "combined", "confidence_weight": 0.25},
-                  {"family": "swap_reversed", "rule": "agreement", "supported": False}):
+    for named in (
+        {"family": "orders"},
+        {"family": "swap_orders", "rule": "combined", "confidence_weight": 0.25},
+        {"family": "swap_reversed", "rule": "agreement", "supported": False},
+    ):
         rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, qa_template=None, **named)
         got = rerank.postprocess_nodes(nodes, query_str="What is the capital of France?")
-        want = rerank.scorer.rerank("What is the capital of France?", texts, top_n=2, relevance=[n.score for n in nodes],
-                                    settings=grogu.ModeSettings(**named))
+        want = rerank.scorer.rerank(
+            "What is the capital of France?",
+            texts,
+            top_n=2,
+            relevance=[n.score for n in nodes],
+            settings=grogu.ModeSettings(**named),
+        )
         assert [n.node.node_id for n in got] == [str(r.index) for r in want]

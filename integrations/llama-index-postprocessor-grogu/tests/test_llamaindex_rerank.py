@@ -7,17 +7,17 @@ import asyncio
 import logging
 
 import pytest
-
-import grogu
-from grogu.scorer import long_context_order
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import MetadataMode, QueryBundle, TextNode
 from llama_index.postprocessor.grogu import GroguRerank
 from llama_index.postprocessor.grogu.utils import resolve_engine
+
+import grogu
+from grogu.scorer import long_context_order
 
 K = 5
 TOKENS = 8
@@ -45,8 +45,9 @@ def test_pipeline_order_metadata_and_shared_model(index, llm, scorer, questions)
     rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
     assert rerank.scorer.engine is scorer.engine and rerank.scorer.engine.model is llm._model  # no second copy
     assert rerank.model == "tiny-llama"
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                            node_postprocessors=[rerank])
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank]
+    )
     response = engine.query(query)
 
     got = response.source_nodes
@@ -74,20 +75,25 @@ def test_top_n_and_threshold(index, llm, scorer, questions):
     retrieved = retrieve(index, query)
     scores = sorted((r.score for r in scorer.score(query, texts(retrieved))), reverse=True)
     threshold = (scores[2] + scores[3]) / 2  # three nodes above it
-    all_nodes = GroguRerank(model=llm, max_new_tokens=TOKENS, mode="document").postprocess_nodes(retrieve(index, query), query_str=query)
+    all_nodes = GroguRerank(model=llm, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
+        retrieve(index, query), query_str=query
+    )
     assert len(all_nodes) == K and [n.score for n in all_nodes] == pytest.approx(scores, abs=1e-6)
 
     kept = GroguRerank(model=llm, threshold=threshold, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
-        retrieve(index, query), query_str=query)
+        retrieve(index, query), query_str=query
+    )
     assert [n.score for n in kept] == pytest.approx(scores[:3], abs=1e-6)
     assert all(n.score >= threshold for n in kept)
 
-    both = GroguRerank(top_n=2, model=llm, threshold=threshold, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
-        retrieve(index, query), query_str=query)
+    both = GroguRerank(
+        top_n=2, model=llm, threshold=threshold, max_new_tokens=TOKENS, mode="document"
+    ).postprocess_nodes(retrieve(index, query), query_str=query)
     assert [n.node.node_id for n in both] == [n.node.node_id for n in kept[:2]]
 
     none = GroguRerank(model=llm, threshold=scores[0] + 1.0, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
-        retrieve(index, query), query_str=query)
+        retrieve(index, query), query_str=query
+    )
     assert none == []
 
 
@@ -95,9 +101,11 @@ def test_metric_is_selectable(index, llm, questions):
     query = questions[6]
     retrieved = retrieve(index, query)
     expected = grogu.UtilityScorer((llm._model, llm._tokenizer), metric="key_ppl", max_new_tokens=TOKENS).rerank(
-        query, texts(retrieved), mode="document")
+        query, texts(retrieved), mode="document"
+    )
     out = GroguRerank(model=llm, metric="key_ppl", max_new_tokens=TOKENS, mode="document").postprocess_nodes(
-        retrieve(index, query), query_str=query)
+        retrieve(index, query), query_str=query
+    )
     assert [n.node.node_id for n in out] == [retrieved[r.index].node.node_id for r in expected]
     assert [n.score for n in out] == pytest.approx([r.score for r in expected], abs=1e-6)
     assert out[0].node.metadata["grogu"]["metric"] == "key_ppl" and all(n.score < 0 for n in out)
@@ -108,8 +116,12 @@ def test_layout_after_picks_best_context_order(index, llm, scorer, questions):
     retrieved = retrieve(index, query)
     docs = texts(retrieved)
     utility = [r.index for r in scorer.rerank(query, docs, top_n=3, mode="document")]
-    candidates = {"utility": utility, "retrieval": sorted(utility), "reversed": utility[::-1],
-                  "long_context": long_context_order(utility)}
+    candidates = {
+        "utility": utility,
+        "retrieval": sorted(utility),
+        "reversed": utility[::-1],
+        "long_context": long_context_order(utility),
+    }
     unique = {}
     for name, order in candidates.items():
         if order not in unique.values():
@@ -119,13 +131,17 @@ def test_layout_after_picks_best_context_order(index, llm, scorer, questions):
     best_order = list(unique.values())[best]
 
     out = GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS, mode="document").postprocess_nodes(
-        retrieve(index, query), query_str=query)
+        retrieve(index, query), query_str=query
+    )
     assert [n.node.node_id for n in out] == [retrieved[i].node.node_id for i in best_order]
     layout = out[0].node.metadata["grogu"]["layout"]
     assert layout["name"] == list(unique)[best]
     assert layout["candidates"] == pytest.approx({n: c.score for n, c in zip(unique, context)}, abs=1e-6)
-    async_out = asyncio.run(GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS, mode="document")
-                            .apostprocess_nodes(retrieve(index, query), query_str=query))
+    async_out = asyncio.run(
+        GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS, mode="document").apostprocess_nodes(
+            retrieve(index, query), query_str=query
+        )
+    )
     assert [n.node.node_id for n in async_out] == [n.node.node_id for n in out]
     # per-node utilities are still the scores
     utilities = {r.index: r.score for r in scorer.score(query, docs)}
@@ -140,23 +156,25 @@ def test_layout_only_orders_the_retrieved_top_n(index, llm, scorer, questions):
     choice = scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts])
     with pytest.warns(DeprecationWarning, match="family='orders'"):
         only = GroguRerank(top_n=3, model=llm, layout="only", max_new_tokens=TOKENS, mode="document")
-    out = only.postprocess_nodes(
-        retrieve(index, query), query_str=query)
+    out = only.postprocess_nodes(retrieve(index, query), query_str=query)
     order = layouts[choice.best][1]
     assert [n.node.node_id for n in out] == [retrieved[i].node.node_id for i in order]
     assert [n.score for n in out] == pytest.approx([retrieved[i].score for i in order])  # retrieval scores kept
     assert out[0].node.metadata["grogu"]["layout"]["context_score"] == pytest.approx(choice.scores[choice.best].score)
     # what replaces it: the context mode's orders family chooses the same order
-    orders = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, family="orders", rule="confidence",
-                         supported=False, qa_template=None)
-    assert [n.node.node_id for n in orders.postprocess_nodes(retrieve(index, query), query_str=query)] == \
-        [n.node.node_id for n in out]
+    orders = GroguRerank(
+        top_n=3, model=llm, max_new_tokens=TOKENS, family="orders", rule="confidence", supported=False, qa_template=None
+    )
+    assert [n.node.node_id for n in orders.postprocess_nodes(retrieve(index, query), query_str=query)] == [
+        n.node.node_id for n in out
+    ]
 
 
 def test_async_equals_sync_and_concurrent_queries_share_batches(index, llm, questions):
     rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                            node_postprocessors=[rerank])
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank]
+    )
     qs = questions[4:8]
     sync = [engine.query(q) for q in qs]
 
@@ -204,8 +222,9 @@ def test_passthrough_keeps_every_node_in_order(index, llm, tokenizer, questions,
     before = [(n.node.node_id, n.score) for n in retrieved]
 
     with pytest.raises(ValueError, match="context window"):
-        GroguRerank(top_n=2, model=small, max_new_tokens=TOKENS, mode="document").postprocess_nodes(retrieve(index, query),
-                                                                                  query_str=query)
+        GroguRerank(top_n=2, model=small, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
+            retrieve(index, query), query_str=query
+        )
 
     rerank = GroguRerank(top_n=2, model=small, on_error="passthrough", max_new_tokens=TOKENS, mode="document")
     with caplog.at_level(logging.WARNING, logger="llama_index.postprocessor.grogu.base"):
@@ -218,8 +237,9 @@ def test_passthrough_keeps_every_node_in_order(index, llm, tokenizer, questions,
     assert [(n.node.node_id, n.score) for n in async_out] == before
 
     # in a full pipeline the synthesizer still gets every retrieved node
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                            node_postprocessors=[rerank])
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank]
+    )
     response = engine.query(query)
     assert [n.node.node_id for n in response.source_nodes] == [i for i, _ in before]
 
@@ -236,9 +256,12 @@ def test_instrumentation_and_callback_events(index, llm, questions, attach):
     collect = attach(_Collect(events=[]))
     debug = LlamaDebugHandler()
     rerank = GroguRerank(top_n=2, model=llm, max_new_tokens=TOKENS, mode="document")
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=K), llm=llm,
-                                            node_postprocessors=[rerank],
-                                            callback_manager=CallbackManager([debug]))
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=K),
+        llm=llm,
+        node_postprocessors=[rerank],
+        callback_manager=CallbackManager([debug]),
+    )
     response = engine.query(questions[5])
     start, end = collect.events
     assert isinstance(start, ReRankStartEvent) and isinstance(end, ReRankEndEvent)
@@ -259,9 +282,14 @@ def test_bad_input_gives_clear_errors(index, llm, questions):
     with pytest.raises(TypeError, match="node 1 is a TextNode"):
         rerank.postprocess_nodes([nodes[0], TextNode(text="x")], query_str="q")
     assert rerank.postprocess_nodes([], query_bundle=QueryBundle("q")) == []
-    for kwargs, match in [({"top_n": 0}, "top_n"), ({"metric": "bleu"}, "metric"), ({"layout": "best"}, "layout"),
-                          ({"on_error": "ignore"}, "on_error"), ({"layout": "only", "threshold": -1.0}, "threshold"),
-                          ({"threshold": "high"}, "threshold")]:
+    for kwargs, match in [
+        ({"top_n": 0}, "top_n"),
+        ({"metric": "bleu"}, "metric"),
+        ({"layout": "best"}, "layout"),
+        ({"on_error": "ignore"}, "on_error"),
+        ({"layout": "only", "threshold": -1.0}, "threshold"),
+        ({"threshold": "high"}, "threshold"),
+    ]:
         with pytest.raises(ValueError, match=match):
             GroguRerank(model=llm, **kwargs)
     with pytest.raises(TypeError, match="does not expose token probabilities"):

@@ -6,18 +6,21 @@ server gave the chosen context, which is the answer the LLM itself gives for it.
 from __future__ import annotations
 
 import pytest
-
-import grogu
-from grogu import testing
 from llama_index.core import Document, VectorStoreIndex, get_response_synthesizer
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank, GroguSynthesizer
 
+import grogu
+from grogu import testing
+
 pytestmark = pytest.mark.slow  # a real llama-cpp-python server: not in the fast subset (-m 'not slow')
 
 QUERY = "What is the capital city of Australia?"
-TEXTS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
-         "Paris is the capital of France."]
+TEXTS = [
+    "Canberra is the capital city of Australia.",
+    "Sydney is the largest city in Australia.",
+    "Paris is the capital of France.",
+]
 BUDGET = 12
 
 
@@ -33,8 +36,15 @@ def served_llm(server):
     from llama_index.llms.openai_like import OpenAILike
 
     # greedy and plain: llama-cpp-python's server applies a repeat penalty of 1.1 unless told otherwise
-    return OpenAILike(api_base=server.url, model=grogu.DEFAULT_MODEL, api_key="none", is_chat_model=True,
-                      temperature=0.0, max_tokens=BUDGET, additional_kwargs={"extra_body": {"repeat_penalty": 1.0}})
+    return OpenAILike(
+        api_base=server.url,
+        model=grogu.DEFAULT_MODEL,
+        api_key="none",
+        is_chat_model=True,
+        temperature=0.0,
+        max_tokens=BUDGET,
+        additional_kwargs={"extra_body": {"repeat_penalty": 1.0}},
+    )
 
 
 def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, embed_model, attach):
@@ -44,11 +54,16 @@ def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, 
     assert isinstance(rerank.scorer.engine, grogu.ServerTarget)
     assert rerank.scorer.engine.model_name == grogu.DEFAULT_MODEL and rerank.max_new_tokens == BUDGET
     wrapped = GroguSynthesizer(synth)
-    engine = RetrieverQueryEngine.from_args(index.as_retriever(similarity_top_k=3), llm=served_llm,
-                                            node_postprocessors=[rerank], response_synthesizer=wrapped)
+    engine = RetrieverQueryEngine.from_args(
+        index.as_retriever(similarity_top_k=3),
+        llm=served_llm,
+        node_postprocessors=[rerank],
+        response_synthesizer=wrapped,
+    )
     records = []  # the influence handler scores through the same server (forward-only: prompt log-probabilities)
-    handler = attach(GroguInfluenceHandler(model=served_llm, method="leave_one_out_logprob", sinks=[records],
-                                           max_new_tokens=BUDGET))
+    handler = attach(
+        GroguInfluenceHandler(model=served_llm, method="leave_one_out_logprob", sinks=[records], max_new_tokens=BUDGET)
+    )
     assert handler.recorder.scorer.engine is rerank.scorer.engine  # one ServerTarget per server and model
     response = engine.query(QUERY)
     assert wrapped.reused == 1  # no second request for the answer
@@ -69,8 +84,9 @@ def test_the_hosted_openai_api_is_a_grounded_only_target():
     that work."""
     from llama_index.llms.openai_like import OpenAILike
 
-    hosted = OpenAILike(api_base="https://api.openai.com/v1", model="gpt-4o-mini", api_key="sk-test",
-                        is_chat_model=True)
+    hosted = OpenAILike(
+        api_base="https://api.openai.com/v1", model="gpt-4o-mini", api_key="sk-test", is_chat_model=True
+    )
     with pytest.raises(ValueError, match="metric='entropy' or metric='ppl'"):
         GroguRerank(top_n=2, model=hosted, metric="key_entropy")
     assert GroguRerank(top_n=2, model=hosted).metric == "ppl"

@@ -7,9 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import MetadataMode
+from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
-from openinference.semconv.trace import (DocumentAttributes, OpenInferenceSpanKindValues, RerankerAttributes,
-                                         SpanAttributes)
+from openinference.semconv.trace import (
+    DocumentAttributes,
+    OpenInferenceSpanKindValues,
+    RerankerAttributes,
+    SpanAttributes,
+)
 from opentelemetry.trace import StatusCode
 
 import grogu
@@ -18,9 +25,6 @@ from grogu.testing import one_span as one
 from grogu.testing import parent_span as parent_of
 from grogu.testing import span_documents as documents
 from grogu.testing import traced
-from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import MetadataMode
-from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank
 
 K, TOKENS = 4, 8
 KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
@@ -65,8 +69,11 @@ def test_rerank_and_influence_spans_in_a_query_engine(index, llm, embed_model, q
     texts = [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in retrieved]
     expected = rerank.scorer.rerank(query, texts, top_n=2, mode="document")
     outputs = documents(a, OUTPUTS)
-    assert [d[ID] for d in outputs] == [n.node.node_id for n in response.source_nodes] \
+    assert (
+        [d[ID] for d in outputs]
+        == [n.node.node_id for n in response.source_nodes]
         == [retrieved[r.index].node.node_id for r in expected]
+    )
     assert [d[SCORE] for d in outputs] == pytest.approx([r.score for r in expected], abs=1e-5)
     assert list(a["grogu.output.utility"]) == pytest.approx([r.score for r in expected], abs=1e-5)
     assert list(a["grogu.output.index"]) == [r.index for r in expected]
@@ -82,8 +89,11 @@ def test_rerank_and_influence_spans_in_a_query_engine(index, llm, embed_model, q
     b = influence.attributes
     assert b[KIND] == OpenInferenceSpanKindValues.EVALUATOR.value
     assert b[SpanAttributes.INPUT_VALUE] == query and b[SpanAttributes.OUTPUT_VALUE] == str(response)
-    assert list(b["grogu.influence.influence"]) == record["influence"] == \
-        [n.node.metadata["influence"] for n in response.source_nodes]
+    assert (
+        list(b["grogu.influence.influence"])
+        == record["influence"]
+        == [n.node.metadata["influence"] for n in response.source_nodes]
+    )
     assert b["grogu.influence.method"] == record["method"] == "exact"
     assert b["grogu.influence.model"] == "tiny-llama" and b["grogu.influence.run_id"] == record["run_id"]
     assert list(b["grogu.influence.document_ids"]) == [n.node.node_id for n in response.source_nodes]
@@ -94,8 +104,9 @@ def test_rerank_and_influence_spans_in_a_query_engine(index, llm, embed_model, q
     assert event.attributes["grogu.influence.method"] == "exact"
 
 
-def test_failed_scoring_sets_error_status_and_keeps_the_record(index, llm, tokenizer, embed_model, questions,
-                                                               attach, exporter):
+def test_failed_scoring_sets_error_status_and_keeps_the_record(
+    index, llm, tokenizer, embed_model, questions, attach, exporter
+):
     """A real scoring failure: a target LLM whose 256-token window cannot hold this long query."""
     small = grogu.Engine(grogu.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu")
     query = questions[0] + " Please explain in detail. " * 60

@@ -18,6 +18,22 @@ from .report import render_html, write_report
 from .setups import Setup, from_retriever, read_queries, read_setup
 from .stats import PairedComparison, bootstrap_interval, compare, exact_sign_test, sign_flip_p_value
 
-__all__ = ["audit", "AuditResult", "Setup", "read_setup", "read_queries", "from_retriever", "from_influence_logs",
-           "document_table", "rank_curve", "Observation", "write_report", "render_html", "PairedComparison",
-           "compare", "bootstrap_interval", "sign_flip_p_value", "exact_sign_test"]
+__all__ = [
+    "audit",
+    "AuditResult",
+    "Setup",
+    "read_setup",
+    "read_queries",
+    "from_retriever",
+    "from_influence_logs",
+    "document_table",
+    "rank_curve",
+    "Observation",
+    "write_report",
+    "render_html",
+    "PairedComparison",
+    "compare",
+    "bootstrap_interval",
+    "sign_flip_p_value",
+    "exact_sign_test",
+]

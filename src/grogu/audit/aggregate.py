@@ -49,15 +49,23 @@ def document_table(observations: Iterable[Observation], *, min_count: int = 2) -
         values = [o.value for o in obs if o.value is not None and math.isfinite(o.value)]
         utilities = [o.utility for o in obs if o.utility is not None]
         mean_value = _mean(values)
-        rows.append({
-            "key": key, "title": obs[0].title, "text": obs[0].text, "n_retrieved": len(obs),
-            "n_queries": len({o.query for o in obs}), "setups": sorted({o.setup for o in obs}),
-            "mean_rank": _mean([float(o.rank) for o in obs]), "mean_value": mean_value,
-            "n_useful": sum(v > 0 for v in values), "n_harmful": sum(v < 0 for v in values),
-            "mean_utility": _mean(utilities),
-            "never_useful": len(obs) >= min_count and bool(values) and all(v <= 0 for v in values),
-            "harmful": mean_value is not None and mean_value < 0,
-        })
+        rows.append(
+            {
+                "key": key,
+                "title": obs[0].title,
+                "text": obs[0].text,
+                "n_retrieved": len(obs),
+                "n_queries": len({o.query for o in obs}),
+                "setups": sorted({o.setup for o in obs}),
+                "mean_rank": _mean([float(o.rank) for o in obs]),
+                "mean_value": mean_value,
+                "n_useful": sum(v > 0 for v in values),
+                "n_harmful": sum(v < 0 for v in values),
+                "mean_utility": _mean(utilities),
+                "never_useful": len(obs) >= min_count and bool(values) and all(v <= 0 for v in values),
+                "harmful": mean_value is not None and mean_value < 0,
+            }
+        )
     rows.sort(key=lambda r: (-r["n_retrieved"], r["key"]))
     return rows
 
@@ -69,9 +77,13 @@ def rank_curve(observations: Iterable[Observation]) -> dict[str, list[dict[str, 
     for o in observations:
         if o.value is not None and math.isfinite(o.value):
             cells[o.setup][o.rank].append(o.value)
-    return {setup: [{"rank": r, "n": len(v), "mean_value": sum(v) / len(v),
-                     "useful_share": sum(x > 0 for x in v) / len(v)} for r, v in sorted(ranks.items())]
-            for setup, ranks in sorted(cells.items())}
+    return {
+        setup: [
+            {"rank": r, "n": len(v), "mean_value": sum(v) / len(v), "useful_share": sum(x > 0 for x in v) / len(v)}
+            for r, v in sorted(ranks.items())
+        ]
+        for setup, ranks in sorted(cells.items())
+    }
 
 
 def _log_key(doc: dict[str, Any]) -> str:
@@ -80,7 +92,9 @@ def _log_key(doc: dict[str, Any]) -> str:
     return hashlib.sha1(f"\x00{doc.get('page_content') or ''}".encode()).hexdigest()[:12]
 
 
-def observations_from_records(records: Iterable[dict[str, Any]], *, setup_field: str | None = None) -> list[Observation]:
+def observations_from_records(
+    records: Iterable[dict[str, Any]], *, setup_field: str | None = None
+) -> list[Observation]:
     """Observations from :mod:`grogu.influence_log` records (dicts): each document of each record
     without an ``error``, its value its ``influence`` (None where it has none). ``setup_field``: a key of
     the record's ``metadata`` (or a record field, e.g. ``run_name``) naming the set-up; default "log"."""
@@ -93,10 +107,18 @@ def observations_from_records(records: Iterable[dict[str, Any]], *, setup_field:
             setup = str((rec.get("metadata") or {}).get(setup_field, rec.get(setup_field, "log")))
         for doc in rec.get("documents") or []:
             title = (doc.get("metadata") or {}).get("title")
-            out.append(Observation(key=_log_key(doc), text=doc.get("page_content") or "",
-                                   title=title if isinstance(title, str) else None, query=rec.get("query") or "",
-                                   setup=setup, rank=int(doc.get("index", 0)) + 1, value=doc.get("influence"),
-                                   utility=doc.get("utility")))
+            out.append(
+                Observation(
+                    key=_log_key(doc),
+                    text=doc.get("page_content") or "",
+                    title=title if isinstance(title, str) else None,
+                    query=rec.get("query") or "",
+                    setup=setup,
+                    rank=int(doc.get("index", 0)) + 1,
+                    value=doc.get("influence"),
+                    utility=doc.get("utility"),
+                )
+            )
     return out
 
 
@@ -109,13 +131,19 @@ def read_records(paths: Sequence[str]) -> list[dict[str, Any]]:
     return records
 
 
-def from_influence_logs(paths_or_records: Sequence[Any], *, setup_field: str | None = None,
-                        min_count: int = 2) -> dict[str, Any]:
+def from_influence_logs(
+    paths_or_records: Sequence[Any], *, setup_field: str | None = None, min_count: int = 2
+) -> dict[str, Any]:
     """The audit's per-document aggregates from influence logs: JSONL paths or record dicts. Returns
     ``{"documents": document_table(...), "rank_curve": rank_curve(...), "n_records", "n_observations"}``;
     the value is the Influence Score (how much the answer rested on the document)."""
     records = [r for r in paths_or_records if isinstance(r, dict)]
     records += read_records([p for p in paths_or_records if isinstance(p, str)])
     obs = observations_from_records(records, setup_field=setup_field)
-    return {"documents": document_table(obs, min_count=min_count), "rank_curve": rank_curve(obs),
-            "n_records": len(records), "n_observations": len(obs), "value": "influence"}
+    return {
+        "documents": document_table(obs, min_count=min_count),
+        "rank_curve": rank_curve(obs),
+        "n_records": len(records),
+        "n_observations": len(obs),
+        "value": "influence",
+    }

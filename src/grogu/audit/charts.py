@@ -38,8 +38,15 @@ def setup_chart(setups: dict[str, dict[str, Any]], order: Sequence[str], metric:
     means = [setups[n]["mean_utility"] for n in names]
     err = [[m - setups[n]["low"] for n, m in zip(names, means)], [setups[n]["high"] - m for n, m in zip(names, means)]]
     for i, n in enumerate(names):
-        ax.errorbar([means[i]], [n], xerr=[[err[0][i]], [err[1][i]]], fmt="o", markersize=8, capsize=5,
-                    color=PALETTE[order.index(n) % len(PALETTE)])
+        ax.errorbar(
+            [means[i]],
+            [n],
+            xerr=[[err[0][i]], [err[1][i]]],
+            fmt="o",
+            markersize=8,
+            capsize=5,
+            color=PALETTE[order.index(n) % len(PALETTE)],
+        )
     ax.set_xlabel(f"mean context utility ({metric}; higher = more useful to the LLM)")
     ax.set_title("Retrieval set-ups: mean utility of the context, 95% bootstrap interval")
     ax.margins(y=0.3)
@@ -65,8 +72,13 @@ def rank_chart(curve: dict[str, list[dict[str, Any]]], value_label: str) -> str:
     fig, ax = _figure(7.0, 3.6)
     ax.grid(axis="y", alpha=0.3)
     for i, (setup, points) in enumerate(curve.items()):
-        ax.plot([p["rank"] for p in points], [p["mean_value"] for p in points], marker="o",
-                color=PALETTE[i % len(PALETTE)], label=setup)
+        ax.plot(
+            [p["rank"] for p in points],
+            [p["mean_value"] for p in points],
+            marker="o",
+            color=PALETTE[i % len(PALETTE)],
+            label=setup,
+        )
     ax.axhline(0.0, color="#444", lw=1, ls="--")
     ax.set_xlabel("retrieval rank")
     ax.set_xticks(sorted({p["rank"] for points in curve.values() for p in points}))

@@ -24,19 +24,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..cli import POSITIVE_INT, add_server_arguments
 
     src = p.add_argument_group("input")
-    src.add_argument("--setup", action="append", default=[], metavar="NAME=FILE",
-                     help="a retrieval set-up: JSONL of {'query', 'documents'} lines (repeatable; NAME defaults "
-                          "to the file's stem)")
+    src.add_argument(
+        "--setup",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="a retrieval set-up: JSONL of {'query', 'documents'} lines (repeatable; NAME defaults to the file's stem)",
+    )
     src.add_argument("--queries", default=None, help="audit only these queries (JSONL of {'query'} or one a line)")
     src.add_argument("--example", action="store_true", help="the bundled example: three set-ups, eight queries")
-    src.add_argument("--logs", nargs="+", default=None, help="aggregate influence-log JSONL files instead "
-                                                             "(grogu.influence_log records; no model is run)")
+    src.add_argument(
+        "--logs",
+        nargs="+",
+        default=None,
+        help="aggregate influence-log JSONL files instead (grogu.influence_log records; no model is run)",
+    )
     src.add_argument("--setup-field", default=None, help="--logs: the metadata key naming each record's set-up")
     p.add_argument("--out", default="audit-report", help="folder for report.html and summary.json")
     p.add_argument("--top-n", type=POSITIVE_INT, default=None, help="documents per context (default: all given)")
-    p.add_argument("--no-documents", action="store_true",
-                   help="score the contexts only (no per-document usefulness: k + 1 fewer contexts a query)")
-    p.add_argument("--min-count", type=POSITIVE_INT, default=2, help="retrievals before a document can be 'never useful'")
+    p.add_argument(
+        "--no-documents",
+        action="store_true",
+        help="score the contexts only (no per-document usefulness: k + 1 fewer contexts a query)",
+    )
+    p.add_argument(
+        "--min-count", type=POSITIVE_INT, default=2, help="retrievals before a document can be 'never useful'"
+    )
     p.add_argument("--batch-size", type=POSITIVE_INT, default=16, help="contexts per scorer call")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM (default {DEFAULT_MODEL})")
@@ -57,21 +70,34 @@ def example_setups() -> list:
     from .setups import Setup, document
 
     data = json.loads(resources.files("grogu").joinpath("data/audit_example.json").read_text("utf-8"))
-    return [Setup(name, {it["query"]: [document(d) for d in it["documents"]] for it in runs})
-            for name, runs in data["setups"].items()]
+    return [
+        Setup(name, {it["query"]: [document(d) for d in it["documents"]] for it in runs})
+        for name, runs in data["setups"].items()
+    ]
 
 
 def _scorer(args: argparse.Namespace):
     if args.remote:
         from ..serve import RemoteScorer
 
-        return RemoteScorer(args.remote, token=args.token, metric=args.metric, max_new_tokens=args.max_new_tokens,
-                            answer_style=args.answer_style)
+        return RemoteScorer(
+            args.remote,
+            token=args.token,
+            metric=args.metric,
+            max_new_tokens=args.max_new_tokens,
+            answer_style=args.answer_style,
+        )
     from ..batch import target_of
     from ..scorer import UtilityScorer
 
-    return UtilityScorer(target_of(args), metric=args.metric, max_new_tokens=args.max_new_tokens, device=args.device,
-                         dtype=args.dtype, answer_style=args.answer_style)
+    return UtilityScorer(
+        target_of(args),
+        metric=args.metric,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        dtype=args.dtype,
+        answer_style=args.answer_style,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,13 +123,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise SystemExit("give --setup NAME=FILE (at least one), --example, or --logs FILE")
     queries = read_queries(args.queries) if args.queries else None
-    result = audit(_scorer(args), setups, queries=queries, top_n=args.top_n, documents=not args.no_documents,
-                   batch_size=args.batch_size, min_count=args.min_count, seed=args.seed, progress=not args.quiet)
+    result = audit(
+        _scorer(args),
+        setups,
+        queries=queries,
+        top_n=args.top_n,
+        documents=not args.no_documents,
+        batch_size=args.batch_size,
+        min_count=args.min_count,
+        seed=args.seed,
+        progress=not args.quiet,
+    )
     summary = result.as_dict()
     html, js = write_report(summary, args.out, args.title)
     t = result.timing
-    print(f"{len(result.queries)} queries, {t['contexts']} contexts in {t['seconds']:.1f} s "
-          f"({t['contexts_per_s']:.2f} contexts/s)", file=sys.stderr)
+    print(
+        f"{len(result.queries)} queries, {t['contexts']} contexts in {t['seconds']:.1f} s "
+        f"({t['contexts_per_s']:.2f} contexts/s)",
+        file=sys.stderr,
+    )
     for rank, name in enumerate(result.ranking(), 1):
         s = result.setups[name]
         print(f"{rank}. {name:<20} mean utility {s['mean_utility']:+.4f}  [{s['low']:+.4f}, {s['high']:+.4f}]")

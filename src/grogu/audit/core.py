@@ -55,14 +55,23 @@ class AuditResult:
         return sorted(self.setup_names, key=lambda s: -self.setups[s]["mean_utility"])
 
     def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "metric": self.metric, "top_n": self.top_n, "ranking": self.ranking(),
-                "setups": self.setups, "comparisons": [c.as_dict() for c in self.comparisons],
-                "documents": self.documents, "rank_curve": self.rank_curve, "timing": self.timing,
-                "queries": self.queries}
+        return {
+            "model": self.model,
+            "metric": self.metric,
+            "top_n": self.top_n,
+            "ranking": self.ranking(),
+            "setups": self.setups,
+            "comparisons": [c.as_dict() for c in self.comparisons],
+            "documents": self.documents,
+            "rank_curve": self.rank_curve,
+            "timing": self.timing,
+            "queries": self.queries,
+        }
 
 
-def plan_contexts(setups: Sequence[Setup], queries: Sequence[str], top_n: int | None,
-                  documents: bool) -> tuple[list[ContextKey], dict[str, dict[str, Any]]]:
+def plan_contexts(
+    setups: Sequence[Setup], queries: Sequence[str], top_n: int | None, documents: bool
+) -> tuple[list[ContextKey], dict[str, dict[str, Any]]]:
     """(distinct contexts to score, grouped by query; every document by key)."""
     texts: dict[str, dict[str, Any]] = {}
     keys: dict[ContextKey, None] = {}
@@ -78,17 +87,25 @@ def plan_contexts(setups: Sequence[Setup], queries: Sequence[str], top_n: int | 
     return list(keys), texts
 
 
-def score_contexts(scorer: Any, contexts: Sequence[ContextKey], texts: dict[str, dict[str, Any]], *,
-                   batch_size: int = 16, progress: bool = True) -> dict[ContextKey, Any]:
+def score_contexts(
+    scorer: Any,
+    contexts: Sequence[ContextKey],
+    texts: dict[str, dict[str, Any]],
+    *,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> dict[ContextKey, Any]:
     """Each context's :class:`grogu.ContextScore`, ``batch_size`` contexts per scorer call."""
     from tqdm import tqdm
 
     out: dict[ContextKey, Any] = {}
     bar = tqdm(total=len(contexts), desc="contexts", unit="ctx", disable=not progress, file=sys.stderr)
     for start in range(0, len(contexts), batch_size):
-        chunk = contexts[start:start + batch_size]
-        items = [(q, [[_doc(texts[k]) for k in ks] for _, ks in group])
-                 for q, group in itertools.groupby(chunk, key=lambda c: c[0])]
+        chunk = contexts[start : start + batch_size]
+        items = [
+            (q, [[_doc(texts[k]) for k in ks] for _, ks in group])
+            for q, group in itertools.groupby(chunk, key=lambda c: c[0])
+        ]
         scored = scorer.score_contexts_batch([(q, list(c)) for q, c in items])
         out.update(zip(chunk, itertools.chain.from_iterable(scored)))
         bar.update(len(chunk))
@@ -100,9 +117,20 @@ def _doc(d: dict[str, Any]) -> Any:
     return {"text": d["text"], "title": d["title"]} if d.get("title") else d["text"]
 
 
-def audit(scorer: Any, setups: Sequence[Setup], *, queries: Sequence[str] | None = None, top_n: int | None = None,
-          documents: bool = True, batch_size: int = 16, min_count: int = 2, level: float = 0.95,
-          resamples: int = 4000, seed: int = 0, progress: bool = True) -> AuditResult:
+def audit(
+    scorer: Any,
+    setups: Sequence[Setup],
+    *,
+    queries: Sequence[str] | None = None,
+    top_n: int | None = None,
+    documents: bool = True,
+    batch_size: int = 16,
+    min_count: int = 2,
+    level: float = 0.95,
+    resamples: int = 4000,
+    seed: int = 0,
+    progress: bool = True,
+) -> AuditResult:
     """Audit retrieval set-ups for the target LLM behind ``scorer`` (a :class:`grogu.UtilityScorer`, or
     anything with its ``score_contexts_batch``: :class:`grogu.RemoteScorer`).
 
@@ -135,8 +163,11 @@ def audit(scorer: Any, setups: Sequence[Setup], *, queries: Sequence[str] | None
             for rank, d in enumerate(docs, 1):
                 use = scored[(q, (d["key"],))].score - none if documents else None
                 given.append({**d, "rank": rank, "usefulness": use})
-                observations.append(A.Observation(key=d["key"], text=d["text"], title=d["title"], query=q,
-                                                  setup=s.name, rank=rank, value=use))
+                observations.append(
+                    A.Observation(
+                        key=d["key"], text=d["text"], title=d["title"], query=q, setup=s.name, rank=rank, value=use
+                    )
+                )
             row["setups"][s.name] = {"utility": ctx.score, "answer": ctx.answer, "documents": given}
         rows.append(row)
     per_setup = {}
@@ -145,14 +176,32 @@ def audit(scorer: Any, setups: Sequence[Setup], *, queries: Sequence[str] | None
         low, high = stats.bootstrap_interval(values, level=level, resamples=resamples, seed=seed + i)
         per_setup[s.name] = {"n": len(values), "mean_utility": sum(values) / len(values), "low": low, "high": high}
     order = sorted(names, key=lambda n: -per_setup[n]["mean_utility"])
-    comparisons = [stats.compare(a, b, [r["setups"][a]["utility"] for r in rows],
-                                 [r["setups"][b]["utility"] for r in rows], level=level, resamples=resamples, seed=seed)
-                   for a, b in itertools.combinations(order, 2)]
+    comparisons = [
+        stats.compare(
+            a,
+            b,
+            [r["setups"][a]["utility"] for r in rows],
+            [r["setups"][b]["utility"] for r in rows],
+            level=level,
+            resamples=resamples,
+            seed=seed,
+        )
+        for a, b in itertools.combinations(order, 2)
+    ]
     model = getattr(scorer, "model_name", "?")
     return AuditResult(
-        model=str(model), metric=str(getattr(scorer, "metric", "?")), top_n=top_n, setup_names=names, queries=rows,
-        setups=per_setup, comparisons=comparisons,
+        model=str(model),
+        metric=str(getattr(scorer, "metric", "?")),
+        top_n=top_n,
+        setup_names=names,
+        queries=rows,
+        setups=per_setup,
+        comparisons=comparisons,
         documents=A.document_table(observations, min_count=min_count) if documents else [],
         rank_curve=A.rank_curve(observations) if documents else {},
-        timing={"contexts": len(contexts), "seconds": elapsed,
-                "contexts_per_s": len(contexts) / elapsed if elapsed > 0 else float("nan")})
+        timing={
+            "contexts": len(contexts),
+            "seconds": elapsed,
+            "contexts_per_s": len(contexts) / elapsed if elapsed > 0 else float("nan"),
+        },
+    )

@@ -42,15 +42,22 @@ def page_data(summary: dict[str, Any]) -> dict[str, Any]:
     (:func:`grogu.audit.aggregate.from_influence_logs`, which has no set-ups)."""
     docs = summary.get("documents", [])
     scored = [d for d in docs if d.get("mean_value") is not None]
-    value_label = "influence score" if summary.get("value") == "influence" else "usefulness (utility alone − no document)"
-    data: dict[str, Any] = {"summary": summary, "value_label": value_label, "charts": {},
-                            # the upper and the lower half by mean value: no document in both tables
-                            "most_useful": sorted(scored, key=lambda d: -d["mean_value"])[:min(MAX_DOCUMENTS, (len(scored) + 1) // 2)],
-                            "least_useful": sorted(scored, key=lambda d: d["mean_value"])[:min(MAX_DOCUMENTS, len(scored) // 2)],
-                            "never_useful": [d for d in docs if d["never_useful"]][:MAX_DOCUMENTS],
-                            "n_never_useful": sum(d["never_useful"] for d in docs),
-                            "n_harmful": sum(d["harmful"] for d in docs), "n_documents": len(docs),
-                            "queries": summary.get("queries", [])[:MAX_DRILLDOWN]}
+    value_label = (
+        "influence score" if summary.get("value") == "influence" else "usefulness (utility alone − no document)"
+    )
+    data: dict[str, Any] = {
+        "summary": summary,
+        "value_label": value_label,
+        "charts": {},
+        # the upper and the lower half by mean value: no document in both tables
+        "most_useful": sorted(scored, key=lambda d: -d["mean_value"])[: min(MAX_DOCUMENTS, (len(scored) + 1) // 2)],
+        "least_useful": sorted(scored, key=lambda d: d["mean_value"])[: min(MAX_DOCUMENTS, len(scored) // 2)],
+        "never_useful": [d for d in docs if d["never_useful"]][:MAX_DOCUMENTS],
+        "n_never_useful": sum(d["never_useful"] for d in docs),
+        "n_harmful": sum(d["harmful"] for d in docs),
+        "n_documents": len(docs),
+        "queries": summary.get("queries", [])[:MAX_DRILLDOWN],
+    }
     if summary.get("setups"):
         order = summary["ranking"]
         data["charts"]["setups"] = charts.setup_chart(summary["setups"], order, summary["metric"])

@@ -87,10 +87,14 @@ def _from(obj: Any, prefix: str) -> bool:
 
 def _retrieve(retriever: Any, query: str) -> list[dict[str, Any]]:
     if _from(retriever, "llama_index"):
-        return [{"text": n.node.get_content(), "id": n.node.node_id,
-                 "title": (n.node.metadata or {}).get("title")} for n in retriever.retrieve(query)]
-    return [{"text": d.page_content, "id": getattr(d, "id", None), "title": (d.metadata or {}).get("title")}
-            for d in retriever.invoke(query)]
+        return [
+            {"text": n.node.get_content(), "id": n.node.node_id, "title": (n.node.metadata or {}).get("title")}
+            for n in retriever.retrieve(query)
+        ]
+    return [
+        {"text": d.page_content, "id": getattr(d, "id", None), "title": (d.metadata or {}).get("title")}
+        for d in retriever.invoke(query)
+    ]
 
 
 def from_retriever(name: str, retriever: Any, queries: Iterable[str], *, top_k: int | None = None) -> Setup:
@@ -99,8 +103,10 @@ def from_retriever(name: str, retriever: Any, queries: Iterable[str], *, top_k: 
     if _from(retriever, "llama_index") and hasattr(retriever, "as_retriever"):
         retriever = retriever.as_retriever(**({} if top_k is None else {"similarity_top_k": top_k}))
     if not (_from(retriever, "llama_index") and hasattr(retriever, "retrieve")) and not hasattr(retriever, "invoke"):
-        raise TypeError(f"{type(retriever).__name__} is neither a LlamaIndex retriever or index nor a LangChain "
-                        "retriever; write its results to a JSONL file of {'query', 'documents'} lines instead")
+        raise TypeError(
+            f"{type(retriever).__name__} is neither a LlamaIndex retriever or index nor a LangChain "
+            "retriever; write its results to a JSONL file of {'query', 'documents'} lines instead"
+        )
     setup = Setup(name)
     for q in queries:
         docs = _retrieve(retriever, q)

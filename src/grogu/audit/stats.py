@@ -43,8 +43,9 @@ class PairedComparison:
         return asdict(self)
 
 
-def bootstrap_interval(diffs: Sequence[float], *, level: float = 0.95, resamples: int = 4000,
-                       seed: int = 0) -> tuple[float, float]:
+def bootstrap_interval(
+    diffs: Sequence[float], *, level: float = 0.95, resamples: int = 4000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile interval of the mean of ``diffs`` from ``resamples`` paired-bootstrap resamples
     (queries drawn with replacement; numpy's default generator seeded with ``seed``)."""
     d = np.asarray(diffs, dtype=np.float64)
@@ -76,17 +77,35 @@ def sign_flip_p_value(diffs: Sequence[float], *, resamples: int = 20000, seed: i
     return (hits + 1) / (resamples + 1), False
 
 
-def compare(a: str, b: str, values_a: Sequence[float], values_b: Sequence[float], *, level: float = 0.95,
-            resamples: int = 4000, seed: int = 0) -> PairedComparison:
+def compare(
+    a: str,
+    b: str,
+    values_a: Sequence[float],
+    values_b: Sequence[float],
+    *,
+    level: float = 0.95,
+    resamples: int = 4000,
+    seed: int = 0,
+) -> PairedComparison:
     """Paired comparison of two set-ups from their per-query values (same queries, same order)."""
     if len(values_a) != len(values_b):
         raise ValueError(f"paired values differ in length: {len(values_a)} and {len(values_b)}")
     d = np.asarray(values_a, dtype=np.float64) - np.asarray(values_b, dtype=np.float64)
     low, high = bootstrap_interval(d, level=level, resamples=resamples, seed=seed)
     p, exact = sign_flip_p_value(d, seed=seed)
-    return PairedComparison(a=a, b=b, n=int(d.size), mean_diff=float(d.mean()) if d.size else math.nan,
-                            low=low, high=high, level=level, p_value=p, exact=exact,
-                            wins=int(np.sum(d > 0)), losses=int(np.sum(d < 0)))
+    return PairedComparison(
+        a=a,
+        b=b,
+        n=int(d.size),
+        mean_diff=float(d.mean()) if d.size else math.nan,
+        low=low,
+        high=high,
+        level=level,
+        p_value=p,
+        exact=exact,
+        wins=int(np.sum(d > 0)),
+        losses=int(np.sum(d < 0)),
+    )
 
 
 def exact_sign_test(wins: int, losses: int) -> float:
@@ -96,5 +115,5 @@ def exact_sign_test(wins: int, losses: int) -> float:
     if n == 0:
         return 1.0
     k = min(wins, losses)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
     return min(1.0, 2.0 * tail)

@@ -89,8 +89,9 @@ def _validated(c: EngineConfig) -> dict[str, Any]:
     if c.prompt_lookup is not None:
         out["prompt_lookup"] = check_int("prompt_lookup", c.prompt_lookup, minimum=0)
     out["prompt_lookup_min_ngram"] = check_int("prompt_lookup_min_ngram", c.prompt_lookup_min_ngram, minimum=1)
-    out["prompt_lookup_ngram"] = check_int("prompt_lookup_ngram", c.prompt_lookup_ngram,
-                                           minimum=max(2, out["prompt_lookup_min_ngram"]))
+    out["prompt_lookup_ngram"] = check_int(
+        "prompt_lookup_ngram", c.prompt_lookup_ngram, minimum=max(2, out["prompt_lookup_min_ngram"])
+    )
     out["cpu_linear"] = check_choice("cpu_linear", c.cpu_linear, LINEAR_BACKENDS)
     if c.group_overhead_tokens is not None:
         out["group_overhead_tokens"] = check_int("group_overhead_tokens", c.group_overhead_tokens, minimum=0)
@@ -120,8 +121,10 @@ def engine_config(config: EngineConfig | None, **settings: Any) -> EngineConfig:
     if not isinstance(config, EngineConfig):
         raise TypeError(f"config must be an EngineConfig, got {type(config).__name__}")
     if given:
-        raise TypeError(f"pass the engine's settings either in config= or as keyword arguments, not both "
-                        f"(got config= and {', '.join(f'{k}=' for k in given)})")
+        raise TypeError(
+            f"pass the engine's settings either in config= or as keyword arguments, not both "
+            f"(got config= and {', '.join(f'{k}=' for k in given)})"
+        )
     return config
 
 

@@ -25,7 +25,6 @@ from .prefill import PrefixPrefill
 from .stats import continuation_stats
 from .types import Generation, TokenStats
 
-
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
 
@@ -82,8 +81,9 @@ class Engine(Configured):
     ``prefill_tokens``, ``lookup_steps``, ``lookup_drafted``, ``oom_backoffs``.
     """
 
-    prefill_tokens = _part_counter("prefill", "encoded_tokens",
-                                   "Prompt tokens actually encoded, padding excluded (diagnostics).")
+    prefill_tokens = _part_counter(
+        "prefill", "encoded_tokens", "Prompt tokens actually encoded, padding excluded (diagnostics)."
+    )
     lookup_steps = _part_counter("decoder", "steps", "Decode forward passes run (diagnostics).")
     lookup_drafted = _part_counter("decoder", "drafted", "Drafted tokens fed to decode steps (diagnostics).")
 
@@ -105,17 +105,26 @@ class Engine(Configured):
         config: EngineConfig | None = None,
     ) -> None:
         # validated before a model is loaded
-        config = engine_config(config, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
-                               logits_budget_mb=logits_budget_mb, min_shared_prefix=min_shared_prefix,
-                               prompt_lookup=prompt_lookup, prompt_lookup_ngram=prompt_lookup_ngram,
-                               cpu_linear=cpu_linear)
+        config = engine_config(
+            config,
+            max_batch_size=max_batch_size,
+            max_batch_tokens=max_batch_tokens,
+            logits_budget_mb=logits_budget_mb,
+            min_shared_prefix=min_shared_prefix,
+            prompt_lookup=prompt_lookup,
+            prompt_lookup_ngram=prompt_lookup_ngram,
+            cpu_linear=cpu_linear,
+        )
         if tokenizer is not None:
             model = (model, tokenizer)
         if not isinstance(model, (str, tuple)):
             raise TypeError("pass a model name/path, a (model, tokenizer) pair, or a model plus tokenizer=")
         self.model, self.tokenizer = load_model(model, device=device, dtype=dtype)
-        self.model_name = model if isinstance(model, str) else (
-            getattr(self.model.config, "_name_or_path", None) or type(self.model).__name__)
+        self.model_name = (
+            model
+            if isinstance(model, str)
+            else (getattr(self.model.config, "_name_or_path", None) or type(self.model).__name__)
+        )
         self.model.eval()
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
@@ -128,14 +137,21 @@ class Engine(Configured):
         self.max_context_tokens = self._context_window()
         self._lock = threading.RLock()
         self.oom_backoffs = 0  # batches split in two on out-of-memory (diagnostics)
-        self._linears = CpuLinears(self.model, self.config.cpu_linear if self.device.type != "cuda" else "default",
-                                   pack_limit_mb=self.config.cpu_linear_pack_limit_mb)
+        self._linears = CpuLinears(
+            self.model,
+            self.config.cpu_linear if self.device.type != "cuda" else "default",
+            pack_limit_mb=self.config.cpu_linear_pack_limit_mb,
+        )
         self.linear_backend = self._linears.backend
         # the parts; the logits budget counts the model's logits plus their float32 copy
         self.planner = BatchPlanner(logit_bytes=self.vocab_size * max(self.dtype.itemsize, 4))
         self.prefill = PrefixPrefill(self.model, pad_token_id=self.pad_token_id)
-        self.decoder = Decoder(self.model, pad_token_id=self.pad_token_id, stop_token_ids=self.stop_token_ids,
-                               detokenize=functools.partial(_text, self.tokenizer))  # no cycle back to self
+        self.decoder = Decoder(
+            self.model,
+            pad_token_id=self.pad_token_id,
+            stop_token_ids=self.stop_token_ids,
+            detokenize=functools.partial(_text, self.tokenizer),
+        )  # no cycle back to self
 
     # ------------------------------------------------------------------ setup helpers
     def _pad_token_id(self) -> int:
@@ -225,8 +241,9 @@ class Engine(Configured):
 
             def run(batch: list[int]) -> dict[int, Generation]:
                 sampling = None if generators is None else Sampling(temperature, [generators[i] for i in batch])
-                return dict(zip(batch, self._generate_batch([prompts[i] for i in batch], max_new_tokens,
-                                                            sampling, config)))
+                return dict(
+                    zip(batch, self._generate_batch([prompts[i] for i in batch], max_new_tokens, sampling, config))
+                )
 
             res = self.planner.run(batches, run, self._split_batches)
         return [res[i] for i in range(len(prompts))]
@@ -246,15 +263,28 @@ class Engine(Configured):
             lengths = [len(prompts[i]) + len(conts[i]) for i in todo]
             with self._lock, self.kernels():
                 config = self.config
-                batches = self.planner.plan(lengths, config, logit_rows=[len(conts[i]) for i in todo],
-                                            prompts=[prompts[i] for i in todo], padding=self.prefill.stackable)
+                batches = self.planner.plan(
+                    lengths,
+                    config,
+                    logit_rows=[len(conts[i]) for i in todo],
+                    prompts=[prompts[i] for i in todo],
+                    padding=self.prefill.stackable,
+                )
                 batches = [[todo[j] for j in b] for b in batches]
-                res.update(self.planner.run(batches, lambda b: dict(zip(b, self._token_stats_batch(
-                    [prompts[i] for i in b], [conts[i] for i in b], config))), self._split_batches))
+                res.update(
+                    self.planner.run(
+                        batches,
+                        lambda b: dict(
+                            zip(b, self._token_stats_batch([prompts[i] for i in b], [conts[i] for i in b], config))
+                        ),
+                        self._split_batches,
+                    )
+                )
         return [res[i] for i in range(len(prompts))]
 
-    def next_token_logprobs(self, prompts: Sequence[Sequence[int]],
-                            token_ids: Sequence[int] | None = None) -> torch.Tensor:
+    def next_token_logprobs(
+        self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None
+    ) -> torch.Tensor:
         """Log-probabilities (float32, on CPU) of the next token after each prompt: [n, vocab], or
         [n, len(token_ids)] for just the given tokens."""
         prompts = self._check_prompts(prompts)
@@ -273,14 +303,16 @@ class Engine(Configured):
         with self._lock, self.kernels():
             config = self.config
             lengths = [len(p) for p in prompts]
-            res = self.planner.run(self.planner.plan(lengths, config, padding=self.prefill.stackable), run,
-                                   self._split_batches)
+            res = self.planner.run(
+                self.planner.plan(lengths, config, padding=self.prefill.stackable), run, self._split_batches
+            )
         return torch.stack([res[i] for i in range(len(prompts))])
 
     # ------------------------------------------------------------------ one batch, through the parts
     @torch.inference_mode()
-    def _generate_batch(self, seqs: list[list[int]], max_new_tokens: int, sampling: Sampling | None,
-                        config: EngineConfig) -> list[Generation]:
+    def _generate_batch(
+        self, seqs: list[list[int]], max_new_tokens: int, sampling: Sampling | None, config: EngineConfig
+    ) -> list[Generation]:
         """Prefill then decode one planned batch. Greedy decoding takes prompt-lookup drafts where
         ``config.prompt_lookup`` > 0 and the model's caches can be stacked (see
         :attr:`~grogu.engine.prefill.PrefixPrefill.stackable`); the cache gets room for the answer and
@@ -290,17 +322,25 @@ class Engine(Configured):
             drafter = PromptLookup(config.prompt_lookup, config.prompt_lookup_ngram, config.prompt_lookup_min_ngram)
         room = max_new_tokens + (drafter.max_draft if drafter is not None else 0)
         start = self.prefill.for_decoding(seqs, room, config)
-        return self.decoder.decode(start, seqs, max_new_tokens, sampling=sampling, drafter=drafter,
-                                   entropy_chunk_rows=config.entropy_chunk_rows)
+        return self.decoder.decode(
+            start,
+            seqs,
+            max_new_tokens,
+            sampling=sampling,
+            drafter=drafter,
+            entropy_chunk_rows=config.entropy_chunk_rows,
+        )
 
     @torch.inference_mode()
-    def _token_stats_batch(self, prompts: list[list[int]], conts: list[list[int]],
-                           config: EngineConfig) -> list[TokenStats]:
+    def _token_stats_batch(
+        self, prompts: list[list[int]], conts: list[list[int]], config: EngineConfig
+    ) -> list[TokenStats]:
         """Teacher forcing of one planned batch: prompt + continuation (but its last token) encoded for
         the logits at the continuation's positions, a row reusing at most its prompt but the last token."""
         seqs = [p + c[:-1] for p, c in zip(prompts, conts)]
-        logits = self.prefill.logits(seqs, max(len(c) for c in conts), config,
-                                     limits=[len(p) - 1 for p in prompts])  # per row [<= keep, vocab]
+        logits = self.prefill.logits(
+            seqs, max(len(c) for c in conts), config, limits=[len(p) - 1 for p in prompts]
+        )  # per row [<= keep, vocab]
         return continuation_stats(logits, conts, config.entropy_chunk_rows)
 
     def _split_batches(self, half: int) -> None:
@@ -315,8 +355,9 @@ _SHARED: dict[tuple, Engine] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def get_engine(model: Any = DEFAULT_MODEL, *, device: str | None = None, dtype: str | None = None,
-               **kwargs: Any) -> Engine:
+def get_engine(
+    model: Any = DEFAULT_MODEL, *, device: str | None = None, dtype: str | None = None, **kwargs: Any
+) -> Engine:
     """The process-wide engine for (model, device, dtype): loaded once, shared by every caller.
 
     ``model`` may be an Engine or a :class:`grogu.ServerTarget` (returned as is), a name/path, or a

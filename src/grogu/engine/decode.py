@@ -27,8 +27,9 @@ class Sampling:
     generators: list[torch.Generator]  # one per row of the batch
 
 
-def row_generators(prompts: Sequence[Sequence[int]], seed: int,
-                   numbers: Sequence[int] | None = None) -> list[torch.Generator]:
+def row_generators(
+    prompts: Sequence[Sequence[int]], seed: int, numbers: Sequence[int] | None = None
+) -> list[torch.Generator]:
     """One CPU generator per prompt (for :class:`Sampling`), seeded from (seed, the prompt's tokens, how
     many identical prompts come before it, or ``numbers[i]`` when given): each prompt's samples are
     reproducible whatever else is in the call, and whatever batches the call is split into."""
@@ -60,8 +61,9 @@ class Decoder:
         drafted: drafted tokens fed so far (diagnostics; may be reset).
     """
 
-    def __init__(self, model: Any, *, pad_token_id: int, stop_token_ids: Sequence[int],
-                 detokenize: Callable[[list[int]], str]) -> None:
+    def __init__(
+        self, model: Any, *, pad_token_id: int, stop_token_ids: Sequence[int], detokenize: Callable[[list[int]], str]
+    ) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         self.pad_token_id = pad_token_id
@@ -70,9 +72,16 @@ class Decoder:
         self.steps = self.drafted = 0
 
     @torch.inference_mode()
-    def decode(self, start: PrefilledBatch, histories: list[list[int]], max_new_tokens: int, *,
-               sampling: Sampling | None = None, drafter: PromptLookup | None = None,
-               entropy_chunk_rows: int = 64) -> list[Generation]:
+    def decode(
+        self,
+        start: PrefilledBatch,
+        histories: list[list[int]],
+        max_new_tokens: int,
+        *,
+        sampling: Sampling | None = None,
+        drafter: PromptLookup | None = None,
+        entropy_chunk_rows: int = 64,
+    ) -> list[Generation]:
         """Decode a batch from ``start`` (whose cache must have room for ``max_new_tokens`` plus
         ``drafter.max_draft`` positions; its tensors are consumed): ``histories[i]`` is row i's prompt,
         where ``drafter`` looks for drafts. Greedy (``sampling`` None) with a drafter, each step feeds
@@ -96,7 +105,9 @@ class Decoder:
             if drafts and max(map(len, drafts)):
                 # cache slots of the rejected drafts (and of draft padding) never count again
                 width = 1 + max(map(len, drafts))
-                valid = torch.arange(width, device=self.device)[None] <= torch.tensor(accepted, device=self.device)[:, None]
+                valid = (
+                    torch.arange(width, device=self.device)[None] <= torch.tensor(accepted, device=self.device)[:, None]
+                )
                 attention[:, -width:] = valid.to(attention.dtype)
             if fed_step:  # the pending token and the accepted drafts are now in the cache
                 last_pos = last_pos + torch.tensor([a + 1 for a in accepted], device=last_pos.device)
@@ -107,8 +118,12 @@ class Decoder:
                 cache.batch_select_indices(idx)
                 attention, last_pos, rows = attention[idx], last_pos[idx], rows[idx]
                 pending = [t for t, k in zip(pending, keep) if k]
-            drafts = [drafter.propose(state.history[r], max_new_tokens - len(state.tokens[r]) - 1)
-                      if drafter is not None else [] for r in rows.tolist()]
+            drafts = [
+                drafter.propose(state.history[r], max_new_tokens - len(state.tokens[r]) - 1)
+                if drafter is not None
+                else []
+                for r in rows.tolist()
+            ]
             logits, attention = self._feed(pending, drafts, cache, attention, last_pos)
             fed_step = True
         return state.generations(self.detokenize)
@@ -121,14 +136,23 @@ class Decoder:
         probs = torch.softmax(logits[:, 0].float() / sampling.temperature, dim=-1).cpu()  # [active, vocab]
         return [torch.multinomial(probs[j], 1, generator=sampling.generators[r]).tolist() for j, r in enumerate(active)]
 
-    def _keep(self, state: "_Answers", logits: torch.Tensor, choice: list, accepted: list[int], active: list[int],
-              max_new_tokens: int, chunk_rows: int) -> tuple[list[bool], list[int]]:
+    def _keep(
+        self,
+        state: "_Answers",
+        logits: torch.Tensor,
+        choice: list,
+        accepted: list[int],
+        active: list[int],
+        max_new_tokens: int,
+        chunk_rows: int,
+    ) -> tuple[list[bool], list[int]]:
         """Append each row's kept tokens with their statistics (read only at the kept positions); returns
         which rows go on and each row's pending token (its last chosen one)."""
         pick_row = torch.tensor([j for j, a in enumerate(accepted) for _ in range(a + 1)], device=self.device)
         pick_pos = torch.tensor([p for a in accepted for p in range(a + 1)], device=self.device)
-        picked = torch.tensor([choice[j][p] for j, a in enumerate(accepted) for p in range(a + 1)],
-                              device=self.device)  # [kept]
+        picked = torch.tensor(
+            [choice[j][p] for j, a in enumerate(accepted) for p in range(a + 1)], device=self.device
+        )  # [kept]
         entropy, logp = entropy_logprob(logits[pick_row, pick_pos], chunk_rows)  # [kept], [kept, vocab]
         tok_lp = logp.gather(1, picked[:, None])[:, 0].tolist()
         entropy = entropy.tolist()
@@ -137,28 +161,31 @@ class Decoder:
             alive = True
             for p in range(a + 1):
                 if alive:
-                    alive = state.add(r, choice[j][p], entropy[cursor + p], tok_lp[cursor + p], self.stop_token_ids,
-                                      max_new_tokens)
+                    alive = state.add(
+                        r, choice[j][p], entropy[cursor + p], tok_lp[cursor + p], self.stop_token_ids, max_new_tokens
+                    )
             cursor += a + 1
             keep.append(alive)
             pending.append(choice[j][a])
         return keep, pending
 
-    def _feed(self, pending: list[int], drafts: list[list[int]], cache, attention: torch.Tensor,
-              last_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _feed(
+        self, pending: list[int], drafts: list[list[int]], cache, attention: torch.Tensor, last_pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decode forward: every row's pending token and its draft, padded to the widest; returns the
         logits [active, 1 + D, vocab] and the attention mask grown by the fed slots [active, width + 1 + D]."""
         width = 1 + max(map(len, drafts))
         ids = torch.full((len(pending), width), self.pad_token_id, dtype=torch.long)  # [active, 1 + D]
-        fed = torch.zeros((len(pending), width), dtype=torch.long)                   # [active, 1 + D]
+        fed = torch.zeros((len(pending), width), dtype=torch.long)  # [active, 1 + D]
         for j, (t, d) in enumerate(zip(pending, drafts)):
             ids[j, : 1 + len(d)] = torch.tensor([t, *d], dtype=torch.long)
             fed[j, : 1 + len(d)] = 1
         ids, fed = ids.to(self.device), fed.to(self.device)
         attention = torch.cat([attention, fed], dim=1)
         positions = last_pos[:, None] + 1 + torch.arange(width, device=self.device)[None]  # [active, 1 + D]
-        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True)
+        out = self.model(
+            input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        )
         self.steps += 1
         self.drafted += sum(map(len, drafts))
         return out.logits, attention
@@ -191,9 +218,15 @@ class _Answers:
         out = []
         for tokens, ents, lps, stop in zip(self.tokens, self.ents, self.lps, self.stops):
             stop_info = stop or (None, None, None)
-            out.append(Generation(
-                token_ids=tokens, entropy=torch.tensor(ents, dtype=torch.float32),
-                logprob=torch.tensor(lps, dtype=torch.float32), stop_token_id=stop_info[0],
-                stop_entropy=stop_info[1], stop_logprob=stop_info[2], text=detokenize(tokens),
-            ))
+            out.append(
+                Generation(
+                    token_ids=tokens,
+                    entropy=torch.tensor(ents, dtype=torch.float32),
+                    logprob=torch.tensor(lps, dtype=torch.float32),
+                    stop_token_id=stop_info[0],
+                    stop_entropy=stop_info[1],
+                    stop_logprob=stop_info[2],
+                    text=detokenize(tokens),
+                )
+            )
         return out

@@ -42,8 +42,8 @@ class PromptLookup:
         if budget < 1:
             return []
         for n in range(min(self.max_ngram, end - 1), self.min_ngram - 1, -1):
-            pattern, last = history[end - n:], history[-1]
+            pattern, last = history[end - n :], history[-1]
             for s in range(end - 2, n - 2, -1):  # s: the last token of an earlier copy of the pattern
-                if history[s] == last and history[s - n + 1:s + 1] == pattern:
-                    return history[s + 1:s + 1 + budget]
+                if history[s] == last and history[s - n + 1 : s + 1] == pattern:
+                    return history[s + 1 : s + 1 + budget]
         return []

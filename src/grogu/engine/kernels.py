@@ -47,9 +47,14 @@ def _onednn_op() -> Any | None:
 
 def cpu_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     """The model's plain ``nn.Linear`` modules with float32 weights on the CPU and no instance forward."""
-    return [m for m in model.modules()
-            if type(m) is torch.nn.Linear and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
-            and "forward" not in m.__dict__]
+    return [
+        m
+        for m in model.modules()
+        if type(m) is torch.nn.Linear
+        and m.weight.device.type == "cpu"
+        and m.weight.dtype == torch.float32
+        and "forward" not in m.__dict__
+    ]
 
 
 def _median_pair(fn_a, fn_b, reps: int = 9) -> tuple[float, float]:
@@ -88,8 +93,9 @@ def onednn_is_faster(layer: torch.nn.Linear, rows: tuple[int, ...] = (8, 128), *
         return False
     ratios = []  # each input weighs alike: decode steps (few rows) are as many as prompt passes (many)
     for x in xs:
-        t_default, t_onednn = _median_pair(lambda: torch.nn.functional.linear(x, layer.weight, layer.bias),
-                                           lambda: onednn(x))
+        t_default, t_onednn = _median_pair(
+            lambda: torch.nn.functional.linear(x, layer.weight, layer.bias), lambda: onednn(x)
+        )
         ratios.append(t_onednn / t_default)
     return statistics.geometric_mean(ratios) < 0.9
 
@@ -122,8 +128,9 @@ class CpuLinears:
     before the next use, so a packed copy is never stale.
     """
 
-    def __init__(self, model: torch.nn.Module, backend: str = "auto", *, pack: bool | None = None,
-                 pack_limit_mb: int = 2048) -> None:
+    def __init__(
+        self, model: torch.nn.Module, backend: str = "auto", *, pack: bool | None = None, pack_limit_mb: int = 2048
+    ) -> None:
         self.model = model
         if pack is None:
             size = sum(m.weight.numel() * 4 for m in cpu_linears(model))
@@ -164,6 +171,7 @@ def _bound_forward(weight: torch.Tensor):
         if torch.is_grad_enabled():  # oneDNN's op has no backward: a caller that needs gradients gets the original
             return torch.nn.functional.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, "none", [], "")
+
     return forward
 
 

@@ -62,8 +62,8 @@ class ReservedLayer(DynamicLayer):
         s = key_states.shape[-2]
         if self._n + s > self._k.shape[-2]:
             self._fill(self.keys, self.values, max(s, self._k.shape[-2]))
-        self._k[:, :, self._n: self._n + s] = key_states
-        self._v[:, :, self._n: self._n + s] = value_states
+        self._k[:, :, self._n : self._n + s] = key_states
+        self._v[:, :, self._n : self._n + s] = value_states
         self._n += s
         return self.keys, self.values
 
@@ -92,6 +92,9 @@ def reserve(cache, extra: int) -> None:
     ``extra`` more positions (other layer types are left as they are)."""
     layers = getattr(cache, "layers", None) or []
     for i, layer in enumerate(layers):
-        if type(layer) is DynamicLayer and isinstance(getattr(layer, "keys", None), torch.Tensor) \
-                and layer.keys.dim() == 4:
+        if (
+            type(layer) is DynamicLayer
+            and isinstance(getattr(layer, "keys", None), torch.Tensor)
+            and layer.keys.dim() == 4
+        ):
             layers[i] = ReservedLayer(layer.keys, layer.values, extra)

@@ -18,9 +18,17 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-def plan_batches(lengths: Sequence[int], *, logit_rows: Sequence[int] | None = None,
-                 prompts: Sequence[Sequence[int]] | None = None, max_batch_size: int, max_batch_tokens: int,
-                 min_batch_fill: float, logit_bytes: int = 0, logits_budget_bytes: int = 0) -> list[list[int]]:
+def plan_batches(
+    lengths: Sequence[int],
+    *,
+    logit_rows: Sequence[int] | None = None,
+    prompts: Sequence[Sequence[int]] | None = None,
+    max_batch_size: int,
+    max_batch_tokens: int,
+    min_batch_fill: float,
+    logit_bytes: int = 0,
+    logits_budget_bytes: int = 0,
+) -> list[list[int]]:
     """Length-bucketed batches of row indices (longest first) that respect ``max_batch_size``,
     ``max_batch_tokens`` (rows x the widest row) and, when ``logit_rows`` (logit positions per row) is
     given, the logits budget (rows x the most logit positions x ``logit_bytes`` at most
@@ -46,9 +54,12 @@ def plan_batches(lengths: Sequence[int], *, logit_rows: Sequence[int] | None = N
         width = max(widest, lengths[i])
         logits = max(most_logits, logit_rows[i] if logit_rows is not None else 0)
         n = len(current) + 1
-        fits = (n <= max_batch_size and n * width <= max_batch_tokens
-                and n * logits * logit_bytes <= logits_budget_bytes
-                and (by_tokens or lengths[i] >= min_batch_fill * width))  # padding is waste
+        fits = (
+            n <= max_batch_size
+            and n * width <= max_batch_tokens
+            and n * logits * logit_bytes <= logits_budget_bytes
+            and (by_tokens or lengths[i] >= min_batch_fill * width)
+        )  # padding is waste
         if current and not fits:
             batches.append(current)
             current, width, logits = [], lengths[i], logit_rows[i] if logit_rows is not None else 0
@@ -83,19 +94,34 @@ class BatchPlanner:
     def __init__(self, logit_bytes: int) -> None:
         self.logit_bytes = logit_bytes
 
-    def plan(self, lengths: Sequence[int], config: EngineConfig, *, logit_rows: Sequence[int] | None = None,
-             prompts: Sequence[Sequence[int]] | None = None, padding: bool = True) -> list[list[int]]:
+    def plan(
+        self,
+        lengths: Sequence[int],
+        config: EngineConfig,
+        *,
+        logit_rows: Sequence[int] | None = None,
+        prompts: Sequence[Sequence[int]] | None = None,
+        padding: bool = True,
+    ) -> list[list[int]]:
         """:func:`plan_batches` under ``config``'s size, token and logits budgets. ``padding`` False:
         rows of different lengths never share a batch (:func:`split_unpadded`), for models whose caches
         cannot be padded and stacked (:attr:`grogu.engine.prefill.PrefixPrefill.stackable`)."""
-        batches = plan_batches(lengths, logit_rows=logit_rows, prompts=prompts, max_batch_size=config.max_batch_size,
-                               max_batch_tokens=config.max_batch_tokens, min_batch_fill=config.min_batch_fill,
-                               logit_bytes=self.logit_bytes, logits_budget_bytes=config.logits_budget_mb * 2**20)
+        batches = plan_batches(
+            lengths,
+            logit_rows=logit_rows,
+            prompts=prompts,
+            max_batch_size=config.max_batch_size,
+            max_batch_tokens=config.max_batch_tokens,
+            min_batch_fill=config.min_batch_fill,
+            logit_bytes=self.logit_bytes,
+            logits_budget_bytes=config.logits_budget_mb * 2**20,
+        )
         return batches if padding else split_unpadded(batches, lengths)
 
     @staticmethod
-    def run(batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]],
-            on_split: Callable[[int], None]) -> dict[int, Any]:
+    def run(
+        batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]], on_split: Callable[[int], None]
+    ) -> dict[int, Any]:
         """Run ``fn`` on each batch (it returns a result per row index) and merge the results. On
         out-of-memory the batch is split in two and both halves retried (first the first);
         ``on_split(half)`` is told first, with the size of the first half (the engine then caps its
@@ -111,7 +137,11 @@ class BatchPlanner:
                     raise
                 half = len(batch) // 2
                 on_split(half)
-                logger.warning("grogu engine: out of memory on a batch of %d, retrying as %d + %d",
-                               len(batch), half, len(batch) - half)
+                logger.warning(
+                    "grogu engine: out of memory on a batch of %d, retrying as %d + %d",
+                    len(batch),
+                    half,
+                    len(batch) - half,
+                )
                 queue[:0] = [batch[:half], batch[half:]]
         return results

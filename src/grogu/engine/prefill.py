@@ -32,9 +32,9 @@ class EncodedGroup:
     Each row's tokens are right-aligned: a row shorter than the group's widest has masked padding
     slots before its rest (after the shared prefix)."""
 
-    rows: list[int]          # indices into the batch; row j of the tensors below is batch row rows[j]
-    logits: torch.Tensor     # [rows, <= logits_to_keep, vocab]: the logits of the last positions
-    cache: Any               # a transformers Cache; per layer keys/values [rows, kv_heads, width, head_dim]
+    rows: list[int]  # indices into the batch; row j of the tensors below is batch row rows[j]
+    logits: torch.Tensor  # [rows, <= logits_to_keep, vocab]: the logits of the last positions
+    cache: Any  # a transformers Cache; per layer keys/values [rows, kv_heads, width, head_dim]
     attention: torch.Tensor  # [rows, width]: 1 where the cache holds a row's token, 0 at padding
 
 
@@ -42,10 +42,10 @@ class EncodedGroup:
 class PrefilledBatch:
     """A batch encoded for decoding: what the decode loop (:mod:`grogu.engine.decode`) starts from."""
 
-    logits: torch.Tensor     # [rows, 1, vocab]: the logits after each row's last token
-    cache: Any               # a transformers Cache with room for the answer; keys/values [rows, kv_heads, width, head_dim]
+    logits: torch.Tensor  # [rows, 1, vocab]: the logits after each row's last token
+    cache: Any  # a transformers Cache with room for the answer; keys/values [rows, kv_heads, width, head_dim]
     attention: torch.Tensor  # [rows, width]: 1 where the cache holds a row's token, 0 at padding
-    last_pos: torch.Tensor   # [rows]: the position id of each row's last token
+    last_pos: torch.Tensor  # [rows]: the position id of each row's last token
 
 
 @dataclass
@@ -96,17 +96,23 @@ class PrefixPrefill:
 
             cache = self._new_cache()
             with torch.inference_mode():
-                self.model(input_ids=torch.tensor([[self.pad_token_id]], device=self.device), past_key_values=cache,
-                           use_cache=True, logits_to_keep=1)
+                self.model(
+                    input_ids=torch.tensor([[self.pad_token_id]], device=self.device),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
             layers = getattr(cache, "layers", None)
             self._stackable = bool(layers) and all(
                 type(layer) is DynamicLayer and isinstance(getattr(layer, "keys", None), torch.Tensor)
-                for layer in layers)
+                for layer in layers
+            )
         return self._stackable
 
     # ------------------------------------------------------------------ one group
-    def _encode_group(self, seqs: list[list[int]], logits_to_keep: int, prefix: int,
-                      stored: list[_StoredPrefix] | None = None) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    def _encode_group(
+        self, seqs: list[list[int]], logits_to_keep: int, prefix: int, stored: list[_StoredPrefix] | None = None
+    ) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Encode rows whose first ``prefix`` tokens are equal: the prefix once (its cache repeated for
         every row), then each row's rest right-aligned with padding masked. ``stored``: prefixes already
         encoded (rows in token order); the longest agreement is continued rather than recomputed, this
@@ -119,12 +125,16 @@ class PrefixPrefill:
             best = max(stored, key=lambda e: common_prefix(e.tokens, head))
             done = common_prefix(best.tokens, head)
             for i, (k, v) in enumerate(best.layers if done else []):  # cache layers only ever concatenate and
-                cache.update(k[..., :done, :], v[..., :done, :], i)   # index, so stored tensors stay intact
+                cache.update(k[..., :done, :], v[..., :done, :], i)  # index, so stored tensors stay intact
         if prefix > done:
-            self.model(input_ids=torch.tensor([head[done:]], device=dev),
-                       attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
-                       position_ids=torch.arange(done, prefix, device=dev)[None],
-                       past_key_values=cache, use_cache=True, logits_to_keep=1)
+            self.model(
+                input_ids=torch.tensor([head[done:]], device=dev),
+                attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
+                position_ids=torch.arange(done, prefix, device=dev)[None],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         if stored is not None:
             # a stored prefix stays useful only where it agrees with this group's last row beyond `prefix`
             stored[:] = [e for e in stored if common_prefix(e.tokens, seqs[-1]) > prefix]
@@ -134,22 +144,29 @@ class PrefixPrefill:
             cache.batch_repeat_interleave(n)
         width = max(len(s) for s in seqs) - prefix
         ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)  # [rows, width]
-        mask = torch.zeros((n, width), dtype=torch.long)                   # [rows, width]
+        mask = torch.zeros((n, width), dtype=torch.long)  # [rows, width]
         for i, s in enumerate(seqs):
             rest = s[prefix:]
-            ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
-            mask[i, width - len(rest):] = 1
+            ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+            mask[i, width - len(rest) :] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         position_ids = prefix + (mask.cumsum(-1) - 1).clamp(min=0)  # [rows, width]
         attention = torch.cat([torch.ones((n, prefix), dtype=torch.long, device=dev), mask], dim=1)
-        out = self.model(input_ids=ids, attention_mask=attention, position_ids=position_ids,
-                         past_key_values=cache, use_cache=True, logits_to_keep=logits_to_keep)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+        )
         self.encoded_tokens += prefix - done + sum(len(s) - prefix for s in seqs)
         return out.logits, cache, attention
 
     # ------------------------------------------------------------------ a batch
-    def encode(self, seqs: list[list[int]], logits_to_keep: int, config: EngineConfig,
-               limits: list[int] | None = None) -> Iterator[EncodedGroup]:
+    def encode(
+        self, seqs: list[list[int]], logits_to_keep: int, config: EngineConfig, limits: list[int] | None = None
+    ) -> Iterator[EncodedGroup]:
         """Encode a batch group by group; yields an :class:`EncodedGroup` per group, whose logits are
         those of its rows' last ``logits_to_keep`` positions.
 
@@ -161,8 +178,16 @@ class PrefixPrefill:
         n = len(seqs)
         lens = [len(s) for s in seqs]
         limits = [l - logits_to_keep for l in lens] if limits is None else limits
-        groups = prefix_groups(seqs, limits, min_shared_prefix=config.min_shared_prefix,
-                               group_overhead_tokens=config.group_overhead_tokens) if n > 1 else [PrefixGroup([0], 0)]
+        groups = (
+            prefix_groups(
+                seqs,
+                limits,
+                min_shared_prefix=config.min_shared_prefix,
+                group_overhead_tokens=config.group_overhead_tokens,
+            )
+            if n > 1
+            else [PrefixGroup([0], 0)]
+        )
         if len(groups) > 1 and self.stackable:
             stored: list[_StoredPrefix] = []  # the prefixes encoded so far, continued by later groups
             for rows, prefix in groups:
@@ -185,8 +210,9 @@ class PrefixPrefill:
         last_pos = torch.tensor([len(s) for s in seqs], device=self.device) - 1  # [rows]
         return PrefilledBatch(batch.logits, batch.cache, batch.attention, last_pos)
 
-    def logits(self, seqs: list[list[int]], logits_to_keep: int, config: EngineConfig,
-               limits: list[int] | None = None) -> list[torch.Tensor]:
+    def logits(
+        self, seqs: list[list[int]], logits_to_keep: int, config: EngineConfig, limits: list[int] | None = None
+    ) -> list[torch.Tensor]:
         """Encode a batch for its logits alone (teacher forcing, next-token distributions): per row, the
         logits of its last positions ([<= logits_to_keep, vocab]; at least as many as the row has tokens
         past its ``limits`` entry), views of its group's output. Nothing is stacked: no decode cache and
@@ -213,7 +239,7 @@ def stack_groups(groups: list[EncodedGroup], n: int, room: int = 0) -> EncodedGr
         out = t0.new_empty(n, *t0.shape[1:-2], width + extra, t0.shape[-1])  # [n, ..., width + extra, d]
         for idx, t in zip(index, tensors):
             s = t.shape[-2]
-            out[idx, ..., width - s: width, :] = t
+            out[idx, ..., width - s : width, :] = t
             if s < width:  # padding slots are masked, but must hold finite numbers
                 out[idx, ..., : width - s, :] = 0
         return out
@@ -225,8 +251,8 @@ def stack_groups(groups: list[EncodedGroup], n: int, room: int = 0) -> EncodedGr
     keep = max(g.logits.shape[1] for g in groups)  # a group narrower than logits_to_keep has fewer
     logits = groups[0].logits.new_zeros(n, keep, groups[0].logits.shape[-1])  # [n, keep, vocab]
     for idx, g in zip(index, groups):
-        logits[idx, keep - g.logits.shape[1]:] = g.logits
+        logits[idx, keep - g.logits.shape[1] :] = g.logits
     attention = torch.zeros(n, width, dtype=groups[0].attention.dtype, device=device)  # [n, width]
     for idx, g in zip(index, groups):
-        attention[idx, width - g.attention.shape[1]:] = g.attention
+        attention[idx, width - g.attention.shape[1] :] = g.attention
     return EncodedGroup(list(range(n)), logits, cache, attention)

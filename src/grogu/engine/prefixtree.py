@@ -14,7 +14,7 @@ class PrefixGroup(NamedTuple):
     """Rows of a batch encoded together: their ``prefix`` first tokens are equal and encoded once."""
 
     rows: list[int]  # indices into the batch, in token order
-    prefix: int      # tokens shared by every row of the group
+    prefix: int  # tokens shared by every row of the group
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -26,8 +26,9 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return k
 
 
-def _run_tables(seqs: Sequence[Sequence[int]], order: list[int], cap: list[int], adjacent: list[int],
-                min_shared_prefix: int) -> tuple[list[list[int]], list[list[int]]]:
+def _run_tables(
+    seqs: Sequence[Sequence[int]], order: list[int], cap: list[int], adjacent: list[int], min_shared_prefix: int
+) -> tuple[list[list[int]], list[list[int]]]:
     """(prefix, longest): prefix[a][b] is the prefix run order[a..b] shares (0 where it saves fewer than
     ``min_shared_prefix`` tokens), longest[a][b] its longest row."""
     n = len(order)
@@ -43,8 +44,9 @@ def _run_tables(seqs: Sequence[Sequence[int]], order: list[int], cap: list[int],
     return prefix, longest
 
 
-def prefix_groups(seqs: Sequence[Sequence[int]], limits: Sequence[int], *, min_shared_prefix: int,
-                  group_overhead_tokens: int) -> list[PrefixGroup]:
+def prefix_groups(
+    seqs: Sequence[Sequence[int]], limits: Sequence[int], *, min_shared_prefix: int, group_overhead_tokens: int
+) -> list[PrefixGroup]:
     """Split a batch into groups of rows that share a prefix: returns the :class:`PrefixGroup` s
     (row indices, prefix length) in token order. Each group's prefix is encoded once (at batch size 1), continuing the cache of
     the earlier groups' prefixes where they agree, and its rows' rests are encoded together, padded

@@ -16,21 +16,22 @@ def entropy_logprob(logits: torch.Tensor, chunk_rows: int) -> tuple[torch.Tensor
     ``chunk_rows`` rows at a time: entropy [rows], log-softmax [rows, vocab]."""
     ents, logps = [], []
     for start in range(0, logits.shape[0], chunk_rows):
-        logp = torch.log_softmax(logits[start:start + chunk_rows].float(), dim=-1)  # [chunk, vocab]
+        logp = torch.log_softmax(logits[start : start + chunk_rows].float(), dim=-1)  # [chunk, vocab]
         # p * log p with 0 * log 0 = 0: clamping -inf to the float minimum keeps the product finite
         ents.append(-(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1))
         logps.append(logp)
     return torch.cat(ents), torch.cat(logps)
 
 
-def continuation_stats(row_logits: Sequence[torch.Tensor], continuations: Sequence[Sequence[int]],
-                       chunk_rows: int) -> list[TokenStats]:
+def continuation_stats(
+    row_logits: Sequence[torch.Tensor], continuations: Sequence[Sequence[int]], chunk_rows: int
+) -> list[TokenStats]:
     """Teacher-forced statistics of each continuation: ``row_logits[i]`` ([>= len(continuations[i]),
     vocab]) holds, in its last ``len(continuations[i])`` rows, the logits that predict each of its
     tokens. Entropies and log-probabilities come back on the CPU."""
     out = []
     for logits, cont in zip(row_logits, continuations):
-        entropy, logp = entropy_logprob(logits[-len(cont):], chunk_rows)  # [c], [c, vocab]
+        entropy, logp = entropy_logprob(logits[-len(cont) :], chunk_rows)  # [c], [c, vocab]
         target = torch.tensor(cont, device=logp.device)  # [c]
         out.append(TokenStats(list(cont), entropy.cpu(), logp.gather(1, target[:, None])[:, 0].cpu()))
     return out

@@ -109,8 +109,9 @@ class BM25Retriever:
         n_vocab = len(indptr) - 1
         cols = np.repeat(np.arange(n_vocab, dtype=np.int64), np.diff(indptr))
         doc_len = np.array([len(d) for d in tokens], dtype=np.int64)
-        ids = np.fromiter((self._index.vocab_dict[t] for d in tokens for t in d), dtype=np.int64,
-                          count=int(doc_len.sum()))
+        ids = np.fromiter(
+            (self._index.vocab_dict[t] for d in tokens for t in d), dtype=np.int64, count=int(doc_len.sum())
+        )
         keys, counts = np.unique(np.repeat(np.arange(len(tokens)), doc_len) * n_vocab + ids, return_counts=True)
         tf = counts[np.searchsorted(keys, rows * n_vocab + cols)]
         k1, b, avgdl = self.k1, self.b, int(doc_len.sum()) / len(tokens)
@@ -154,8 +155,15 @@ class DenseRetriever:
 
     name = "dense"
 
-    def __init__(self, passages: Iterable[Any] | None = None, embedder: Any = DEFAULT_EMBEDDER, *,
-                 device: str | None = None, batch_size: int = 64, cache: bool = False) -> None:
+    def __init__(
+        self,
+        passages: Iterable[Any] | None = None,
+        embedder: Any = DEFAULT_EMBEDDER,
+        *,
+        device: str | None = None,
+        batch_size: int = 64,
+        cache: bool = False,
+    ) -> None:
         from ..influence import load_embedder
 
         self.embedder = load_embedder(embedder, device)
@@ -166,8 +174,16 @@ class DenseRetriever:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Normalised embeddings: [len(texts), dim] float32."""
-        return np.asarray(self.embedder.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                               convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+        return np.asarray(
+            self.embedder.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            ),
+            dtype=np.float32,
+        )
 
     def _corpus(self, texts: list[str], cache: bool) -> np.ndarray:
         digest = hashlib.sha1("\n\x00".join([self.embedder_name, *texts]).encode()).hexdigest()[:16]
@@ -266,8 +282,10 @@ def as_retriever(obj: Any) -> Retriever:
         return obj
     if callable(getattr(obj, "invoke", None)):
         return LangChainRetriever(obj)
-    raise TypeError(f"cannot use {type(obj).__name__} as a retriever: give a grogu BM25Retriever/DenseRetriever, "
-                    "a LlamaIndex or LangChain retriever, or an object with retrieve(query, k) -> list[str]")
+    raise TypeError(
+        f"cannot use {type(obj).__name__} as a retriever: give a grogu BM25Retriever/DenseRetriever, "
+        "a LlamaIndex or LangChain retriever, or an object with retrieve(query, k) -> list[str]"
+    )
 
 
 def retrieve_all(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[str]]:
@@ -285,6 +303,14 @@ def retrieve_all(retriever: Retriever, queries: Sequence[str], k: int) -> list[l
 
 
 __all__ = [
-    "bm25_tokenize", "as_passages", "Retriever", "BM25Retriever", "DenseRetriever",
-    "LlamaIndexRetriever", "LangChainRetriever", "as_retriever", "retrieve_all", "DEFAULT_EMBEDDER",
+    "bm25_tokenize",
+    "as_passages",
+    "Retriever",
+    "BM25Retriever",
+    "DenseRetriever",
+    "LlamaIndexRetriever",
+    "LangChainRetriever",
+    "as_retriever",
+    "retrieve_all",
+    "DEFAULT_EMBEDDER",
 ]

@@ -4,8 +4,14 @@ classes' methods and results. The client needs only ``httpx``; Ray is imported b
 (:mod:`grogu.serve.service`) alone; ``grogu score --ray`` runs Ray Data from :mod:`grogu.batch`."""
 
 from .client import RemoteACUScorer, RemoteInfluenceScorer, RemoteScorer, RemoteSePerScorer
-from .transport import (ServiceAuthError, ServiceError, ServiceTypeError, ServiceUnavailable, ServiceValueError,
-                        Transport)
+from .transport import (
+    ServiceAuthError,
+    ServiceError,
+    ServiceTypeError,
+    ServiceUnavailable,
+    ServiceValueError,
+    Transport,
+)
 
 
 def is_url(value: object) -> bool:
@@ -14,6 +20,16 @@ def is_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("http://", "https://"))
 
 
-__all__ = ["RemoteScorer", "RemoteInfluenceScorer", "RemoteSePerScorer", "RemoteACUScorer", "Transport",
-           "ServiceError", "ServiceValueError", "ServiceTypeError", "ServiceAuthError", "ServiceUnavailable",
-           "is_url"]
+__all__ = [
+    "RemoteScorer",
+    "RemoteInfluenceScorer",
+    "RemoteSePerScorer",
+    "RemoteACUScorer",
+    "Transport",
+    "ServiceError",
+    "ServiceValueError",
+    "ServiceTypeError",
+    "ServiceAuthError",
+    "ServiceUnavailable",
+    "is_url",
+]

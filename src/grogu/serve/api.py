@@ -11,8 +11,8 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .. import checks as C
-from ..prompts import check_text
 from .. import metrics as M
+from ..prompts import check_text
 from ..rerank import ModeSettings
 from . import wire as W
 
@@ -183,8 +183,10 @@ class RerankRequest(ScorerSettings):
         if "settings" in data:
             raise ValueError("give the rerank settings as top-level fields (mode, weight, family, ...)")
         names = set(ModeSettings.names())
-        return {**{k: v for k, v in data.items() if k not in names},
-                "settings": {k: v for k, v in data.items() if k in names}}
+        return {
+            **{k: v for k, v in data.items() if k not in names},
+            "settings": {k: v for k, v in data.items() if k in names},
+        }
 
     @model_validator(mode="after")
     def _rerank_settings(self) -> "RerankRequest":
@@ -208,7 +210,7 @@ class InfluenceSettings(_Strict):
 
     max_new_tokens: int = 64
     template: Optional[TemplateIn] = None
-    method: str = "exact"            # grogu.influence.METHODS, checked by InfluenceScorer
+    method: str = "exact"  # grogu.influence.METHODS, checked by InfluenceScorer
     n_ablations: Optional[int] = None  # None: the method's default
     seed: Optional[int] = 0
     lasso_alpha: float = 0.01

@@ -23,17 +23,30 @@ from typing import Any, Callable, Sequence
 from typing_extensions import Unpack
 
 from .. import metrics as M
-from ..checks import (check_alpha, check_choice, check_document_list, check_fraction, check_pairs,
-                      check_positive_int, check_query, check_relevance, check_threshold, check_top_n)
 from ..attribution import FORWARD_METHODS
-from ..checks import check_influence_items
+from ..checks import (
+    check_alpha,
+    check_choice,
+    check_document_list,
+    check_fraction,
+    check_influence_items,
+    check_pairs,
+    check_positive_int,
+    check_query,
+    check_relevance,
+    check_threshold,
+    check_top_n,
+)
 from ..influence import METHODS
 from ..prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
 from ..rerank import ModeOverrides, ModeSettings
 from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
 from . import wire as W
-from .transport import (ServiceAuthError, ServiceError, ServiceTypeError, ServiceUnavailable,  # noqa: F401
-                        ServiceValueError, Transport)
+from .transport import (
+    ServiceError,
+    ServiceUnavailable,  # noqa: F401
+    Transport,
+)
 
 
 def _check_template(template: Any) -> PromptTemplate | None:
@@ -50,8 +63,11 @@ class _Remote:
     """A client bound to a transport: each call is a (path, body, decode) triple run sync or async."""
 
     def __init__(self, url: Any, token: str | None, timeout: float, retries: int, backoff: float) -> None:
-        self.transport = url if isinstance(url, Transport) else Transport(url, token, timeout=timeout,
-                                                                           retries=retries, backoff=backoff)
+        self.transport = (
+            url
+            if isinstance(url, Transport)
+            else Transport(url, token, timeout=timeout, retries=retries, backoff=backoff)
+        )
         self._info: dict[str, Any] | None = None
 
     @property
@@ -104,18 +120,30 @@ class RemoteScorer(_Remote):
             :class:`grogu.UtilityScorer`, sent with every request.
     """
 
-    def __init__(self, url: Any, token: str | None = None, *, timeout: float = 120.0, retries: int = 4,
-                 backoff: float = 0.25, metric: str | None = None, alpha: float = M.ALPHA,
-                 top_k_frac: float = M.TOP_K_FRAC, max_new_tokens: int | None = None,
-                 template: PromptTemplate | None = None, answer_style: str = "long",
-                 copy_ngram: int = M.COPY_NGRAM) -> None:
+    def __init__(
+        self,
+        url: Any,
+        token: str | None = None,
+        *,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 0.25,
+        metric: str | None = None,
+        alpha: float = M.ALPHA,
+        top_k_frac: float = M.TOP_K_FRAC,
+        max_new_tokens: int | None = None,
+        template: PromptTemplate | None = None,
+        answer_style: str = "long",
+        copy_ngram: int = M.COPY_NGRAM,
+    ) -> None:
         super().__init__(url, token, timeout, retries, backoff)
         self.metric = M.DEFAULT_METRIC if metric is None else M.metric_name(metric)
         self.alpha, self.top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
         self.answer_style = check_choice("answer_style", answer_style, ANSWER_STYLES)
         self.copy_ngram = check_positive_int("copy_ngram", copy_ngram)
         self.max_new_tokens = check_positive_int(
-            "max_new_tokens", DEFAULT_MAX_NEW_TOKENS[answer_style] if max_new_tokens is None else max_new_tokens)
+            "max_new_tokens", DEFAULT_MAX_NEW_TOKENS[answer_style] if max_new_tokens is None else max_new_tokens
+        )
         self._template = _check_template(template)
 
     def with_settings(self, **settings: Any) -> "RemoteScorer":
@@ -123,9 +151,15 @@ class RemoteScorer(_Remote):
         ``metric=None`` keeps this scorer's metric)."""
         if settings.get("metric", "") is None:
             del settings["metric"]
-        current = dict(metric=self.metric, alpha=self.alpha, top_k_frac=self.top_k_frac,
-                       max_new_tokens=self.max_new_tokens, template=self._template,
-                       answer_style=self.answer_style, copy_ngram=self.copy_ngram)
+        current = dict(
+            metric=self.metric,
+            alpha=self.alpha,
+            top_k_frac=self.top_k_frac,
+            max_new_tokens=self.max_new_tokens,
+            template=self._template,
+            answer_style=self.answer_style,
+            copy_ngram=self.copy_ngram,
+        )
         if "answer_style" in settings and "max_new_tokens" not in settings:
             current["max_new_tokens"] = None
         return RemoteScorer(self.transport, **{**current, **settings})
@@ -138,9 +172,15 @@ class RemoteScorer(_Remote):
         return SHORT_ANSWER_TEMPLATE if self.answer_style == "short" else PromptTemplate()
 
     def _settings(self) -> dict[str, Any]:
-        return {"metric": self.metric, "alpha": self.alpha, "top_k_frac": self.top_k_frac,
-                "max_new_tokens": self.max_new_tokens, "answer_style": self.answer_style,
-                "template": W.encode_template(self._template), "copy_ngram": self.copy_ngram}
+        return {
+            "metric": self.metric,
+            "alpha": self.alpha,
+            "top_k_frac": self.top_k_frac,
+            "max_new_tokens": self.max_new_tokens,
+            "answer_style": self.answer_style,
+            "template": W.encode_template(self._template),
+            "copy_ngram": self.copy_ngram,
+        }
 
     # ------------------------------------------------------------------ requests
     def _score_call(self, items: Any, return_details: bool, single: bool):
@@ -148,12 +188,16 @@ class RemoteScorer(_Remote):
         for query, documents in check_pairs("items", items, "(query, documents)"):
             originals, docs = check_document_list(documents)
             checked.append((check_query(query), docs, originals))
-        body = {**self._settings(), "return_details": bool(return_details),
-                "items": [{"query": q, "documents": W.encode_documents(d)} for q, d, _ in checked]}
+        body = {
+            **self._settings(),
+            "return_details": bool(return_details),
+            "items": [{"query": q, "documents": W.encode_documents(d)} for q, d, _ in checked],
+        }
 
         def decode(data: Any) -> Any:
             out = [W.decode_document_scores(rows, orig) for rows, (_, _, orig) in zip(data["results"], checked)]
             return out[0] if single else out
+
         return "/score_batch", body, decode
 
     def _contexts_call(self, items: Any, return_details: bool, single: bool):
@@ -163,13 +207,19 @@ class RemoteScorer(_Remote):
             if isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
                 raise TypeError("contexts must be a list of document lists")
             checked.append((query, [check_document_list(c) for c in contexts]))
-        body = {**self._settings(), "return_details": bool(return_details),
-                "items": [{"query": q, "contexts": [W.encode_documents(d) for _, d in pairs]} for q, pairs in checked]}
+        body = {
+            **self._settings(),
+            "return_details": bool(return_details),
+            "items": [{"query": q, "contexts": [W.encode_documents(d) for _, d in pairs]} for q, pairs in checked],
+        }
 
         def decode(data: Any) -> Any:
-            out = [[W.decode_context(r, orig) for r, (orig, _) in zip(rows, pairs)]
-                   for rows, (_, pairs) in zip(data["results"], checked)]
+            out = [
+                [W.decode_context(r, orig) for r, (orig, _) in zip(rows, pairs)]
+                for rows, (_, pairs) in zip(data["results"], checked)
+            ]
             return out[0] if single else out
+
         return "/score_contexts_batch", body, decode
 
     def _layout_call(self, query: str, layouts: Sequence[Sequence[Any]]):
@@ -187,8 +237,16 @@ class RemoteScorer(_Remote):
         originals, docs = check_document_list(documents)
         if relevance is not None:
             relevance = check_relevance(relevance, len(docs))
-        body = {**self._settings(), **settings.as_dict(), "query": query, "documents": W.encode_documents(docs),
-                "top_n": top_n, "threshold": threshold, "relevance": relevance, "return_details": bool(return_details)}
+        body = {
+            **self._settings(),
+            **settings.as_dict(),
+            "query": query,
+            "documents": W.encode_documents(docs),
+            "top_n": top_n,
+            "threshold": threshold,
+            "relevance": relevance,
+            "return_details": bool(return_details),
+        }
         return "/rerank", body, lambda data: W.decode_ranked(data, originals)
 
     # ------------------------------------------------------------------ the UtilityScorer API
@@ -207,17 +265,26 @@ class RemoteScorer(_Remote):
             raise TypeError("contexts must be a list of document lists")
         return self._run(*self._contexts_call([(query, contexts)], return_details, True))
 
-    def score_contexts_batch(self, items: Sequence[tuple[str, Sequence[Sequence[Any]]]], *,
-                             return_details: bool = False):
+    def score_contexts_batch(
+        self, items: Sequence[tuple[str, Sequence[Sequence[Any]]]], *, return_details: bool = False
+    ):
         return self._run(*self._contexts_call(items, return_details, False))
 
     def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]):
         return self._run(*self._layout_call(query, layouts))
 
-    def rerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-               threshold: float | None = None, *, settings: ModeSettings | None = None,
-               relevance: Sequence[float] | None = None, return_details: bool = False,
-               **overrides: Unpack[ModeOverrides]):
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        top_n: int | None = None,
+        threshold: float | None = None,
+        *,
+        settings: ModeSettings | None = None,
+        relevance: Sequence[float] | None = None,
+        return_details: bool = False,
+        **overrides: Unpack[ModeOverrides],
+    ):
         """The documents to give the LLM, in order (``UtilityScorer.rerank``; the server computes the
         MiniLM relevance when none is given)."""
         settings = ModeSettings.build(settings, **overrides)
@@ -245,23 +312,43 @@ class RemoteScorer(_Remote):
     async def abest_layout(self, query: str, layouts: Sequence[Sequence[Any]]):
         return await self._arun(*self._layout_call(query, layouts))
 
-    async def arerank(self, query: str, documents: Sequence[Any], top_n: int | None = None,
-                      threshold: float | None = None, *, settings: ModeSettings | None = None,
-                      relevance: Sequence[float] | None = None, return_details: bool = False,
-                      **overrides: Unpack[ModeOverrides]):
+    async def arerank(
+        self,
+        query: str,
+        documents: Sequence[Any],
+        top_n: int | None = None,
+        threshold: float | None = None,
+        *,
+        settings: ModeSettings | None = None,
+        relevance: Sequence[float] | None = None,
+        return_details: bool = False,
+        **overrides: Unpack[ModeOverrides],
+    ):
         settings = ModeSettings.build(settings, **overrides)
-        return await self._arun(*self._rerank_call(query, documents, top_n, threshold, settings, relevance,
-                                                   return_details))
+        return await self._arun(
+            *self._rerank_call(query, documents, top_n, threshold, settings, relevance, return_details)
+        )
 
 
 class RemoteInfluenceScorer(_Remote):
     """:class:`grogu.influence.InfluenceScorer` served by ``grogu serve`` (the embedder is the server's,
     ``--embedder``). Settings as in-process; connection arguments as :class:`RemoteScorer`."""
 
-    def __init__(self, url: Any, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
-                 backoff: float = 0.25, max_new_tokens: int = 64, template: PromptTemplate | None = None,
-                 method: str = "exact", n_ablations: int | None = None, seed: int | None = 0,
-                 lasso_alpha: float = 0.01) -> None:
+    def __init__(
+        self,
+        url: Any,
+        token: str | None = None,
+        *,
+        timeout: float = 300.0,
+        retries: int = 4,
+        backoff: float = 0.25,
+        max_new_tokens: int = 64,
+        template: PromptTemplate | None = None,
+        method: str = "exact",
+        n_ablations: int | None = None,
+        seed: int | None = 0,
+        lasso_alpha: float = 0.01,
+    ) -> None:
         super().__init__(url, token, timeout, retries, backoff)
         self.max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         self.method = check_choice("method", method, METHODS)
@@ -288,56 +375,98 @@ class RemoteInfluenceScorer(_Remote):
             if answer is not None and not isinstance(answer, str):
                 raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
             checked.append({"query": query, "documents": W.encode_documents(docs), "answer": answer})
-        body = {"items": checked, "return_ablations": bool(return_ablations), "max_new_tokens": self.max_new_tokens,
-                "template": W.encode_template(self.template), "method": self.method,
-                "n_ablations": self.n_ablations, "seed": self.seed, "lasso_alpha": self.lasso_alpha}
+        body = {
+            "items": checked,
+            "return_ablations": bool(return_ablations),
+            "max_new_tokens": self.max_new_tokens,
+            "template": W.encode_template(self.template),
+            "method": self.method,
+            "n_ablations": self.n_ablations,
+            "seed": self.seed,
+            "lasso_alpha": self.lasso_alpha,
+        }
         return "/influence", body, lambda data: [W.decode_influence(r) for r in data["results"]]
 
-    def score(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
-              return_ablations: bool = False):
+    def score(self, query: str, documents: Sequence[Any], answer: str | None = None, *, return_ablations: bool = False):
         return self._run(*self._call([(query, documents, answer)], return_ablations))[0]
 
     def score_batch(self, items: Sequence[Any], *, return_ablations: bool = False):
         items = list(items)
         return self._run(*self._call(items, return_ablations)) if items else []
 
-    async def ascore(self, query: str, documents: Sequence[Any], answer: str | None = None, *,
-                     return_ablations: bool = False):
+    async def ascore(
+        self, query: str, documents: Sequence[Any], answer: str | None = None, *, return_ablations: bool = False
+    ):
         return (await self._arun(*self._call([(query, documents, answer)], return_ablations)))[0]
 
 
 class RemoteSePerScorer(_Remote):
     """:class:`grogu.seper.SePerScorer` served by ``grogu serve --nli MODEL``."""
 
-    def __init__(self, url: Any, token: str | None = None, *, timeout: float = 300.0, retries: int = 4,
-                 backoff: float = 0.25, n_samples: int = 10, temperature: float = 1.0, tau: float = 0.5,
-                 max_new_tokens: int = 32, seed: int | None = 0, template: PromptTemplate | None = None) -> None:
+    def __init__(
+        self,
+        url: Any,
+        token: str | None = None,
+        *,
+        timeout: float = 300.0,
+        retries: int = 4,
+        backoff: float = 0.25,
+        n_samples: int = 10,
+        temperature: float = 1.0,
+        tau: float = 0.5,
+        max_new_tokens: int = 32,
+        seed: int | None = 0,
+        template: PromptTemplate | None = None,
+    ) -> None:
         super().__init__(url, token, timeout, retries, backoff)
-        self.settings = {"n_samples": check_positive_int("n_samples", n_samples), "temperature": temperature,
-                         "tau": tau, "max_new_tokens": check_positive_int("max_new_tokens", max_new_tokens),
-                         "seed": seed, "template": W.encode_template(_check_template(template))}
+        self.settings = {
+            "n_samples": check_positive_int("n_samples", n_samples),
+            "temperature": temperature,
+            "tau": tau,
+            "max_new_tokens": check_positive_int("max_new_tokens", max_new_tokens),
+            "seed": seed,
+            "template": W.encode_template(_check_template(template)),
+        }
 
     def _body(self, query: str, documents: Sequence[Any], references: Any, as_context: bool) -> dict[str, Any]:
         _, docs = check_document_list(documents)
         refs = [references] if isinstance(references, str) else list(references)
-        return {**self.settings, "query": check_query(query), "documents": W.encode_documents(docs),
-                "references": refs, "as_context": as_context}
+        return {
+            **self.settings,
+            "query": check_query(query),
+            "documents": W.encode_documents(docs),
+            "references": refs,
+            "as_context": as_context,
+        }
 
     def score(self, query: str, documents: Sequence[Any], references: Any):
-        return self._run("/seper", self._body(query, documents, references, False),
-                         lambda data: [W.decode_seper(r) for r in data["results"]])
+        return self._run(
+            "/seper",
+            self._body(query, documents, references, False),
+            lambda data: [W.decode_seper(r) for r in data["results"]],
+        )
 
     def score_context(self, query: str, documents: Sequence[Any], references: Any):
-        return self._run("/seper", self._body(query, documents, references, True),
-                         lambda data: W.decode_seper(data["results"][0]))
+        return self._run(
+            "/seper", self._body(query, documents, references, True), lambda data: W.decode_seper(data["results"][0])
+        )
 
 
 class RemoteACUScorer(_Remote):
     """:class:`grogu.acu.ACUScorer` served by ``grogu serve``."""
 
-    def __init__(self, url: Any, token: str | None = None, *, timeout: float = 120.0, retries: int = 4,
-                 backoff: float = 0.25, labels: Sequence[str] = ("True", "None", "False"),
-                 prompt_with: str | None = None, prompt_without: str | None = None) -> None:
+    def __init__(
+        self,
+        url: Any,
+        token: str | None = None,
+        *,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 0.25,
+        labels: Sequence[str] = ("True", "None", "False"),
+        prompt_with: str | None = None,
+        prompt_without: str | None = None,
+    ) -> None:
         super().__init__(url, token, timeout, retries, backoff)
         if prompt_with is not None:
             W.check_format("prompt_with", prompt_with, ("claim", "evidence"))

@@ -36,10 +36,14 @@ class _JSON(JSONResponse):
         return json.dumps(content, ensure_ascii=False, allow_nan=True, separators=(",", ":")).encode("utf-8")
 
 
-app = FastAPI(title="grogu scoring service", version=__version__, default_response_class=_JSON,
-              description="LLM-specific utility of retrieved documents (GROGU, Influence, ΔSePer, ACU). "
-                          "Every route but /health needs `Authorization: Bearer <token>` when the service "
-                          "was started with a token.")
+app = FastAPI(
+    title="grogu scoring service",
+    version=__version__,
+    default_response_class=_JSON,
+    description="LLM-specific utility of retrieved documents (GROGU, Influence, ΔSePer, ACU). "
+    "Every route but /health needs `Authorization: Bearer <token>` when the service "
+    "was started with a token.",
+)
 
 
 def _error(status: int, message: str, kind: str, headers: dict | None = None) -> _JSON:
@@ -50,8 +54,9 @@ def _error(status: int, message: str, kind: str, headers: dict | None = None) ->
 async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
-        return _error(400, f"malformed JSON body: {errors[0].get('ctx', {}).get('error', errors[0]['msg'])}",
-                      "MalformedJSON")
+        return _error(
+            400, f"malformed JSON body: {errors[0].get('ctx', {}).get('error', errors[0]['msg'])}", "MalformedJSON"
+        )
     parts, grogu_checks = [], True
     for e in errors[:10]:
         field = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
@@ -93,8 +98,11 @@ OPEN_PATHS = ("/health", "/docs", "/openapi.json", "/redoc")
 
 #: this process's replica settings the guard needs (a replica is a process of its own). Set through a
 #: function: Ray pickles the ingress class by value, and its module globals with it.
-_REPLICA: dict[str, Any] = {"token": None, "max_body_bytes": ServeConfig.default("max_body_bytes"),
-                            "body_timeout_s": ServeConfig.default("body_timeout_s")}
+_REPLICA: dict[str, Any] = {
+    "token": None,
+    "max_body_bytes": ServeConfig.default("max_body_bytes"),
+    "body_timeout_s": ServeConfig.default("body_timeout_s"),
+}
 
 
 def set_replica_token(token: Optional[str]) -> None:
@@ -125,14 +133,19 @@ async def _read_body(receive: Callable[[], Any], limit: int, timeout: float) -> 
                 raise asyncio.TimeoutError
             message = await asyncio.wait_for(receive(), left)
         except asyncio.TimeoutError:
-            raise _Refused(408, f"the request body did not arrive within {timeout:g} s "
-                                f"(grogu serve --body-timeout-s)", "Timeout") from None
+            raise _Refused(
+                408, f"the request body did not arrive within {timeout:g} s (grogu serve --body-timeout-s)", "Timeout"
+            ) from None
         if message["type"] == "http.disconnect":
             return None
         size += len(message.get("body", b""))
         if size > limit:
-            raise _Refused(413, f"the request body has more than {limit} bytes; this service takes at most {limit} "
-                                f"(grogu serve --max-body-bytes)", "LimitError")
+            raise _Refused(
+                413,
+                f"the request body has more than {limit} bytes; this service takes at most {limit} "
+                f"(grogu serve --max-body-bytes)",
+                "LimitError",
+            )
         messages.append(message)
         if not message.get("more_body", False):
             return messages
@@ -176,9 +189,13 @@ class _Guard:
         if token and not path.endswith(OPEN_PATHS):
             given = _header(scope, b"authorization")
             if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].strip().encode(), token.encode())):
-                await refuse(401, "missing or wrong bearer token: send 'Authorization: Bearer <token>' (the token "
-                                  "the service was started with, --token or GROGU_SERVE_TOKEN)", "AuthError",
-                             {"WWW-Authenticate": "Bearer"})
+                await refuse(
+                    401,
+                    "missing or wrong bearer token: send 'Authorization: Bearer <token>' (the token "
+                    "the service was started with, --token or GROGU_SERVE_TOKEN)",
+                    "AuthError",
+                    {"WWW-Authenticate": "Bearer"},
+                )
                 return
         limit = _REPLICA["max_body_bytes"]
         declared = _header(scope, b"content-length")
@@ -187,8 +204,13 @@ class _Guard:
                 await refuse(400, f"invalid Content-Length header {declared[:40]!r}", "BadRequest")
                 return
             if int(declared) > limit:
-                await refuse(413, f"the request body has {int(declared)} bytes; this service takes at most {limit} "
-                                  f"(grogu serve --max-body-bytes)", "LimitError", {"Connection": "close"})
+                await refuse(
+                    413,
+                    f"the request body has {int(declared)} bytes; this service takes at most {limit} "
+                    f"(grogu serve --max-body-bytes)",
+                    "LimitError",
+                    {"Connection": "close"},
+                )
                 return
         try:
             messages = await _read_body(receive, limit, _REPLICA["body_timeout_s"])

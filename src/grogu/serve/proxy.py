@@ -31,17 +31,24 @@ RAY_CONTROL_HEADERS = (b"x-request-timeout-seconds", b"x-request-disconnect-disa
 
 def _json_error(status: int, detail: str, kind: str, headers: list | None = None) -> tuple[dict, dict]:
     body = json.dumps({"detail": detail, "error": kind}).encode()
-    start = {"type": "http.response.start", "status": status,
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                         *(headers or [])]}
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *(headers or []),
+        ],
+    }
     return start, {"type": "http.response.body", "body": body, "more_body": False}
 
 
 class ProxyGuard:
     """ASGI middleware of the HTTP proxy (see the module docstring)."""
 
-    def __init__(self, app: Any, max_body_bytes: int, health_timeout_s: float = 0.9,
-                 header_timeout_s: float | None = 10.0) -> None:
+    def __init__(
+        self, app: Any, max_body_bytes: int, health_timeout_s: float = 0.9, header_timeout_s: float | None = 10.0
+    ) -> None:
         self.app, self.max_body_bytes, self.health_timeout_s = app, int(max_body_bytes), float(health_timeout_s)
         if header_timeout_s:
             install_header_timeout(float(header_timeout_s))
@@ -63,8 +70,12 @@ class ProxyGuard:
                 return
             if size > self.max_body_bytes:
                 for message in _json_error(
-                        413, f"the request body has {size} bytes; this service takes at most {self.max_body_bytes} "
-                             f"(grogu serve --max-body-bytes)", "LimitError", [(b"connection", b"close")]):
+                    413,
+                    f"the request body has {size} bytes; this service takes at most {self.max_body_bytes} "
+                    f"(grogu serve --max-body-bytes)",
+                    "LimitError",
+                    [(b"connection", b"close")],
+                ):
                     await send(message)
                 return
         health = scope.get("method") in ("GET", "HEAD") and scope.get("path", "").rstrip("/").endswith("/health")
@@ -78,8 +89,12 @@ class ProxyGuard:
             if guarded.started:
                 raise
         if not guarded.started:  # the proxy wrote nothing: its replica died under the request
-            for message in _json_error(503, "the request's replica was lost before it answered; retry",
-                                       "ServiceUnavailable", [(b"retry-after", b"1")]):
+            for message in _json_error(
+                503,
+                "the request's replica was lost before it answered; retry",
+                "ServiceUnavailable",
+                [(b"retry-after", b"1")],
+            ):
                 await send(message)
 
 
@@ -106,13 +121,18 @@ class _JSONErrors:
             status, text = self.held["status"], self.body.decode("utf-8", "replace").strip()[:500]
             self.held = None
             if self.health and (status >= 500 or status == 408):
-                status, text, kind = 503, f"no replica answered within the health timeout ({text})", "ServiceUnavailable"
+                status, text, kind = (
+                    503,
+                    f"no replica answered within the health timeout ({text})",
+                    "ServiceUnavailable",
+                )
             elif status >= 500:
                 status, kind = 503, "ServiceUnavailable"
                 text = f"the request's replica was lost or is not ready; retry ({text})"
             else:
                 kind = {404: "NotFound", 405: "MethodNotAllowed", 408: "Timeout", 413: "LimitError"}.get(
-                    status, "HTTPError")
+                    status, "HTTPError"
+                )
             extra = [(b"retry-after", b"1")] if status == 503 else []
             for out in _json_error(status, text, kind, extra):
                 await self.send(out)
@@ -148,8 +168,9 @@ def _arm(protocol: Any) -> None:
     if timer is not None:
         timer.cancel()
     loop = getattr(protocol, "loop", None) or asyncio.get_event_loop()
-    protocol._grogu_header_timer = loop.call_later(type(protocol)._grogu_header_timeout, _expire, protocol,
-                                                   getattr(protocol, "cycle", None))
+    protocol._grogu_header_timer = loop.call_later(
+        type(protocol)._grogu_header_timeout, _expire, protocol, getattr(protocol, "cycle", None)
+    )
 
 
 def _expire(protocol: Any, cycle: Any) -> None:
@@ -169,21 +190,34 @@ RAY_CALLBACK = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 def proxy_environment(*, max_body_bytes: int, header_timeout_s: float | None, health_timeout_s: float = 0.9) -> dict:
     """The environment variables that make Ray Serve's proxy run :class:`ProxyGuard` with these
     settings: set them (``os.environ``) before Ray starts."""
-    return {RAY_CALLBACK: f"{__name__}.proxy_middlewares", ENV_MAX_BODY_BYTES: str(int(max_body_bytes)),
-            ENV_HEADER_TIMEOUT_S: str(float(header_timeout_s or 0)), ENV_HEALTH_TIMEOUT_S: str(float(health_timeout_s))}
+    return {
+        RAY_CALLBACK: f"{__name__}.proxy_middlewares",
+        ENV_MAX_BODY_BYTES: str(int(max_body_bytes)),
+        ENV_HEADER_TIMEOUT_S: str(float(header_timeout_s or 0)),
+        ENV_HEALTH_TIMEOUT_S: str(float(health_timeout_s)),
+    }
 
 
 def proxy_middlewares() -> list:
     """Ray Serve's proxy callback: :class:`ProxyGuard` with the settings of :func:`proxy_environment`."""
     from starlette.middleware import Middleware
 
-    return [Middleware(ProxyGuard, max_body_bytes=int(os.environ.get(ENV_MAX_BODY_BYTES, 8 * 2**20)),
-                       health_timeout_s=float(os.environ.get(ENV_HEALTH_TIMEOUT_S, 0.9)),
-                       header_timeout_s=float(os.environ.get(ENV_HEADER_TIMEOUT_S, 10.0)) or None)]
+    return [
+        Middleware(
+            ProxyGuard,
+            max_body_bytes=int(os.environ.get(ENV_MAX_BODY_BYTES, 8 * 2**20)),
+            health_timeout_s=float(os.environ.get(ENV_HEALTH_TIMEOUT_S, 0.9)),
+            header_timeout_s=float(os.environ.get(ENV_HEADER_TIMEOUT_S, 10.0)) or None,
+        )
+    ]
 
 
 def http_options(host: str, port: int, *, request_timeout_s: float | None, keep_alive_timeout_s: int) -> dict:
     """Ray Serve's ``http_options`` for ``serve.start``: the host and port, and the proxy's timeouts
     (uvicorn's ``timeout_keep_alive``; Ray's end-to-end ``request_timeout_s``, 408 past it)."""
-    return {"host": host, "port": port, "request_timeout_s": request_timeout_s,
-            "keep_alive_timeout_s": keep_alive_timeout_s}
+    return {
+        "host": host,
+        "port": port,
+        "request_timeout_s": request_timeout_s,
+        "keep_alive_timeout_s": keep_alive_timeout_s,
+    }

@@ -36,7 +36,7 @@ def split_parts(values: list, sizes: list[int]) -> list[list]:
     """``values`` cut into consecutive parts of ``sizes``."""
     out, start = [], 0
     for size in sizes:
-        out.append(values[start:start + size])
+        out.append(values[start : start + size])
         start += size
     return out
 
@@ -50,8 +50,9 @@ def run_call(picked: list[tuple[Work, list]]) -> list[Any]:
         want = any(job.want for job, _ in picked)
         flat = list(first.run(first.scorer, [u for _, units in picked for u in units], want))
         if len(flat) != sum(len(units) for _, units in picked):
-            raise RuntimeError(f"an engine call returned {len(flat)} results for "
-                               f"{sum(len(units) for _, units in picked)} units")
+            raise RuntimeError(
+                f"an engine call returned {len(flat)} results for {sum(len(units) for _, units in picked)} units"
+            )
         flat_iter = iter(flat)
         return [[next(flat_iter) for _ in units] for _, units in picked]
     except Exception as exc:  # noqa: BLE001 - isolate the failing request
@@ -133,8 +134,9 @@ class Scheduler:
                 head = self.queue.pop(0)
                 head.future.set_exception(RuntimeError("the scheduler found no unit to run for a request"))
                 continue
-            self.on_call(len(picked), sum(job.costs[len(job.results) + i] for job, units in picked
-                                          for i in range(len(units))))
+            self.on_call(
+                len(picked), sum(job.costs[len(job.results) + i] for job, units in picked for i in range(len(units)))
+            )
             try:
                 outs = await asyncio.wrap_future(batching.submit(run_call, picked))
             except BaseException as exc:  # noqa: BLE001 - the loop must go on

@@ -33,6 +33,7 @@ from ray import serve
 
 from .. import __version__, batching
 from .. import metrics as M
+from .. import rerank as R
 from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
 from ..checks import check_documents, check_query
 from ..engine import get_engine
@@ -43,7 +44,6 @@ from ..selection import RERANK_MODES
 from ..seper import NLIEntailment, SePerScorer, check_references
 from . import api as A
 from . import wire as W
-from .. import rerank as R
 from .admission import PREFILL_COST, admit, admit_budget, admit_rerank, influence_runs
 from .config import ServeConfig
 from .httpapi import StalledError, app, set_replica_limits, set_replica_token
@@ -100,9 +100,19 @@ class GroguService:
     def _utility(self, s: A.ScorerSettings) -> tuple[str, UtilityScorer]:
         key = "utility:" + s.scorer_key()
         template = W.decode_template(s.template.model_dump() if s.template else None)
-        return key, self._cached(key, lambda: UtilityScorer(
-            self.engine, metric=s.metric, alpha=s.alpha, top_k_frac=s.top_k_frac, max_new_tokens=s.max_new_tokens,
-            template=template, answer_style=s.answer_style, copy_ngram=s.copy_ngram))
+        return key, self._cached(
+            key,
+            lambda: UtilityScorer(
+                self.engine,
+                metric=s.metric,
+                alpha=s.alpha,
+                top_k_frac=s.top_k_frac,
+                max_new_tokens=s.max_new_tokens,
+                template=template,
+                answer_style=s.answer_style,
+                copy_ngram=s.copy_ngram,
+            ),
+        )
 
     def _embedder_model(self) -> Any:
         if self._embedder is None:
@@ -122,12 +132,20 @@ class GroguService:
         units, owners = [], []
         for i, (query, contexts) in enumerate(items):
             for start in range(0, max(len(contexts), 1), per_call):
-                units.append((query, contexts[start:start + per_call]))
+                units.append((query, contexts[start : start + per_call]))
                 owners.append(i)
         costs = [max(len(c), 1) * tokens for _, c in units]
         admit_budget(self.config, costs)
-        done = await self._scheduler.submit(Work(key, scorer, units, costs, details,
-                                                lambda sc, us, want: sc.score_contexts_batch(us, return_details=want)))
+        done = await self._scheduler.submit(
+            Work(
+                key,
+                scorer,
+                units,
+                costs,
+                details,
+                lambda sc, us, want: sc.score_contexts_batch(us, return_details=want),
+            )
+        )
         out: list[list[Any]] = [[] for _ in items]
         for i, rows in zip(owners, done):
             out[i].extend(rows)
@@ -151,28 +169,43 @@ class GroguService:
         heartbeat, not the event loop's."""
         busy = batching.busy_for()
         if busy > self.config.health_stall_s:
-            raise StalledError(f"the replica's worker has run one engine slice for {busy:.0f} s (over "
-                               f"{self.config.health_stall_s:g} s, grogu serve --health-stall-s): it is stuck")
+            raise StalledError(
+                f"the replica's worker has run one engine slice for {busy:.0f} s (over "
+                f"{self.config.health_stall_s:g} s, grogu serve --health-stall-s): it is stuck"
+            )
 
     @app.get("/info")
     async def info(self) -> dict:
         """The model this deployment serves (its name, no filesystem path), its limits and batching."""
         c, e = self.config, self.engine
-        return {"model": _public_name(e.model_name), "device": str(e.device),
-                "dtype": str(e.dtype).removeprefix("torch."), "max_context_tokens": e.max_context_tokens,
-                "grogu_version": __version__, "limits": {name: getattr(c, name) for name in ServeConfig.LIMITS},
-                "batching": {"max_batch_size": c.max_batch_size, "max_batch_tokens": c.max_batch_tokens,
-                             "batch_wait_s": c.batch_wait_s},
-                "metrics": sorted(M.METRICS), "rerank_modes": list(RERANK_MODES),
-                "embedder": _public_name(c.embedder), "nli": _public_name(c.nli)}
+        return {
+            "model": _public_name(e.model_name),
+            "device": str(e.device),
+            "dtype": str(e.dtype).removeprefix("torch."),
+            "max_context_tokens": e.max_context_tokens,
+            "grogu_version": __version__,
+            "limits": {name: getattr(c, name) for name in ServeConfig.LIMITS},
+            "batching": {
+                "max_batch_size": c.max_batch_size,
+                "max_batch_tokens": c.max_batch_tokens,
+                "batch_wait_s": c.batch_wait_s,
+            },
+            "metrics": sorted(M.METRICS),
+            "rerank_modes": list(RERANK_MODES),
+            "embedder": _public_name(c.embedder),
+            "nli": _public_name(c.nli),
+        }
 
     @app.get("/stats")
     async def stats(self) -> dict:
         """Engine calls this replica ran, by number of requests gathered; the largest generation budget
         one call held. The process id only with ``stats_pids`` (``grogu serve --stats-pids``)."""
-        out = {"replica": serve.get_replica_context().replica_id.unique_id,
-               "batches": sum(self.batch_sizes.values()), "max_call_tokens": self.batch_tokens,
-               "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())}}
+        out = {
+            "replica": serve.get_replica_context().replica_id.unique_id,
+            "batches": sum(self.batch_sizes.values()),
+            "max_call_tokens": self.batch_tokens,
+            "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+        }
         if self.config.stats_pids:
             out["pid"] = os.getpid()
         return out
@@ -198,8 +231,9 @@ class GroguService:
     async def score_contexts(self, body: A.ContextsRequest) -> dict:
         """Each ordered document list as one context (``UtilityScorer.score_contexts``)."""
         self._admit(body)
-        [results] = await self._contexts(body, [(body.query, [A.plain_docs(c) for c in body.contexts])],
-                                         body.return_details)
+        [results] = await self._contexts(
+            body, [(body.query, [A.plain_docs(c) for c in body.contexts])], body.return_details
+        )
         return {"results": self._scores(results, body.return_details)}
 
     @app.post("/score_contexts_batch")
@@ -227,10 +261,18 @@ class GroguService:
         _, scorer = self._utility(body)
         # checks, the MiniLM relevance when none is given, the candidates: on the worker, scheduled
         args = (body.query, A.plain_docs(body.documents), body.top_n, body.threshold)
-        [rerank_plan] = await self._scheduler.submit(Work(
-            "rerank-plan", scorer, [args], [len(body.documents) + 1], False,
-            lambda sc, us, want, s=body.mode_settings(), rel=body.relevance:
-                [sc.plan_rerank(*u, settings=s, relevance=rel) for u in us]))
+        [rerank_plan] = await self._scheduler.submit(
+            Work(
+                "rerank-plan",
+                scorer,
+                [args],
+                [len(body.documents) + 1],
+                False,
+                lambda sc, us, want, s=body.mode_settings(), rel=body.relevance: [
+                    sc.plan_rerank(*u, settings=s, relevance=rel) for u in us
+                ],
+            )
+        )
         if R.grounded_choice(rerank_plan.settings) and rerank_plan.contexts:
             # the library's path: the candidates' answers (in slices), then the choice on their grounded
             # statistics, and only the chosen one teacher-forced
@@ -238,14 +280,23 @@ class GroguService:
             contexts = [(rerank_plan.query, docs) for docs in rerank_plan.context_documents()]
             costs = [max(len(docs), 1) * tokens for _, docs in contexts]
             admit_budget(self.config, costs)
-            generated = await self._scheduler.submit(Work(key, scorer, contexts, costs, False,
-                                                          lambda sc, us, want: sc.generate_contexts(us)))
-            [scored] = await self._scheduler.submit(Work(
-                f"{key}:choose:{id(rerank_plan)}", scorer, [rerank_plan], [tokens], body.return_details,
-                lambda sc, us, want, g=generated: sc.score_generated(us, g, want)))
+            generated = await self._scheduler.submit(
+                Work(key, scorer, contexts, costs, False, lambda sc, us, want: sc.generate_contexts(us))
+            )
+            [scored] = await self._scheduler.submit(
+                Work(
+                    f"{key}:choose:{id(rerank_plan)}",
+                    scorer,
+                    [rerank_plan],
+                    [tokens],
+                    body.return_details,
+                    lambda sc, us, want, g=generated: sc.score_generated(us, g, want),
+                )
+            )
         else:  # every context fully scored: in slices
-            [scored] = await self._contexts(body, [(rerank_plan.query, rerank_plan.context_documents())],
-                                            body.return_details)
+            [scored] = await self._contexts(
+                body, [(rerank_plan.query, rerank_plan.context_documents())], body.return_details
+            )
         ranked = scorer.finish_rerank(rerank_plan, scored)
         out = W.encode_ranked(ranked)
         if not body.return_details:
@@ -258,8 +309,16 @@ class GroguService:
         """The ungrounded answer's KeyEntropy (``UtilityScorer.ungrounded``)."""
         self._admit(body)
         key, scorer = self._utility(body)
-        [result] = await self._scheduler.submit(Work(key + ":ungrounded", scorer, [body.query], [body.answer_tokens()],
-                                                     False, lambda sc, us, want: [sc.ungrounded(q) for q in us]))
+        [result] = await self._scheduler.submit(
+            Work(
+                key + ":ungrounded",
+                scorer,
+                [body.query],
+                [body.answer_tokens()],
+                False,
+                lambda sc, us, want: [sc.ungrounded(q) for q in us],
+            )
+        )
         return W.encode_ungrounded(result)
 
     # ------------------------------------------------------------------ other metrics
@@ -275,22 +334,39 @@ class GroguService:
         template = W.decode_template(body.template.model_dump() if body.template else None)
         items = [(check_query(it.query), A.plain_docs(it.documents), it.answer) for it in body.items]
         # an item's budget: an answer's tokens per engine pass it needs (answer, leave-outs, ablations)
-        costs = [max(influence_runs(body.method, len(docs), body.n_ablations, answer is not None), 1)
-                 * body.max_new_tokens for _, docs, answer in items]
+        costs = [
+            max(influence_runs(body.method, len(docs), body.n_ablations, answer is not None), 1) * body.max_new_tokens
+            for _, docs, answer in items
+        ]
         admit_budget(self.config, costs)
 
         def build() -> InfluenceScorer:
             # the embedder is loaded once per replica, and only for the methods that embed answers
             embedder = self._embedder_model() if body.method in EMBEDDING_METHODS else self.config.embedder
-            scorer = InfluenceScorer(self.engine, embedder=embedder, max_new_tokens=body.max_new_tokens,
-                                     template=template, method=body.method, n_ablations=body.n_ablations,
-                                     seed=body.seed, lasso_alpha=body.lasso_alpha)
+            scorer = InfluenceScorer(
+                self.engine,
+                embedder=embedder,
+                max_new_tokens=body.max_new_tokens,
+                template=template,
+                method=body.method,
+                n_ablations=body.n_ablations,
+                seed=body.seed,
+                lasso_alpha=body.lasso_alpha,
+            )
             scorer.embedder_name = self.config.embedder
             return scorer
 
         scorer = await self._built(key, build)
-        result = await self._scheduler.submit(Work(key, scorer, items, costs, body.return_ablations,
-                                                   lambda sc, us, want: sc.score_batch(us, return_ablations=want)))
+        result = await self._scheduler.submit(
+            Work(
+                key,
+                scorer,
+                items,
+                costs,
+                body.return_ablations,
+                lambda sc, us, want: sc.score_batch(us, return_ablations=want),
+            )
+        )
         return {"results": [W.encode_influence(r) for r in result]}
 
     @app.post("/seper")
@@ -307,30 +383,52 @@ class GroguService:
             return {"results": []}
         n, tokens = body.n_samples, body.max_new_tokens
         admit_budget(self.config, [(n_contexts + 1) * n * tokens])
-        key = "seper:" + body.model_dump_json(include={"n_samples", "temperature", "tau", "max_new_tokens", "seed",
-                                                       "template"})
+        key = "seper:" + body.model_dump_json(
+            include={"n_samples", "temperature", "tau", "max_new_tokens", "seed", "template"}
+        )
 
         def build() -> SePerScorer:
             if self._nli is None:
                 self._nli = NLIEntailment(self.config.nli, device=str(self.engine.device))
-            return SePerScorer(self.engine, entailment=self._nli, n_samples=n, temperature=body.temperature,
-                               tau=body.tau, max_new_tokens=tokens, seed=body.seed,
-                               template=W.decode_template(body.template.model_dump() if body.template else None))
+            return SePerScorer(
+                self.engine,
+                entailment=self._nli,
+                n_samples=n,
+                temperature=body.temperature,
+                tau=body.tau,
+                max_new_tokens=tokens,
+                seed=body.seed,
+                template=W.decode_template(body.template.model_dump() if body.template else None),
+            )
 
         scorer = await self._built(key, build)
         query, refs, checked = check_query(body.query), check_references(body.references), check_documents(docs)
         contexts = [checked] if body.as_context else [[d] for d in checked]
         rows = await self._on_worker(scorer.sample_rows, query, contexts)
         per_call, split_parts_ = max(1, self.config.max_batch_tokens // tokens), split_parts
-        slices = [rows[i:i + per_call] for i in range(0, len(rows), per_call)]
-        done = await self._scheduler.submit(Work(
-            key, scorer, slices, [len(x) * tokens for x in slices], False,
-            lambda sc, us, want: split_parts_(sc.sample([r for u in us for r in u]), [len(u) for u in us])))
+        slices = [rows[i : i + per_call] for i in range(0, len(rows), per_call)]
+        done = await self._scheduler.submit(
+            Work(
+                key,
+                scorer,
+                slices,
+                [len(x) * tokens for x in slices],
+                False,
+                lambda sc, us, want: split_parts_(sc.sample([r for u in us for r in u]), [len(u) for u in us]),
+            )
+        )
         gens = [g for part in done for g in part]
-        groups = [gens[i:i + n] for i in range(0, len(gens), n)]
-        beliefs = await self._scheduler.submit(Work(
-            key + ":nli", scorer, groups, [n * tokens] * len(groups), False,
-            lambda sc, us, want: sc.beliefs(query, refs, us)))
+        groups = [gens[i : i + n] for i in range(0, len(gens), n)]
+        beliefs = await self._scheduler.submit(
+            Work(
+                key + ":nli",
+                scorer,
+                groups,
+                [n * tokens] * len(groups),
+                False,
+                lambda sc, us, want: sc.beliefs(query, refs, us),
+            )
+        )
         results = SePerScorer.results(groups, beliefs)
         return {"results": [W.encode_seper(r) for r in results]}
 
@@ -339,18 +437,32 @@ class GroguService:
         """ACU of (claim, evidence, stance) items (``ACUScorer.score_batch``), a slice of items per call."""
         self._admit(body)
         key = "acu:" + body.model_dump_json(include={"labels", "prompt_with", "prompt_without"})
-        scorer = await self._built(key, lambda: ACUScorer(
-            self.engine, labels=body.labels, prompt_with=body.prompt_with or DEFAULT_PROMPT_WITH,
-            prompt_without=body.prompt_without or DEFAULT_PROMPT_WITHOUT))
+        scorer = await self._built(
+            key,
+            lambda: ACUScorer(
+                self.engine,
+                labels=body.labels,
+                prompt_with=body.prompt_with or DEFAULT_PROMPT_WITH,
+                prompt_without=body.prompt_without or DEFAULT_PROMPT_WITHOUT,
+            ),
+        )
         items = [(it.claim, it.evidence, it.stance) for it in body.items]
-        results = await self._scheduler.submit(Work(key, scorer, items, [2 * PREFILL_COST] * len(items), False,
-                                                    lambda sc, us, want: sc.score_batch(us)))
+        results = await self._scheduler.submit(
+            Work(key, scorer, items, [2 * PREFILL_COST] * len(items), False, lambda sc, us, want: sc.score_batch(us))
+        )
         return {"results": [W.encode_acu(r) for r in results]}
 
 
-def build_app(config: ServeConfig, *, num_replicas: int = 1, min_replicas: Optional[int] = None,
-              max_replicas: Optional[int] = None, num_cpus: float = 1, num_gpus: float = 0,
-              max_ongoing_requests: Optional[int] = None) -> Any:
+def build_app(
+    config: ServeConfig,
+    *,
+    num_replicas: int = 1,
+    min_replicas: Optional[int] = None,
+    max_replicas: Optional[int] = None,
+    num_cpus: float = 1,
+    num_gpus: float = 0,
+    max_ongoing_requests: Optional[int] = None,
+) -> Any:
     """The Ray Serve application of one model. ``min_replicas``/``max_replicas`` turn on autoscaling
     (instead of a fixed ``num_replicas``); ``num_gpus`` / ``num_cpus`` are per replica (fractions share
     a device). ``max_ongoing_requests`` (default 4 x max_batch_size) must let a batch fill."""
@@ -360,9 +472,12 @@ def build_app(config: ServeConfig, *, num_replicas: int = 1, min_replicas: Optio
     }
     if min_replicas is not None or max_replicas is not None:
         low = 1 if min_replicas is None else min_replicas
-        options["autoscaling_config"] = {"min_replicas": low, "initial_replicas": max(low, 1),
-                                         "max_replicas": max(max_replicas or low, low, 1),
-                                         "target_ongoing_requests": config.max_batch_size}
+        options["autoscaling_config"] = {
+            "min_replicas": low,
+            "initial_replicas": max(low, 1),
+            "max_replicas": max(max_replicas or low, low, 1),
+            "target_ongoing_requests": config.max_batch_size,
+        }
     else:
         options["num_replicas"] = num_replicas
     return GroguService.options(**options).bind(dataclasses.asdict(config))

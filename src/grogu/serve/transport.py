@@ -70,8 +70,9 @@ def _retriable(response: Any) -> bool:
 class Transport:
     """JSON over HTTP to one service URL, with retries; sync (one shared ``httpx.Client``) and async."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 120.0, retries: int = 4,
-                 backoff: float = 0.25) -> None:
+    def __init__(
+        self, url: str, token: str | None = None, *, timeout: float = 120.0, retries: int = 4, backoff: float = 0.25
+    ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"the service URL must start with http:// or https://, got {url!r}")
         import httpx
@@ -86,7 +87,7 @@ class Transport:
         self.retried = 0  # requests sent again (connection error or 502/503/504)
 
     def _delay(self, attempt: int) -> float:
-        return min(self.backoff * 2 ** attempt, MAX_BACKOFF_S)
+        return min(self.backoff * 2**attempt, MAX_BACKOFF_S)
 
     def _result(self, response: Any) -> Any:
         try:

@@ -25,9 +25,14 @@ from ..seper import SePerResult
 
 #: fields of ScoreResult sent as they are (details are encoded apart)
 SCORE_FIELDS = ("score", "metric", "confidence", "answer", "n_tokens", "n_key_tokens", "variants", "answer_finished")
-_DETAIL_DTYPES = {"grounded_entropy": torch.float32, "grounded_logprob": torch.float32,
-                  "ungrounded_entropy": torch.float32, "ungrounded_logprob": torch.float32,
-                  "key_mask": torch.bool, "copied": torch.bool}
+_DETAIL_DTYPES = {
+    "grounded_entropy": torch.float32,
+    "grounded_logprob": torch.float32,
+    "ungrounded_entropy": torch.float32,
+    "ungrounded_logprob": torch.float32,
+    "key_mask": torch.bool,
+    "copied": torch.bool,
+}
 
 
 # ------------------------------------------------------------------ inputs
@@ -42,8 +47,12 @@ def encode_documents(docs: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 #: the placeholders each template field may hold (str.format names); the others are plain text
-TEMPLATE_PLACEHOLDERS = {"grounded": ("query", "context"), "ungrounded": ("query",),
-                         "document": ("text", "title"), "titled_document": ("text", "title")}
+TEMPLATE_PLACEHOLDERS = {
+    "grounded": ("query", "context"),
+    "ungrounded": ("query",),
+    "document": ("text", "title"),
+    "titled_document": ("text", "title"),
+}
 TEMPLATE_TEXT_FIELDS = ("separator", "system", "plain_suffix")
 
 
@@ -56,16 +65,23 @@ def check_format(name: str, text: Any, allowed: Sequence[str]) -> None:
     try:
         parts = list(string.Formatter().parse(text))
     except ValueError as exc:
-        raise ValueError(f"{name} is not a valid format string ({exc}); write a literal brace as {{{{ or }}}}") from None
+        raise ValueError(
+            f"{name} is not a valid format string ({exc}); write a literal brace as {{{{ or }}}}"
+        ) from None
     for _, field, spec, conversion in parts:
         if field is None:
             continue
         if field not in allowed:
-            raise ValueError(f"{name} has the placeholder {{{field}}}; it may hold only "
-                             + ", ".join(f"{{{a}}}" for a in allowed) + " (write a literal brace as {{ or }})")
+            raise ValueError(
+                f"{name} has the placeholder {{{field}}}; it may hold only "
+                + ", ".join(f"{{{a}}}" for a in allowed)
+                + " (write a literal brace as {{ or }})"
+            )
         if spec or conversion:
-            raise ValueError(f"{name}: the placeholder {{{field}}} takes no conversion or format spec (got "
-                             f"{{{field}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}})")
+            raise ValueError(
+                f"{name}: the placeholder {{{field}}} takes no conversion or format spec (got "
+                f"{{{field}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}})"
+            )
 
 
 def check_template(fields: dict[str, Any]) -> None:
@@ -113,8 +129,10 @@ def encode_details(details: TokenDetail | None) -> dict[str, Any] | None:
 def decode_details(data: dict[str, Any] | None) -> TokenDetail | None:
     if data is None:
         return None
-    tensors = {name: None if data.get(name) is None else torch.tensor(data[name], dtype=dtype)
-               for name, dtype in _DETAIL_DTYPES.items()}
+    tensors = {
+        name: None if data.get(name) is None else torch.tensor(data[name], dtype=dtype)
+        for name, dtype in _DETAIL_DTYPES.items()
+    }
     return TokenDetail(tokens=list(data["tokens"]), token_ids=list(data["token_ids"]), **tensors)
 
 
@@ -155,8 +173,16 @@ def decode_ranked(data: dict[str, Any], originals: list[Any]) -> list[DocumentSc
     context = None
     if data.get("context") is not None:
         context = decode_context(data["context"], [originals[r["index"]] for r in rows])
-    return [DocumentScore(index=r["index"], document=originals[r["index"]], rank_score=r.get("rank_score"),
-                          context=context, **_fields(r)) for r in rows]
+    return [
+        DocumentScore(
+            index=r["index"],
+            document=originals[r["index"]],
+            rank_score=r.get("rank_score"),
+            context=context,
+            **_fields(r),
+        )
+        for r in rows
+    ]
 
 
 def encode_layout(choice: LayoutChoice) -> dict[str, Any]:

@@ -1,9 +1,19 @@
 """The target LLM behind an inference server (vLLM, SGLang, llama.cpp; grounded-only through a chat API:
 OpenAI, Ollama): :class:`ServerTarget`."""
 
-from .target import APIS, ServerCapabilityError, ServerError, ServerTarget, choose_api
 from .frameworks import server_connection, target_from_llm
+from .target import APIS, ServerCapabilityError, ServerError, ServerTarget, choose_api
 from .topk import DEFAULT_TAIL, TAILS, topk_entropy
 
-__all__ = ["ServerTarget", "ServerError", "ServerCapabilityError", "APIS", "TAILS", "DEFAULT_TAIL", "topk_entropy",
-           "server_connection", "target_from_llm", "choose_api"]
+__all__ = [
+    "ServerTarget",
+    "ServerError",
+    "ServerCapabilityError",
+    "APIS",
+    "TAILS",
+    "DEFAULT_TAIL",
+    "topk_entropy",
+    "server_connection",
+    "target_from_llm",
+    "choose_api",
+]

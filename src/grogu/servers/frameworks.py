@@ -46,8 +46,12 @@ def server_connection(llm: Any) -> dict[str, Any] | None:
     if hasattr(key, "get_secret_value"):  # pydantic SecretStr (LangChain)
         key = key.get_secret_value()
     budget = getattr(llm, "max_tokens", None)
-    return {"base_url": url, "model": model, "api_key": key if isinstance(key, str) and key else None,
-            "max_tokens": budget if isinstance(budget, int) and budget > 0 else None}
+    return {
+        "base_url": url,
+        "model": model,
+        "api_key": key if isinstance(key, str) and key else None,
+        "max_tokens": budget if isinstance(budget, int) and budget > 0 else None,
+    }
 
 
 def target_from_llm(llm: Any, **settings: Any) -> ServerTarget | None:

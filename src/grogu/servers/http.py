@@ -36,8 +36,17 @@ class Connection:
     """Requests to one server's base URL. ``explain(response, url)`` turns a refused request (4xx, or a
     5xx after the retries) into the exception to raise."""
 
-    def __init__(self, base_url: str, api_key: str | None, *, timeout: float, retries: int, backoff: float,
-                 max_concurrency: int, explain: Callable[[Any, str], Exception]) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout: float,
+        retries: int,
+        backoff: float,
+        max_concurrency: int,
+        explain: Callable[[Any, str], Exception],
+    ) -> None:
         self.max_concurrency = check_positive_int("max_concurrency", max_concurrency)
         if not (isinstance(retries, int) and not isinstance(retries, bool) and retries >= 0):
             raise ValueError(f"retries must be an int >= 0, got {retries!r}")
@@ -63,13 +72,15 @@ class Connection:
 
         url = url or self.base_url + path
         for attempt in range(self.retries + 1):
-            wait = self.backoff * 2 ** attempt
+            wait = self.backoff * 2**attempt
             try:
                 resp = await client.request(method, url, json=body)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 if attempt == self.retries:
-                    raise ServerError(f"cannot reach the LLM server at {url} ({type(exc).__name__}: {exc}) "
-                                      f"after {attempt + 1} attempt(s); is it running?") from exc
+                    raise ServerError(
+                        f"cannot reach the LLM server at {url} ({type(exc).__name__}: {exc}) "
+                        f"after {attempt + 1} attempt(s); is it running?"
+                    ) from exc
                 await asyncio.sleep(wait)
                 continue
             self.requests_sent += 1
@@ -82,8 +93,9 @@ class Connection:
             try:
                 return resp.json()
             except ValueError as exc:
-                raise ServerError(f"the LLM server at {url} answered with something that is not JSON: "
-                                  f"{resp.text[:200]!r}") from exc
+                raise ServerError(
+                    f"the LLM server at {url} answered with something that is not JSON: {resp.text[:200]!r}"
+                ) from exc
         raise AssertionError("unreachable")
 
     async def get(self, path: str) -> Any:
@@ -94,7 +106,9 @@ class Connection:
         """POST every body to ``path`` at once, at most ``max_concurrency`` in flight; the answers in order."""
         sem = asyncio.Semaphore(self.max_concurrency)
         async with self.client() as client:
+
             async def one(body: dict[str, Any]) -> Any:
                 async with sem:
                     return await self.request(client, "POST", path, body)
+
             return await asyncio.gather(*(one(b) for b in bodies))

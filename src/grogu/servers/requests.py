@@ -55,21 +55,38 @@ class RequestFormats:
             body.update(NEUTRAL_SAMPLING)
         return body
 
-    def _chat_body(self, prompt: ChatPrompt, max_new_tokens: int, temperature: float | None,
-                   seed: int | None) -> dict[str, Any]:
+    def _chat_body(
+        self, prompt: ChatPrompt, max_new_tokens: int, temperature: float | None, seed: int | None
+    ) -> dict[str, Any]:
         # the hosted OpenAI API wants max_completion_tokens (its newer models refuse max_tokens); the
         # OpenAI-compatible servers read max_tokens (llama-cpp-python ignores max_completion_tokens)
         budget = "max_completion_tokens" if self.hosted_openai else "max_tokens"
-        return {"model": self.model_name, "messages": prompt.messages(), "logprobs": True,
-                "top_logprobs": self.top_logprobs, budget: max_new_tokens, **self._sampling(temperature, seed)}
+        return {
+            "model": self.model_name,
+            "messages": prompt.messages(),
+            "logprobs": True,
+            "top_logprobs": self.top_logprobs,
+            budget: max_new_tokens,
+            **self._sampling(temperature, seed),
+        }
 
-    def _gen_body(self, prompt: list[int], max_new_tokens: int, temperature: float | None,
-                  seed: int | None) -> dict[str, Any]:
-        body = {"model": self.model_name, "max_tokens": max_new_tokens, "logprobs": self.top_logprobs,
-                **self._sampling(temperature, seed)}
+    def _gen_body(
+        self, prompt: list[int], max_new_tokens: int, temperature: float | None, seed: int | None
+    ) -> dict[str, Any]:
+        body = {
+            "model": self.model_name,
+            "max_tokens": max_new_tokens,
+            "logprobs": self.top_logprobs,
+            **self._sampling(temperature, seed),
+        }
         if self.api == "vllm":
-            body.update(prompt=prompt, return_token_ids=True, return_tokens_as_token_ids=True,
-                        skip_special_tokens=False, stop_token_ids=list(self.stop_token_ids))
+            body.update(
+                prompt=prompt,
+                return_token_ids=True,
+                return_tokens_as_token_ids=True,
+                skip_special_tokens=False,
+                stop_token_ids=list(self.stop_token_ids),
+            )
         else:
             body.update(prompt=self._prompt_text(prompt))
         return body
@@ -92,16 +109,20 @@ class RequestFormats:
                 f"ignored logprobs=true, top_logprobs={self.top_logprobs}); grogu needs each generated token's "
                 "top log-probabilities, which OpenAI's chat API, Ollama from version 0.12.11, vLLM, SGLang and "
                 "llama-cpp-python (logits_all on) return on request. Update or "
-                "reconfigure the server, or serve the model with one that does")
+                "reconfigure the server, or serve the model with one that does"
+            )
         return ServerCapabilityError(
             f"the LLM server at {self.base_url} returned no top log-probabilities; grogu needs "
-            f"top_logprobs={self.top_logprobs} (vLLM: --max-logprobs; llama-cpp-python: logits_all on)")
+            f"top_logprobs={self.top_logprobs} (vLLM: --max-logprobs; llama-cpp-python: logits_all on)"
+        )
 
     def _check_top(self, top: Any) -> list[float]:
         if not top:
             raise self._no_logprobs()
-        values = [float(v["logprob"]) if isinstance(v, dict) else float(v)
-                  for v in (top.values() if isinstance(top, dict) else top)]
+        values = [
+            float(v["logprob"]) if isinstance(v, dict) else float(v)
+            for v in (top.values() if isinstance(top, dict) else top)
+        ]
         return values
 
     def _parse_generation(self, data: Any) -> tuple[str, str | None, list[Step], list[int] | None]:
@@ -112,8 +133,10 @@ class RequestFormats:
         logprobs = lp.get("token_logprobs") or []
         tops = lp.get("top_logprobs") or []
         if len(tokens) != len(logprobs) or (tokens and len(tops) != len(tokens)):
-            raise ServerError(f"the LLM server at {self.base_url} returned log-probabilities that do not match "
-                              f"its tokens ({len(tokens)} tokens, {len(logprobs)} log-probabilities)")
+            raise ServerError(
+                f"the LLM server at {self.base_url} returned log-probabilities that do not match "
+                f"its tokens ({len(tokens)} tokens, {len(logprobs)} log-probabilities)"
+            )
         steps = [Step(float(l), self._check_top(t)) for l, t in zip(logprobs, tops)]
         ids = None
         if self.api == "vllm":
@@ -131,7 +154,8 @@ class RequestFormats:
         raise ServerCapabilityError(
             f"the LLM server at {self.base_url} returned neither the answer's token ids (return_token_ids) nor "
             f"its tokens as 'token_id:N' (return_tokens_as_token_ids), e.g. {tokens[:1]!r}; api='vllm' needs "
-            "vLLM's completions API. For another server use api='chat' (grounded-only) or api='llama-cpp'")
+            "vLLM's completions API. For another server use api='chat' (grounded-only) or api='llama-cpp'"
+        )
 
     def _parse_chat(self, data: Any) -> Generation:
         """A chat completion's answer: its text, and each generated token's text, log-probability and
@@ -139,8 +163,9 @@ class RequestFormats:
         try:
             choice = data["choices"][0]
         except (KeyError, IndexError, TypeError) as exc:
-            raise ServerError(f"the LLM server at {self.base_url} answered the chat request without a choice: "
-                              f"{str(data)[:200]}") from exc
+            raise ServerError(
+                f"the LLM server at {self.base_url} answered the chat request without a choice: {str(data)[:200]}"
+            ) from exc
         text = (choice.get("message") or {}).get("content") or ""
         lp = choice.get("logprobs")
         entries = lp.get("content") if isinstance(lp, dict) else None
@@ -157,10 +182,13 @@ class RequestFormats:
         if finish == "stop" and tokens and tokens[-1] in STOP_TOKEN_NAMES:  # a server that reports the end token
             tokens.pop()
             stop = steps.pop()
-        gen = Generation([UNKNOWN_TOKEN_ID] * len(steps),
-                         torch.tensor([self._entropy(st.top) for st in steps], dtype=torch.float32),
-                         torch.tensor([st.logprob for st in steps], dtype=torch.float32),
-                         text=text.strip(), tokens=tokens)
+        gen = Generation(
+            [UNKNOWN_TOKEN_ID] * len(steps),
+            torch.tensor([self._entropy(st.top) for st in steps], dtype=torch.float32),
+            torch.tensor([st.logprob for st in steps], dtype=torch.float32),
+            text=text.strip(),
+            tokens=tokens,
+        )
         if finish == "stop":  # ended its turn; the end token's statistics only where the server reported them
             gen.stop_token_id = UNKNOWN_TOKEN_ID
             if stop is not None:
@@ -172,17 +200,20 @@ class RequestFormats:
         choice = data["choices"][0]
         n = len(cont)
         if self.api == "vllm":
-            entries = (choice.get("prompt_logprobs") or data.get("prompt_logprobs") or [])
-            entries = entries[len(prompt):len(prompt) + n]
+            entries = choice.get("prompt_logprobs") or data.get("prompt_logprobs") or []
+            entries = entries[len(prompt) : len(prompt) + n]
             if len(entries) != n:
-                raise ServerError(f"the LLM server at {self.base_url} returned {len(entries)} prompt "
-                                  f"log-probabilities for a {n}-token answer (does it support prompt_logprobs?)")
+                raise ServerError(
+                    f"the LLM server at {self.base_url} returned {len(entries)} prompt "
+                    f"log-probabilities for a {n}-token answer (does it support prompt_logprobs?)"
+                )
             steps = []
             for tok, entry in zip(cont, entries):
                 entry = {int(str(k).split(":")[-1]): v for k, v in entry.items()}
                 if tok not in entry:
-                    raise ServerError(f"the LLM server at {self.base_url} did not return the forced token's "
-                                      "log-probability")
+                    raise ServerError(
+                        f"the LLM server at {self.base_url} did not return the forced token's log-probability"
+                    )
                 steps.append(Step(float(entry[tok]["logprob"]), self._check_top(list(entry.values()))))
             return steps
         # llama-cpp-python's echo: one entry per prompt token, the generated token last. Entry i holds the
@@ -194,9 +225,11 @@ class RequestFormats:
         generated = int((data.get("usage") or {}).get("completion_tokens", 1))  # 0 when it stopped at once
         end = len(tokens) - generated
         if end - n - shift < 0 or len(tokens) != len(tops):
-            raise ServerError(f"the LLM server at {self.base_url} echoed {len(tops)} positions for a "
-                              f"{n}-token answer (is logits_all on?)")
-        pieces = tokens[end - n:end]
+            raise ServerError(
+                f"the LLM server at {self.base_url} echoed {len(tops)} positions for a "
+                f"{n}-token answer (is logits_all on?)"
+            )
+        pieces = tokens[end - n : end]
         # the server re-tokenises the text: its token count must be ours (a BOS it adds may come on top),
         # or the last n positions are not the answer's. (Pieces of a character split over byte tokens
         # come back empty, so the text itself cannot be compared.)
@@ -204,9 +237,11 @@ class RequestFormats:
         bos = getattr(self.tokenizer, "bos_token_id", None)
         added = 1 if self._server_bos and (not prompt or prompt[0] != bos) else 0  # a BOS the prompt lacks
         if isinstance(counted, int) and counted != len(prompt) + n + added:
-            raise ServerError(f"the LLM server at {self.base_url} tokenised the prompt into {counted} tokens, "
-                              f"the tokenizer given to grogu into {len(prompt) + n}; pass the served model's "
-                              "tokenizer=")
+            raise ServerError(
+                f"the LLM server at {self.base_url} tokenised the prompt into {counted} tokens, "
+                f"the tokenizer given to grogu into {len(prompt) + n}; pass the served model's "
+                "tokenizer="
+            )
         logprobs = lp.get("token_logprobs") or []
         steps = []
         for j, piece in enumerate(pieces):
@@ -218,7 +253,8 @@ class RequestFormats:
             if piece not in top:
                 raise ServerCapabilityError(
                     f"the forced answer token {piece!r} is not among the server's top {self.top_logprobs} "
-                    "log-probabilities at its position, so its log-probability is unknown; raise top_logprobs")
+                    "log-probabilities at its position, so its log-probability is unknown; raise top_logprobs"
+                )
             steps.append(Step(float(top[piece]), values))
         return steps
 
@@ -242,12 +278,18 @@ class RequestFormats:
         probe = "Hello world"
         try:
             async with self.http.client() as client:
-                data = await self.http.request(client, "POST", "", {"input": probe, "model": self.model_name},
-                                               url=self.base_url[: -len("/v1")] + "/extras/tokenize")
+                data = await self.http.request(
+                    client,
+                    "POST",
+                    "",
+                    {"input": probe, "model": self.model_name},
+                    url=self.base_url[: -len("/v1")] + "/extras/tokenize",
+                )
         except ServerError as exc:  # owned_by "me" is generic: another server may say it too
             raise ServerCapabilityError(
                 f"the LLM server at {self.base_url} has no llama-cpp-python /extras/tokenize route ({exc}); "
-                "api='llama-cpp' needs llama-cpp-python's server: pass api='vllm' or api='chat' for another") from exc
+                "api='llama-cpp' needs llama-cpp-python's server: pass api='vllm' or api='chat' for another"
+            ) from exc
         theirs = [int(t) for t in data.get("tokens", [])]
         self._server_bos = theirs[:1] == [bos] and theirs[1:] == self.encode(probe)
 
@@ -277,8 +319,9 @@ class RequestFormats:
 
         async def tokens(client: Any, text: str) -> list[int]:
             async with sem:
-                data = await self.http.request(client, "POST", "", {"input": text, "model": self.model_name},
-                                           url=root + "/extras/tokenize")
+                data = await self.http.request(
+                    client, "POST", "", {"input": text, "model": self.model_name}, url=root + "/extras/tokenize"
+                )
             return [int(t) for t in data["tokens"]]
 
         async with self.http.client() as client:
@@ -286,10 +329,12 @@ class RequestFormats:
             for prompt, answer in items:
                 text = self._prompt_text(prompt)
                 head, full = await asyncio.gather(tokens(client, text), tokens(client, text + answer))
-                if full[:len(head)] != head:
-                    raise ServerError(f"the LLM server at {self.base_url} reads the answer into its prompt's "
-                                      "last token; grogu cannot tell the answer's tokens apart")
-                out.append(full[len(head):])
+                if full[: len(head)] != head:
+                    raise ServerError(
+                        f"the LLM server at {self.base_url} reads the answer into its prompt's "
+                        "last token; grogu cannot tell the answer's tokens apart"
+                    )
+                out.append(full[len(head) :])
             return out
 
     def _http_error(self, resp: Any, url: str) -> Exception:
@@ -299,18 +344,26 @@ class RequestFormats:
         if resp.status_code == 401 or resp.status_code == 403:
             return ServerError(f"the LLM server at {url} refused the API key ({resp.status_code}): {text}")
         if "context" in low and any(w in low for w in ("exceed", "maximum", "too long", "length", "window")):
-            cut = ("grogu cut the documents with the tokenizer given, whose count differs from the server's: "
-                   "pass a smaller context_window=" if getattr(self, "tokenizer", None) is not None else
-                   "pass tokenizer= (and context_window=) so that grogu cuts the documents to fit")
-            return ServerError(f"the LLM server at {url} refused a prompt that does not fit the model's context "
-                               f"window ({resp.status_code}: {text}); {cut}, or give fewer or shorter documents")
+            cut = (
+                "grogu cut the documents with the tokenizer given, whose count differs from the server's: "
+                "pass a smaller context_window="
+                if getattr(self, "tokenizer", None) is not None
+                else "pass tokenizer= (and context_window=) so that grogu cuts the documents to fit"
+            )
+            return ServerError(
+                f"the LLM server at {url} refused a prompt that does not fit the model's context "
+                f"window ({resp.status_code}: {text}); {cut}, or give fewer or shorter documents"
+            )
         if "logprob" in low or "logits_all" in low:
             return ServerCapabilityError(
                 f"the LLM server at {url} refused the log-probabilities grogu asks for (top_logprobs="
                 f"{self.top_logprobs}): {text}. vLLM: start it with --max-logprobs {self.top_logprobs} (or "
-                f"more), or pass a smaller top_logprobs; llama-cpp-python: keep logits_all on")
+                f"more), or pass a smaller top_logprobs; llama-cpp-python: keep logits_all on"
+            )
         if resp.status_code == 404 or ("model" in low and ("not found" in low or "does not exist" in low)):
             served = [m.get("id") for m in self._models] if self._models else None
-            return ServerError(f"the LLM server at {url} does not serve model {self.model_name!r} "
-                               f"(status {resp.status_code}: {text})" + (f"; it serves {served}" if served else ""))
+            return ServerError(
+                f"the LLM server at {url} does not serve model {self.model_name!r} "
+                f"(status {resp.status_code}: {text})" + (f"; it serves {served}" if served else "")
+            )
         return ServerError(f"the LLM server at {url} answered {resp.status_code}: {text}")

@@ -66,7 +66,9 @@ from ..checks import check_continuations, check_positive_int
 from ..engine.types import Generation, TokenStats
 from ..prompts import ChatPrompt
 from .http import Connection, ServerCapabilityError, ServerError, run
-from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES, RequestFormats, Step as _Step
+from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES
+from .requests import RequestFormats
+from .requests import Step as _Step
 from .topk import DEFAULT_TAIL, TAILS
 
 APIS = ("vllm", "llama-cpp", "chat")
@@ -83,9 +85,11 @@ OPENAI_HOSTS = ("api.openai.com",)
 CHAT_MAX_TOP_LOGPROBS = 20
 
 
-ACU_MESSAGE = ("ACU needs the probabilities of given label tokens, which an inference server returns only when "
-               "they are among its top-k; score ACU with a model loaded in process (GROGU, Influence and SePer "
-               "work through the server)")
+ACU_MESSAGE = (
+    "ACU needs the probabilities of given label tokens, which an inference server returns only when "
+    "they are among its top-k; score ACU with a model loaded in process (GROGU, Influence and SePer "
+    "work through the server)"
+)
 
 
 def is_hosted_openai(base_url: str) -> bool:
@@ -113,7 +117,6 @@ def server_backend(owners: Iterable[str]) -> str | None:
         if owner in _OWNERS:
             return _OWNERS[owner]
     return None
-
 
 
 class ServerTarget(RequestFormats):
@@ -151,11 +154,24 @@ class ServerTarget(RequestFormats):
     #: True when prompts are :class:`grogu.prompts.ChatPrompt` messages (the server applies its chat template)
     takes_messages = False
 
-    def __init__(self, base_url: str, model: str | None = None, *, api: str = "auto", tokenizer: Any = None,
-                 api_key: str | None = None, top_logprobs: int = 20, tail: str | None = None,
-                 vocab_size: int | None = None, context_window: int | None = None, max_concurrency: int = 16,
-                 timeout: float = 120.0, retries: int = 4, backoff: float = 0.5,
-                 stop_token_ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        api: str = "auto",
+        tokenizer: Any = None,
+        api_key: str | None = None,
+        top_logprobs: int = 20,
+        tail: str | None = None,
+        vocab_size: int | None = None,
+        context_window: int | None = None,
+        max_concurrency: int = 16,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        stop_token_ids: Sequence[int] | None = None,
+    ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL of an OpenAI-compatible server, got {base_url!r}")
         if api not in APIS + ("auto",):
@@ -173,8 +189,15 @@ class ServerTarget(RequestFormats):
         if api == "chat":
             self._check_chat_settings(tokenizer, context_window, stop_token_ids)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.http = Connection(self.base_url, self.api_key, timeout=timeout, retries=retries, backoff=backoff,
-                               max_concurrency=max_concurrency, explain=self._http_error)
+        self.http = Connection(
+            self.base_url,
+            self.api_key,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            max_concurrency=max_concurrency,
+            explain=self._http_error,
+        )
         self._models = None
         self._echo_shift: int | None = None
         self._server_bos: bool | None = None  # llama-cpp-python adds a BOS to text prompts (probed once)
@@ -187,8 +210,9 @@ class ServerTarget(RequestFormats):
             entries = self.served_models()
             served = [m.get("id") for m in entries]
             if self.model_name not in served:  # some servers (llama-cpp-python) answer for any name
-                raise ValueError(f"the LLM server at {self.base_url} does not serve model {self.model_name!r}; "
-                                 f"it serves {served}")
+                raise ValueError(
+                    f"the LLM server at {self.base_url} does not serve model {self.model_name!r}; it serves {served}"
+                )
             owners = [str(m.get("owned_by", "")) for m in entries]
             self.backend = server_backend(owners)
             if api == "auto":
@@ -199,8 +223,10 @@ class ServerTarget(RequestFormats):
         if api == "chat":
             self.grounded_only = self.takes_messages = True
             if self.top_logprobs > CHAT_MAX_TOP_LOGPROBS:
-                raise ValueError(f"top_logprobs must be at most {CHAT_MAX_TOP_LOGPROBS} with api='chat' (the "
-                                 f"OpenAI chat API's range, which Ollama follows), got {self.top_logprobs}")
+                raise ValueError(
+                    f"top_logprobs must be at most {CHAT_MAX_TOP_LOGPROBS} with api='chat' (the "
+                    f"OpenAI chat API's range, which Ollama follows), got {self.top_logprobs}"
+                )
         elif tokenizer is None:
             tokenizer = self.model_name
         if isinstance(tokenizer, (str, os.PathLike)):
@@ -212,8 +238,10 @@ class ServerTarget(RequestFormats):
         if tail is None:
             tail = DEFAULT_TAIL if self.vocab_size is not None else "min"
         if tail == "uniform" and self.vocab_size is None:
-            raise ValueError("tail='uniform' spreads the mass outside the top k over the rest of the vocabulary, "
-                             "whose size is unknown here: pass vocab_size= (or tokenizer=), or tail='min'")
+            raise ValueError(
+                "tail='uniform' spreads the mass outside the top k over the rest of the vocabulary, "
+                "whose size is unknown here: pass vocab_size= (or tokenizer=), or tail='min'"
+            )
         self.tail = tail
         if tokenizer is None:  # api="chat" without a tokenizer: the server ends and counts on its own
             self.stop_token_ids: list[int] = []
@@ -228,12 +256,15 @@ class ServerTarget(RequestFormats):
     @staticmethod
     def _check_chat_settings(tokenizer: Any, context_window: Any, stop_token_ids: Any) -> None:
         if context_window is not None and tokenizer is None:
-            raise ValueError("context_window is used to cut documents to fit, which needs the model's tokenizer: "
-                             "pass tokenizer= too, or leave context_window out (the server then refuses a prompt "
-                             "that does not fit, with its own message)")
+            raise ValueError(
+                "context_window is used to cut documents to fit, which needs the model's tokenizer: "
+                "pass tokenizer= too, or leave context_window out (the server then refuses a prompt "
+                "that does not fit, with its own message)"
+            )
         if stop_token_ids is not None:
-            raise ValueError("stop_token_ids do not apply to api='chat': the server ends the answer at the end of "
-                             "its chat turn")
+            raise ValueError(
+                "stop_token_ids do not apply to api='chat': the server ends the answer at the end of its chat turn"
+            )
 
     @property
     def requests_sent(self) -> int:
@@ -293,7 +324,6 @@ class ServerTarget(RequestFormats):
     def decode(self, ids: Sequence[int]) -> str:
         return self._need_tokenizer("decoding token ids").decode(list(ids), skip_special_tokens=True).strip()
 
-
     # ------------------------------------------------------------------ HTTP
     # ------------------------------------------------------------------ the engine's primitives
     def teacher_forcing_error(self, what: str) -> ServerCapabilityError:
@@ -306,15 +336,18 @@ class ServerTarget(RequestFormats):
             "(UtilityScorer and the integrations' rerankers: the grounded answer's mean token entropy or "
             "perplexity), InfluenceScorer with method='exact', 'ablation' or 'auto', or SePerScorer. For the "
             "other metrics serve the model with vLLM (api='vllm') or llama-cpp-python's server "
-            "(api='llama-cpp'), whose completions endpoints return prompt log-probabilities")
+            "(api='llama-cpp'), whose completions endpoints return prompt log-probabilities"
+        )
 
     def _check_prompts(self, prompts: Sequence[Any]) -> list[Any]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise TypeError("prompts must be a list of prompts (render them with grogu.prompts.PromptBuilder)")
         if self.api == "chat":
             if not all(isinstance(p, ChatPrompt) for p in prompts):
-                raise TypeError("a ServerTarget with api='chat' takes grogu.prompts.ChatPrompt messages (the server "
-                                "applies the chat template); PromptBuilder.for_target(target, ...) renders them")
+                raise TypeError(
+                    "a ServerTarget with api='chat' takes grogu.prompts.ChatPrompt messages (the server "
+                    "applies the chat template); PromptBuilder.for_target(target, ...) renders them"
+                )
             return list(prompts)
         if any(isinstance(p, ChatPrompt) for p in prompts):
             raise TypeError(f"a ServerTarget with api={self.api!r} takes token-id prompts, not ChatPrompt messages")
@@ -323,8 +356,14 @@ class ServerTarget(RequestFormats):
             raise ValueError("a prompt has no tokens")
         return out
 
-    def generate(self, prompts: Sequence[Any], max_new_tokens: int = 64, *,
-                 temperature: float | None = None, seed: int | None = None) -> list[Generation]:
+    def generate(
+        self,
+        prompts: Sequence[Any],
+        max_new_tokens: int = 64,
+        *,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
         """One answer per prompt from the server (greedy when ``temperature`` is None), with each token's
         top-k entropy and log-probability; all prompts sent at once. Prompts are token-id lists, or
         :class:`~grogu.prompts.ChatPrompt` messages with ``api="chat"``."""
@@ -338,20 +377,29 @@ class ServerTarget(RequestFormats):
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None):
         raise ServerCapabilityError(ACU_MESSAGE)
 
-    async def agenerate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, *,
-                        temperature: float | None = None, seed: int | None = None) -> list[Generation]:
+    async def agenerate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int = 64,
+        *,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
         prompts = self._check_prompts(prompts)
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         if not prompts:
             return []
         seeds = [None if seed is None else int(seed) + i for i in range(len(prompts))]
         if self.api == "chat":
-            replies = await self.http.post_all([self._chat_body(p, max_new_tokens, temperature, s)
-                                       for p, s in zip(prompts, seeds)], "/chat/completions")
+            replies = await self.http.post_all(
+                [self._chat_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)],
+                "/chat/completions",
+            )
             return [self._parse_chat(r) for r in replies]
         await self._probe_bos()
-        replies = await self.http.post_all([self._gen_body(p, max_new_tokens, temperature, s)
-                                            for p, s in zip(prompts, seeds)])
+        replies = await self.http.post_all(
+            [self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
+        )
         parsed = [self._parse_generation(r) for r in replies]
         if self.api == "llama-cpp":  # its answers come as text: their token ids as the server reads them
             answer_ids = await self._answer_ids([(p, text) for p, (text, *_) in zip(prompts, parsed)])
@@ -389,8 +437,9 @@ class ServerTarget(RequestFormats):
             gen.stop_entropy = gen.stop_logprob = None
         return gen
 
-    async def atoken_stats(self, prompts: Sequence[Sequence[int]],
-                           continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
+    async def atoken_stats(
+        self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
+    ) -> list[TokenStats]:
         if self.grounded_only:
             raise self.teacher_forcing_error("token_stats (the statistics of an answer under the ungrounded prompt)")
         prompts = self._check_prompts(prompts)
@@ -404,10 +453,21 @@ class ServerTarget(RequestFormats):
         replies = await self.http.post_all([self._forced_body(prompts[i], conts[i]) for i in todo])
         for i, data in zip(todo, replies):
             steps = self._parse_forced(data, prompts[i], conts[i])
-            out[i] = TokenStats(conts[i], torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32),
-                                torch.tensor([s.logprob for s in steps], dtype=torch.float32))
+            out[i] = TokenStats(
+                conts[i],
+                torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32),
+                torch.tensor([s.logprob for s in steps], dtype=torch.float32),
+            )
         return out
 
 
-__all__ = ["ServerTarget", "ServerError", "ServerCapabilityError", "APIS", "choose_api", "server_backend",
-           "is_hosted_openai", "CHAT_MAX_TOP_LOGPROBS"]
+__all__ = [
+    "ServerTarget",
+    "ServerError",
+    "ServerCapabilityError",
+    "APIS",
+    "choose_api",
+    "server_backend",
+    "is_hosted_openai",
+    "CHAT_MAX_TOP_LOGPROBS",
+]

@@ -23,9 +23,8 @@ def test_compile() -> None:
     spec = importlib.util.spec_from_file_location("_grogu_standard_tests", HERE / "test_retrievers_standard.py")
     standard = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(standard)
-    from langchain_tests.integration_tests import RetrieversIntegrationTests
-
     from langchain_grogu import GroguRetriever
+    from langchain_tests.integration_tests import RetrieversIntegrationTests
 
     suite = standard.TestGroguRetrieverStandard
     assert issubclass(suite, RetrieversIntegrationTests)

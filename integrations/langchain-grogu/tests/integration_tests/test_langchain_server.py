@@ -10,16 +10,19 @@ from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.vectorstores import InMemoryVectorStore
+from langchain_grogu import GroguRetriever
 
 import grogu
 from grogu import testing
-from langchain_grogu import GroguRetriever
 
 pytestmark = pytest.mark.slow  # a real llama-cpp-python server: not in the fast subset (-m 'not slow')
 
 QUERY = "What is the capital city of Australia?"
-TEXTS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia.",
-         "Paris is the capital of France."]
+TEXTS = [
+    "Canberra is the capital city of Australia.",
+    "Sydney is the largest city in Australia.",
+    "Paris is the capital of France.",
+]
 BUDGET = 12
 PROMPT = ChatPromptTemplate.from_messages([("user", "Answer from the context.\n\n{context}\n\nQuestion: {question}")])
 
@@ -39,15 +42,28 @@ def test_chatopenai_chain_answers_with_the_servers_scored_answer(server):
 
     # ChatOpenAI sends max_tokens as max_completion_tokens, which llama-cpp-python ignores: the budget goes
     # in the body too, so that the direct call below answers within it as the scored answer does
-    chat = ChatOpenAI(base_url=server.url, model=grogu.DEFAULT_MODEL, api_key="none", temperature=0.0,
-                      max_tokens=BUDGET, extra_body={"repeat_penalty": 1.0, "max_tokens": BUDGET})
-    store = InMemoryVectorStore.from_documents([Document(page_content=t) for t in TEXTS],
-                                               HuggingFaceEmbeddings(model_name=embedded_embedder_path()))
-    retriever = GroguRetriever(base_retriever=store.as_retriever(search_kwargs={"k": 3}), model=chat, top_n=2,
-                               qa_prompt=PROMPT, max_new_tokens=BUDGET)
+    chat = ChatOpenAI(
+        base_url=server.url,
+        model=grogu.DEFAULT_MODEL,
+        api_key="none",
+        temperature=0.0,
+        max_tokens=BUDGET,
+        extra_body={"repeat_penalty": 1.0, "max_tokens": BUDGET},
+    )
+    store = InMemoryVectorStore.from_documents(
+        [Document(page_content=t) for t in TEXTS], HuggingFaceEmbeddings(model_name=embedded_embedder_path())
+    )
+    retriever = GroguRetriever(
+        base_retriever=store.as_retriever(search_kwargs={"k": 3}),
+        model=chat,
+        top_n=2,
+        qa_prompt=PROMPT,
+        max_new_tokens=BUDGET,
+    )
     out = retriever.as_qa_chain().invoke(QUERY)
     assert len(out["documents"]) == 2
     assert all("relevance_score" in d.metadata for d in out["documents"])
     direct = (PROMPT | chat | StrOutputParser()).invoke(
-        {"context": "\n\n".join(d.page_content for d in out["documents"]), "question": QUERY})
+        {"context": "\n\n".join(d.page_content for d in out["documents"]), "question": QUERY}
+    )
     assert direct.strip() == out["answer"]

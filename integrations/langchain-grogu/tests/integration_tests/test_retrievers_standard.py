@@ -12,10 +12,10 @@ from functools import lru_cache
 from typing import Any
 
 from langchain_core.documents import Document
+from langchain_grogu import GroguRetriever
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from grogu import get_engine, testing
-from langchain_grogu import GroguRetriever
 
 
 @lru_cache(maxsize=1)
@@ -25,8 +25,10 @@ def _base_retriever():
 
     from grogu.models import embedded_embedder_path
 
-    docs = [Document(" ".join(p["text"].split()[:40]), id=f"squad-{i}", metadata={"title": p["title"]})
-            for i, p in enumerate(testing.squad_paragraphs(6, seed=3))]
+    docs = [
+        Document(" ".join(p["text"].split()[:40]), id=f"squad-{i}", metadata={"title": p["title"]})
+        for i, p in enumerate(testing.squad_paragraphs(6, seed=3))
+    ]
     store = InMemoryVectorStore.from_documents(docs, HuggingFaceEmbeddings(model_name=embedded_embedder_path()))
     return store.as_retriever(search_kwargs={"k": 5})
 
@@ -43,8 +45,13 @@ class TestGroguRetrieverStandard(RetrieversIntegrationTests):
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"base_retriever": _base_retriever(), "model": _engine(), "top_n": 3, "max_new_tokens": 8,
-                "mode": "document"}
+        return {
+            "base_retriever": _base_retriever(),
+            "model": _engine(),
+            "top_n": 3,
+            "max_new_tokens": 8,
+            "mode": "document",
+        }
 
     @property
     def retriever_query_example(self) -> str:

@@ -14,10 +14,10 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import RunnablePassthrough
+from langchain_grogu import EVENT_NAME, METADATA_KEY, RELEVANCE_KEY, GroguRetriever, InfluenceCallbackHandler
 
 from grogu.influence import InfluenceScorer
 from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
-from langchain_grogu import EVENT_NAME, METADATA_KEY, RELEVANCE_KEY, GroguRetriever, InfluenceCallbackHandler
 
 N = 8
 PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")
@@ -29,8 +29,13 @@ def format_docs(docs) -> str:
 
 @pytest.fixture(scope="module")
 def retriever(vectorstore, llm):
-    return GroguRetriever(base_retriever=vectorstore.as_retriever(search_kwargs={"k": 4}), model=llm, top_n=3,
-                          max_new_tokens=N, mode="document")
+    return GroguRetriever(
+        base_retriever=vectorstore.as_retriever(search_kwargs={"k": 4}),
+        model=llm,
+        top_n=3,
+        max_new_tokens=N,
+        mode="document",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +63,13 @@ def check_record(record, query, answer, docs, influence):
     assert [d["id"] for d in record["documents"]] == [d.id for d in docs]
     assert [d["page_content"] for d in record["documents"]] == [d.page_content for d in docs]
     assert [d["utility"] for d in record["documents"]] == pytest.approx(
-        [d.metadata[METADATA_KEY]["score"] for d in docs], abs=1e-5)
+        [d.metadata[METADATA_KEY]["score"] for d in docs], abs=1e-5
+    )
     for got, doc in zip(record["documents"], docs):  # async scoring agrees with sync to float32 rounding
         scores = (METADATA_KEY, RELEVANCE_KEY)
         assert {k: v for k, v in got["metadata"].items() if k not in scores} == {
-            k: v for k, v in doc.metadata.items() if k not in scores}
+            k: v for k, v in doc.metadata.items() if k not in scores
+        }
         assert got["metadata"][RELEVANCE_KEY] == pytest.approx(doc.metadata[RELEVANCE_KEY], abs=1e-5)
         assert got["metadata"][METADATA_KEY]["score"] == pytest.approx(doc.metadata[METADATA_KEY]["score"], abs=1e-5)
     expected = influence.score(query, [d.page_content for d in docs], answer=answer)
@@ -90,8 +97,9 @@ def test_one_record_per_run_to_every_sink(chain, retriever, llm, influence, ques
     records: list[dict] = []
     path = tmp_path / "logs" / "influence.jsonl"
     log = logging.getLogger("test.grogu.influence")
-    handler = InfluenceCallbackHandler(model=llm, sinks=[records, path, log], max_new_tokens=N,
-                                       relevance_key="retriever_rank")
+    handler = InfluenceCallbackHandler(
+        model=llm, sinks=[records, path, log], max_new_tokens=N, relevance_key="retriever_rank"
+    )
     events = EventCollector()
     query = questions[0]
     with caplog.at_level(logging.INFO, logger="test.grogu.influence"):
@@ -116,13 +124,17 @@ def test_one_record_per_run_to_every_sink(chain, retriever, llm, influence, ques
 def test_ablation_method(chain, retriever, llm, engine, questions):
     """method="ablation" records the ContextCite-style estimate, equal to InfluenceScorer's."""
     records: list[dict] = []
-    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N, method="ablation",
-                                       n_ablations=6)
+    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N, method="ablation", n_ablations=6)
     query = questions[1]
     answer = chain.invoke(query, config={"callbacks": [handler]})
     assert len(records) == 1 and records[0]["method"] == "ablation"
-    check_record(records[0], query, answer, retriever.invoke(query),
-                 InfluenceScorer(engine, max_new_tokens=N, method="ablation", n_ablations=6))
+    check_record(
+        records[0],
+        query,
+        answer,
+        retriever.invoke(query),
+        InfluenceScorer(engine, max_new_tokens=N, method="ablation", n_ablations=6),
+    )
 
 
 @pytest.mark.parametrize("method", ["leave_one_out_logprob", "contextcite"])
@@ -130,15 +142,22 @@ def test_forward_only_methods(chain, retriever, llm, engine, questions, method):
     """Forward-only attribution of the chain's answer: the record says which method made it and holds
     InfluenceScorer's scores and log-probabilities, computed directly on the documents the LLM read."""
     records: list[dict] = []
-    handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N, method=method,
-                                       n_ablations=12 if method == "contextcite" else None, seed=4)
+    handler = InfluenceCallbackHandler(
+        model=llm,
+        sinks=[records],
+        max_new_tokens=N,
+        method=method,
+        n_ablations=12 if method == "contextcite" else None,
+        seed=4,
+    )
     query = questions[2]
     answer = chain.invoke(query, config={"callbacks": [handler]})
     docs = retriever.invoke(query)
     assert len(records) == 1
     record = records[0]
-    expected = InfluenceScorer(engine, max_new_tokens=N, method=method, n_ablations=12 if method == "contextcite"
-                               else None, seed=4).score(query, [d.page_content for d in docs], answer=answer)
+    expected = InfluenceScorer(
+        engine, max_new_tokens=N, method=method, n_ablations=12 if method == "contextcite" else None, seed=4
+    ).score(query, [d.page_content for d in docs], answer=answer)
     assert record["method"] == expected.method == method and record["embedder"] is None
     assert record["answer"] == answer and record["answer_source"] == "output" and record["error"] is None
     assert record["influence"] == pytest.approx(expected.scores, abs=1e-4)
@@ -275,7 +294,8 @@ def test_chat_model_answer_from_the_llm_when_the_output_is_not_text(retriever, l
     prompt = ChatPromptTemplate.from_messages([("human", "{context}\n\nQuestion: {question}")])
     # the run's output is a dict without an answer-like key: the answer is the chat model's reply
     chain = RunnableParallel(docs=retriever, question=RunnablePassthrough()).assign(
-        reply=(lambda x: {"context": format_docs(x["docs"]), "question": x["question"]}) | prompt | chat)
+        reply=(lambda x: {"context": format_docs(x["docs"]), "question": x["question"]}) | prompt | chat
+    )
     records: list[dict] = []
     handler = InfluenceCallbackHandler(model=chat, sinks=[records], max_new_tokens=N)
     out = chain.invoke(questions[0], config={"callbacks": [handler]})

@@ -7,10 +7,10 @@ import copy
 
 import pytest
 from langchain_core.documents import BaseDocumentCompressor
+from langchain_grogu import METADATA_KEY, RELEVANCE_KEY, GroguCompressor
 from pydantic import ValidationError
 
 from grogu import METRICS, UtilityScorer
-from langchain_grogu import METADATA_KEY, RELEVANCE_KEY, GroguCompressor
 
 N = 8  # max_new_tokens everywhere (as in conftest)
 
@@ -80,7 +80,8 @@ def test_title_key_changes_the_prompt(llm, documents, paragraphs, engine):
     query = paragraphs[0]["question"]
     titled = GroguCompressor(model=llm, top_n=None, title_key="title", max_new_tokens=N, mode="document")
     expected = UtilityScorer(engine, max_new_tokens=N).score(
-        query, [{"text": d.page_content, "title": d.metadata["title"]} for d in documents])
+        query, [{"text": d.page_content, "title": d.metadata["title"]} for d in documents]
+    )
     got = {d.id: d.metadata[METADATA_KEY]["score"] for d in titled.compress_documents(documents, query)}
     assert [got[d.id] for d in documents] == [r.score for r in expected]
 
@@ -128,8 +129,7 @@ def test_on_error_raise_and_passthrough(llm, documents):
         GroguCompressor(model=llm, max_new_tokens=N, mode="document").compress_documents(docs, "   ")
 
     passthrough = GroguCompressor(model=llm, top_n=2, on_error="passthrough", max_new_tokens=N, mode="document")
-    for out in (passthrough.compress_documents(docs, "   "),
-                asyncio.run(passthrough.acompress_documents(docs, "   "))):
+    for out in (passthrough.compress_documents(docs, "   "), asyncio.run(passthrough.acompress_documents(docs, "   "))):
         assert [d.id for d in out] == [d.id for d in docs]  # every document, input order, despite top_n
         for i, (d, original) in enumerate(zip(out, docs)):
             info = d.metadata[METADATA_KEY]
@@ -147,7 +147,9 @@ def test_bad_input_is_a_clear_error(llm, documents):
         compressor.compress_documents([documents[0], "raw text"], "q?")
     # bad input is not a scoring failure: passthrough does not hide it
     with pytest.raises(TypeError):
-        GroguCompressor(model=llm, on_error="passthrough", max_new_tokens=N, mode="document").compress_documents([{"text": "x"}], "q?")
+        GroguCompressor(model=llm, on_error="passthrough", max_new_tokens=N, mode="document").compress_documents(
+            [{"text": "x"}], "q?"
+        )
 
 
 def test_bad_options_are_clear_errors(llm, engine):

@@ -13,7 +13,6 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda, RunnableParallel, RunnablePassthrough
-
 from langchain_grogu import METADATA_KEY, GroguCompressor, GroguRetriever
 
 N = 8
@@ -40,7 +39,9 @@ def retriever(base, llm):
 def test_equals_compressor_on_base_results(base, retriever, llm, paragraphs):
     query = paragraphs[1]["question"]
     base_docs = base.invoke(query)
-    expected = GroguCompressor(model=llm, top_n=3, max_new_tokens=N, mode="document").compress_documents(base_docs, query)
+    expected = GroguCompressor(model=llm, top_n=3, max_new_tokens=N, mode="document").compress_documents(
+        base_docs, query
+    )
     got = retriever.invoke(query)
     assert isinstance(retriever, BaseRetriever)
     assert [d.id for d in got] == [d.id for d in expected] and len(got) == 3
@@ -55,8 +56,13 @@ def test_lcel_rag_chain(retriever, llm, paragraphs):
         seen.append(prompt_value.to_string())
         return prompt_value
 
-    chain = ({"context": retriever | format_docs, "question": RunnablePassthrough()} | PROMPT
-             | RunnableLambda(capture) | llm | StrOutputParser())
+    chain = (
+        {"context": retriever | format_docs, "question": RunnablePassthrough()}
+        | PROMPT
+        | RunnableLambda(capture)
+        | llm
+        | StrOutputParser()
+    )
     query = paragraphs[2]["question"]
     answer = chain.invoke(query)
     expected_docs = retriever.invoke(query)
@@ -76,7 +82,9 @@ def test_async_and_batch_equal_sync(retriever, paragraphs):
     for results in (gathered, abatched, retriever.batch(queries)):
         for got, exp in zip(results, sync):
             assert [d.id for d in got] == [d.id for d in exp]
-            assert [d.metadata[METADATA_KEY]["answer"] for d in got] == [d.metadata[METADATA_KEY]["answer"] for d in exp]
+            assert [d.metadata[METADATA_KEY]["answer"] for d in got] == [
+                d.metadata[METADATA_KEY]["answer"] for d in exp
+            ]
             for a, b in zip(got, exp):
                 assert a.metadata[METADATA_KEY]["score"] == pytest.approx(b.metadata[METADATA_KEY]["score"], abs=1e-5)
 
@@ -96,7 +104,7 @@ class RunTreeRecorder(BaseCallbackHandler):
 def test_base_retriever_run_is_a_child_run(retriever, paragraphs):
     recorder = RunTreeRecorder()
     retriever.invoke(paragraphs[0]["question"], config={"callbacks": [recorder]})
-    (outer, (outer_parent, n_outer)), = [(r, v) for r, v in recorder.retrievers.items() if v[0] is None]
+    ((outer, (outer_parent, n_outer)),) = [(r, v) for r, v in recorder.retrievers.items() if v[0] is None]
     inner = [v for r, v in recorder.retrievers.items() if v[0] == outer]
     assert n_outer == 3 and inner == [(outer, K)]
 
@@ -114,13 +122,16 @@ def test_contextual_compression_retriever(base, llm, paragraphs):
     assert [d.id for d in asyncio.run(ccr.ainvoke(query))] == [d.id for d in got]
 
     chain = RunnableParallel(docs=ccr, question=RunnablePassthrough()).assign(
-        answer=(lambda x: {"context": format_docs(x["docs"]), "question": x["question"]}) | PROMPT | llm)
+        answer=(lambda x: {"context": format_docs(x["docs"]), "question": x["question"]}) | PROMPT | llm
+    )
     out = chain.invoke(query)
     assert [d.id for d in out["docs"]] == [d.id for d in got] and isinstance(out["answer"], str)
 
 
 def test_passthrough_in_a_chain_keeps_every_document(base, llm):
-    lenient = GroguRetriever(base_retriever=base, model=llm, top_n=1, on_error="passthrough", max_new_tokens=N, mode="document")
+    lenient = GroguRetriever(
+        base_retriever=base, model=llm, top_n=1, on_error="passthrough", max_new_tokens=N, mode="document"
+    )
     docs = lenient.invoke(" ")  # an empty query cannot be scored
     assert len(docs) == K and all(d.metadata[METADATA_KEY]["score"] is None for d in docs)
     assert [d.id for d in docs] == [d.id for d in base.invoke(" ")]

@@ -10,10 +10,10 @@ import asyncio
 import pytest
 from langchain_classic.retrievers import ContextualCompressionRetriever
 from langchain_core.documents import Document
+from langchain_grogu import METADATA_KEY, RELEVANCE_KEY, GroguCompressor, GroguRetriever
 
 from grogu import EngineConfig, UtilityScorer
 from grogu.scales import probability
-from langchain_grogu import METADATA_KEY, RELEVANCE_KEY, GroguCompressor, GroguRetriever
 
 N = 8  # max_new_tokens everywhere (as in conftest)
 K = 5  # documents the vector store returns
@@ -71,12 +71,16 @@ def test_relevance_score_is_the_score_of_the_chosen_mode(llm, engine, base, quer
 def test_retriever_writes_relevance_score_sync_async_and_keeps_a_previous_one(llm, base, query):
     retriever = GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="document")
     out = retriever.invoke(query)
-    assert len(out) == 3 and [d.metadata[RELEVANCE_KEY] for d in out] == [d.metadata[METADATA_KEY]["score"] for d in out]
+    assert len(out) == 3 and [d.metadata[RELEVANCE_KEY] for d in out] == [
+        d.metadata[METADATA_KEY]["score"] for d in out
+    ]
     one = retriever.invoke(query, top_n=1)  # per-call top_n: the best of the same ranking
     assert [d.page_content for d in one] == [out[0].page_content]
     aout = asyncio.run(retriever.ainvoke(query))
     assert [d.page_content for d in aout] == [d.page_content for d in out]
-    assert [d.metadata[RELEVANCE_KEY] for d in aout] == pytest.approx([d.metadata[RELEVANCE_KEY] for d in out], abs=1e-5)
+    assert [d.metadata[RELEVANCE_KEY] for d in aout] == pytest.approx(
+        [d.metadata[RELEVANCE_KEY] for d in out], abs=1e-5
+    )
 
     # a score an earlier reranker wrote is replaced, and kept in grogu's details
     docs = [Document(d.page_content, metadata={RELEVANCE_KEY: 0.9 - 0.1 * i}) for i, d in enumerate(base.invoke(query))]
@@ -100,19 +104,30 @@ def test_probability_scale_bounds_scores_and_thresholds(llm, base, query):
     assert values == sorted(values, reverse=True) and len(set(values)) > 1
 
     cut = values[2]  # a threshold equal to the third document's probability keeps exactly the top three
-    kept = _pipeline(base, model=llm, top_n=None, mode="document", score_scale="probability",
-                     threshold=cut).invoke(query)
+    kept = _pipeline(base, model=llm, top_n=None, mode="document", score_scale="probability", threshold=cut).invoke(
+        query
+    )
     assert [d.page_content for d in kept] == [d.page_content for d in prob if d.metadata[RELEVANCE_KEY] >= cut]
     assert len(kept) == 3
-    assert _pipeline(base, model=llm, top_n=None, mode="document", score_scale="probability",
-                     threshold=1.0).invoke(query) == []
-    assert len(_pipeline(base, model=llm, top_n=None, mode="document", score_scale="probability",
-                         threshold=0.0).invoke(query)) == K
+    assert (
+        _pipeline(base, model=llm, top_n=None, mode="document", score_scale="probability", threshold=1.0).invoke(query)
+        == []
+    )
+    assert (
+        len(
+            _pipeline(base, model=llm, top_n=None, mode="document", score_scale="probability", threshold=0.0).invoke(
+                query
+            )
+        )
+        == K
+    )
 
     context = _pipeline(base, model=llm, top_n=2, score_scale="probability").invoke(query)
     shared = context[0].metadata[METADATA_KEY]["context"]
-    assert all(d.metadata[RELEVANCE_KEY] == shared["probability"] == probability("key_entropy", shared["score"])
-               for d in context)
+    assert all(
+        d.metadata[RELEVANCE_KEY] == shared["probability"] == probability("key_entropy", shared["score"])
+        for d in context
+    )
 
     for bad in (-0.5, 1.5, -1.5):  # a utility threshold is not a probability
         with pytest.raises(ValueError, match=r"threshold \(score_scale='probability'\)"):
@@ -130,7 +145,8 @@ def test_batch_size_and_engine_config_set_the_engine(llm, base, query, restore_e
     out = small.invoke(query)
     assert [d.page_content for d in out] == [d.page_content for d in reference]
     assert [d.metadata[RELEVANCE_KEY] for d in out] == pytest.approx(
-        [d.metadata[RELEVANCE_KEY] for d in reference], abs=1e-4)
+        [d.metadata[RELEVANCE_KEY] for d in reference], abs=1e-4
+    )
 
     GroguRetriever(base_retriever=base, model=llm, engine_config=EngineConfig(max_batch_tokens=1024, max_batch_size=4))
     assert (engine.max_batch_size, engine.max_batch_tokens) == (4, 1024)

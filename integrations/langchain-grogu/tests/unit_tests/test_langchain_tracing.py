@@ -12,9 +12,15 @@ from langchain_classic.retrievers import ContextualCompressionRetriever
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import RunnablePassthrough
+from langchain_grogu import GroguCompressor, GroguRetriever, InfluenceCallbackHandler
+from langchain_grogu.rerank import grogu_documents
 from openinference.instrumentation.langchain import LangChainInstrumentor
-from openinference.semconv.trace import (DocumentAttributes, OpenInferenceSpanKindValues, RerankerAttributes,
-                                         SpanAttributes)
+from openinference.semconv.trace import (
+    DocumentAttributes,
+    OpenInferenceSpanKindValues,
+    RerankerAttributes,
+    SpanAttributes,
+)
 from opentelemetry.trace import StatusCode
 
 from grogu import tracing
@@ -22,8 +28,6 @@ from grogu.testing import one_span as one
 from grogu.testing import parent_span as parent_of
 from grogu.testing import span_documents as documents
 from grogu.testing import traced
-from langchain_grogu import GroguCompressor, GroguRetriever, InfluenceCallbackHandler
-from langchain_grogu.rerank import grogu_documents
 
 N, K = 8, 4
 PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")

@@ -15,8 +15,8 @@ import json
 import re
 from typing import Any
 
-from . import common as C
 from ...testing import shared_data_path
+from . import common as C
 
 LABELS = ("SUPPORTS", "REFUTES")
 
@@ -38,31 +38,59 @@ def load_items(limit: int | None, file: str) -> list[dict]:
         rows = [json.loads(line) for line in f if line.strip()]
     rows = [r for r in rows if r["label_after"] == "NOT ENOUGH" and r["label_before"] in LABELS]
     rows = rows[:limit] if limit is not None else rows
-    return [{"claim": r["claim"], "label_before": r["label_before"], "type": r.get("type"),
-             "sufficient_evidence": original_evidence(r["text_orig"]),
-             "insufficient_evidence": insufficient_evidence(r["evidence"])} for r in rows]
+    return [
+        {
+            "claim": r["claim"],
+            "label_before": r["label_before"],
+            "type": r.get("type"),
+            "sufficient_evidence": original_evidence(r["text_orig"]),
+            "insufficient_evidence": insufficient_evidence(r["evidence"]),
+        }
+        for r in rows
+    ]
 
 
 def _stats(items: list[dict]) -> dict:
     n = len(items)
     if not n:
-        return {"n": 0, "mean_sufficient": float("nan"), "mean_insufficient": float("nan"),
-                "sufficient_higher": float("nan"), "sign_test_p": float("nan")}
+        return {
+            "n": 0,
+            "mean_sufficient": float("nan"),
+            "mean_insufficient": float("nan"),
+            "sufficient_higher": float("nan"),
+            "sign_test_p": float("nan"),
+        }
     higher = [it["acu_sufficient"] > it["acu_insufficient"] for it in items]
     lower = [it["acu_sufficient"] < it["acu_insufficient"] for it in items]
-    return {"n": n, "mean_sufficient": sum(it["acu_sufficient"] for it in items) / n,
-            "mean_insufficient": sum(it["acu_insufficient"] for it in items) / n,
-            "sufficient_higher": sum(higher) / n, "sign_test_p": C.sign_test(higher, lower)["p"]}
+    return {
+        "n": n,
+        "mean_sufficient": sum(it["acu_sufficient"] for it in items) / n,
+        "mean_insufficient": sum(it["acu_insufficient"] for it in items) / n,
+        "sufficient_higher": sum(higher) / n,
+        "sign_test_p": C.sign_test(higher, lower)["p"],
+    }
 
 
 def summarize(items: list[dict]) -> dict:
     return {"all": _stats(items), **{lab: _stats([it for it in items if it["label_before"] == lab]) for lab in LABELS}}
 
 
-def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 300, seed: int = 0, file: str = "fever_sufficient_facts.jsonl",
-        device: str | None = None, dtype: str | None = None, batch: int = 32, threads: int | None = None,
-        max_new_tokens: int | None = None, retriever: str | None = None, out_dir: str | None = None,
-        write: bool = True, command: str | None = None) -> dict:
+def run(
+    *,
+    model: Any = C.DEFAULT_MODEL,
+    limit: int | None = 300,
+    seed: int = 0,
+    file: str = "fever_sufficient_facts.jsonl",
+    device: str | None = None,
+    dtype: str | None = None,
+    batch: int = 32,
+    threads: int | None = None,
+    max_new_tokens: int | None = None,
+    retriever: str | None = None,
+    out_dir: str | None = None,
+    write: bool = True,
+    command: str | None = None,
+) -> dict:
     """ACU of sufficient vs insufficient evidence for the first ``limit`` claims (file order; ``seed``,
     ``max_new_tokens`` and ``retriever`` are accepted and unused: ACU reads next-token probabilities)."""
     from ...acu import ACUScorer
@@ -76,30 +104,62 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 300, seed: int = 0,
         triples = [(it["claim"], it["sufficient_evidence"], it["label_before"]) for it in chunk]
         triples += [(it["claim"], it["insufficient_evidence"], "NOT ENOUGH") for it in chunk]
         res = scorer.score_batch(triples)
-        for it, suff, insuff in zip(chunk, res[:len(chunk)], res[len(chunk):]):
+        for it, suff, insuff in zip(chunk, res[: len(chunk)], res[len(chunk) :]):
             it["acu_sufficient"], it["acu_insufficient"] = suff.acu, insuff.acu
             it["p_sufficient"] = {"with": suff.p_with, "without": suff.p_without, "raised": suff.raised}
             it["p_insufficient"] = {"with": insuff.p_with, "without": insuff.p_without, "raised": insuff.raised}
         bar.update(len(chunk))
     bar.close()
     result = {
-        "experiment": "acu", "models": C.model_names([scorer]), "n": len(items), "unit": "claims",
-        "config": {"limit": limit, "file": file, "labels": "/".join(scorer.labels), "batch": batch,
-                   "device": str(scorer.engine.device), "command": command},
-        "summary": summarize(items), "items": items, "wall_s": clock(),
+        "experiment": "acu",
+        "models": C.model_names([scorer]),
+        "n": len(items),
+        "unit": "claims",
+        "config": {
+            "limit": limit,
+            "file": file,
+            "labels": "/".join(scorer.labels),
+            "batch": batch,
+            "device": str(scorer.engine.device),
+            "command": command,
+        },
+        "summary": summarize(items),
+        "items": items,
+        "wall_s": clock(),
     }
     return C.finish(result, out_dir, write, markdown(result), plot)
 
 
 def markdown(result: dict) -> str:
     s = result["summary"]
-    rows = [[name, v["n"], C.fmt(v["mean_sufficient"], 4), C.fmt(v["mean_insufficient"], 4),
-             C.fmt(v["sufficient_higher"]), C.fmt_p(v["sign_test_p"])]
-            for name, v in (("all", s["all"]), *((lab, s[lab]) for lab in LABELS))]
-    table = C.md_table(["claims (label_before)", "n", "mean ACU, sufficient evidence (raises True/False)",
-                        "mean ACU, insufficient evidence (NOT ENOUGH, raises None)",
-                        "fraction with sufficient ACU higher", "sign-test p (higher vs lower)"], rows)
-    return C.header(result, f"ACU of sufficient vs insufficient evidence (SufficientFacts, {result['config']['file']})") + "\n" + table + "\n"
+    rows = [
+        [
+            name,
+            v["n"],
+            C.fmt(v["mean_sufficient"], 4),
+            C.fmt(v["mean_insufficient"], 4),
+            C.fmt(v["sufficient_higher"]),
+            C.fmt_p(v["sign_test_p"]),
+        ]
+        for name, v in (("all", s["all"]), *((lab, s[lab]) for lab in LABELS))
+    ]
+    table = C.md_table(
+        [
+            "claims (label_before)",
+            "n",
+            "mean ACU, sufficient evidence (raises True/False)",
+            "mean ACU, insufficient evidence (NOT ENOUGH, raises None)",
+            "fraction with sufficient ACU higher",
+            "sign-test p (higher vs lower)",
+        ],
+        rows,
+    )
+    return (
+        C.header(result, f"ACU of sufficient vs insufficient evidence (SufficientFacts, {result['config']['file']})")
+        + "\n"
+        + table
+        + "\n"
+    )
 
 
 def plot(result: dict, path: str) -> None:

@@ -25,8 +25,9 @@ LAYOUTS = {"first": 0, "fifth": 4, "last": 9}
 N_PARAGRAPHS = 10
 
 
-def build_items(limit: int | None, seed: int, retriever: str,
-                device: str | None = None) -> tuple[list[dict], list[str]]:
+def build_items(
+    limit: int | None, seed: int, retriever: str, device: str | None = None
+) -> tuple[list[dict], list[str]]:
     paragraphs, questions = C.squad_questions(limit, seed)
     texts = [p["text"] for p in paragraphs]
     ret = make_retriever(retriever, texts, device=device)
@@ -34,9 +35,16 @@ def build_items(limit: int | None, seed: int, retriever: str,
     for q in questions:
         noise = hard_negatives(ret.scores(q["question"]), texts, q["answers"], {q["gold"]}, N_PARAGRAPHS - 1)
         layouts = {name: noise[:pos] + [q["gold"]] + noise[pos:] for name, pos in LAYOUTS.items()}
-        items.append({"id": q["id"], "question": q["question"], "answers": q["answers"], "paragraph_ids": layouts,
-                      "random_layout": random.Random(f"{seed}-{q['id']}-layout").choice(list(LAYOUTS)),
-                      "models": {}})
+        items.append(
+            {
+                "id": q["id"],
+                "question": q["question"],
+                "answers": q["answers"],
+                "paragraph_ids": layouts,
+                "random_layout": random.Random(f"{seed}-{q['id']}-layout").choice(list(LAYOUTS)),
+                "models": {},
+            }
+        )
     return items, texts
 
 
@@ -60,16 +68,30 @@ def summarize(items: list[dict], models: list[str]) -> dict:
             "random_expected": sum(acc.values()) / len(acc),
             "oracle": sum(any(r["correct"].values()) for r in recs) / n,
             "choices": {name: sum(r["choice"]["key_entropy"] == name for r in recs) for name in LAYOUTS},
-            "other_choice": {other: sum(r["correct"][it["models"][other]["choice"]["key_entropy"]]
-                                        for it, r in zip(items, recs)) / n for other in models if other != key},
+            "other_choice": {
+                other: sum(r["correct"][it["models"][other]["choice"]["key_entropy"]] for it, r in zip(items, recs)) / n
+                for other in models
+                if other != key
+            },
         }
     return out
 
 
-def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 30, seed: int = 0, retriever: str = "bm25",
-        max_new_tokens: int = 32, device: str | None = None, dtype: str | None = None, batch: int = 2,
-        threads: int | None = None, out_dir: str | None = None, write: bool = True,
-        command: str | None = None) -> dict:
+def run(
+    *,
+    model: Any = C.DEFAULT_MODEL,
+    limit: int | None = 30,
+    seed: int = 0,
+    retriever: str = "bm25",
+    max_new_tokens: int = 32,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch: int = 2,
+    threads: int | None = None,
+    out_dir: str | None = None,
+    write: bool = True,
+    command: str | None = None,
+) -> dict:
     """§4.3 on ``limit`` SQuAD dev questions; ``model`` may be a list of models (each scores every
     layout; their choices are swapped in the summary)."""
     clock = C.Clock()
@@ -94,12 +116,24 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 30, seed: int = 0, 
             bar.update(len(chunk))
     bar.close()
     result = {
-        "experiment": "layout", "models": keys, "n": len(items), "unit": "SQuAD dev questions",
-        "config": {"limit": limit, "seed": seed, "retriever": retriever, "paragraphs": N_PARAGRAPHS,
-                   "layouts": "gold at position " + ", ".join(f"{p + 1} ({n})" for n, p in LAYOUTS.items()),
-                   "max_new_tokens": max_new_tokens, "batch": batch, "device": str(scorers[0].engine.device),
-                   "command": command},
-        "summary": summarize(items, keys), "items": items, "wall_s": clock(),
+        "experiment": "layout",
+        "models": keys,
+        "n": len(items),
+        "unit": "SQuAD dev questions",
+        "config": {
+            "limit": limit,
+            "seed": seed,
+            "retriever": retriever,
+            "paragraphs": N_PARAGRAPHS,
+            "layouts": "gold at position " + ", ".join(f"{p + 1} ({n})" for n, p in LAYOUTS.items()),
+            "max_new_tokens": max_new_tokens,
+            "batch": batch,
+            "device": str(scorers[0].engine.device),
+            "command": command,
+        },
+        "summary": summarize(items, keys),
+        "items": items,
+        "wall_s": clock(),
     }
     return C.finish(result, out_dir, write, markdown(result), plot)
 
@@ -109,20 +143,46 @@ def markdown(result: dict) -> str:
     rows = []
     for key, v in s.items():
         row = [key] + [C.fmt(v["fixed"][n], pct=True) for n in LAYOUTS]
-        row += [C.fmt(v["random_layout"], pct=True), C.fmt(v["random_expected"], pct=True),
-                C.fmt(v["own_choice"]["key_entropy"], pct=True)]
+        row += [
+            C.fmt(v["random_layout"], pct=True),
+            C.fmt(v["random_expected"], pct=True),
+            C.fmt(v["own_choice"]["key_entropy"], pct=True),
+        ]
         row += [C.fmt(v["own_choice"][m], pct=True) for m in ("entropy", "ppl", "key_ppl")]
         row += [C.fmt(v["oracle"], pct=True), " / ".join(str(v["choices"][n]) for n in LAYOUTS)]
         rows.append(row)
-    table = C.md_table(["model", "gold first (%)", "gold fifth (%)", "gold last (%)", "random layout (%)",
-                        "random, expected (%)", "own GROGU choice, KeyEntropy (%)", "own choice, Entropy (%)",
-                        "own choice, PPL (%)", "own choice, KeyPPL (%)", "oracle (%)",
-                        "KeyEntropy picks first / fifth / last"], rows)
-    text = C.header(result, "Context layout: gold paragraph first, fifth or last of 10 (GROGU paper §4.3)") + "\n" + table + "\n"
-    cross = [[key, other, C.fmt(acc, pct=True), C.fmt(v["own_choice"]["key_entropy"], pct=True)]
-             for key, v in s.items() for other, acc in v["other_choice"].items()]
+    table = C.md_table(
+        [
+            "model",
+            "gold first (%)",
+            "gold fifth (%)",
+            "gold last (%)",
+            "random layout (%)",
+            "random, expected (%)",
+            "own GROGU choice, KeyEntropy (%)",
+            "own choice, Entropy (%)",
+            "own choice, PPL (%)",
+            "own choice, KeyPPL (%)",
+            "oracle (%)",
+            "KeyEntropy picks first / fifth / last",
+        ],
+        rows,
+    )
+    text = (
+        C.header(result, "Context layout: gold paragraph first, fifth or last of 10 (GROGU paper §4.3)")
+        + "\n"
+        + table
+        + "\n"
+    )
+    cross = [
+        [key, other, C.fmt(acc, pct=True), C.fmt(v["own_choice"]["key_entropy"], pct=True)]
+        for key, v in s.items()
+        for other, acc in v["other_choice"].items()
+    ]
     if cross:
-        text += "\n" + C.md_table(["model", "using the choice of", "accuracy (%)", "with its own choice (%)"], cross) + "\n"
+        text += (
+            "\n" + C.md_table(["model", "using the choice of", "accuracy (%)", "with its own choice (%)"], cross) + "\n"
+        )
     return text
 
 
@@ -130,8 +190,13 @@ def plot(result: dict, path: str) -> None:
     groups = {}
     for key, v in result["summary"].items():
         bars = {f"gold {n}": v["fixed"][n] for n in LAYOUTS}
-        bars.update({"random layout": v["random_layout"], "own choice (KeyEntropy)": v["own_choice"]["key_entropy"],
-                     "oracle": v["oracle"]})
+        bars.update(
+            {
+                "random layout": v["random_layout"],
+                "own choice (KeyEntropy)": v["own_choice"]["key_entropy"],
+                "oracle": v["oracle"],
+            }
+        )
         bars.update({f"{o}'s choice": acc for o, acc in v["other_choice"].items()})
         groups[key] = bars
     C.bar_plot(path, groups, f"Answer accuracy by layout — N={result['n']}", "accuracy")

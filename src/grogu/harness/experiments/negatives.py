@@ -10,8 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..retrieval import BM25Retriever, DenseRetriever
 from ...selection import order_by
+from ..retrieval import BM25Retriever, DenseRetriever
 from .common import holds_answer
 
 RETRIEVERS = ("bm25", "minilm")
@@ -26,8 +26,9 @@ def make_retriever(name: str, texts: Sequence[str], device: str | None = None):
     raise ValueError(f"unknown retriever {name!r}; choose one of {RETRIEVERS}")
 
 
-def hard_negatives(scores: np.ndarray, texts: Sequence[str], answers: Sequence[str], exclude: set[int],
-                   k: int) -> list[int]:
+def hard_negatives(
+    scores: np.ndarray, texts: Sequence[str], answers: Sequence[str], exclude: set[int], k: int
+) -> list[int]:
     """The ``k`` highest-scoring paragraph ids outside ``exclude`` that hold no answer string
     (ties: lower id first)."""
     out: list[int] = []

@@ -32,8 +32,9 @@ METRICS = C.GROGU_METRICS + ("bm25", "minilm")
 N_NOISE = 4
 
 
-def build_items(limit: int | None, seed: int, retriever: str,
-                device: str | None = None) -> tuple[list[dict], Any, list[str]]:
+def build_items(
+    limit: int | None, seed: int, retriever: str, device: str | None = None
+) -> tuple[list[dict], Any, list[str]]:
     """The sampled questions with the paragraph ids of both contexts; the retriever; all texts."""
     paragraphs, questions = C.squad_questions(limit, seed)
     texts = [p["text"] for p in paragraphs]
@@ -46,9 +47,18 @@ def build_items(limit: int | None, seed: int, retriever: str,
         while len(rnd) < N_NOISE:
             rnd.append(C.random_paragraph(rng, paragraphs, {q["gold"], *rnd}, q["answers"]))
         pos = rng.randrange(N_NOISE + 1)
-        ids = {name: noise[:pos] + [q["gold"]] + noise[pos:] for name, noise in (("random", rnd), ("retrieved", retrieved))}
-        items.append({"id": q["id"], "question": q["question"], "answers": q["answers"], "gold_position": pos,
-                      "paragraph_ids": ids})
+        ids = {
+            name: noise[:pos] + [q["gold"]] + noise[pos:] for name, noise in (("random", rnd), ("retrieved", retrieved))
+        }
+        items.append(
+            {
+                "id": q["id"],
+                "question": q["question"],
+                "answers": q["answers"],
+                "gold_position": pos,
+                "paragraph_ids": ids,
+            }
+        )
     return items, ret, texts
 
 
@@ -62,34 +72,54 @@ def relevance(items: list[dict], ret: Any, texts: list[str], device: str | None)
         it["utility"] = {}
         for c in CONTEXTS:
             ids = it["paragraph_ids"][c]
-            it["utility"][c] = {"bm25": sum(bm25.score_ids(it["question"], ids)) / len(ids),
-                                "minilm": sum(next(cos) for _ in ids) / len(ids)}
+            it["utility"][c] = {
+                "bm25": sum(bm25.score_ids(it["question"], ids)) / len(ids),
+                "minilm": sum(next(cos) for _ in ids) / len(ids),
+            }
 
 
 def summarize(items: list[dict]) -> dict:
     ca = [it["correct"]["random"] for it in items]
     cb = [it["correct"]["retrieved"] for it in items]
     outcome = [int(a) - int(b) for a, b in zip(ca, cb)]
-    counts = {"random_wins": sum(o > 0 for o in outcome), "retrieved_wins": sum(o < 0 for o in outcome),
-              "ties_both_correct": sum(a and b for a, b in zip(ca, cb)),
-              "ties_both_wrong": sum(not a and not b for a, b in zip(ca, cb))}
+    counts = {
+        "random_wins": sum(o > 0 for o in outcome),
+        "retrieved_wins": sum(o < 0 for o in outcome),
+        "ties_both_correct": sum(a and b for a, b in zip(ca, cb)),
+        "ties_both_wrong": sum(not a and not b for a, b in zip(ca, cb)),
+    }
     metrics = {}
     for m in METRICS:
         ua = [it["utility"]["random"][m] for it in items]
         ub = [it["utility"]["retrieved"][m] for it in items]
         pref = [a - b for a, b in zip(ua, ub)]
         predicted = [a >= b for a, b in zip(ua, ub)] + [b >= a for a, b in zip(ua, ub)]
-        metrics[m] = {"prefers_random": sum(p > 0 for p in pref), "prefers_retrieved": sum(p < 0 for p in pref),
-                      "prefers_neither": sum(p == 0 for p in pref), **C.kendall_tau(pref, outcome),
-                      "classifier": C.binary_scores(predicted, ca + cb)}
+        metrics[m] = {
+            "prefers_random": sum(p > 0 for p in pref),
+            "prefers_retrieved": sum(p < 0 for p in pref),
+            "prefers_neither": sum(p == 0 for p in pref),
+            **C.kendall_tau(pref, outcome),
+            "classifier": C.binary_scores(predicted, ca + cb),
+        }
     n = len(items)
     return {"accuracy": {"random": sum(ca) / n, "retrieved": sum(cb) / n}, "outcomes": counts, "metrics": metrics}
 
 
-def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 100, seed: int = 0, retriever: str = "bm25",
-        max_new_tokens: int = 32, device: str | None = None, dtype: str | None = None, batch: int = 4,
-        threads: int | None = None, out_dir: str | None = None, write: bool = True,
-        command: str | None = None) -> dict:
+def run(
+    *,
+    model: Any = C.DEFAULT_MODEL,
+    limit: int | None = 100,
+    seed: int = 0,
+    retriever: str = "bm25",
+    max_new_tokens: int = 32,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch: int = 4,
+    threads: int | None = None,
+    out_dir: str | None = None,
+    write: bool = True,
+    command: str | None = None,
+) -> dict:
     """§4.2 on ``limit`` SQuAD dev questions (sampled with ``seed``); see the module docstring."""
     clock = C.Clock()
     C.set_threads(threads)
@@ -109,11 +139,23 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 100, seed: int = 0,
         bar.update(len(chunk))
     bar.close()
     result = {
-        "experiment": "noise", "models": C.model_names([scorer]), "n": len(items), "unit": "SQuAD dev questions",
-        "config": {"limit": limit, "seed": seed, "retriever": retriever, "noise_paragraphs": N_NOISE,
-                   "max_new_tokens": max_new_tokens, "batch": batch, "device": str(scorer.engine.device),
-                   "command": command},
-        "summary": summarize(items), "items": items, "wall_s": clock(),
+        "experiment": "noise",
+        "models": C.model_names([scorer]),
+        "n": len(items),
+        "unit": "SQuAD dev questions",
+        "config": {
+            "limit": limit,
+            "seed": seed,
+            "retriever": retriever,
+            "noise_paragraphs": N_NOISE,
+            "max_new_tokens": max_new_tokens,
+            "batch": batch,
+            "device": str(scorer.engine.device),
+            "command": command,
+        },
+        "summary": summarize(items),
+        "items": items,
+        "wall_s": clock(),
     }
     return C.finish(result, out_dir, write, markdown(result), plot)
 
@@ -121,23 +163,72 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 100, seed: int = 0,
 def markdown(result: dict) -> str:
     s = result["summary"]
     o = s["outcomes"]
-    acc = C.md_table(["context", "answer accuracy (%)"],
-                     [["gold + 4 random", C.fmt(s["accuracy"]["random"], pct=True)],
-                      ["gold + 4 retrieved", C.fmt(s["accuracy"]["retrieved"], pct=True)]])
-    outcomes = C.md_table(["random wins (only random correct)", "retrieved wins (only retrieved correct)",
-                           "ties: both correct", "ties: both wrong"],
-                          [[o["random_wins"], o["retrieved_wins"], o["ties_both_correct"], o["ties_both_wrong"]]])
-    rows = [[C.METRIC_LABELS[m], v["prefers_random"], v["prefers_retrieved"], v["prefers_neither"], v["C"], v["D"],
-             C.fmt(v["tau"]), C.fmt(v["classifier"]["accuracy"]), C.fmt(v["classifier"]["f1"])]
-            for m, v in s["metrics"].items()]
-    table = C.md_table(["metric", "prefers random", "prefers retrieved", "no preference", "C", "D",
-                        "Kendall τ", "classifier acc.", "classifier F1"], rows)
-    return (C.header(result, "Noise robustness: gold + 4 random vs gold + 4 retrieved (GROGU paper §4.2)")
-            + "\n" + acc + "\n\n" + outcomes + "\n\n" + table + "\n")
+    acc = C.md_table(
+        ["context", "answer accuracy (%)"],
+        [
+            ["gold + 4 random", C.fmt(s["accuracy"]["random"], pct=True)],
+            ["gold + 4 retrieved", C.fmt(s["accuracy"]["retrieved"], pct=True)],
+        ],
+    )
+    outcomes = C.md_table(
+        [
+            "random wins (only random correct)",
+            "retrieved wins (only retrieved correct)",
+            "ties: both correct",
+            "ties: both wrong",
+        ],
+        [[o["random_wins"], o["retrieved_wins"], o["ties_both_correct"], o["ties_both_wrong"]]],
+    )
+    rows = [
+        [
+            C.METRIC_LABELS[m],
+            v["prefers_random"],
+            v["prefers_retrieved"],
+            v["prefers_neither"],
+            v["C"],
+            v["D"],
+            C.fmt(v["tau"]),
+            C.fmt(v["classifier"]["accuracy"]),
+            C.fmt(v["classifier"]["f1"]),
+        ]
+        for m, v in s["metrics"].items()
+    ]
+    table = C.md_table(
+        [
+            "metric",
+            "prefers random",
+            "prefers retrieved",
+            "no preference",
+            "C",
+            "D",
+            "Kendall τ",
+            "classifier acc.",
+            "classifier F1",
+        ],
+        rows,
+    )
+    return (
+        C.header(result, "Noise robustness: gold + 4 random vs gold + 4 retrieved (GROGU paper §4.2)")
+        + "\n"
+        + acc
+        + "\n\n"
+        + outcomes
+        + "\n\n"
+        + table
+        + "\n"
+    )
 
 
 def plot(result: dict, path: str) -> None:
     m = result["summary"]["metrics"]
-    C.bar_plot(path, {"Kendall τ": {k: v["tau"] for k, v in m.items()},
-                      "classifier accuracy": {k: v["classifier"]["accuracy"] for k, v in m.items()}},
-               f"Noise robustness — {', '.join(result['models'])}, N={result['n']}", "value", ylim=(-1, 1), hline=0)
+    C.bar_plot(
+        path,
+        {
+            "Kendall τ": {k: v["tau"] for k, v in m.items()},
+            "classifier accuracy": {k: v["classifier"]["accuracy"] for k, v in m.items()},
+        },
+        f"Noise robustness — {', '.join(result['models'])}, N={result['n']}",
+        "value",
+        ylim=(-1, 1),
+        hline=0,
+    )

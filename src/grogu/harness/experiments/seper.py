@@ -26,15 +26,22 @@ import json
 import random
 from typing import Any, Callable, Sequence
 
-from . import common as C
 from ...testing import shared_data_path
+from . import common as C
 
 KERNELS: dict[str, Callable[[str, str], float]] = {"token-f1": C.token_f1, "rouge-l": C.rouge_l}
 MEASURES = {
-    "dseper_soft": "ΔSePer (soft)", "dseper_hard": "ΔSePer (hard)",
-    "em": "exact match", "f1": "token-F1", "rouge_l": "ROUGE-L",
-    "d_em": "Δ exact match", "d_f1": "Δ token-F1", "d_rouge_l": "Δ ROUGE-L",
-    "entropy": "Entropy (−mean H)", "d_entropy": "Δ Entropy", "key_entropy": "GROGU KeyEntropy",
+    "dseper_soft": "ΔSePer (soft)",
+    "dseper_hard": "ΔSePer (hard)",
+    "em": "exact match",
+    "f1": "token-F1",
+    "rouge_l": "ROUGE-L",
+    "d_em": "Δ exact match",
+    "d_f1": "Δ token-F1",
+    "d_rouge_l": "Δ ROUGE-L",
+    "entropy": "Entropy (−mean H)",
+    "d_entropy": "Δ Entropy",
+    "key_entropy": "GROGU KeyEntropy",
 }
 
 
@@ -50,7 +57,7 @@ class LexicalEntailment:
 
     def _strip(self, text: str) -> str:
         if self.query and text.startswith(self.query):
-            return text[len(self.query):]
+            return text[len(self.query) :]
         return text
 
     def __call__(self, premises: Sequence[str], hypotheses: Sequence[str]) -> list[float]:
@@ -70,15 +77,31 @@ def load_items(limit: int | None, seed: int, paragraphs: int | None) -> list[dic
             support = [p for p in paras if p["is_supporting"]]
             others = [p for p in paras if not p["is_supporting"]]
             keep = {p["idx"] for p in support}
-            keep |= {p["idx"] for p in random.Random(f"{seed}-{q['id']}").sample(others, max(0, min(len(others), paragraphs - len(support))))}
+            keep |= {
+                p["idx"]
+                for p in random.Random(f"{seed}-{q['id']}").sample(
+                    others, max(0, min(len(others), paragraphs - len(support)))
+                )
+            }
             paras = [p for p in paras if p["idx"] in keep]
-        items.append({
-            "id": q["id"], "question": q["question"], "references": [q["answer"], *q.get("answer_aliases", [])],
-            "n_steps": n_steps,
-            "paragraphs": [{"idx": p["idx"], "title": p["title"], "text": p["paragraph_text"],
-                            "supporting": bool(p["is_supporting"]),
-                            "gt": 1.0 / n_steps if p["is_supporting"] else 0.0} for p in paras],
-        })
+        items.append(
+            {
+                "id": q["id"],
+                "question": q["question"],
+                "references": [q["answer"], *q.get("answer_aliases", [])],
+                "n_steps": n_steps,
+                "paragraphs": [
+                    {
+                        "idx": p["idx"],
+                        "title": p["title"],
+                        "text": p["paragraph_text"],
+                        "supporting": bool(p["is_supporting"]),
+                        "gt": 1.0 / n_steps if p["is_supporting"] else 0.0,
+                    }
+                    for p in paras
+                ],
+            }
+        )
     return items
 
 
@@ -91,21 +114,37 @@ def summarize(items: list[dict]) -> dict:
     gt = [p["gt"] for p in pairs]
     out = {}
     for m in MEASURES:
-        per_q = [C.pearson([p[m] for p in it["paragraphs"]], [p["gt"] for p in it["paragraphs"]])["r"]
-                 for it in items]
+        per_q = [C.pearson([p[m] for p in it["paragraphs"]], [p["gt"] for p in it["paragraphs"]])["r"] for it in items]
         defined = [r for r in per_q if r == r]
-        out[m] = {"pooled": C.pearson([p[m] for p in pairs], gt),
-                  "per_question_mean_r": sum(defined) / len(defined) if defined else float("nan"),
-                  "per_question_defined": len(defined), "mean": sum(p[m] for p in pairs) / len(pairs)}
-    return {"pearson": out, "pairs": len(pairs),
-            "supporting_pairs": sum(p["supporting"] for p in pairs)}
+        out[m] = {
+            "pooled": C.pearson([p[m] for p in pairs], gt),
+            "per_question_mean_r": sum(defined) / len(defined) if defined else float("nan"),
+            "per_question_defined": len(defined),
+            "mean": sum(p[m] for p in pairs) / len(pairs),
+        }
+    return {"pearson": out, "pairs": len(pairs), "supporting_pairs": sum(p["supporting"] for p in pairs)}
 
 
-def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 10, seed: int = 0, nli: str | None = None,
-        kernel: str = "token-f1", samples: int = 10, tau: float = 0.5, paragraphs: int | None = None,
-        max_new_tokens: int = 32, device: str | None = None, dtype: str | None = None, batch: int = 2,
-        threads: int | None = None, retriever: str | None = None, out_dir: str | None = None, write: bool = True,
-        command: str | None = None) -> dict:
+def run(
+    *,
+    model: Any = C.DEFAULT_MODEL,
+    limit: int | None = 10,
+    seed: int = 0,
+    nli: str | None = None,
+    kernel: str = "token-f1",
+    samples: int = 10,
+    tau: float = 0.5,
+    paragraphs: int | None = None,
+    max_new_tokens: int = 32,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch: int = 2,
+    threads: int | None = None,
+    retriever: str | None = None,
+    out_dir: str | None = None,
+    write: bool = True,
+    command: str | None = None,
+) -> dict:
     """ΔSePer vs ground truth on ``limit`` MuSiQue questions; ``nli`` (hub id / path) or the lexical
     ``kernel`` ('token-f1' / 'rouge-l'). ``retriever`` is accepted and unused (the paragraphs are given)."""
     from ...seper import NLIEntailment, SePerScorer
@@ -119,20 +158,25 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 10, seed: int = 0, 
     else:
         entail = LexicalEntailment(kernel)
         kernel_label = f"lexical {kernel} (stand-in, not an NLI model)"
-    seper = SePerScorer(scorer.engine, entailment=entail, n_samples=samples, tau=tau, seed=seed,
-                        max_new_tokens=max_new_tokens)
+    seper = SePerScorer(
+        scorer.engine, entailment=entail, n_samples=samples, tau=tau, seed=seed, max_new_tokens=max_new_tokens
+    )
     items = load_items(limit, seed, paragraphs)
     bar = C.progress(len(items), "seper")
     for chunk in C.chunks(items, batch):
         docs = [[{"title": p["title"], "text": p["text"]} for p in it["paragraphs"]] for it in chunk]
         greedy = scorer.score_batch([(it["question"], d) for it, d in zip(chunk, docs)])
-        ungrounded = scorer.engine.generate([scorer.prompts.ungrounded_ids(it["question"]) for it in chunk],
-                                            max_new_tokens)
+        ungrounded = scorer.engine.generate(
+            [scorer.prompts.ungrounded_ids(it["question"]) for it in chunk], max_new_tokens
+        )
         for it, d, results, u in zip(chunk, docs, greedy, ungrounded):
             refs = it["references"]
             it["ungrounded_answer"] = u.text
-            base = {"em": C.exact_match(u.text, refs), "f1": C.best_over(C.token_f1, u.text, refs),
-                    "rouge_l": C.best_over(C.rouge_l, u.text, refs)}
+            base = {
+                "em": C.exact_match(u.text, refs),
+                "f1": C.best_over(C.token_f1, u.text, refs),
+                "rouge_l": C.best_over(C.rouge_l, u.text, refs),
+            }
             h_u = _mean_entropy(u)
             if isinstance(entail, LexicalEntailment):
                 entail.query = it["question"].strip()
@@ -143,11 +187,25 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 10, seed: int = 0, 
         bar.update(len(chunk))
     bar.close()
     result = {
-        "experiment": "seper", "models": C.model_names([scorer]), "n": len(items), "unit": "MuSiQue questions",
-        "config": {"limit": limit, "seed": seed, "kernel": kernel_label, "samples": samples, "tau": tau,
-                   "paragraphs": paragraphs or "all (20)", "max_new_tokens": max_new_tokens, "batch": batch,
-                   "device": str(scorer.engine.device), "command": command},
-        "summary": summarize(items), "items": items, "wall_s": clock(),
+        "experiment": "seper",
+        "models": C.model_names([scorer]),
+        "n": len(items),
+        "unit": "MuSiQue questions",
+        "config": {
+            "limit": limit,
+            "seed": seed,
+            "kernel": kernel_label,
+            "samples": samples,
+            "tau": tau,
+            "paragraphs": paragraphs or "all (20)",
+            "max_new_tokens": max_new_tokens,
+            "batch": batch,
+            "device": str(scorer.engine.device),
+            "command": command,
+        },
+        "summary": summarize(items),
+        "items": items,
+        "wall_s": clock(),
     }
     return C.finish(result, out_dir, write, markdown(result), plot)
 
@@ -172,14 +230,24 @@ def _fill_paragraph(p: dict, r: Any, s: Any, refs: list[str], base: dict[str, fl
 
 def markdown(result: dict) -> str:
     s = result["summary"]
-    rows = [[label, C.fmt(s["pearson"][m]["pooled"]["r"]), C.fmt_p(s["pearson"][m]["pooled"]["p"]),
-             f"{C.fmt(s['pearson'][m]['per_question_mean_r'])} ({s['pearson'][m]['per_question_defined']})",
-             C.fmt(s["pearson"][m]["mean"])]
-            for m, label in MEASURES.items()]
+    rows = [
+        [
+            label,
+            C.fmt(s["pearson"][m]["pooled"]["r"]),
+            C.fmt_p(s["pearson"][m]["pooled"]["p"]),
+            f"{C.fmt(s['pearson'][m]['per_question_mean_r'])} ({s['pearson'][m]['per_question_defined']})",
+            C.fmt(s["pearson"][m]["mean"]),
+        ]
+        for m, label in MEASURES.items()
+    ]
     table = C.md_table(["measure", "Pearson r (pooled)", "p", "mean per-question r (questions)", "mean value"], rows)
-    return (C.header(result, "ΔSePer vs ground-truth utility on MuSiQue (1/n_steps per supporting paragraph)")
-            + f"- entailment kernel: **{result['config']['kernel']}**\n"
-            + f"- {s['pairs']} (question, paragraph) pairs, {s['supporting_pairs']} supporting\n\n" + table + "\n")
+    return (
+        C.header(result, "ΔSePer vs ground-truth utility on MuSiQue (1/n_steps per supporting paragraph)")
+        + f"- entailment kernel: **{result['config']['kernel']}**\n"
+        + f"- {s['pairs']} (question, paragraph) pairs, {s['supporting_pairs']} supporting\n\n"
+        + table
+        + "\n"
+    )
 
 
 def plot(result: dict, path: str) -> None:
@@ -192,11 +260,16 @@ def plot(result: dict, path: str) -> None:
     axes[0].axvline(0, color="grey", lw=0.8)
     axes[0].set_xlabel("Pearson r with ground-truth utility (pooled)")
     jitter = random.Random(0)
-    axes[1].scatter([p["gt"] + jitter.uniform(-0.02, 0.02) for p in pairs], [p["dseper_soft"] for p in pairs], s=8, alpha=0.5)
+    axes[1].scatter(
+        [p["gt"] + jitter.uniform(-0.02, 0.02) for p in pairs], [p["dseper_soft"] for p in pairs], s=8, alpha=0.5
+    )
     axes[1].set_xlabel("ground-truth utility (1/n_steps, jittered)")
     axes[1].set_ylabel("ΔSePer (soft)")
-    fig.suptitle(f"ΔSePer on MuSiQue — {', '.join(result['models'])}, N={result['n']} questions, "
-                 f"kernel: {result['config']['kernel']}", fontsize=9)
+    fig.suptitle(
+        f"ΔSePer on MuSiQue — {', '.join(result['models'])}, N={result['n']} questions, "
+        f"kernel: {result['config']['kernel']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -37,9 +37,15 @@ def build_items(limit: int | None, seed: int, retriever: str, device: str | None
         exclude = {q["gold"]}
         distractor = hard_negatives(ret.scores(q["question"]), texts, q["answers"], exclude, 1)[0]
         rnd = C.random_paragraph(random.Random(f"{seed}-{q['id']}"), paragraphs, exclude | {distractor}, q["answers"])
-        items.append({"id": q["id"], "question": q["question"], "answers": q["answers"],
-                      "paragraph_ids": {"gold": q["gold"], "distractor": distractor, "random": rnd},
-                      "texts": {"gold": texts[q["gold"]], "distractor": texts[distractor], "random": texts[rnd]}})
+        items.append(
+            {
+                "id": q["id"],
+                "question": q["question"],
+                "answers": q["answers"],
+                "paragraph_ids": {"gold": q["gold"], "distractor": distractor, "random": rnd},
+                "texts": {"gold": texts[q["gold"]], "distractor": texts[distractor], "random": texts[rnd]},
+            }
+        )
     return items, ret
 
 
@@ -63,8 +69,13 @@ def relevance(items: list[dict], ret: Any, device: str | None) -> None:
 
 def summarize(items: list[dict]) -> dict:
     """Win-rates, sign tests and answer accuracy from the per-item records."""
-    win = {o: {m: C.win_counts([it["utility"]["gold"][m] for it in items], [it["utility"][o][m] for it in items])
-               for m in METRICS} for o in OTHERS}
+    win = {
+        o: {
+            m: C.win_counts([it["utility"]["gold"][m] for it in items], [it["utility"][o][m] for it in items])
+            for m in METRICS
+        }
+        for o in OTHERS
+    }
     tests = {}
     for o in OTHERS:
         for a, b in SIGN_TESTS:
@@ -74,15 +85,31 @@ def summarize(items: list[dict]) -> dict:
     acc = {d: sum(it["correct"][d] for it in items) / len(items) for d in DOCS}
     # the same win-rates on the questions the model answers correctly from the gold paragraph
     ok = [it for it in items if it["correct"]["gold"]]
-    win_ok = {o: {m: C.win_counts([it["utility"]["gold"][m] for it in ok], [it["utility"][o][m] for it in ok])
-                  for m in METRICS} for o in OTHERS}
+    win_ok = {
+        o: {
+            m: C.win_counts([it["utility"]["gold"][m] for it in ok], [it["utility"][o][m] for it in ok])
+            for m in METRICS
+        }
+        for o in OTHERS
+    }
     return {"win_rate": win, "sign_test": tests, "accuracy": acc, "win_rate_gold_answered": win_ok}
 
 
-def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 100, seed: int = 0, retriever: str = "bm25",
-        max_new_tokens: int = 32, device: str | None = None, dtype: str | None = None, batch: int = 8,
-        threads: int | None = None, out_dir: str | None = None, write: bool = True,
-        command: str | None = None) -> dict:
+def run(
+    *,
+    model: Any = C.DEFAULT_MODEL,
+    limit: int | None = 100,
+    seed: int = 0,
+    retriever: str = "bm25",
+    max_new_tokens: int = 32,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch: int = 8,
+    threads: int | None = None,
+    out_dir: str | None = None,
+    write: bool = True,
+    command: str | None = None,
+) -> dict:
     """Table 1 on ``limit`` SQuAD dev questions (sampled with ``seed``); see the module docstring."""
     clock = C.Clock()
     C.set_threads(threads)
@@ -100,10 +127,22 @@ def run(*, model: Any = C.DEFAULT_MODEL, limit: int | None = 100, seed: int = 0,
         bar.update(len(chunk))
     bar.close()
     result = {
-        "experiment": "winrate", "models": C.model_names([scorer]), "n": len(items), "unit": "SQuAD dev questions",
-        "config": {"limit": limit, "seed": seed, "retriever": retriever, "max_new_tokens": max_new_tokens,
-                   "batch": batch, "device": str(scorer.engine.device), "command": command},
-        "summary": summarize(items), "items": items, "wall_s": clock(),
+        "experiment": "winrate",
+        "models": C.model_names([scorer]),
+        "n": len(items),
+        "unit": "SQuAD dev questions",
+        "config": {
+            "limit": limit,
+            "seed": seed,
+            "retriever": retriever,
+            "max_new_tokens": max_new_tokens,
+            "batch": batch,
+            "device": str(scorer.engine.device),
+            "command": command,
+        },
+        "summary": summarize(items),
+        "items": items,
+        "wall_s": clock(),
     }
     return C.finish(result, out_dir, write, markdown(result), plot)
 
@@ -119,23 +158,50 @@ def markdown(result: dict) -> str:
     for m in METRICS:
         paper = [f"{PAPER[k]['distractor']} / {PAPER[k]['random']}" if m == "key_entropy" else "n/a" for k in PAPER]
         ok = s["win_rate_gold_answered"]
-        rows.append([C.METRIC_LABELS[m]] + [_rate_ci(s["win_rate"][o][m]) for o in OTHERS]
-                    + [f"{s['win_rate']['distractor'][m]['ties']} / {s['win_rate']['random'][m]['ties']}"]
-                    + [" / ".join(C.fmt(ok[o][m]["rate"], pct=True) for o in OTHERS)] + paper)
+        rows.append(
+            [C.METRIC_LABELS[m]]
+            + [_rate_ci(s["win_rate"][o][m]) for o in OTHERS]
+            + [f"{s['win_rate']['distractor'][m]['ties']} / {s['win_rate']['random'][m]['ties']}"]
+            + [" / ".join(C.fmt(ok[o][m]["rate"], pct=True) for o in OTHERS)]
+            + paper
+        )
     n_ok = s["win_rate_gold_answered"]["distractor"]["key_entropy"]["n"]
-    table = C.md_table(["metric", "win-rate vs distractor (%) [95% CI]", "win-rate vs random (%) [95% CI]", "ties (dist. / rand.)",
-                        f"same, questions answered from gold (n={n_ok}; dist. / rand., %)"]
-                       + [f"paper {k}, SQuAD (dist. / rand., %)" for k in PAPER], rows)
-    tests = C.md_table(["comparison", "vs", "n10 (first only)", "n01 (second only)", "sign-test p"],
-                       [[k, o, t["n10"], t["n01"], C.fmt_p(t["p"])] for o in OTHERS for k, t in s["sign_test"][o].items()])
+    table = C.md_table(
+        [
+            "metric",
+            "win-rate vs distractor (%) [95% CI]",
+            "win-rate vs random (%) [95% CI]",
+            "ties (dist. / rand.)",
+            f"same, questions answered from gold (n={n_ok}; dist. / rand., %)",
+        ]
+        + [f"paper {k}, SQuAD (dist. / rand., %)" for k in PAPER],
+        rows,
+    )
+    tests = C.md_table(
+        ["comparison", "vs", "n10 (first only)", "n01 (second only)", "sign-test p"],
+        [[k, o, t["n10"], t["n01"], C.fmt_p(t["p"])] for o in OTHERS for k, t in s["sign_test"][o].items()],
+    )
     acc = "answer accuracy of the model with each paragraph alone: " + ", ".join(
-        f"{d} {C.fmt(v, pct=True)} %" for d, v in s["accuracy"].items())
-    return (C.header(result, "Win-rate of the gold paragraph (GROGU paper, Table 1 protocol, SQuAD v1.1 dev)")
-            + "\n" + table + "\n\n" + tests + "\n\n" + acc + "\n")
+        f"{d} {C.fmt(v, pct=True)} %" for d, v in s["accuracy"].items()
+    )
+    return (
+        C.header(result, "Win-rate of the gold paragraph (GROGU paper, Table 1 protocol, SQuAD v1.1 dev)")
+        + "\n"
+        + table
+        + "\n\n"
+        + tests
+        + "\n\n"
+        + acc
+        + "\n"
+    )
 
 
 def plot(result: dict, path: str) -> None:
     s = result["summary"]["win_rate"]
-    C.bar_plot(path, {f"gold vs {o}": {m: s[o][m]["rate"] for m in METRICS} for o in OTHERS},
-               f"Win-rate of the gold paragraph — {', '.join(result['models'])}, N={result['n']}",
-               "win-rate", hline=0.5)
+    C.bar_plot(
+        path,
+        {f"gold vs {o}": {m: s[o][m]["rate"] for m in METRICS} for o in OTHERS},
+        f"Win-rate of the gold paragraph — {', '.join(result['models'])}, N={result['n']}",
+        "win-rate",
+        hline=0.5,
+    )

@@ -34,7 +34,13 @@ from __future__ import annotations
 
 # Every name the single-module grogu.harness.rewrite had stays importable from here.
 from ..retrieval import (  # noqa: F401
-    BM25Retriever, DenseRetriever, LangChainRetriever, LlamaIndexRetriever, Retriever, as_retriever, bm25_tokenize,
+    BM25Retriever,
+    DenseRetriever,
+    LangChainRetriever,
+    LlamaIndexRetriever,
+    Retriever,
+    as_retriever,
+    bm25_tokenize,
     retrieve_all,
 )
 from .candidates import DEFAULT_N_CANDIDATES, clean_rewrite, dedupe_candidates, generate_candidates  # noqa: F401
@@ -43,14 +49,41 @@ from .pairs import DEFAULT_DROP_RATIO, PreferencePair, best_and_worst, drop_smal
 from .pipeline import RewritePairs, build_rewrite_pairs, summarize, write_jsonl
 from .scoring import DEFAULT_K, ScoredRewrite, TurnResult, score_contexts_many, score_turns  # noqa: F401
 from .turns import (  # noqa: F401
-    DEFAULT_INSTRUCTION, NO_HISTORY, Turn, read_turns, render_history, rewrite_prompt, turn_from_dict,
+    DEFAULT_INSTRUCTION,
+    NO_HISTORY,
+    Turn,
+    read_turns,
+    render_history,
+    rewrite_prompt,
+    turn_from_dict,
 )
 
 __all__ = [
-    "Turn", "read_turns", "turn_from_dict", "rewrite_prompt", "render_history", "clean_rewrite",
-    "dedupe_candidates", "generate_candidates", "Retriever", "BM25Retriever", "DenseRetriever",
-    "LlamaIndexRetriever", "LangChainRetriever", "as_retriever", "retrieve_all", "PreferencePair",
-    "best_and_worst", "drop_smallest_gaps", "ScoredRewrite", "TurnResult", "score_turns",
-    "score_contexts_many", "RewritePairs", "summarize", "build_rewrite_pairs", "write_jsonl",
+    "Turn",
+    "read_turns",
+    "turn_from_dict",
+    "rewrite_prompt",
+    "render_history",
+    "clean_rewrite",
+    "dedupe_candidates",
+    "generate_candidates",
+    "Retriever",
+    "BM25Retriever",
+    "DenseRetriever",
+    "LlamaIndexRetriever",
+    "LangChainRetriever",
+    "as_retriever",
+    "retrieve_all",
+    "PreferencePair",
+    "best_and_worst",
+    "drop_smallest_gaps",
+    "ScoredRewrite",
+    "TurnResult",
+    "score_turns",
+    "score_contexts_many",
+    "RewritePairs",
+    "summarize",
+    "build_rewrite_pairs",
+    "write_jsonl",
     "DEFAULT_INSTRUCTION",
 ]

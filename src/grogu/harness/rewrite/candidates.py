@@ -11,8 +11,11 @@ from .turns import DEFAULT_INSTRUCTION, Turn, rewrite_prompt
 DEFAULT_N_CANDIDATES = 8
 
 
-_PREFIX = re.compile(r"^\s*(?:\**\s*)?(?:rewritten question|rewritten query|standalone question|rewrite|query|"
-                     r"question|answer)\s*\**\s*[:：-]\s*\**\s*", re.IGNORECASE)
+_PREFIX = re.compile(
+    r"^\s*(?:\**\s*)?(?:rewritten question|rewritten query|standalone question|rewrite|query|"
+    r"question|answer)\s*\**\s*[:：-]\s*\**\s*",
+    re.IGNORECASE,
+)
 
 
 def clean_rewrite(text: str) -> str:
@@ -63,11 +66,12 @@ def generate_candidates(
     if not turns:
         return []
     engine = get_engine(rewriter)
-    prompts = [chat_ids(engine.tokenizer, rewrite_prompt(t, instruction), plain_suffix="\nRewritten question:")
-               for t in turns]
+    prompts = [
+        chat_ids(engine.tokenizer, rewrite_prompt(t, instruction), plain_suffix="\nRewritten question:") for t in turns
+    ]
     gens = engine.generate([p for p in prompts for _ in range(n)], max_new_tokens, temperature=temperature, seed=seed)
     texts = [clean_rewrite(g.text) for g in gens]
-    return [texts[i * n:(i + 1) * n] for i in range(len(turns))]
+    return [texts[i * n : (i + 1) * n] for i in range(len(turns))]
 
 
 def candidates_for_turns(
@@ -87,17 +91,32 @@ def candidates_for_turns(
     todo = [i for i, t in enumerate(turns) if t.candidates is None]
     raw = {i: list(t.candidates) for i, t in enumerate(turns) if t.candidates is not None}
     if todo:
-        sampled = generate_candidates(rewriter, [turns[i] for i in todo], n, temperature=temperature,
-                                      max_new_tokens=max_new_tokens, seed=seed, instruction=instruction)
+        sampled = generate_candidates(
+            rewriter,
+            [turns[i] for i in todo],
+            n,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            instruction=instruction,
+        )
         raw.update(zip(todo, sampled))
     raw_lists = [raw[i] for i in range(len(turns))]
     candidates = [dedupe_candidates(t.question, r, include_original) for t, r in zip(turns, raw_lists)]
     for turn, c in zip(turns, candidates):
         if not c:
-            raise ValueError(f"turn {turn.id!r} has no non-empty candidate rewrite (pass include_original=True "
-                             "to rank the question itself)")
+            raise ValueError(
+                f"turn {turn.id!r} has no non-empty candidate rewrite (pass include_original=True "
+                "to rank the question itself)"
+            )
     return raw_lists, candidates, set(todo)
 
 
-__all__ = ["clean_rewrite", "text_key", "dedupe_candidates", "generate_candidates", "candidates_for_turns",
-           "DEFAULT_N_CANDIDATES"]
+__all__ = [
+    "clean_rewrite",
+    "text_key",
+    "dedupe_candidates",
+    "generate_candidates",
+    "candidates_for_turns",
+    "DEFAULT_N_CANDIDATES",
+]

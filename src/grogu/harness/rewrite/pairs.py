@@ -52,8 +52,9 @@ def best_and_worst(scores: Sequence[float]) -> tuple[int, int] | None:
     return best, worst
 
 
-def drop_smallest_gaps(pairs: Sequence[PreferencePair], drop_ratio: float = DEFAULT_DROP_RATIO
-                       ) -> tuple[list[PreferencePair], list[PreferencePair]]:
+def drop_smallest_gaps(
+    pairs: Sequence[PreferencePair], drop_ratio: float = DEFAULT_DROP_RATIO
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
     """(kept, dropped): drop the floor(drop_ratio * n) pairs with the smallest GROGU gap (ties: the
     earlier pair is dropped first); both lists keep the input order."""
     check_drop_ratio(drop_ratio)

@@ -44,21 +44,28 @@ class RewritePairs:
         out = []
         for i, r in enumerate(self.results):
             choice = r.choice
-            out.append({
-                "id": r.turn.id, "question": r.turn.question, "history": r.turn.history, "prompt": r.prompt,
-                "generated": r.generated, "n_raw_candidates": r.n_raw_candidates,
-                "best": r.best_index,
-                "worst": choice[1] if choice else None,
-                "pair": "kept" if i in kept else ("dropped" if choice else r.no_pair_reason),
-                "rewrites": [vars(x) for x in r.rewrites],
-            })
+            out.append(
+                {
+                    "id": r.turn.id,
+                    "question": r.turn.question,
+                    "history": r.turn.history,
+                    "prompt": r.prompt,
+                    "generated": r.generated,
+                    "n_raw_candidates": r.n_raw_candidates,
+                    "best": r.best_index,
+                    "worst": choice[1] if choice else None,
+                    "pair": "kept" if i in kept else ("dropped" if choice else r.no_pair_reason),
+                    "rewrites": [vars(x) for x in r.rewrites],
+                }
+            )
         return out
 
     def write(self, out_dir: str) -> dict[str, str]:
         """Write sft.jsonl, dpo.jsonl, scores.jsonl and summary.json into ``out_dir``; returns the paths."""
         os.makedirs(out_dir, exist_ok=True)
-        paths = {name: os.path.join(out_dir, name) for name in ("sft.jsonl", "dpo.jsonl", "scores.jsonl",
-                                                                 "summary.json")}
+        paths = {
+            name: os.path.join(out_dir, name) for name in ("sft.jsonl", "dpo.jsonl", "scores.jsonl", "summary.json")
+        }
         write_jsonl(paths["sft.jsonl"], self.sft_records())
         write_jsonl(paths["dpo.jsonl"], self.dpo_records())
         write_jsonl(paths["scores.jsonl"], self.score_records())
@@ -74,8 +81,9 @@ def write_jsonl(path: str, records: Iterable[Mapping[str, Any]]) -> None:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
-def summarize(results: Sequence[TurnResult], kept: Sequence[PreferencePair], dropped: Sequence[PreferencePair],
-              drop_ratio: float) -> dict[str, Any]:
+def summarize(
+    results: Sequence[TurnResult], kept: Sequence[PreferencePair], dropped: Sequence[PreferencePair], drop_ratio: float
+) -> dict[str, Any]:
     """Counts of a run: turns, candidates, turns without a pair (and why), pairs kept/dropped, gaps."""
     reasons = [r.no_pair_reason for r in results]
     gaps_kept = [p.gap for p in kept]
@@ -93,8 +101,10 @@ def summarize(results: Sequence[TurnResult], kept: Sequence[PreferencePair], dro
         "unique_candidates_per_turn_mean": (sum(n_unique) / len(n_unique)) if n_unique else 0.0,
         "sft_records": len(results),
         "sft_chose_original_question": sum(r.best.is_original for r in results),
-        "turns_without_pair": {"single_candidate": reasons.count("single_candidate"),
-                               "zero_gap": reasons.count("zero_gap")},
+        "turns_without_pair": {
+            "single_candidate": reasons.count("single_candidate"),
+            "zero_gap": reasons.count("zero_gap"),
+        },
         "pairs_before_drop": len(kept) + len(dropped),
         "drop_ratio": drop_ratio,
         "pairs_dropped_small_gap": len(dropped),
@@ -157,19 +167,42 @@ def build_rewrite_pairs(
     scorer = _scorer(model, metric=metric, max_new_tokens=max_new_tokens, device=device, dtype=dtype)
     t0 = time.perf_counter()
     raw, candidates, generated = candidates_for_turns(
-        turns, scorer.engine if rewriter is None else rewriter, n_candidates, include_original=include_original,
-        temperature=temperature, max_new_tokens=rewrite_max_new_tokens, seed=seed, instruction=instruction)
+        turns,
+        scorer.engine if rewriter is None else rewriter,
+        n_candidates,
+        include_original=include_original,
+        temperature=temperature,
+        max_new_tokens=rewrite_max_new_tokens,
+        seed=seed,
+        instruction=instruction,
+    )
     t1 = time.perf_counter()
-    results = score_turns(scorer, turns, candidates, retriever, k, turns_per_batch=turns_per_batch,
-                          instruction=instruction, progress=progress)
+    results = score_turns(
+        scorer,
+        turns,
+        candidates,
+        retriever,
+        k,
+        turns_per_batch=turns_per_batch,
+        instruction=instruction,
+        progress=progress,
+    )
     timings = {"generate_s": round(t1 - t0, 3), "retrieve_and_score_s": round(time.perf_counter() - t1, 3)}
     for i, r in enumerate(results):
         r.generated = i in generated
         r.n_raw_candidates = len(raw[i])
     kept, dropped = drop_smallest_gaps([p for i, r in enumerate(results) if (p := r.pair(i)) is not None], drop_ratio)
     summary = summarize(results, kept, dropped, drop_ratio)
-    summary["settings"] = _settings(scorer, rewriter, retriever, n_candidates=n_candidates, temperature=temperature,
-                                    seed=seed, include_original=include_original, k=k)
+    summary["settings"] = _settings(
+        scorer,
+        rewriter,
+        retriever,
+        n_candidates=n_candidates,
+        temperature=temperature,
+        seed=seed,
+        include_original=include_original,
+        k=k,
+    )
     summary["timings"] = timings
     return RewritePairs(results=results, kept=kept, dropped=dropped, summary=summary)
 
@@ -182,9 +215,14 @@ def _settings(scorer: "UtilityScorer", rewriter: Any, retriever: Any, **chosen: 
         rewriter_name = rewriter
     else:
         rewriter_name = getattr(rewriter, "model_name", None) or type(rewriter).__name__
-    return {"model": scorer.model_name, "metric": scorer.metric, "max_new_tokens": scorer.max_new_tokens,
-            "rewriter": str(rewriter_name), **chosen,
-            "retriever": getattr(retriever, "name", type(retriever).__name__)}
+    return {
+        "model": scorer.model_name,
+        "metric": scorer.metric,
+        "max_new_tokens": scorer.max_new_tokens,
+        "rewriter": str(rewriter_name),
+        **chosen,
+        "retriever": getattr(retriever, "name", type(retriever).__name__),
+    }
 
 
 __all__ = ["RewritePairs", "write_jsonl", "summarize", "build_rewrite_pairs"]

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ...checks import check_positive_int
-from ..retrieval import Retriever, as_retriever, retrieve_all
 from ...selection import argmax
+from ..retrieval import Retriever, as_retriever, retrieve_all
 from .candidates import text_key
 from .pairs import PreferencePair, best_and_worst
 from .turns import DEFAULT_INSTRUCTION, Turn, rewrite_prompt
@@ -106,19 +106,30 @@ def score_turns(
             retrieved = retrieve_all(retriever, rewrites, k)
             unique = list(dict.fromkeys(tuple(r) for r in retrieved))
             per_turn.append((rewrites, retrieved, unique))
-        scored = score_contexts_many(scorer, [(turns[i].question, [list(u) for u in unique])
-                                              for i, (_, _, unique) in zip(chunk, per_turn)])
+        scored = score_contexts_many(
+            scorer, [(turns[i].question, [list(u) for u in unique]) for i, (_, _, unique) in zip(chunk, per_turn)]
+        )
         for i, (rewrites, retrieved, unique), scores in zip(chunk, per_turn, scored):
             by_ctx = dict(zip(unique, scores))
             turn = turns[i]
-            results.append(TurnResult(
-                turn=turn, prompt=rewrite_prompt(turn, instruction),
-                rewrites=[ScoredRewrite(rewrite=r, score=by_ctx[tuple(p)].score, passages=p,
-                                        answer=by_ctx[tuple(p)].answer,
-                                        is_original=text_key(r) == text_key(turn.question))
-                          for r, p in zip(rewrites, retrieved)],
-                n_raw_candidates=len(rewrites), generated=False,
-            ))
+            results.append(
+                TurnResult(
+                    turn=turn,
+                    prompt=rewrite_prompt(turn, instruction),
+                    rewrites=[
+                        ScoredRewrite(
+                            rewrite=r,
+                            score=by_ctx[tuple(p)].score,
+                            passages=p,
+                            answer=by_ctx[tuple(p)].answer,
+                            is_original=text_key(r) == text_key(turn.question),
+                        )
+                        for r, p in zip(rewrites, retrieved)
+                    ],
+                    n_raw_candidates=len(rewrites),
+                    generated=False,
+                )
+            )
         if bar is not None:
             bar.update(len(chunk))
     if bar is not None:

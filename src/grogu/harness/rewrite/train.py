@@ -25,8 +25,10 @@ from typing import Any, Sequence
 
 from ...models import DEFAULT_MODEL
 
-TRAIN_EXTRA_HINT = ('grogu train-rewriter needs TRL and datasets, the "train" extra: pip install -e ".[train]" '
-                    '(or pip install "grogu[train]")')
+TRAIN_EXTRA_HINT = (
+    'grogu train-rewriter needs TRL and datasets, the "train" extra: pip install -e ".[train]" '
+    '(or pip install "grogu[train]")'
+)
 
 
 def require_trl() -> None:
@@ -54,23 +56,43 @@ def check_records(records: Sequence[dict], keys: tuple[str, ...], what: str) -> 
 
 def conversational_sft(records: Sequence[dict]) -> list[dict]:
     """``{"prompt", "completion"}`` strings -> TRL conversational prompt-completion records."""
-    return [{"prompt": [{"role": "user", "content": r["prompt"]}],
-             "completion": [{"role": "assistant", "content": r["completion"]}]} for r in records]
+    return [
+        {
+            "prompt": [{"role": "user", "content": r["prompt"]}],
+            "completion": [{"role": "assistant", "content": r["completion"]}],
+        }
+        for r in records
+    ]
 
 
 def conversational_dpo(records: Sequence[dict]) -> list[dict]:
     """``{"prompt", "chosen", "rejected"}`` strings -> TRL conversational preference records."""
-    return [{"prompt": [{"role": "user", "content": r["prompt"]}],
-             "chosen": [{"role": "assistant", "content": r["chosen"]}],
-             "rejected": [{"role": "assistant", "content": r["rejected"]}]} for r in records]
+    return [
+        {
+            "prompt": [{"role": "user", "content": r["prompt"]}],
+            "chosen": [{"role": "assistant", "content": r["chosen"]}],
+            "rejected": [{"role": "assistant", "content": r["rejected"]}],
+        }
+        for r in records
+    ]
 
 
-def _config_kwargs(output_dir: str, steps: int, epochs: float, batch_size: int, learning_rate: float, seed: int,
-                   on_gpu: bool) -> dict[str, Any]:
+def _config_kwargs(
+    output_dir: str, steps: int, epochs: float, batch_size: int, learning_rate: float, seed: int, on_gpu: bool
+) -> dict[str, Any]:
     kwargs: dict[str, Any] = dict(
-        output_dir=output_dir, per_device_train_batch_size=batch_size, learning_rate=learning_rate, seed=seed,
-        logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False,
-        bf16=on_gpu, fp16=False, use_cpu=not on_gpu, disable_tqdm=True,
+        output_dir=output_dir,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        gradient_checkpointing=False,
+        bf16=on_gpu,
+        fp16=False,
+        use_cpu=not on_gpu,
+        disable_tqdm=True,
     )
     if steps > 0:
         kwargs["max_steps"] = steps
@@ -146,12 +168,21 @@ def train_rewriter(
     log: dict[str, Any] = {"chat_format": chat, "sft_records": len(sft), "dpo_records": len(dpo)}
 
     if sft:
-        args = SFTConfig(**_config_kwargs(os.path.join(output_dir, "sft"), sft_steps, sft_epochs, batch_size,
-                                          sft_learning_rate, seed, on_gpu), max_length=max_length)
+        args = SFTConfig(
+            **_config_kwargs(
+                os.path.join(output_dir, "sft"), sft_steps, sft_epochs, batch_size, sft_learning_rate, seed, on_gpu
+            ),
+            max_length=max_length,
+        )
         model = _train_sft(model, tokenizer, sft, args, log)
     if dpo:
-        args = DPOConfig(**_config_kwargs(os.path.join(output_dir, "dpo"), dpo_steps, dpo_epochs, batch_size,
-                                          dpo_learning_rate, seed, on_gpu), beta=beta, max_length=max_length)
+        args = DPOConfig(
+            **_config_kwargs(
+                os.path.join(output_dir, "dpo"), dpo_steps, dpo_epochs, batch_size, dpo_learning_rate, seed, on_gpu
+            ),
+            beta=beta,
+            max_length=max_length,
+        )
         model = _train_dpo(model, tokenizer, dpo, args, log)
     return _save(model, tokenizer, output_dir, log)
 
@@ -189,8 +220,13 @@ def _train_dpo(model: Any, tokenizer: Any, records: list[dict], args: Any, log: 
     from trl import DPOTrainer
 
     reference = copy.deepcopy(model).eval().requires_grad_(False)
-    trainer = DPOTrainer(model=model, ref_model=reference, args=args, train_dataset=Dataset.from_list(records),
-                         processing_class=tokenizer)
+    trainer = DPOTrainer(
+        model=model,
+        ref_model=reference,
+        args=args,
+        train_dataset=Dataset.from_list(records),
+        processing_class=tokenizer,
+    )
     trainer.train()
     log["dpo_loss"] = _losses(trainer)
     log["dpo_steps"] = trainer.state.global_step
@@ -212,8 +248,10 @@ def _save(model: Any, tokenizer: Any, output_dir: str, log: dict[str, Any]) -> d
 # ---------------------------------------------------------------------------------------- CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """``grogu train-rewriter``: SFT warm-up then DPO with TRL (needs the ``train`` extra)."""
-    p.description = ("Train a query rewriter on grogu rewrite-pairs output: SFT on sft.jsonl, then DPO on dpo.jsonl "
-                     '(TRL; pip install -e ".[train]").')
+    p.description = (
+        "Train a query rewriter on grogu rewrite-pairs output: SFT on sft.jsonl, then DPO on dpo.jsonl "
+        '(TRL; pip install -e ".[train]").'
+    )
     p.add_argument("--pairs", help="folder written by grogu rewrite-pairs (sft.jsonl, dpo.jsonl)")
     p.add_argument("--sft", help="SFT JSONL ({'prompt','completion'}); overrides --pairs")
     p.add_argument("--dpo", help="DPO JSONL ({'prompt','chosen','rejected'}); overrides --pairs")
@@ -245,10 +283,22 @@ def run(args: argparse.Namespace) -> int:
     sft = read_jsonl(sft_path) if sft_path and args.sft_steps != 0 else []
     dpo = read_jsonl(dpo_path) if dpo_path and args.dpo_steps != 0 else []
     log = train_rewriter(
-        args.model, sft, dpo, args.output, sft_steps=args.sft_steps, dpo_steps=args.dpo_steps,
-        sft_epochs=args.sft_epochs, dpo_epochs=args.dpo_epochs, batch_size=args.batch_size,
-        sft_learning_rate=args.sft_lr, dpo_learning_rate=args.dpo_lr, beta=args.beta, max_length=args.max_length,
-        chat=False if args.no_chat else None, seed=args.seed, device=args.device,
+        args.model,
+        sft,
+        dpo,
+        args.output,
+        sft_steps=args.sft_steps,
+        dpo_steps=args.dpo_steps,
+        sft_epochs=args.sft_epochs,
+        dpo_epochs=args.dpo_epochs,
+        batch_size=args.batch_size,
+        sft_learning_rate=args.sft_lr,
+        dpo_learning_rate=args.dpo_lr,
+        beta=args.beta,
+        max_length=args.max_length,
+        chat=False if args.no_chat else None,
+        seed=args.seed,
+        device=args.device,
     )
     print(f"SFT: {log.get('sft_steps', 0)} steps on {log['sft_records']} records, loss {log.get('sft_loss')}")
     print(f"DPO: {log.get('dpo_steps', 0)} steps on {log['dpo_records']} pairs, loss {log.get('dpo_loss')}")

@@ -60,8 +60,12 @@ def turn_from_dict(item: Mapping[str, Any], position: int | None = None) -> Turn
     if not isinstance(item, Mapping) or "question" not in item:
         where = f"line {position}" if position is not None else "turn"
         raise ValueError(f"{where}: each turn needs a 'question' (and optionally 'history', 'candidates', 'id')")
-    return Turn(question=item["question"], history=item.get("history") or [], candidates=item.get("candidates"),
-                id=item.get("id", position))
+    return Turn(
+        question=item["question"],
+        history=item.get("history") or [],
+        candidates=item.get("candidates"),
+        id=item.get("id", position),
+    )
 
 
 def read_turns(path: str) -> list[Turn]:
@@ -96,5 +100,12 @@ def rewrite_prompt(turn: Turn, instruction: str = DEFAULT_INSTRUCTION) -> str:
     return instruction.format(history=render_history(turn.history), question=turn.question)
 
 
-__all__ = ["Turn", "turn_from_dict", "read_turns", "render_history", "rewrite_prompt", "DEFAULT_INSTRUCTION",
-           "NO_HISTORY"]
+__all__ = [
+    "Turn",
+    "turn_from_dict",
+    "read_turns",
+    "render_history",
+    "rewrite_prompt",
+    "DEFAULT_INSTRUCTION",
+    "NO_HISTORY",
+]

@@ -2,8 +2,6 @@
 how much each source node influenced the answer that was given (Influence Score)."""
 
 from llama_index.postprocessor.grogu.base import GroguRerank
-from llama_index.postprocessor.grogu.prompts import template_from_llama_index
-from llama_index.postprocessor.grogu.synthesizer import GroguSynthesizer
 from llama_index.postprocessor.grogu.influence import (
     GroguInfluenceCallbackHandler,
     GroguInfluenceHandler,
@@ -11,6 +9,8 @@ from llama_index.postprocessor.grogu.influence import (
     LoggerSink,
     MemorySink,
 )
+from llama_index.postprocessor.grogu.prompts import template_from_llama_index
+from llama_index.postprocessor.grogu.synthesizer import GroguSynthesizer
 
 __all__ = [
     "GroguRerank",

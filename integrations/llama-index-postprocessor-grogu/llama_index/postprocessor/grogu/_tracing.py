@@ -6,22 +6,33 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from llama_index.core.schema import MetadataMode, NodeWithScore
+
 from grogu import tracing
 from grogu.influence_log import grogu_utility
-from llama_index.core.schema import MetadataMode, NodeWithScore
 
 
 def _document(n: NodeWithScore, **fields: Any) -> Dict[str, Any]:
-    return {"id": n.node.node_id, "page_content": n.node.get_content(metadata_mode=MetadataMode.NONE),
-            "metadata": dict(n.node.metadata), "score": n.score, **fields}
+    return {
+        "id": n.node.node_id,
+        "page_content": n.node.get_content(metadata_mode=MetadataMode.NONE),
+        "metadata": dict(n.node.metadata),
+        "score": n.score,
+        **fields,
+    }
 
 
 def rerank_span(reranker: Any, nodes: List[NodeWithScore], query: str) -> Any:
     """The span of one GroguRerank call on ``nodes`` (their scores: the retriever's)."""
     return tracing.rerank_span(
-        framework="llama_index", query=query, model=reranker.model, mode=reranker.mode, metric=reranker.metric,
+        framework="llama_index",
+        query=query,
+        model=reranker.model,
+        mode=reranker.mode,
+        metric=reranker.metric,
         top_k=reranker.top_n if reranker.top_n is not None else len(nodes),
-        documents=[_document(n) for n in nodes] if tracing.available() else [])
+        documents=[_document(n) for n in nodes] if tracing.available() else [],
+    )
 
 
 def output_documents(nodes: List[NodeWithScore], new_nodes: List[NodeWithScore]) -> List[Dict[str, Any]]:

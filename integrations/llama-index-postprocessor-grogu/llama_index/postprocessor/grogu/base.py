@@ -12,6 +12,14 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
+from llama_index.core.llms import LLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+
 import grogu
 from grogu.checks import check_choice, check_positive_int, check_query, check_threshold, check_top_n
 from grogu.metrics import metric_name
@@ -19,13 +27,6 @@ from grogu.rerank import ModeSettings
 from grogu.scales import check_score_scale, probability, utility_threshold
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
 from grogu.targets import Scorer, build_scorer
-from llama_index.core.llms import LLM
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
-from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
-from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
-from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from . import _tracing
 from .options import layout_and_mode, scoring_prompt
@@ -43,7 +44,8 @@ Layouts = List[Tuple[str, List[int]]]
 _UNSET: Any = object()
 #: per-call settings of the rerankers inside ``GroguRerank.using(...)``: {id(reranker): {"top_n": n}}
 _CALL_SETTINGS: contextvars.ContextVar[Dict[int, Dict[str, Any]]] = contextvars.ContextVar(
-    "grogu_rerank_call_settings", default={})
+    "grogu_rerank_call_settings", default={}
+)
 
 
 class GroguRerank(BaseNodePostprocessor):
@@ -123,16 +125,20 @@ class GroguRerank(BaseNodePostprocessor):
     model: str = Field(description="Target LLM whose utility is measured.")
     top_n: Optional[int] = Field(default=None, description="Number of nodes to return (None: all).")
     threshold: Optional[float] = Field(default=None, description="Minimum utility of a kept node.")
-    metric: str = Field(default=grogu.DEFAULT_METRIC, description="GROGU variant: key_entropy, entropy, ppl, key_ppl "
-                        "(given None: key_entropy, or ppl for an LLM behind a chat API).")
+    metric: str = Field(
+        default=grogu.DEFAULT_METRIC,
+        description="GROGU variant: key_entropy, entropy, ppl, key_ppl "
+        "(given None: key_entropy, or ppl for an LLM behind a chat API).",
+    )
     layout: Optional[str] = Field(default=None, description="None, 'after' or 'only' (see the class docstring).")
     on_error: str = Field(default="raise", description="'raise' or 'passthrough' on a scoring failure.")
     keep_retrieval_score: bool = Field(default=True, description="Keep the retrieval score in metadata.")
     metadata_mode: MetadataMode = Field(default=MetadataMode.LLM, description="Node text the LLM reads.")
     max_new_tokens: int = Field(default=64, description="Longest grounded answer generated per context.")
     answer_style: str = Field(default="long", description="'long' or 'short' (short-answer scoring pass).")
-    settings: ModeSettings = Field(default_factory=ModeSettings,
-                                   description="The rerank mode and its settings (grogu.ModeSettings).")
+    settings: ModeSettings = Field(
+        default_factory=ModeSettings, description="The rerank mode and its settings (grogu.ModeSettings)."
+    )
     score_scale: str = Field(default="utility", description="'utility' (nats) or 'probability' ([0, 1]).")
     batch_size: Optional[int] = Field(default=None, description="Most prompts in one forward pass of the engine.")
 
@@ -176,29 +182,53 @@ class GroguRerank(BaseNodePostprocessor):
             max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         on_error = check_choice("on_error", on_error, ON_ERROR)
         if layout is not None:
-            warnings.warn("GroguRerank(layout=...) is deprecated and goes in the next release: the context mode "
-                          "chooses among orders of the top-n itself (mode='context', family='orders', or "
-                          "family='swap_orders' with swapped documents)", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "GroguRerank(layout=...) is deprecated and goes in the next release: the context mode "
+                "chooses among orders of the top-n itself (mode='context', family='orders', or "
+                "family='swap_orders' with swapped documents)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         given = settings.mode if isinstance(settings, ModeSettings) and mode is None else mode
         layout, mode = layout_and_mode(layout, given, threshold)
-        settings = ModeSettings.build(settings, mode=mode, weight=weight, family=family, swaps=swaps, margin=margin,
-                                      **more_settings)
+        settings = ModeSettings.build(
+            settings, mode=mode, weight=weight, family=family, swaps=swaps, margin=margin, **more_settings
+        )
         settings.check_threshold(threshold)
         metric = None if metric is None else metric_name(metric)
         llm = model if isinstance(model, LLM) else None
         template, max_new_tokens = scoring_prompt(qa_template, template, settings.mode, llm, max_new_tokens)
         options = dict(metric=metric, max_new_tokens=max_new_tokens, template=template, answer_style=answer_style)
         # a service (node metadata stay here), or the model / server run for this process
-        scorer, label = build_scorer(model, resolve_engine=resolve_engine, model_label=model_label, device=device,
-                                     dtype=dtype, batch_size=batch_size, engine_config=engine_config, **options)
+        scorer, label = build_scorer(
+            model,
+            resolve_engine=resolve_engine,
+            model_label=model_label,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            engine_config=engine_config,
+            **options,
+        )
         metric = scorer.metric  # None: the target's default
         if score_scale == "probability":
             utility_threshold(metric, threshold)  # a ValueError unless in [0, 1]
-        super().__init__(model=label, top_n=top_n, threshold=threshold, metric=metric, layout=layout,
-                         on_error=on_error, keep_retrieval_score=keep_retrieval_score, metadata_mode=metadata_mode,
-                         max_new_tokens=max_new_tokens, answer_style=answer_style, settings=settings,
-                         score_scale=score_scale, batch_size=batch_size,
-                         callback_manager=callback_manager or CallbackManager([]))
+        super().__init__(
+            model=label,
+            top_n=top_n,
+            threshold=threshold,
+            metric=metric,
+            layout=layout,
+            on_error=on_error,
+            keep_retrieval_score=keep_retrieval_score,
+            metadata_mode=metadata_mode,
+            max_new_tokens=max_new_tokens,
+            answer_style=answer_style,
+            settings=settings,
+            score_scale=score_scale,
+            batch_size=batch_size,
+            callback_manager=callback_manager or CallbackManager([]),
+        )
         self._scorer = scorer
         self._fingerprint = prompt_fingerprint(scorer.template, max_new_tokens)
 
@@ -235,14 +265,26 @@ class GroguRerank(BaseNodePostprocessor):
     def _per_call(self, top_n: Any):
         return contextlib.nullcontext() if top_n is _UNSET else self.using(top_n=top_n)
 
-    def postprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None,
-                          query_str: Optional[str] = None, *, top_n: Any = _UNSET) -> List[NodeWithScore]:
+    def postprocess_nodes(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+        query_str: Optional[str] = None,
+        *,
+        top_n: Any = _UNSET,
+    ) -> List[NodeWithScore]:
         """LlamaIndex's ``postprocess_nodes``, with an optional per-call ``top_n`` (None: every node)."""
         with self._per_call(top_n):
             return super().postprocess_nodes(nodes, query_bundle, query_str)
 
-    async def apostprocess_nodes(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle] = None,
-                                 query_str: Optional[str] = None, *, top_n: Any = _UNSET) -> List[NodeWithScore]:
+    async def apostprocess_nodes(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+        query_str: Optional[str] = None,
+        *,
+        top_n: Any = _UNSET,
+    ) -> List[NodeWithScore]:
         """Async :meth:`postprocess_nodes`."""
         with self._per_call(top_n):
             return await super().apostprocess_nodes(nodes, query_bundle, query_str)
@@ -279,14 +321,17 @@ class GroguRerank(BaseNodePostprocessor):
         return run.nodes
 
     @contextmanager
-    def _reranking(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle],
-                   query: str) -> Iterator[SimpleNamespace]:
+    def _reranking(
+        self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle], query: str
+    ) -> Iterator[SimpleNamespace]:
         """One rerank's events around its scoring (LlamaIndex's start/end events, the callback event, the
         OpenTelemetry span): the body sets ``run.nodes``; a failure goes to the ``on_error`` policy."""
         self._start(nodes, query_bundle)
         run = SimpleNamespace(nodes=None)
-        with _tracing.rerank_span(self, nodes, query) as span, \
-                self.callback_manager.event(CBEventType.RERANKING, payload=self._payload(nodes, query)) as event:
+        with (
+            _tracing.rerank_span(self, nodes, query) as span,
+            self.callback_manager.event(CBEventType.RERANKING, payload=self._payload(nodes, query)) as event,
+        ):
             try:
                 yield run
             except Exception as exc:
@@ -301,24 +346,37 @@ class GroguRerank(BaseNodePostprocessor):
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
         if self.layout is not None:
             return self._rank_layouts(query, nodes, docs)
-        ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
-                                     relevance=self._relevance(nodes), settings=self.settings)
+        ranked = self._scorer.rerank(
+            query,
+            docs,
+            top_n=self._top_n(),
+            threshold=self._utility_threshold(),
+            relevance=self._relevance(nodes),
+            settings=self.settings,
+        )
         return self._build(nodes, ranked, [r.index for r in ranked], [], None)
 
     async def _rank_async(self, query: str, nodes: List[NodeWithScore]) -> List[NodeWithScore]:
         docs = [node_text(n.node, self.metadata_mode) for n in nodes]
         if self.layout is not None:  # deprecated: scored off the event loop, not coalesced with other calls
             return await asyncio.to_thread(self._rank_layouts, query, nodes, docs)
-        ranked = await self._scorer.arerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
-                                            relevance=self._relevance(nodes), settings=self.settings)
+        ranked = await self._scorer.arerank(
+            query,
+            docs,
+            top_n=self._top_n(),
+            threshold=self._utility_threshold(),
+            relevance=self._relevance(nodes),
+            settings=self.settings,
+        )
         return self._build(nodes, ranked, [r.index for r in ranked], [], None)
 
     def _rank_layouts(self, query: str, nodes: List[NodeWithScore], docs: List[str]) -> List[NodeWithScore]:
         """The deprecated ``layout=``: per-node ranking ('after'; none for 'only'), then the best order."""
         ranked, kept = None, self._first_n(len(docs))
         if self.layout != "only":
-            ranked = self._scorer.rerank(query, docs, top_n=self._top_n(), threshold=self._utility_threshold(),
-                                         mode="document")
+            ranked = self._scorer.rerank(
+                query, docs, top_n=self._top_n(), threshold=self._utility_threshold(), mode="document"
+            )
             kept = [r.index for r in ranked]
         layouts = self._layouts(kept)
         choice = self._scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts]) if layouts else None
@@ -341,8 +399,12 @@ class GroguRerank(BaseNodePostprocessor):
         if self.layout is None or not kept:
             return []
         if self.layout == "after":  # kept is in utility order
-            candidates = [("utility", kept), ("retrieval", sorted(kept)), ("reversed", kept[::-1]),
-                          ("long_context", long_context_order(kept))]
+            candidates = [
+                ("utility", kept),
+                ("retrieval", sorted(kept)),
+                ("reversed", kept[::-1]),
+                ("long_context", long_context_order(kept)),
+            ]
         else:  # kept is in retrieval order
             candidates = [("retrieval", kept), ("reversed", kept[::-1]), ("long_context", long_context_order(kept))]
         out: Layouts = []
@@ -373,27 +435,42 @@ class GroguRerank(BaseNodePostprocessor):
         out = []
         for rank, i in enumerate(order):
             original, r = nodes[i], by_index.get(i)
-            details: Dict[str, Any] = {"model": self.model, "metric": self.metric, "mode": self.mode, "rank": rank,
-                                       "retrieval_rank": i}
+            details: Dict[str, Any] = {
+                "model": self.model,
+                "metric": self.metric,
+                "mode": self.mode,
+                "rank": rank,
+                "retrieval_rank": i,
+            }
             score = original.score
             if r is not None and r.context is not None:  # context mode: the chosen context's GROGU
-                details["context"] = {"score": float(r.score), "confidence": float(r.confidence), "answer": r.answer,
-                                      "nodes": [int(j) for j in order],
-                                      "node_ids": [nodes[j].node.node_id for j in order],
-                                      "prompt": self._fingerprint}
+                details["context"] = {
+                    "score": float(r.score),
+                    "confidence": float(r.confidence),
+                    "answer": r.answer,
+                    "nodes": [int(j) for j in order],
+                    "node_ids": [nodes[j].node.node_id for j in order],
+                    "prompt": self._fingerprint,
+                }
                 if self.score_scale == "probability":
                     details["context"]["probability"] = probability(r.metric, float(r.score))
             elif r is not None:
                 details.update(
-                    score=float(r.score), confidence=float(r.confidence), answer=r.answer,
-                    n_tokens=int(r.n_tokens), n_key_tokens=int(r.n_key_tokens),
+                    score=float(r.score),
+                    confidence=float(r.confidence),
+                    answer=r.answer,
+                    n_tokens=int(r.n_tokens),
+                    n_key_tokens=int(r.n_key_tokens),
                     variants={k: float(v) for k, v in r.variants.items()},
                 )
                 scaled = float(r.score)
                 if self.score_scale == "probability":
                     scaled = details["probability"] = probability(r.metric, float(r.score))
-                score = float(r.rank_score) if r.rank_score is not None else (
-                    scaled if self.mode == "document" else original.score)
+                score = (
+                    float(r.rank_score)
+                    if r.rank_score is not None
+                    else (scaled if self.mode == "document" else original.score)
+                )
                 if r.rank_score is not None:
                     details["fused_score"] = float(r.rank_score)
             if layout_info is not None:
@@ -421,10 +498,14 @@ class GroguRerank(BaseNodePostprocessor):
         return check_query(query_bundle.query_str), check_nodes(nodes)
 
     def _start(self, nodes: List[NodeWithScore], query_bundle: Optional[QueryBundle]) -> None:
-        dispatcher.event(ReRankStartEvent(
-            query=query_bundle, nodes=nodes, top_n=self._top_n() if self._top_n() is not None else len(nodes),
-            model_name=self.model,
-        ))
+        dispatcher.event(
+            ReRankStartEvent(
+                query=query_bundle,
+                nodes=nodes,
+                top_n=self._top_n() if self._top_n() is not None else len(nodes),
+                model_name=self.model,
+            )
+        )
 
     def _payload(self, nodes: List[NodeWithScore], query: str) -> Dict[str, Any]:
         return {
@@ -439,8 +520,9 @@ class GroguRerank(BaseNodePostprocessor):
         if self.on_error == "raise":
             raise exc
         error = f"{type(exc).__name__}: {exc}"
-        logger.warning("GroguRerank scoring failed; passing %d nodes through unchanged: %s", len(nodes), error,
-                       exc_info=exc)
+        logger.warning(
+            "GroguRerank scoring failed; passing %d nodes through unchanged: %s", len(nodes), error, exc_info=exc
+        )
         for n in nodes:
             n.node.metadata["grogu"] = {"model": self.model, "metric": self.metric, "error": error}
             hide_from_llm(n.node, "grogu")

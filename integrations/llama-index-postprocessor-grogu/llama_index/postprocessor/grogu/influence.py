@@ -28,12 +28,6 @@ import warnings
 import weakref
 from typing import Any, Dict, List, Optional
 
-from grogu import influence_log
-from grogu.influence_log import AnsweredQuery, grogu_utility
-from grogu.models import DEFAULT_MODEL
-from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
-from grogu.sinks import as_sink as _as_sink
-from grogu.targets import build_influence_scorer
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.callbacks import CBEventType, EventPayload
@@ -42,6 +36,13 @@ from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+
+from grogu import influence_log
+from grogu.influence_log import AnsweredQuery, grogu_utility
+from grogu.models import DEFAULT_MODEL
+from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
+from grogu.sinks import as_sink as _as_sink
+from grogu.targets import build_influence_scorer
 
 from .utils import hide_from_llm, model_label, node_text, resolve_engine
 
@@ -77,8 +78,13 @@ def node_fields(n: NodeWithScore) -> Dict[str, Any]:
     retrieval = meta.get("retrieval_score")
     if retrieval is None and "grogu" not in meta:
         retrieval = n.score
-    return {"id": n.node.node_id, "page_content": n.node.get_content(metadata_mode=MetadataMode.NONE),
-            "metadata": dict(meta), "retrieval_score": retrieval, "utility": grogu_utility(meta)}
+    return {
+        "id": n.node.node_id,
+        "page_content": n.node.get_content(metadata_mode=MetadataMode.NONE),
+        "metadata": dict(meta),
+        "retrieval_score": retrieval,
+        "utility": grogu_utility(meta),
+    }
 
 
 def write_influence(nodes: List[NodeWithScore], scores: List[float]) -> None:
@@ -120,14 +126,20 @@ class InfluenceRecorder(influence_log.InfluenceRecorder):
             return None
         answer = response_answer(response)
         if answer is None:
-            logger.warning("grogu influence: the response is a stream that was not consumed yet; call "
-                           "handler.score_response(query, response) after reading it")
+            logger.warning(
+                "grogu influence: the response is a stream that was not consumed yet; call "
+                "handler.score_response(query, response) after reading it"
+            )
             return None
         nodes = list(nodes)
-        return AnsweredQuery(query=query_str, answer=answer, documents=[node_text(n.node, self.metadata_mode)
-                                                                       for n in nodes],
-                            fields=[node_fields(n) for n in nodes], context=context or {},
-                            on_result=lambda result: write_influence(nodes, result.scores))
+        return AnsweredQuery(
+            query=query_str,
+            answer=answer,
+            documents=[node_text(n.node, self.metadata_mode) for n in nodes],
+            fields=[node_fields(n) for n in nodes],
+            context=context or {},
+            on_result=lambda result: write_influence(nodes, result.scores),
+        )
 
 
 def _legacy_arguments(sinks: Any, sink: Any, on_error: Optional[str], raise_errors: Optional[bool]):
@@ -138,25 +150,47 @@ def _legacy_arguments(sinks: Any, sink: Any, on_error: Optional[str], raise_erro
             raise TypeError("give sinks= or the deprecated sink=, not both")
         sinks = [sink]
     if raise_errors is not None:
-        warnings.warn("raise_errors= is deprecated; pass on_error='raise' or on_error='record'",
-                      DeprecationWarning, stacklevel=4)
+        warnings.warn(
+            "raise_errors= is deprecated; pass on_error='raise' or on_error='record'", DeprecationWarning, stacklevel=4
+        )
         if on_error is not None:
             raise TypeError("give on_error= or the deprecated raise_errors=, not both")
         on_error = "raise" if raise_errors else "record"
     return sinks, "record" if on_error is None else on_error
 
 
-def _build_recorder(model: Any, *, embedder: Any = "all-minilm-l6-v2", sinks: Any = None,
-                    on_error: Optional[str] = None, background: bool = False,
-                    metadata_mode: MetadataMode = MetadataMode.LLM, max_new_tokens: int = 64, template: Any = None,
-                    device: Optional[str] = None, dtype: Optional[str] = None, method: str = "exact",
-                    n_ablations: Optional[int] = None, seed: Optional[int] = 0, sink: Any = _UNSET,
-                    raise_errors: Optional[bool] = None) -> InfluenceRecorder:
+def _build_recorder(
+    model: Any,
+    *,
+    embedder: Any = "all-minilm-l6-v2",
+    sinks: Any = None,
+    on_error: Optional[str] = None,
+    background: bool = False,
+    metadata_mode: MetadataMode = MetadataMode.LLM,
+    max_new_tokens: int = 64,
+    template: Any = None,
+    device: Optional[str] = None,
+    dtype: Optional[str] = None,
+    method: str = "exact",
+    n_ablations: Optional[int] = None,
+    seed: Optional[int] = 0,
+    sink: Any = _UNSET,
+    raise_errors: Optional[bool] = None,
+) -> InfluenceRecorder:
     sinks, on_error = _legacy_arguments(sinks, sink, on_error, raise_errors)
     scorer, label = build_influence_scorer(
-        model, resolve_engine=resolve_engine, model_label=model_label, embedder=_embedder(embedder),
-        max_new_tokens=max_new_tokens, template=template, device=device, dtype=dtype, method=method,
-        n_ablations=n_ablations, seed=seed)
+        model,
+        resolve_engine=resolve_engine,
+        model_label=model_label,
+        embedder=_embedder(embedder),
+        max_new_tokens=max_new_tokens,
+        template=template,
+        device=device,
+        dtype=dtype,
+        method=method,
+        n_ablations=n_ablations,
+        seed=seed,
+    )
     return InfluenceRecorder(scorer, label, sinks, metadata_mode, on_error=on_error, background=background)
 
 
@@ -272,14 +306,21 @@ class GroguInfluenceCallbackHandler(_RecorderAccess, BaseCallbackHandler):
         self.recorder = _build_recorder(model, **options)
         self._queries: Dict[str, str] = {}
 
-    def on_event_start(self, event_type: CBEventType, payload: Optional[Dict[str, Any]] = None,
-                       event_id: str = "", parent_id: str = "", **kwargs: Any) -> str:
+    def on_event_start(
+        self,
+        event_type: CBEventType,
+        payload: Optional[Dict[str, Any]] = None,
+        event_id: str = "",
+        parent_id: str = "",
+        **kwargs: Any,
+    ) -> str:
         if event_type == CBEventType.QUERY and payload and EventPayload.QUERY_STR in payload:
             self._queries[event_id] = payload[EventPayload.QUERY_STR]
         return event_id
 
-    def on_event_end(self, event_type: CBEventType, payload: Optional[Dict[str, Any]] = None,
-                     event_id: str = "", **kwargs: Any) -> None:
+    def on_event_end(
+        self, event_type: CBEventType, payload: Optional[Dict[str, Any]] = None, event_id: str = "", **kwargs: Any
+    ) -> None:
         if event_type != CBEventType.QUERY:
             return
         query = self._queries.pop(event_id, None)
@@ -295,6 +336,12 @@ class GroguInfluenceCallbackHandler(_RecorderAccess, BaseCallbackHandler):
 
 
 __all__ = [
-    "GroguInfluenceHandler", "GroguInfluenceCallbackHandler", "InfluenceRecorder",
-    "LoggerSink", "JsonlSink", "MemorySink", "CallableSink", "as_sink",
+    "GroguInfluenceHandler",
+    "GroguInfluenceCallbackHandler",
+    "InfluenceRecorder",
+    "LoggerSink",
+    "JsonlSink",
+    "MemorySink",
+    "CallableSink",
+    "as_sink",
 ]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from llama_index.core.prompts import BasePromptTemplate, SelectorPromptTemplate
+
 import grogu
 from grogu.prompts import template_from_messages
-from llama_index.core.prompts import BasePromptTemplate, SelectorPromptTemplate
 
 _CONTEXT, _QUERY = "\x00grogu-context\x00", "\x00grogu-query\x00"
 
@@ -42,5 +43,4 @@ def template_from_llama_index(source: Any, llm: Optional[Any] = None) -> grogu.P
     if missing:
         raise ValueError(f"the QA prompt has no {sorted(missing)} variable(s): it is not a text QA prompt")
     messages = prompt.format_messages(context_str=_CONTEXT, query_str=_QUERY)
-    return template_from_messages([(m.role.value, m.content or "") for m in messages],
-                                  context=_CONTEXT, query=_QUERY)
+    return template_from_messages([(m.role.value, m.content or "") for m in messages], context=_CONTEXT, query=_QUERY)

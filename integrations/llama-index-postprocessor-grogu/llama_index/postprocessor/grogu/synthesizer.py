@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any, List, Optional, Sequence
 
-import grogu
 from llama_index.core.response_synthesizers.base import BaseSynthesizer
 from llama_index.core.schema import NodeWithScore
 from llama_index.core.types import RESPONSE_TEXT_TYPE
+
+import grogu
 
 from .prompts import template_from_llama_index
 from .utils import answer_budget
@@ -41,8 +42,9 @@ class GroguSynthesizer(BaseSynthesizer):
     def __init__(self, synthesizer: BaseSynthesizer) -> None:
         if not isinstance(synthesizer, BaseSynthesizer):
             raise TypeError(f"synthesizer must be a LlamaIndex response synthesizer, got {type(synthesizer).__name__}")
-        super().__init__(llm=synthesizer._llm, callback_manager=synthesizer.callback_manager,
-                         streaming=synthesizer._streaming)
+        super().__init__(
+            llm=synthesizer._llm, callback_manager=synthesizer.callback_manager, streaming=synthesizer._streaming
+        )
         self._inner = synthesizer
         self._fingerprint = self._own_fingerprint()
         self.reused = 0
@@ -83,29 +85,41 @@ class GroguSynthesizer(BaseSynthesizer):
             return None
         return first.get("answer")
 
-    def synthesize(self, query: Any, nodes: List[NodeWithScore],
-                   additional_source_nodes: Optional[Sequence[NodeWithScore]] = None, **kwargs: Any):
+    def synthesize(
+        self,
+        query: Any,
+        nodes: List[NodeWithScore],
+        additional_source_nodes: Optional[Sequence[NodeWithScore]] = None,
+        **kwargs: Any,
+    ):
         answer = self._scored_answer(nodes)
         if answer is not None:
             kwargs["grogu_answer"] = answer
         return super().synthesize(query, nodes, additional_source_nodes, **kwargs)
 
-    async def asynthesize(self, query: Any, nodes: List[NodeWithScore],
-                          additional_source_nodes: Optional[Sequence[NodeWithScore]] = None, **kwargs: Any):
+    async def asynthesize(
+        self,
+        query: Any,
+        nodes: List[NodeWithScore],
+        additional_source_nodes: Optional[Sequence[NodeWithScore]] = None,
+        **kwargs: Any,
+    ):
         answer = self._scored_answer(nodes)
         if answer is not None:
             kwargs["grogu_answer"] = answer
         return await super().asynthesize(query, nodes, additional_source_nodes, **kwargs)
 
-    def get_response(self, query_str: str, text_chunks: Sequence[str], grogu_answer: Optional[str] = None,
-                     **kwargs: Any) -> RESPONSE_TEXT_TYPE:
+    def get_response(
+        self, query_str: str, text_chunks: Sequence[str], grogu_answer: Optional[str] = None, **kwargs: Any
+    ) -> RESPONSE_TEXT_TYPE:
         if grogu_answer is not None:
             self.reused += 1
             return grogu_answer
         return self._inner.get_response(query_str, text_chunks, **kwargs)
 
-    async def aget_response(self, query_str: str, text_chunks: Sequence[str], grogu_answer: Optional[str] = None,
-                            **kwargs: Any) -> RESPONSE_TEXT_TYPE:
+    async def aget_response(
+        self, query_str: str, text_chunks: Sequence[str], grogu_answer: Optional[str] = None, **kwargs: Any
+    ) -> RESPONSE_TEXT_TYPE:
         if grogu_answer is not None:
             self.reused += 1
             return grogu_answer

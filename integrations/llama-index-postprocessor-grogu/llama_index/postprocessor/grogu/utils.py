@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
+from llama_index.core.llms import LLM
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
+
 import grogu
 from grogu.servers import target_from_llm
 from grogu.targets import engine_label
-from llama_index.core.llms import LLM
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
 #: HuggingFaceLLM's placeholder model_name when a loaded model is passed without a name.
 _HF_DEFAULT_NAME = "StabilityAI/stablelm-tuned-alpha-3b"

@@ -13,19 +13,58 @@ from __future__ import annotations
 
 from ....models import DEFAULT_MODEL
 from .answers import (
-    answer_tokens, best_over, exact_match, holds_answer, is_correct, normalize_answer, normalize_spaced,
-    rouge_l, token_f1,
+    answer_tokens,
+    best_over,
+    exact_match,
+    holds_answer,
+    is_correct,
+    normalize_answer,
+    normalize_spaced,
+    rouge_l,
+    token_f1,
 )
 from .data import random_paragraph, sample, squad_data, squad_questions
-from .outputs import Clock, METRIC_LABELS, bar_plot, clean, finish, fmt, fmt_p, header, md_table, model_names
+from .outputs import METRIC_LABELS, Clock, bar_plot, clean, finish, fmt, fmt_p, header, md_table, model_names
 from .scoring import GROGU_METRICS, build_scorer, chunks, model_list, one_model, progress, score_contexts, set_threads
 from .stats import binary_scores, kendall_tau, pearson, proportion_ci, sign_test, win_counts
 
 __all__ = [
-    "DEFAULT_MODEL", "GROGU_METRICS", "METRIC_LABELS", "normalize_answer", "normalize_spaced", "is_correct",
-    "holds_answer", "answer_tokens", "exact_match", "token_f1", "rouge_l", "best_over", "win_counts",
-    "proportion_ci", "sign_test", "kendall_tau", "binary_scores", "pearson", "squad_data", "sample",
-    "squad_questions", "random_paragraph", "model_list", "one_model", "build_scorer", "score_contexts",
-    "set_threads", "progress", "chunks", "clean", "fmt", "fmt_p", "md_table", "model_names", "header", "finish",
-    "Clock", "bar_plot",
+    "DEFAULT_MODEL",
+    "GROGU_METRICS",
+    "METRIC_LABELS",
+    "normalize_answer",
+    "normalize_spaced",
+    "is_correct",
+    "holds_answer",
+    "answer_tokens",
+    "exact_match",
+    "token_f1",
+    "rouge_l",
+    "best_over",
+    "win_counts",
+    "proportion_ci",
+    "sign_test",
+    "kendall_tau",
+    "binary_scores",
+    "pearson",
+    "squad_data",
+    "sample",
+    "squad_questions",
+    "random_paragraph",
+    "model_list",
+    "one_model",
+    "build_scorer",
+    "score_contexts",
+    "set_threads",
+    "progress",
+    "chunks",
+    "clean",
+    "fmt",
+    "fmt_p",
+    "md_table",
+    "model_names",
+    "header",
+    "finish",
+    "Clock",
+    "bar_plot",
 ]

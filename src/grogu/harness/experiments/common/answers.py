@@ -95,6 +95,13 @@ def best_over(fn: Callable[[str, str], float], answer: str, golds: Sequence[str]
 
 
 __all__ = [
-    "normalize_answer", "normalize_spaced", "is_correct", "holds_answer", "answer_tokens", "exact_match", "token_f1",
-    "rouge_l", "best_over",
+    "normalize_answer",
+    "normalize_spaced",
+    "is_correct",
+    "holds_answer",
+    "answer_tokens",
+    "exact_match",
+    "token_f1",
+    "rouge_l",
+    "best_over",
 ]

@@ -41,8 +41,7 @@ def squad_questions(limit: int | None, seed: int) -> tuple[list[dict], list[dict
     return paragraphs, sample(questions, limit, seed)
 
 
-def random_paragraph(rng: random.Random, paragraphs: Sequence[dict], exclude: set[int],
-                     answers: Sequence[str]) -> int:
+def random_paragraph(rng: random.Random, paragraphs: Sequence[dict], exclude: set[int], answers: Sequence[str]) -> int:
     """A random paragraph id outside ``exclude`` that holds no answer string."""
     while True:
         pid = rng.randrange(len(paragraphs))

@@ -11,8 +11,14 @@ from typing import Any, Callable, Sequence
 
 from ....extras import require
 
-METRIC_LABELS = {"ppl": "PPL", "key_ppl": "KeyPPL", "entropy": "Entropy", "key_entropy": "KeyEntropy",
-                 "bm25": "BM25 (relevance)", "minilm": "MiniLM (relevance)"}
+METRIC_LABELS = {
+    "ppl": "PPL",
+    "key_ppl": "KeyPPL",
+    "entropy": "Entropy",
+    "key_entropy": "KeyEntropy",
+    "bm25": "BM25 (relevance)",
+    "minilm": "MiniLM (relevance)",
+}
 
 
 def clean(value: Any) -> Any:
@@ -65,9 +71,12 @@ def model_names(scorers_or_engines: Sequence[Any]) -> list[str]:
 
 def header(result: dict, title: str) -> str:
     cfg = result["config"]
-    lines = [f"### {title}", "",
-             f"- model: {', '.join(result['models'])}; N = {result['n']} {result.get('unit', 'items')}",
-             f"- wall time: {result['wall_s']:.0f} s"]
+    lines = [
+        f"### {title}",
+        "",
+        f"- model: {', '.join(result['models'])}; N = {result['n']} {result.get('unit', 'items')}",
+        f"- wall time: {result['wall_s']:.0f} s",
+    ]
     if cfg.get("command"):
         lines.append(f"- command: `{cfg['command']}`")
     shown = {k: v for k, v in cfg.items() if k not in ("command", "model")}
@@ -83,8 +92,11 @@ def finish(result: dict, out_dir: str | None, write: bool, markdown: str, plot: 
     out = out_dir or os.path.join("runs", "eval", result["experiment"])
     os.makedirs(out, exist_ok=True)
     name = result["experiment"]
-    files = {"json": os.path.join(out, f"{name}.json"), "md": os.path.join(out, f"{name}.md"),
-             "png": os.path.join(out, f"{name}.png")}
+    files = {
+        "json": os.path.join(out, f"{name}.json"),
+        "md": os.path.join(out, f"{name}.md"),
+        "png": os.path.join(out, f"{name}.png"),
+    }
     result["files"] = files
     with open(files["md"], "w", encoding="utf-8") as f:
         f.write(markdown.rstrip() + "\n")
@@ -106,8 +118,14 @@ class Clock:
         return time.perf_counter() - self.start
 
 
-def bar_plot(path: str, groups: dict[str, dict[str, float]], title: str, ylabel: str,
-             ylim: tuple[float, float] | None = (0, 1), hline: float | None = None) -> None:
+def bar_plot(
+    path: str,
+    groups: dict[str, dict[str, float]],
+    title: str,
+    ylabel: str,
+    ylim: tuple[float, float] | None = (0, 1),
+    hline: float | None = None,
+) -> None:
     """Grouped bar chart: groups = {group: {bar: value}} (NaN bars are left empty)."""
     plt = require("matplotlib.pyplot", "the evaluation harness's plots")
 

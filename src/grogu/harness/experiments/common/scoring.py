@@ -31,11 +31,11 @@ def build_scorer(model: Any, max_new_tokens: int, device: str | None, dtype: str
     return UtilityScorer(model, max_new_tokens=max_new_tokens, device=device, dtype=dtype)
 
 
-def score_contexts(scorer: Any, jobs: Sequence[tuple[str, Sequence[Any]]],
-                   return_details: bool = False) -> list[Any]:
+def score_contexts(scorer: Any, jobs: Sequence[tuple[str, Sequence[Any]]], return_details: bool = False) -> list[Any]:
     """GROGU of (query, ordered documents) contexts of *many* queries in one batched engine pass."""
-    return [got for (got,) in scorer.score_contexts_batch([(q, [docs]) for q, docs in jobs],
-                                                          return_details=return_details)]
+    return [
+        got for (got,) in scorer.score_contexts_batch([(q, [docs]) for q, docs in jobs], return_details=return_details)
+    ]
 
 
 def set_threads(threads: int | None) -> None:
@@ -54,9 +54,16 @@ def progress(total: int, desc: str, unit: str = "q"):
 def chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     size = max(1, int(size))
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 __all__ = [
-    "GROGU_METRICS", "model_list", "one_model", "build_scorer", "score_contexts", "set_threads", "progress", "chunks",
+    "GROGU_METRICS",
+    "model_list",
+    "one_model",
+    "build_scorer",
+    "score_contexts",
+    "set_threads",
+    "progress",
+    "chunks",
 ]

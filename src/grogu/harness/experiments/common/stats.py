@@ -17,8 +17,13 @@ def win_counts(a: Sequence[float], b: Sequence[float]) -> dict:
     wins = sum(x > y for x, y in zip(a, b))
     ties = sum(x == y for x, y in zip(a, b))
     n = len(a)
-    return {"wins": wins, "ties": ties, "losses": n - wins - ties, "n": n,
-            "rate": (wins + 0.5 * ties) / n if n else float("nan")}
+    return {
+        "wins": wins,
+        "ties": ties,
+        "losses": n - wins - ties,
+        "n": n,
+        "rate": (wins + 0.5 * ties) / n if n else float("nan"),
+    }
 
 
 def proportion_ci(rate: float, n: int, level: float = 0.95) -> tuple[float, float]:
