@@ -177,14 +177,19 @@ def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
     assert R.DEFAULT_MODE == "context"
 
     def by_hand(relevance):
-        """The defaults by hand: swap_orders candidates from the retrieval order; KeyEntropy utility plus the
-        share of the answer's words in the candidate's documents, margin 0.3; then the support tie-break."""
+        """The defaults by hand: the gate on the retriever's context; in doubt, swap_orders candidates from the
+        retrieval order, KeyEntropy utility plus the share of the answer's words in the candidate's documents,
+        margin 0.3, then the support tie-break."""
         base = S.order_by(relevance)
         candidates = [[base[i] for i in c] for c in S.context_candidates(len(DOCS), 2, "swap_orders")]
         scored = scorer.score_contexts(QUERY, [[DOCS[i] for i in c] for c in candidates])
         answers = [s.answer for s in scored]
         texts = [f"{d.title or ''} {d.text}" for d in map(as_document, DOCS)]
         support = S.support_scores(answers, [" ".join(texts[i] for i in c) for c in candidates])
+        # the gate: the retriever's top-2 is kept when at least 0.8 of its answer's words are in its
+        # documents and its mean token probability (1 / perplexity) is at least 0.4
+        if support[0] >= 0.8 and -1.0 / scored[0].variants["ppl"] >= 0.4:
+            return candidates[0]
         chosen = S.choose_context([s.variants["key_entropy"] + x for s, x in zip(scored, support)], margin=0.3)
         return candidates[S.prefer_supported(chosen, answers, support)]
 
@@ -224,7 +229,7 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
     try:
         for metric, margin in (("ppl", 0.0), ("entropy", 0.3), ("ppl", 0.3)):
             for rule in ("confidence", "combined", "confidence_support"):
-                settings = R.ModeSettings(context_metric=metric, margin=margin, rule=rule)
+                settings = R.ModeSettings(context_metric=metric, margin=margin, rule=rule, gate="always")
                 assert R.grounded_choice(settings)
                 forced_rows.clear()
                 got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings, return_details=True)
@@ -242,7 +247,7 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
                 )
                 assert got[0].score == pytest.approx(want.score, abs=1e-5)
         # a context_metric that needs the ungrounded statistics: every candidate is teacher-forced
-        settings = R.ModeSettings(context_metric="key_entropy", rule="confidence")
+        settings = R.ModeSettings(context_metric="key_entropy", rule="confidence", gate="always")
         assert not R.grounded_choice(settings)
         forced_rows.clear()
         got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings)
@@ -251,7 +256,7 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
         assert got[0].context.answer == full[chosen].answer  # the support tie-break keeps the chosen answer
         # async: concurrent reranks share one engine batch, and equal the sync ones
         queries = [QUERY, "Who wrote the Odyssey?", "What is potassium?"]
-        by_ppl = R.ModeSettings(context_metric="ppl", rule="confidence_support")
+        by_ppl = R.ModeSettings(context_metric="ppl", rule="confidence_support", gate="always")
         sync = [scorer.rerank(q, DOCS, top_n=2, relevance=relevance, settings=by_ppl) for q in queries]
 
         async def main():

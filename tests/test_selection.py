@@ -86,7 +86,9 @@ def _scores(*values, answers=None):
 
 def test_plan_and_decide_each_mode():
     base = [0, 1, 2, 3, 4]
-    ctx = ModeSettings(mode="context", family="swap", swaps=2, context_metric="entropy", margin=0.0, rule="confidence")
+    ctx = ModeSettings(
+        mode="context", family="swap", swaps=2, context_metric="entropy", margin=0.0, rule="confidence", gate="always"
+    )
     contexts = plan(ctx, base, 3)
     assert contexts == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
     sel = decide(ctx, base, contexts, _scores(-1.0, -0.2, -0.4), 3, None, None)
@@ -254,7 +256,7 @@ def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
     base, texts = [0, 1, 2, 3], ["Sydney is big.", "Platypus swim.", "Canberra is the capital.", "Koalas."]
     contexts = [[0, 1], [0, 2], [0, 3]]
     scored = _scores(-0.1, -0.9, -0.5, answers=["Canberra", "Canberra", "Perth"])
-    E = {"context_metric": "entropy", "margin": 0.0, "rule": "confidence"}
+    E = {"context_metric": "entropy", "margin": 0.0, "rule": "confidence", "gate": "always"}
     confident = decide(ModeSettings(**E), base, contexts, scored, 2, None, None, texts)
     # the retriever's context is the surest, but its documents do not hold "Canberra": the candidate
     # with the same answer whose documents do is handed over instead
@@ -266,7 +268,7 @@ def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
     )
     assert agree.chosen == 0 and agree.rule_scores == [0.5, 0.5, 0.0]
     margin = decide(
-        ModeSettings(rule="agreement", margin=0.6, context_metric="entropy"),
+        ModeSettings(rule="agreement", margin=0.6, context_metric="entropy", gate="always"),
         base,
         contexts,
         _scores(-0.1, -0.9, -0.5, answers=["Perth", "Canberra", "Canberra"]),
@@ -278,7 +280,7 @@ def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
     assert margin.chosen == 0  # 0.5 does not beat 0.0 by more than 0.6
     # confidence_support: the surest answer ("Canberra" from [0, 1], support 0) against the supported ones:
     # [0, 2] holds "Canberra" (-0.9 + 1 = 0.1), [0, 3] does not hold "Perth" (-0.5 + 0 = -0.5)
-    S_ = {"rule": "confidence_support", "context_metric": "entropy", "supported": False}
+    S_ = {"rule": "confidence_support", "context_metric": "entropy", "supported": False, "gate": "always"}
     sup = decide(ModeSettings(margin=0.1, **S_), base, contexts, scored, 2, None, None, texts)
     assert sup.rule_scores == pytest.approx([-0.1, 0.1, -0.5]) and sup.chosen == 1 and sup.order == [0, 2]
     assert decide(ModeSettings(margin=0.3, **S_), base, contexts, scored, 2, None, None, texts).chosen == 0
@@ -321,7 +323,7 @@ def test_the_context_metric_is_read_from_the_variants():
         SimpleNamespace(score=-1.0, metric="key_entropy", answer="a", variants={"ppl": -3.0, "key_entropy": -1.0}),
         SimpleNamespace(score=-2.0, metric="key_entropy", answer="b", variants={"ppl": -1.5, "key_entropy": -2.0}),
     ]
-    C = {"family": "swap", "rule": "confidence"}
+    C = {"family": "swap", "rule": "confidence", "gate": "always"}
     by_ppl = decide(ModeSettings(context_metric="ppl", **C), base, contexts, scored, 2, None, None)
     assert by_ppl.chosen == 1 and by_ppl.rule_scores == [-3.0, -1.5]
     assert decide(ModeSettings(context_metric="key_entropy", **C), base, contexts, scored, 2, None, None).chosen == 0
@@ -396,7 +398,7 @@ def test_the_defaults_are_pinned():
 
     assert (R.DEFAULT_MODE, R.DEFAULT_FAMILY, R.DEFAULT_RULE) == ("context", "swap_orders", "confidence_support")
     assert (R.DEFAULT_MARGIN, R.DEFAULT_SUPPORT_WEIGHT, R.DEFAULT_CONTEXT_METRIC) == (0.3, 1.0, "auto")
-    assert (R.DEFAULT_GATE, R.DEFAULT_GATE_SUPPORT, R.DEFAULT_GATE_CONFIDENCE) == ("always", 1.0, 0.0)
+    assert (R.DEFAULT_GATE, R.DEFAULT_GATE_SUPPORT, R.DEFAULT_GATE_CONFIDENCE) == ("doubt", 0.8, 0.4)
     defaults = ModeSettings()
     assert (defaults.mode, defaults.family, defaults.rule, defaults.margin, defaults.support_weight) == (
         "context",
@@ -406,9 +408,9 @@ def test_the_defaults_are_pinned():
         1.0,
     )
     assert (defaults.gate, defaults.gate_support, defaults.gate_confidence, defaults.supported) == (
-        "always",
-        1.0,
-        0.0,
+        "doubt",
+        0.8,
+        0.4,
         True,
     )
 

@@ -25,9 +25,11 @@ DEFAULT_MARGIN = 0.3
 DEFAULT_RULE = "confidence_support"
 DEFAULT_CONFIDENCE_WEIGHT = 0.5
 DEFAULT_SUPPORT_WEIGHT = 1.0
-DEFAULT_GATE = "always"
-DEFAULT_GATE_SUPPORT = 1.0
-DEFAULT_GATE_CONFIDENCE = 0.0
+#: the gate's defaults were chosen on the tuning splits and adopted on fresh held-out samples by a rule fixed
+#: before they were collected (benchmarks/selective_settings.json; docs/benchmarks.md, "The selective context mode")
+DEFAULT_GATE = "doubt"
+DEFAULT_GATE_SUPPORT = 0.8
+DEFAULT_GATE_CONFIDENCE = 0.4
 #: the context mode's defaults (family, rule, context_metric, support_weight, margin) were chosen on the tuning
 #: splits of three data sets (benchmarks/context_settings.json; README, "Which rerank mode"). "auto": KeyEntropy,
 #: or perplexity on a grounded-only target, which cannot teacher-force (grogu.metrics.default_metric)
