@@ -43,8 +43,6 @@ K = 20
 BUDGET = 12
 #: llama.cpp's numbers reach grogu as float32 in JSON: entropies recomputed from them agree to ~1e-7
 EXACT = 1e-5
-#: what the prefix cache alone can move a token's log-probability (see the module docstring)
-CACHE_TOL = 0.3
 #: plain greedy decoding on llama-cpp-python (its server applies a repeat penalty of 1.1 by default)
 GREEDY = {"repeat_penalty": 1.0, "top_k": 1, "min_p": 0.0, "top_p": 1.0}
 
