@@ -426,10 +426,12 @@ class UtilityScorer:
     ) -> list[DocumentScore]:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
 
-        - ``"context"`` (default): candidate contexts of ``top_n`` documents from the retrieval order (by
-          default, ``family="swap_orders"``: the top-n, the top-n with its last document swapped for each
-          of the next ``swaps``, and each of those reversed), each scored as one context; the best under
-          the selection ``rule`` if it beats the top-n by more than ``margin``, in its own order;
+        - ``"context"`` (default): the retriever's top-n is answered first and kept unless its answer is in
+          doubt (``gate="doubt"``: ``gate_support``, ``gate_confidence``); then candidate contexts of
+          ``top_n`` documents from the retrieval order (by default, ``family="swap_orders"``: the top-n, the
+          top-n with its last document swapped for each of the next ``swaps``, and each of those reversed),
+          each scored as one context; the best under the selection ``rule`` if it beats the top-n by more
+          than ``margin``, in its own order (``gate="always"``: the candidates on every query);
         - ``"document"``: each document alone, sorted by utility (ties keep input order), those with
           score >= threshold, at most top_n (the paper's per-document GROGU);
         - ``"fusion"``: utility rank fused with the relevance rank (``weight`` on utility), sorted;
@@ -437,7 +439,7 @@ class UtilityScorer:
         ``relevance``: the retriever's scores of the documents, which set the retrieval order (and the
         fusion's relevance rank); without them the packaged MiniLM's query-document similarity does.
         The mode's settings (:class:`grogu.ModeSettings`): ``settings`` (default: the defaults), with
-        each of ``mode``, ``weight``, ``family``, ``swaps``, ``margin`` that is given replacing its value.
+        each setting given by name (``**overrides``, e.g. ``mode=``, ``gate=``) replacing its value.
         Each result carries ``index`` (input position) and the original ``document``.
         """
         settings = R.ModeSettings.build(settings, **overrides)
