@@ -401,7 +401,7 @@ def collect(args) -> None:
 
     if args.server:  # the target LLM behind an OpenAI-compatible server: nothing is loaded here
         llm = served_llm(args)
-        engine = grogu.servers.target_from_llm(llm, tokenizer=args.model, top_logprobs=args.top_logprobs)
+        engine = grogu.inference_server.target_from_llm(llm, tokenizer=args.model, top_logprobs=args.top_logprobs)
     else:
         model, tokenizer = grogu.load_model(args.model, device="cpu")
         stop = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None

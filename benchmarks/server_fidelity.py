@@ -6,7 +6,7 @@ de-quantises them to float32). Two parts, each one run:
 
 ``truncation`` (no server): the in-process engine's full next-token distributions at every answer
 position, grounded and ungrounded, cut to their top k and turned into entropies with each tail
-correction of :mod:`grogu.servers.topk`. Per question, documents are ranked by the exact utility and by
+correction of :mod:`grogu.inference_server.topk`. Per question, documents are ranked by the exact utility and by
 the truncated one: mean Spearman over questions, and how often the top document is the same. The
 tail correction is chosen on the tuning questions (every other question) and reported on the rest.
 
@@ -37,10 +37,10 @@ import torch
 from grogu import UtilityScorer, get_engine
 from grogu import metrics as M
 from grogu.harness.experiments.common.data import random_paragraph, squad_questions
+from grogu.inference_server import ServerTarget
+from grogu.inference_server.topk import TAILS, topk_entropy
 from grogu.models import DEFAULT_MODEL
 from grogu.prompts import Document, PromptBuilder
-from grogu.servers import ServerTarget
-from grogu.servers.topk import TAILS, topk_entropy
 
 
 def spearman(a, b) -> float:

@@ -1,5 +1,5 @@
 """grogu.influence_log: the one influence record schema and recorder of both integrations, and
-grogu.targets: the influence scorer from what a user passes as ``model``.
+grogu.scorer_factory: the influence scorer from what a user passes as ``model``.
 
 Real tiny model (2-layer Llama, random weights, real SmolLM2 vocabulary) and the packaged embedder;
 the cross-framework test runs a real LlamaIndex query engine and a real LCEL chain on the same
@@ -24,7 +24,7 @@ from grogu.influence_log import (
     check_on_error,
     grogu_utility,
 )
-from grogu.targets import build_influence_scorer, engine_label, remote_target
+from grogu.scorer_factory import build_influence_scorer, engine_label, remote_target
 
 N = 8
 QUERY = "Where do the Broncos play their home games?"

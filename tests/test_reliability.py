@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from grogu import Document, UtilityScorer, batching, checks
+from grogu import Document, UtilityScorer, checks, coalescer
 from grogu import metrics as M
 from grogu.acu import ACUScorer
 from grogu.cli import main as cli_main
@@ -443,8 +443,8 @@ def test_cancelled_and_failing_requests_do_not_break_the_others(scorer):
 
 def test_worker_runs_tasks_in_order_and_reports_errors():
     order = []
-    futures = [batching.submit(order.append, i) for i in range(5)]
-    failing = batching.submit(lambda: 1 / 0)
+    futures = [coalescer.submit(order.append, i) for i in range(5)]
+    failing = coalescer.submit(lambda: 1 / 0)
     assert [f.result(timeout=30) for f in futures] == [None] * 5 and order == list(range(5))
     with pytest.raises(ZeroDivisionError):
         failing.result(timeout=30)

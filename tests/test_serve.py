@@ -966,7 +966,7 @@ def test_health_is_503_while_the_worker_is_stuck(model_dir):
     import threading
     import time
 
-    from grogu import batching
+    from grogu import coalescer
     from grogu.serve.httpapi import StalledError
     from grogu.serve.service import GroguService, ServeConfig
 
@@ -978,7 +978,7 @@ def test_health_is_503_while_the_worker_is_stuck(model_dir):
     )
     assert asyncio.run(replica.health()) == {"status": "ok"}
     release = threading.Event()
-    stuck = batching.submit(release.wait, 30)
+    stuck = coalescer.submit(release.wait, 30)
     try:
         t0 = time.monotonic()
         while time.monotonic() - t0 < 5:
@@ -996,7 +996,7 @@ def test_health_is_503_while_the_worker_is_stuck(model_dir):
     finally:
         release.set()
         stuck.result(timeout=10)
-    assert batching.busy_for() == 0.0 and asyncio.run(replica.health()) == {"status": "ok"}
+    assert coalescer.busy_for() == 0.0 and asyncio.run(replica.health()) == {"status": "ok"}
 
 
 def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, local):

@@ -25,10 +25,17 @@ import grogu
 from grogu import testing
 from grogu.acu import ACUScorer
 from grogu.engine.types import UNKNOWN_TOKEN_ID
+from grogu.inference_server import (
+    ServerCapabilityError,
+    ServerError,
+    ServerTarget,
+    choose_api,
+    target_from_llm,
+    topk_entropy,
+)
 from grogu.influence import InfluenceScorer
 from grogu.prompts import ChatPrompt
 from grogu.seper import SePerScorer
-from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, choose_api, target_from_llm, topk_entropy
 
 # a real server: not in the fast subset (-m "not slow")
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]

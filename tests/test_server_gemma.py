@@ -19,8 +19,8 @@ import pytest
 
 import grogu
 from grogu import testing
+from grogu.inference_server import ServerTarget
 from grogu.prompts import Document, PromptBuilder
-from grogu.servers import ServerTarget
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 

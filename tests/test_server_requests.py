@@ -21,8 +21,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 import grogu
+from grogu.inference_server import ServerCapabilityError, ServerTarget
 from grogu.prompts import ChatPrompt
-from grogu.servers import ServerCapabilityError, ServerTarget
 
 
 class _Forbid(BaseModel):

@@ -19,8 +19,8 @@ import torch
 
 import grogu
 from grogu import testing
+from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 from grogu.influence import InfluenceScorer
-from grogu.servers import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 
 # a real server: not in the fast subset (-m "not slow")
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]

@@ -6,12 +6,12 @@ target LLM behind an inference server, in place of an Engine).
 """
 
 from .engine import Engine, EngineConfig, Generation, TokenStats, get_engine
+from .inference_server import ServerCapabilityError, ServerError, ServerTarget
 from .metrics import ALPHA, DEFAULT_METRIC, METRICS, TOP_K_FRAC
 from .models import DEFAULT_MODEL, load_model
 from .prompts import Document, PromptTemplate, TruncationWarning
 from .rerank import ModeSettings
 from .scorer import ContextScore, DocumentScore, LayoutChoice, UtilityScorer, standard_layouts
-from .servers import ServerCapabilityError, ServerError, ServerTarget
 
 __version__ = "0.1.0"
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .engine import get_engine
+from .inference_server import ServerTarget
 from .models import DEFAULT_MODEL
 from .prompts import chat_ids, check_text
-from .servers import ServerTarget
 
 #: stance of the evidence -> the label it should raise
 STANCES = {

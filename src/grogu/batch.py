@@ -29,7 +29,7 @@ def target_of(args: argparse.Namespace | dict[str, Any]) -> Any:
         return a["model"]
     if a.get("device") is not None or a.get("dtype") is not None:
         raise SystemExit("--device/--dtype apply to a model loaded here, not to one behind --server")
-    from .servers import ServerTarget
+    from .inference_server import ServerTarget
 
     return ServerTarget(
         a["server"],

@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:
     """The target LLM behind an inference server (grogu.ServerTarget) instead of a model loaded here."""
-    from .servers.target import APIS
+    from .inference_server.server_target import APIS
 
     g = p.add_argument_group("target LLM on an inference server (vLLM, SGLang, llama.cpp, Ollama, OpenAI-compatible)")
     g.add_argument(

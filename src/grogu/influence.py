@@ -30,7 +30,6 @@ import torch
 
 from . import attribution
 from .attribution import FORWARD_METHODS, AttributionRequest, ForwardData
-from .batching import Coalescer
 from .checks import (
     MAX_ABLATIONS,
     check_choice,
@@ -43,6 +42,7 @@ from .checks import (
     check_query,
     check_seed,
 )
+from .coalescer import Coalescer
 from .engine import get_engine
 from .models import DEFAULT_MODEL, EMBEDDED_EMBEDDERS, embedded_embedder_path
 from .prompts import Document, PromptBuilder, PromptTemplate

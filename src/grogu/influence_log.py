@@ -45,7 +45,7 @@ all but it; "exact" method only).
 
 Where the work runs (:meth:`InfluenceRecorder.record`): inside a running event loop, as a task that
 does not block the loop (``await aflush()`` waits); else with ``background=True`` on grogu's worker
-thread (:mod:`grogu.batching`; ``flush()`` waits); else before ``record`` returns. Under
+thread (:mod:`grogu.coalescer`; ``flush()`` waits); else before ``record`` returns. Under
 ``on_error="raise"`` the work never becomes a loop task, so that a failure reaches the caller.
 A failure is always logged (warning) and written as a record with ``error`` set; under
 ``on_error="raise"`` it is then raised (from ``flush()`` for background work).
@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from . import batching, tracing
+from . import coalescer, tracing
 from .checks import check_choice
 from .sinks import Record, as_sinks, to_json
 
@@ -165,7 +165,7 @@ class InfluenceRecorder:
 
     Args:
         scorer: an ``InfluenceScorer`` or ``RemoteInfluenceScorer`` (see
-            :func:`grogu.targets.build_influence_scorer`).
+            :func:`grogu.scorer_factory.build_influence_scorer`).
         model: the target LLM's name for the records.
         sinks: sink specs (:func:`grogu.sinks.as_sinks`); None logs each record on ``logger``.
         framework: the ``framework`` field of the records.
@@ -214,7 +214,7 @@ class InfluenceRecorder:
         if loop is not None and not self.raise_errors:
             self._track(loop.create_task(self._kept(self.arun(job))))
         elif self.background:
-            self._track(batching.submit(self._kept_sync, job))
+            self._track(coalescer.submit(self._kept_sync, job))
         else:
             self.run(job)
 

@@ -22,7 +22,6 @@ from typing_extensions import Unpack
 from . import metrics as M
 from . import rerank as R
 from . import selection as S
-from .batching import Coalescer
 from .checks import (
     check_alpha,
     check_choice,
@@ -36,7 +35,9 @@ from .checks import (
     check_threshold,
     check_top_n,
 )
+from .coalescer import Coalescer
 from .engine import Generation, get_engine
+from .inference_server.server_target import ServerCapabilityError
 from .models import DEFAULT_MODEL
 from .prompts import SHORT_ANSWER_TEMPLATE, Document, PromptBuilder, PromptTemplate
 from .results import (
@@ -50,7 +51,6 @@ from .results import (
     long_context_order,
     standard_layouts,
 )
-from .servers.target import ServerCapabilityError
 
 #: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
 #: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
@@ -82,7 +82,7 @@ class UtilityScorer:
     teacher-force) is scored with the metrics of the grounded answer alone
     (:data:`grogu.metrics.GROUNDED_METRICS`: ``entropy``, ``ppl``; ``metric=None``, the default, is
     ``ppl`` there and ``key_entropy`` elsewhere); another metric is a
-    :class:`~grogu.servers.ServerCapabilityError` here, and ``variants`` holds those metrics only.
+    :class:`~grogu.inference_server.ServerCapabilityError` here, and ``variants`` holds those metrics only.
     """
 
     def __init__(
@@ -501,7 +501,7 @@ class UtilityScorer:
 
     # ------------------------------------------------------------------ async API
     # Each coroutine runs its engine work in a worker thread (the event loop is not blocked) and is
-    # batched together with every other request waiting at the same time (see grogu.batching).
+    # batched together with every other request waiting at the same time (see grogu.coalescer).
     # Answers equal the sync calls; scores agree to float32 rounding (~1e-6), as padding may differ.
     async def _acontexts(self, contexts: list[QueryContext], details: bool) -> list[ScoreResult]:
         results = await self._coalescer.run(contexts)

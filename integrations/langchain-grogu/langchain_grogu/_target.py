@@ -8,7 +8,7 @@ a :class:`grogu.ServerTarget`, or the pipeline's ``ChatOpenAI`` / ``OpenAI`` wit
 ``ChatOpenAI`` on the OpenAI API or Ollama is a grounded-only target (its chat API returns no prompt
 log-probabilities): ``metric="entropy"`` or ``"ppl"``. Loaded weights are
 reused, never loaded a second time: one process-wide engine per model (:func:`grogu.get_engine`).
-The grogu service in place of a model is told apart by :func:`grogu.targets.remote_target`.
+The grogu service in place of a model is told apart by :func:`grogu.scorer_factory.remote_target`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import os
 from typing import Any
 
 from grogu import Engine, ServerTarget, get_engine
-from grogu.servers import target_from_llm
-from grogu.targets import engine_label
+from grogu.inference_server import target_from_llm
+from grogu.scorer_factory import engine_label
 
 _TARGET_HELP = (
     "pass the target LLM as a model name or path (e.g. 'smollm2-135m-instruct' or a hub id), the URL of a "

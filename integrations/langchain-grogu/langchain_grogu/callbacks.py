@@ -40,7 +40,7 @@ from langchain_core.runnables.config import ensure_config
 from grogu import PromptTemplate
 from grogu.influence_log import EVENT, AnsweredQuery, InfluenceRecorder, check_on_error, grogu_utility
 from grogu.models import DEFAULT_MODEL
-from grogu.targets import build_influence_scorer
+from grogu.scorer_factory import build_influence_scorer
 
 from . import _tracing
 from ._target import model_label, resolve_engine

@@ -33,7 +33,7 @@ from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
 from grogu.models import DEFAULT_MODEL
 from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import check_score_scale, probability, utility_threshold
-from grogu.targets import Scorer, build_scorer, remote_target
+from grogu.scorer_factory import Scorer, build_scorer, remote_target
 
 from . import _tracing
 from ._target import model_label, resolve_engine

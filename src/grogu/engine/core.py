@@ -374,6 +374,6 @@ def get_engine(
 
 
 def _is_server_target(model: Any) -> bool:
-    from ..servers import ServerTarget  # the servers package imports the engine's result types
+    from ..inference_server import ServerTarget  # the servers package imports the engine's result types
 
     return isinstance(model, ServerTarget)

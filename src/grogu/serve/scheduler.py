@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 from typing import Any, Callable, Optional
 
-from .. import batching
+from .. import coalescer
 
 
 @dataclasses.dataclass(eq=False)
@@ -138,7 +138,7 @@ class Scheduler:
                 len(picked), sum(job.costs[len(job.results) + i] for job, units in picked for i in range(len(units)))
             )
             try:
-                outs = await asyncio.wrap_future(batching.submit(run_call, picked))
+                outs = await asyncio.wrap_future(coalescer.submit(run_call, picked))
             except BaseException as exc:  # noqa: BLE001 - the loop must go on
                 if isinstance(exc, asyncio.CancelledError):
                     raise

@@ -10,7 +10,7 @@ holds at most ``max_batch_tokens`` of it (and ``max_batch_size`` requests), a la
 into several calls, and a request that has had its turn goes to the back of the queue, so one heavy
 request cannot hold small ones behind it for long. Every other route's engine work (influence items,
 ΔSePer samples and beliefs, ACU items, a rerank's plan) is scheduled the same way.
-Engine work runs on grogu's worker thread (:mod:`grogu.batching`), so the replica's event loop keeps
+Engine work runs on grogu's worker thread (:mod:`grogu.coalescer`), so the replica's event loop keeps
 answering (health checks included).
 
 Every request is checked against the service's limits (:class:`ServeConfig`, ``grogu serve --help``)
@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 from ray import serve
 
-from .. import __version__, batching
+from .. import __version__, coalescer
 from .. import metrics as M
 from .. import rerank as R
 from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
@@ -121,7 +121,7 @@ class GroguService:
 
     @staticmethod
     async def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.wrap_future(batching.submit(fn, *args))
+        return await asyncio.wrap_future(coalescer.submit(fn, *args))
 
     async def _contexts(self, s: A.ScorerSettings, items: list, details: bool) -> list[list[Any]]:
         """Score [(query, [context, ...]), ...] with the scorer of ``s``, scheduled with other requests:
@@ -167,7 +167,7 @@ class GroguService:
     def check_health(self) -> None:
         """Ray Serve's own health check (it replaces a replica whose check fails): the worker thread's
         heartbeat, not the event loop's."""
-        busy = batching.busy_for()
+        busy = coalescer.busy_for()
         if busy > self.config.health_stall_s:
             raise StalledError(
                 f"the replica's worker has run one engine slice for {busy:.0f} s (over "

@@ -26,7 +26,7 @@ from grogu.metrics import metric_name
 from grogu.rerank import ModeSettings
 from grogu.scales import check_score_scale, probability, utility_threshold
 from grogu.scorer import DocumentScore, LayoutChoice, long_context_order
-from grogu.targets import Scorer, build_scorer
+from grogu.scorer_factory import Scorer, build_scorer
 
 from . import _tracing
 from .options import layout_and_mode, scoring_prompt

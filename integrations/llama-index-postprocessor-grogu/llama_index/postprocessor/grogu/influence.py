@@ -40,9 +40,9 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from grogu import influence_log
 from grogu.influence_log import AnsweredQuery, grogu_utility
 from grogu.models import DEFAULT_MODEL
+from grogu.scorer_factory import build_influence_scorer
 from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 from grogu.sinks import as_sink as _as_sink
-from grogu.targets import build_influence_scorer
 
 from .utils import hide_from_llm, model_label, node_text, resolve_engine
 

@@ -1,5 +1,5 @@
 """GroguRerank's settings: the checks that tie them together and the prompt it scores with (the scorer
-itself comes from grogu.targets.build_scorer)."""
+itself comes from grogu.scorer_factory.build_scorer)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Helpers shared by the reranker and the influence handlers: which target LLM to score with, and
-which text of a node that LLM reads. (The grogu service in place of a model: :mod:`grogu.targets`.)"""
+which text of a node that LLM reads. (The grogu service in place of a model: :mod:`grogu.scorer_factory`.)"""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
 import grogu
-from grogu.servers import target_from_llm
-from grogu.targets import engine_label
+from grogu.inference_server import target_from_llm
+from grogu.scorer_factory import engine_label
 
 #: HuggingFaceLLM's placeholder model_name when a loaded model is passed without a name.
 _HF_DEFAULT_NAME = "StabilityAI/stablelm-tuned-alpha-3b"
@@ -47,7 +47,7 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
     name/path/hub id, a loaded ``(model, tokenizer)`` pair, a LlamaIndex ``HuggingFaceLLM`` whose
     model and tokenizer are reused (no second copy is loaded), a ``grogu.ServerTarget``, or an
     ``OpenAILike`` / ``OpenAI`` LLM pointing at an OpenAI-compatible server (scored through that server,
-    :func:`grogu.servers.target_from_llm`; the OpenAI API and Ollama are grounded-only targets:
+    :func:`grogu.inference_server.target_from_llm`; the OpenAI API and Ollama are grounded-only targets:
     ``metric="ppl"``, their default, or ``"entropy"``).
     """
     if isinstance(model, (grogu.Engine, grogu.ServerTarget)):

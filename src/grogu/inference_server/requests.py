@@ -1,4 +1,4 @@
-"""The request bodies :class:`~grogu.servers.ServerTarget` sends and how it reads the answers, per API.
+"""The request bodies :class:`~grogu.inference_server.ServerTarget` sends and how it reads the answers, per API.
 
 Bodies follow each server's own protocol classes (the fixtures in ``tests/test_server_requests.py``
 name the file and commit they were read from):
@@ -42,7 +42,7 @@ class Step:
 
 
 class RequestFormats:
-    """Request bodies and response parsing of :class:`~grogu.servers.ServerTarget` (its mixin: the
+    """Request bodies and response parsing of :class:`~grogu.inference_server.ServerTarget` (its mixin: the
     attributes used here are the target's)."""
 
     def _sampling(self, temperature: float | None, seed: int | None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ The one place both integrations read a framework LLM's connection: LlamaIndex's 
 ``OpenAI`` (``openai_api_base``, ``openai_api_key``, ``model_name``, ``max_tokens``; no base URL means
 ``OPENAI_BASE_URL`` or the hosted OpenAI API, as the ``openai`` client reads it). vLLM, SGLang and
 llama-cpp-python servers give a full target; the hosted OpenAI API, Ollama and other chat-only servers
-a grounded-only one (``api="chat"``: ``metric="entropy"`` or ``"ppl"``, see :mod:`grogu.servers.target`).
+a grounded-only one (``api="chat"``: ``metric="entropy"`` or ``"ppl"``, see :mod:`grogu.inference_server.server_target`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any
 
-from .target import ServerTarget
+from .server_target import ServerTarget
 
 _TARGETS: dict[tuple, ServerTarget] = {}
 _LOCK = threading.Lock()
@@ -58,7 +58,7 @@ def target_from_llm(llm: Any, **settings: Any) -> ServerTarget | None:
     """The :class:`ServerTarget` of a framework LLM that calls an OpenAI-compatible server (its URL, model
     name and key; ``settings`` go to ServerTarget: ``api``, ``tokenizer``, ``top_logprobs``...), else None.
     The hosted OpenAI API and servers grogu does not know as vLLM, SGLang or llama-cpp-python (Ollama...)
-    give a grounded-only chat target (``api="chat"``, :func:`grogu.servers.target.choose_api`). One target
+    give a grounded-only chat target (``api="chat"``, :func:`grogu.inference_server.server_target.choose_api`). One target
     per (URL, model, key, settings) in a process."""
     conn = server_connection(llm)
     if conn is None:

@@ -2,7 +2,7 @@
 OpenAI, Ollama): :class:`ServerTarget`."""
 
 from .frameworks import server_connection, target_from_llm
-from .target import APIS, ServerCapabilityError, ServerError, ServerTarget, choose_api
+from .server_target import APIS, ServerCapabilityError, ServerError, ServerTarget, choose_api
 from .topk import DEFAULT_TAIL, TAILS, topk_entropy
 
 __all__ = [

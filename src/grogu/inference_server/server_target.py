@@ -13,7 +13,7 @@ APIs (``api=``):
 
 - ``"vllm"``: vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts,
   ``return_tokens_as_token_ids`` and ``prompt_logprobs`` (start vLLM with ``--max-logprobs`` at least
-  ``top_logprobs``); bodies and parsing in :mod:`grogu.servers.requests`. SGLang's completions API
+  ``top_logprobs``); bodies and parsing in :mod:`grogu.inference_server.requests`. SGLang's completions API
   returns no prompt log-probabilities: ``api="auto"`` scores it through ``"chat"`` (grounded-only).
 - ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
   default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
@@ -48,7 +48,7 @@ server applies the same chat template) with greedy decoding. With ``api="chat"``
 the chat endpoint's own answer to the pipeline's messages.
 
 What is approximate: entropies are computed from the top-k log-probabilities the server returns,
-with a tail correction (:mod:`grogu.servers.topk`); log-probabilities of the answer tokens are exact
+with a tail correction (:mod:`grogu.inference_server.topk`); log-probabilities of the answer tokens are exact
 (up to the server's numerics and quantisation). Whether a hosted API reports the log-probabilities of
 the untempered distribution when sampling (ΔSePer samples at temperature 1, where both agree) is the
 API's own; llama-cpp-python reports the untempered ones.
