@@ -34,8 +34,7 @@ import time
 
 import torch
 
-from grogu import UtilityScorer, get_engine
-from grogu import metrics as M
+from grogu import UtilityScorer, get_engine, metrics
 from grogu.harness.experiments.common.data import random_paragraph, squad_questions
 from grogu.inference_server import ServerTarget
 from grogu.inference_server.topk import TAILS, topk_entropy
@@ -99,7 +98,7 @@ def truncation(args) -> dict:
             for k in [None] + ks:
                 for tail in TAILS if k is not None else ("exact",):
                     h_g, h_u = entropies(lg, k, tail), entropies(lu, k, tail)
-                    row[f"{k}/{tail}"] = M.compute(args.metric, h_g, lp_g, h_u, logp_u=lp_u).utility
+                    row[f"{k}/{tail}"] = metrics.compute(args.metric, h_g, lp_g, h_u, logp_u=lp_u).utility
             per_doc.append(row)
         records.append(per_doc)
         print(f"\r{qi + 1}/{len(items)}", end="", file=sys.stderr)
@@ -223,7 +222,7 @@ def main(argv=None) -> int:
     p.add_argument("--docs", type=int, default=5)
     p.add_argument("--ks", default="5,20,100")
     p.add_argument("--tails", default="uniform")
-    p.add_argument("--metric", default=M.DEFAULT_METRIC)
+    p.add_argument("--metric", default=metrics.DEFAULT_METRIC)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--url", default="http://127.0.0.1:8089")

@@ -35,10 +35,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from grogu import metrics as M
-from grogu.harness.experiments import common as C
-from grogu.harness.experiments import noise as N
-from grogu.harness.experiments import winrate as W
+from grogu import metrics as grogu_metrics
+from grogu.harness.experiments import common, winrate
+from grogu.harness.experiments import noise as noise_experiment
 from grogu.harness.experiments.negatives import hard_negatives, make_retriever
 
 OUT = "runs/small_models"
@@ -49,7 +48,7 @@ RELEVANCE = ("bm25", "minilm")
 def split_pools(seed: int = 0) -> tuple[list[dict], dict[str, list[dict]]]:
     """(paragraphs, {'tune': questions, 'heldout': questions}): SQuAD dev split by article (a third
     of the articles, shuffled with ``seed``, for tuning)."""
-    paragraphs, questions = C.squad_data()
+    paragraphs, questions = common.squad_data()
     titles = sorted({p["title"] for p in paragraphs})
     random.Random(seed).shuffle(titles)
     tune_titles = set(titles[: len(titles) // 3])
@@ -66,7 +65,9 @@ def winrate_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, s
     for q in questions:
         exclude = {q["gold"]}
         distractor = hard_negatives(ret.scores(q["question"]), texts, q["answers"], exclude, 1)[0]
-        rnd = C.random_paragraph(random.Random(f"{seed}-{q['id']}"), paragraphs, exclude | {distractor}, q["answers"])
+        rnd = common.random_paragraph(
+            random.Random(f"{seed}-{q['id']}"), paragraphs, exclude | {distractor}, q["answers"]
+        )
         items.append(
             {
                 "id": q["id"],
@@ -85,11 +86,13 @@ def noise_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, see
     items = []
     for q in questions:
         rng = random.Random(f"{seed}-{q['id']}")
-        retrieved = hard_negatives(ret.scores(q["question"]), texts, q["answers"], {q["gold"]}, N.N_NOISE)
+        retrieved = hard_negatives(
+            ret.scores(q["question"]), texts, q["answers"], {q["gold"]}, noise_experiment.N_NOISE
+        )
         rnd: list[int] = []
-        while len(rnd) < N.N_NOISE:
-            rnd.append(C.random_paragraph(rng, paragraphs, {q["gold"], *rnd}, q["answers"]))
-        pos = rng.randrange(N.N_NOISE + 1)
+        while len(rnd) < noise_experiment.N_NOISE:
+            rnd.append(common.random_paragraph(rng, paragraphs, {q["gold"], *rnd}, q["answers"]))
+        pos = rng.randrange(noise_experiment.N_NOISE + 1)
         ids = {
             name: noise[:pos] + [q["gold"]] + noise[pos:] for name, noise in (("random", rnd), ("retrieved", retrieved))
         }
@@ -117,7 +120,7 @@ def collect(args: argparse.Namespace) -> None:
     warnings.filterwarnings("ignore", category=TruncationWarning)
     torch.set_num_threads(args.threads)
     paragraphs, pools = split_pools(args.seed)
-    questions = C.sample(pools[args.split], args.n, args.seed)
+    questions = common.sample(pools[args.split], args.n, args.seed)
     texts = [p["text"] for p in paragraphs]
     tag = args.tag or os.path.splitext(os.path.basename(args.model))[0]
     path = os.path.join(args.out, f"{tag}.{args.style}.{args.experiment}.{args.split}.jsonl")
@@ -134,17 +137,17 @@ def collect(args: argparse.Namespace) -> None:
     ret = make_retriever("bm25", texts)
     if args.experiment == "winrate":
         items = winrate_items(todo, paragraphs, ret, args.seed)
-        W.relevance(items, ret, None)
-        contexts = W.DOCS
+        winrate.relevance(items, ret, None)
+        contexts = winrate.DOCS
     else:
         items = noise_items(todo, paragraphs, ret, args.seed)
-        N.relevance(items, ret, texts, None)
-        contexts = N.CONTEXTS
+        noise_experiment.relevance(items, ret, texts, None)
+        contexts = noise_experiment.CONTEXTS
     scorer = UtilityScorer(args.model, max_new_tokens=args.max_new_tokens, answer_style=args.style, device="cpu")
     print(f"setup {time.perf_counter() - clock:.0f} s; scoring with {scorer.model_name}", file=sys.stderr)
-    bar = C.progress(len(items), f"{args.experiment}/{args.split}/{args.style}")
+    bar = common.progress(len(items), f"{args.experiment}/{args.split}/{args.style}")
     with open(path, "a", encoding="utf-8") as out:
-        for chunk in C.chunks(items, args.batch):
+        for chunk in common.chunks(items, args.batch):
             jobs = []
             for it in chunk:
                 for c in contexts:
@@ -152,7 +155,7 @@ def collect(args: argparse.Namespace) -> None:
                     docs = [Document(texts[p]) for p in (ids if isinstance(ids, list) else [ids])]
                     jobs.append((it["question"], docs))
             started = time.perf_counter()
-            results = iter(C.score_contexts(scorer, jobs, return_details=True))
+            results = iter(common.score_contexts(scorer, jobs, return_details=True))
             spent = time.perf_counter() - started
             for it in chunk:
                 rec = {
@@ -175,7 +178,7 @@ def collect(args: argparse.Namespace) -> None:
                     g_ids = scorer.prompts.grounded_ids(it["question"], docs)
                     rec["contexts"][c] = {
                         "answer": r.answer,
-                        "correct": C.is_correct(r.answer, it["answers"]),
+                        "correct": common.is_correct(r.answer, it["answers"]),
                         "finished": r.answer_finished,
                         "n_tokens": r.n_tokens,
                         "relevance": {m: it["utility"][c][m] for m in RELEVANCE},
@@ -201,9 +204,9 @@ def load(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def stats_of(ctx: dict, ngram: int = M.COPY_NGRAM) -> M.AnswerStats:
-    copied = M.copied_mask(ctx["token_ids"], ctx["grounded_ids"], ctx["ungrounded_ids"], ngram)
-    return M.AnswerStats(
+def stats_of(ctx: dict, ngram: int = grogu_metrics.COPY_NGRAM) -> grogu_metrics.AnswerStats:
+    copied = grogu_metrics.copied_mask(ctx["token_ids"], ctx["grounded_ids"], ctx["ungrounded_ids"], ngram)
+    return grogu_metrics.AnswerStats(
         torch.tensor(ctx["h_g"], dtype=torch.float64),
         torch.tensor(ctx["logp_g"], dtype=torch.float64),
         torch.tensor(ctx["h_u"], dtype=torch.float64),
@@ -212,33 +215,33 @@ def stats_of(ctx: dict, ngram: int = M.COPY_NGRAM) -> M.AnswerStats:
     )
 
 
-def _gain(s: M.AnswerStats, mask, weights=None) -> float:
-    return -M.entropy_change(s.h_g, s.h_u, mask, weights)
+def _gain(s: grogu_metrics.AnswerStats, mask, weights=None) -> float:
+    return -grogu_metrics.entropy_change(s.h_g, s.h_u, mask, weights)
 
 
-def _ke(s: M.AnswerStats, mask, weights=None) -> float:
+def _ke(s: grogu_metrics.AnswerStats, mask, weights=None) -> float:
     w = mask.to(torch.float64) if weights is None else weights * mask
     if float(w.sum()) <= 0:
         w = mask.to(torch.float64)
-    return -M.weighted_mean(s.h_g, w)
+    return -grogu_metrics.weighted_mean(s.h_g, w)
 
 
 #: tuning grid: family -> {setting label: (copy n-gram, utility function of AnswerStats)}
-def tuning_grid() -> dict[str, dict[str, tuple[int, Callable[[M.AnswerStats], float]]]]:
+def tuning_grid() -> dict[str, dict[str, tuple[int, Callable[[grogu_metrics.AnswerStats], float]]]]:
     alphas, quantiles, rhos, ngrams = (
         (0.05, 0.1, 0.25, 0.5, 1.0),
         (0.5, 0.6, 0.7, 0.8, 0.9),
         (0.1, 0.25, 0.5),
         (3, 4, 5),
     )
-    key = lambda s, a: M.key_token_mask(s.h_g, s.h_u, a)  # noqa: E731
-    qk = lambda s, q: M.quantile_key_mask(s.h_g, s.h_u, q)  # noqa: E731
-    sup = lambda s: M.copy_support_weights(s.copied, s.logp_u)  # noqa: E731
+    key = lambda s, a: grogu_metrics.key_token_mask(s.h_g, s.h_u, a)  # noqa: E731
+    qk = lambda s, q: grogu_metrics.quantile_key_mask(s.h_g, s.h_u, q)  # noqa: E731
+    sup = lambda s: grogu_metrics.copy_support_weights(s.copied, s.logp_u)  # noqa: E731
     g: dict[str, dict] = {
         "key_entropy (paper; alpha)": {f"alpha={a}": (3, lambda s, a=a: _ke(s, key(s, a))) for a in alphas},
         "key_entropy_adaptive (quantile)": {f"q={q}": (3, lambda s, q=q: _ke(s, qk(s, q))) for q in quantiles},
         "key_entropy_relative (rho * H_u)": {
-            f"rho={r}": (3, lambda s, r=r: _ke(s, M.relative_key_mask(s.h_g, s.h_u, r))) for r in rhos
+            f"rho={r}": (3, lambda s, r=r: _ke(s, grogu_metrics.relative_key_mask(s.h_g, s.h_u, r))) for r in rhos
         },
         "entropy_change (alpha)": {f"alpha={a}": (3, lambda s, a=a: _gain(s, key(s, a))) for a in alphas},
         "adaptive_entropy_change (quantile)": {f"q={q}": (3, lambda s, q=q: _gain(s, qk(s, q))) for q in quantiles},
@@ -260,7 +263,7 @@ def tuning_grid() -> dict[str, dict[str, tuple[int, Callable[[M.AnswerStats], fl
 
 
 def _win(rows: list[dict], key: str, other: str) -> dict:
-    return C.win_counts([r["gold"][key] for r in rows], [r[other][key] for r in rows])
+    return common.win_counts([r["gold"][key] for r in rows], [r[other][key] for r in rows])
 
 
 def tune(args: argparse.Namespace) -> dict:
@@ -284,7 +287,15 @@ def tune(args: argparse.Namespace) -> dict:
                 wd, wr = _win(rows, "u", "distractor")["rate"], _win(rows, "u", "random")["rate"]
                 scored.append((label, wd, wr))
                 all_scored.append((fam, label, wd, wr))
-                table.append([fam, label, C.fmt(wd, pct=True), C.fmt(wr, pct=True), C.fmt((wd + wr) / 2, pct=True)])
+                table.append(
+                    [
+                        fam,
+                        label,
+                        common.fmt(wd, pct=True),
+                        common.fmt(wr, pct=True),
+                        common.fmt((wd + wr) / 2, pct=True),
+                    ]
+                )
             b = max(scored, key=lambda x: (x[1] + x[2], x[1]))
             best[fam] = {"setting": b[0], "distractor": b[1], "random": b[2]}
         out[name] = {
@@ -294,13 +305,13 @@ def tune(args: argparse.Namespace) -> dict:
         }
         lines.append(
             f"### tuning: {name} (n = {len(recs)} tuning questions)\n\n"
-            + C.md_table(["family", "setting", "vs distractor (%)", "vs random (%)", "mean (%)"], table)
+            + common.md_table(["family", "setting", "vs distractor (%)", "vs random (%)", "mean (%)"], table)
         )
         lines.append(
-            C.md_table(
+            common.md_table(
                 ["family", "best setting (mean win-rate)"],
                 [
-                    [f, f"{b['setting']} ({C.fmt((b['distractor'] + b['random']) / 2, pct=True)})"]
+                    [f, f"{b['setting']} ({common.fmt((b['distractor'] + b['random']) / 2, pct=True)})"]
                     for f, b in best.items()
                 ],
             )
@@ -317,14 +328,14 @@ def tune(args: argparse.Namespace) -> dict:
             }
             lab = max(means, key=lambda x: means[x])
             chosen[fam] = lab
-            rows.append([fam, lab, C.fmt(means[lab], pct=True)])
+            rows.append([fam, lab, common.fmt(means[lab], pct=True)])
         out["chosen"] = chosen
         lines.append(
             f"### chosen settings (mean over {len(pooled)} tuning file(s) of {args.pool}*)\n\n"
-            + C.md_table(["family", "setting", "mean win-rate (%)"], rows)
+            + common.md_table(["family", "setting", "mean win-rate (%)"], rows)
         )
     with open(os.path.join(args.runs, "tuning.json"), "w", encoding="utf-8") as f:
-        json.dump(C.clean(out), f, indent=1)
+        json.dump(common.clean(out), f, indent=1)
     print("\n\n".join(lines))
     return out
 
@@ -333,8 +344,11 @@ def tune(args: argparse.Namespace) -> dict:
 def utilities(ctx: dict) -> dict[str, float]:
     """Every registered metric's utility (recomputed from the stored statistics with the current
     grogu.metrics) and the relevance baselines."""
-    s = stats_of(ctx, M.COPY_NGRAM)
-    out = {m: M.compute(m, s.h_g, s.logp_g, s.h_u, logp_u=s.logp_u, copied=s.copied).utility for m in M.METRICS}
+    s = stats_of(ctx, grogu_metrics.COPY_NGRAM)
+    out = {
+        m: grogu_metrics.compute(m, s.h_g, s.logp_g, s.h_u, logp_u=s.logp_u, copied=s.copied).utility
+        for m in grogu_metrics.METRICS
+    }
     out.update(ctx["relevance"])
     return out
 
@@ -345,22 +359,22 @@ def report_winrate(recs: list[dict], baseline: dict[str, dict[str, bool]] | None
     paper's setting (long answers) on the questions both passes scored."""
     rows = [{c: utilities(v) for c, v in r["contexts"].items()} for r in recs]
     metrics = list(rows[0]["gold"])
-    acc = {c: sum(r["contexts"][c]["correct"] for r in recs) / len(recs) for c in W.DOCS}
-    toks = sum(r["contexts"][c]["n_tokens"] for r in recs for c in W.DOCS) / (3 * len(recs))
-    win = {m: {o: _win(rows, m, o) for o in W.OTHERS} for m in metrics}
+    acc = {c: sum(r["contexts"][c]["correct"] for r in recs) / len(recs) for c in winrate.DOCS}
+    toks = sum(r["contexts"][c]["n_tokens"] for r in recs for c in winrate.DOCS) / (3 * len(recs))
+    win = {m: {o: _win(rows, m, o) for o in winrate.OTHERS} for m in metrics}
     tests = {}
     for m in metrics:
         if m in ("key_entropy", "bm25", "minilm"):
             continue
-        for o in W.OTHERS:
+        for o in winrate.OTHERS:
             a = [r["gold"][m] > r[o][m] for r in rows]
             b = [r["gold"]["key_entropy"] > r[o]["key_entropy"] for r in rows]
-            tests.setdefault(m, {})[o] = C.sign_test(a, b)
+            tests.setdefault(m, {})[o] = common.sign_test(a, b)
     passing = copied = total = 0
     for r in recs:
         for v in r["contexts"].values():
-            st = stats_of(v, M.COPY_NGRAM)
-            passing += int(((st.h_g - st.h_u).abs() > M.ALPHA).sum())
+            st = stats_of(v, grogu_metrics.COPY_NGRAM)
+            passing += int(((st.h_g - st.h_u).abs() > grogu_metrics.ALPHA).sum())
             copied += int(st.copied.sum())
             total += len(st)
     tokens = {"share_passing_alpha": passing / max(total, 1), "share_copied": copied / max(total, 1)}
@@ -368,10 +382,10 @@ def report_winrate(recs: list[dict], baseline: dict[str, dict[str, bool]] | None
     if baseline:
         both = [(r, x) for r, x in zip(recs, rows) if r["id"] in baseline]
         for m in metrics:
-            for o in W.OTHERS:
+            for o in winrate.OTHERS:
                 a = [x["gold"][m] > x[o][m] for _, x in both]
                 b = [baseline[r["id"]][o] for r, _ in both]
-                vs_paper.setdefault(m, {})[o] = {**C.sign_test(a, b), "n": len(both)}
+                vs_paper.setdefault(m, {})[o] = {**common.sign_test(a, b), "n": len(both)}
     return {
         "n": len(recs),
         "accuracy": acc,
@@ -386,19 +400,21 @@ def report_winrate(recs: list[dict], baseline: dict[str, dict[str, bool]] | None
 def report_noise(recs: list[dict]) -> dict:
     rows = [{c: utilities(v) for c, v in r["contexts"].items()} for r in recs]
     outcome = [int(r["contexts"]["random"]["correct"]) - int(r["contexts"]["retrieved"]["correct"]) for r in recs]
-    taus = {m: C.kendall_tau([x["random"][m] - x["retrieved"][m] for x in rows], outcome) for m in rows[0]["random"]}
-    acc = {c: sum(r["contexts"][c]["correct"] for r in recs) / len(recs) for c in N.CONTEXTS}
+    taus = {
+        m: common.kendall_tau([x["random"][m] - x["retrieved"][m] for x in rows], outcome) for m in rows[0]["random"]
+    }
+    acc = {c: sum(r["contexts"][c]["correct"] for r in recs) / len(recs) for c in noise_experiment.CONTEXTS}
     return {"n": len(recs), "accuracy": acc, "discordant": sum(o != 0 for o in outcome), "tau": taus}
 
 
-LABELS = {**C.METRIC_LABELS, "key_entropy": "KeyEntropy (paper default)"}
+LABELS = {**common.METRIC_LABELS, "key_entropy": "KeyEntropy (paper default)"}
 
 
 def report(args: argparse.Namespace) -> dict:
     out: dict[str, Any] = {}
     paths = sorted(
         glob.glob(os.path.join(args.runs, f"*.{args.split}.jsonl")),
-        key=lambda p: (not os.path.basename(p).startswith(C.DEFAULT_MODEL), p),
+        key=lambda p: (not os.path.basename(p).startswith(common.DEFAULT_MODEL), p),
     )  # embedded model first
     baselines: dict[str, dict] = {}
     for path in paths:  # the paper's setting (long answers, KeyEntropy) of each model, per question
@@ -407,7 +423,7 @@ def report(args: argparse.Namespace) -> dict:
             baselines[tag] = {}
             for r in load(path)[: args.limit]:
                 u = {c: utilities(v)["key_entropy"] for c, v in r["contexts"].items()}
-                baselines[tag][r["id"]] = {o: u["gold"] > u[o] for o in W.OTHERS}
+                baselines[tag][r["id"]] = {o: u["gold"] > u[o] for o in winrate.OTHERS}
     for path in paths:
         tag, style, experiment = os.path.basename(path).split(".")[:3]
         recs = load(path)[: args.limit]
@@ -423,7 +439,7 @@ def report(args: argparse.Namespace) -> dict:
         res["seconds_per_question"] = sum(r["seconds"] for r in recs) / len(recs)
         out.setdefault(key, {})[experiment] = res
     with open(os.path.join(args.runs, f"report.{args.split}.json"), "w", encoding="utf-8") as f:
-        json.dump(C.clean(out), f, indent=1)
+        json.dump(common.clean(out), f, indent=1)
     print(markdown(out, "held-out" if args.split == "heldout" else args.split))
     return out
 
@@ -439,10 +455,10 @@ def markdown(out: dict, split: str = "held-out") -> str:
         if wr:
             head += (
                 f"; win-rates on n = {wr['n']} {split} questions (gold answered correctly "
-                f"{C.fmt(wr['accuracy']['gold'], pct=True)} %, distractor {C.fmt(wr['accuracy']['distractor'], pct=True)} %, "
-                f"random {C.fmt(wr['accuracy']['random'], pct=True)} %; {wr['mean_answer_tokens']:.1f} answer tokens on average, "
-                f"{C.fmt(wr['tokens']['share_passing_alpha'], pct=True)} % of them pass alpha = 0.05, "
-                f"{C.fmt(wr['tokens']['share_copied'], pct=True)} % copied from the document ({M.COPY_NGRAM}-grams); "
+                f"{common.fmt(wr['accuracy']['gold'], pct=True)} %, distractor {common.fmt(wr['accuracy']['distractor'], pct=True)} %, "
+                f"random {common.fmt(wr['accuracy']['random'], pct=True)} %; {wr['mean_answer_tokens']:.1f} answer tokens on average, "
+                f"{common.fmt(wr['tokens']['share_passing_alpha'], pct=True)} % of them pass alpha = 0.05, "
+                f"{common.fmt(wr['tokens']['share_copied'], pct=True)} % copied from the document ({grogu_metrics.COPY_NGRAM}-grams); "
                 f"{first['seconds_per_question']:.1f} s per question for its 3 contexts, 1 CPU thread, shared machine)"
             )
         if nz:
@@ -458,20 +474,22 @@ def markdown(out: dict, split: str = "held-out") -> str:
                 w = wr["win_rate"][m]
                 t = wr["sign_test_vs_key_entropy"].get(m, {})
                 row += [
-                    C.fmt(w["distractor"]["rate"], pct=True),
-                    C.fmt(w["random"]["rate"], pct=True),
-                    " / ".join(C.fmt_p(t[o]["p"]) if o in t else "–" for o in W.OTHERS),
+                    common.fmt(w["distractor"]["rate"], pct=True),
+                    common.fmt(w["random"]["rate"], pct=True),
+                    " / ".join(common.fmt_p(t[o]["p"]) if o in t else "–" for o in winrate.OTHERS),
                 ]
                 vp = wr["sign_test_vs_long_key_entropy"].get(m)
                 if wr["sign_test_vs_long_key_entropy"]:
                     row += [
-                        " / ".join(f"{vp[o]['n10']}:{vp[o]['n01']}, p={C.fmt_p(vp[o]['p'])}" for o in W.OTHERS)
+                        " / ".join(
+                            f"{vp[o]['n10']}:{vp[o]['n01']}, p={common.fmt_p(vp[o]['p'])}" for o in winrate.OTHERS
+                        )
                         if vp
                         else "–"
                     ]
             if nz:
                 tt = nz["tau"][m]
-                row += [f"{C.fmt(tt['tau'])} ({tt['C']}/{tt['D']})"]
+                row += [f"{common.fmt(tt['tau'])} ({tt['C']}/{tt['D']})"]
             rows.append(row)
         header = ["metric"]
         if wr:
@@ -482,7 +500,7 @@ def markdown(out: dict, split: str = "held-out") -> str:
                 ]
         if nz:
             header += ["noise τ (C/D)"]
-        parts.append(head + "\n\n" + C.md_table(header, rows))
+        parts.append(head + "\n\n" + common.md_table(header, rows))
     return "\n\n".join(parts)
 
 
@@ -494,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--split", choices=("tune", "heldout"), default="heldout")
     c.add_argument("--n", type=int, default=300)
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--model", default=C.DEFAULT_MODEL)
+    c.add_argument("--model", default=common.DEFAULT_MODEL)
     c.add_argument("--tag", default=None, help="file-name tag of the model (default: from --model)")
     c.add_argument("--style", choices=("long", "short"), default="long")
     c.add_argument("--max-new-tokens", type=int, default=None)

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from grogu.harness.experiments import common as C
+from grogu.harness.experiments import common
 from grogu.testing import with_shared_data
 
 TOKENS = 4  # answer tokens of the tiny model: enough to exercise key tokens, fast
@@ -17,39 +17,41 @@ TOKENS = 4  # answer tokens of the tiny model: enough to exercise key tokens, fa
 
 # ---------------------------------------------------------------- pure functions, by hand
 def test_answer_checks():
-    assert C.normalize_answer("The  Denver Broncos!") == "denver broncos"
-    assert C.is_correct("It was the Denver Broncos, in 2016.", ["Denver Broncos"])
-    assert not C.is_correct("In the 1990s.", ["1990"])  # whole words only
-    assert C.is_correct("Six-time Grammy winner", ["Six"]) and C.is_correct("It is U.S.-based", ["U.S."])
-    assert C.holds_answer("Popular in the 1990s.", ["1990"])  # the strict test for distractors
-    assert C.holds_answer("see U.S. history", ["U.S."]) and not C.holds_answer("a cat", ["dog"])
-    assert C.exact_match("the Broncos.", ["Broncos"]) == 1.0 and C.exact_match("Broncos won", ["Broncos"]) == 0.0
+    assert common.normalize_answer("The  Denver Broncos!") == "denver broncos"
+    assert common.is_correct("It was the Denver Broncos, in 2016.", ["Denver Broncos"])
+    assert not common.is_correct("In the 1990s.", ["1990"])  # whole words only
+    assert common.is_correct("Six-time Grammy winner", ["Six"]) and common.is_correct("It is U.S.-based", ["U.S."])
+    assert common.holds_answer("Popular in the 1990s.", ["1990"])  # the strict test for distractors
+    assert common.holds_answer("see U.S. history", ["U.S."]) and not common.holds_answer("a cat", ["dog"])
+    assert (
+        common.exact_match("the Broncos.", ["Broncos"]) == 1.0 and common.exact_match("Broncos won", ["Broncos"]) == 0.0
+    )
 
 
 def test_token_f1_and_rouge_l_by_hand():
-    assert C.token_f1("the cat sat", "cat sat down") == pytest.approx(2 * 1 * (2 / 3) / (1 + 2 / 3))
+    assert common.token_f1("the cat sat", "cat sat down") == pytest.approx(2 * 1 * (2 / 3) / (1 + 2 / 3))
     # LCS of x y z w / x z w v is x z w: p = r = 3/4
-    assert C.rouge_l("x y z w", "x z w v") == pytest.approx(0.75)
-    assert C.rouge_l("x y", "z") == 0.0 and C.token_f1("", "") == 1.0
-    assert C.best_over(C.token_f1, "stanley hall", ["G. Stanley Hall", "Stanley Hall"]) == 1.0
+    assert common.rouge_l("x y z w", "x z w v") == pytest.approx(0.75)
+    assert common.rouge_l("x y", "z") == 0.0 and common.token_f1("", "") == 1.0
+    assert common.best_over(common.token_f1, "stanley hall", ["G. Stanley Hall", "Stanley Hall"]) == 1.0
 
 
 def test_kendall_tau_by_hand():
     pref = [0.5, -0.2, 0.1, 0.3, 0.0, -1.0]
     outcome = [1, -1, -1, 1, 1, 0]  # C: 0, 1, 3; D: 2; pairs 4 (no preference) and 5 (tie) count in neither
-    assert C.kendall_tau(pref, outcome) == {"C": 3, "D": 1, "tau": 0.5}
-    assert math.isnan(C.kendall_tau([1.0], [0])["tau"])
+    assert common.kendall_tau(pref, outcome) == {"C": 3, "D": 1, "tau": 0.5}
+    assert math.isnan(common.kendall_tau([1.0], [0])["tau"])
 
 
 def test_sign_test_by_hand():
     x = [True] * 7 + [False] + [True, False]
     y = [False] * 7 + [True] + [True, False]  # n10 = 7, n01 = 1, two concordant pairs ignored
-    res = C.sign_test(x, y)
+    res = common.sign_test(x, y)
     assert (res["n10"], res["n01"]) == (7, 1)
     by_hand = 2 * sum(math.comb(8, k) for k in range(7, 9)) / 2**8
     assert res["p"] == pytest.approx(by_hand) and by_hand == pytest.approx(18 / 256)
-    assert C.sign_test([True, False], [True, False])["p"] == 1.0
-    lo, hi = C.proportion_ci(0.0, 60)  # Clopper-Pearson with no success: [0, 1 - 0.025 ** (1 / 60)]
+    assert common.sign_test([True, False], [True, False])["p"] == 1.0
+    lo, hi = common.proportion_ci(0.0, 60)  # Clopper-Pearson with no success: [0, 1 - 0.025 ** (1 / 60)]
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 60))
 
 
@@ -58,16 +60,16 @@ def test_statistics_and_plots_without_the_eval_extra_are_a_clear_error(monkeypat
 
     monkeypatch.setitem(sys.modules, "scipy.stats", None)  # what an install without the eval extra sees
     with pytest.raises(ImportError, match=r'statistics needs .*scipy.*pip install "grogu\[eval\]"'):
-        C.sign_test([True], [False])
+        common.sign_test([True], [False])
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     result = {"experiment": "x"}
     with pytest.raises(ImportError, match=r'plots needs .*matplotlib.*pip install "grogu\[eval\]"'):
-        C.finish(result, str(tmp_path), True, "### x", lambda r, path: None)
+        common.finish(result, str(tmp_path), True, "### x", lambda r, path: None)
 
 
 def test_win_counts_and_binary_scores_by_hand():
-    assert C.win_counts([3, 1, 2, 5], [1, 1, 4, 0]) == {"wins": 2, "ties": 1, "losses": 1, "n": 4, "rate": 2.5 / 4}
-    res = C.binary_scores([True, True, False, False, True], [True, False, True, False, True])
+    assert common.win_counts([3, 1, 2, 5], [1, 1, 4, 0]) == {"wins": 2, "ties": 1, "losses": 1, "n": 4, "rate": 2.5 / 4}
+    res = common.binary_scores([True, True, False, False, True], [True, False, True, False, True])
     assert (res["tp"], res["fp"], res["fn"]) == (2, 1, 1)
     assert res["accuracy"] == pytest.approx(3 / 5) and res["f1"] == pytest.approx(4 / 6)
 
@@ -146,7 +148,7 @@ def test_winrate(tiny_engine, tmp_path):
 
     result, saved = _run("winrate", tmp_path, model=tiny_engine, limit=4, max_new_tokens=TOKENS, batch=3)
     assert saved["n"] == 4
-    paragraphs, _ = C.squad_data()
+    paragraphs, _ = common.squad_data()
     texts = [p["text"] for p in paragraphs]
     bm25 = BM25Retriever(texts)
     for it in saved["items"]:
@@ -154,11 +156,11 @@ def test_winrate(tiny_engine, tmp_path):
         assert len({ids["gold"], ids["distractor"], ids["random"]}) == 3
         for d in OTHERS:  # no answer string, normalised or raw
             assert not any(a.lower() in it["texts"][d].lower() for a in it["answers"])
-            assert not C.holds_answer(it["texts"][d], it["answers"])
+            assert not common.holds_answer(it["texts"][d], it["answers"])
         # the distractor is BM25's best paragraph among those that are not gold and hold no answer
         scores = bm25.scores(it["question"])
         better = [i for i in range(len(texts)) if scores[i] > scores[ids["distractor"]]]
-        assert all(i == ids["gold"] or C.holds_answer(texts[i], it["answers"]) for i in better)
+        assert all(i == ids["gold"] or common.holds_answer(texts[i], it["answers"]) for i in better)
     # win-rates and sign tests recomputed from the per-item JSON
     for o in OTHERS:
         for m in METRICS:
@@ -191,14 +193,14 @@ def test_noise(tiny_engine, tmp_path):
     from grogu.harness.experiments.noise import CONTEXTS, METRICS
 
     _, saved = _run("noise", tmp_path, model=tiny_engine, limit=3, max_new_tokens=TOKENS, batch=2)
-    paragraphs, _ = C.squad_data()
+    paragraphs, _ = common.squad_data()
     items = saved["items"]
     for it in items:
         r, t = it["paragraph_ids"]["random"], it["paragraph_ids"]["retrieved"]
         assert len(r) == len(t) == 5 and r[it["gold_position"]] == t[it["gold_position"]]
         gold = r[it["gold_position"]]
         for pid in [*r, *t]:
-            assert pid == gold or not C.holds_answer(paragraphs[pid]["text"], it["answers"])
+            assert pid == gold or not common.holds_answer(paragraphs[pid]["text"], it["answers"])
     outcome = [int(it["correct"]["random"]) - int(it["correct"]["retrieved"]) for it in items]
     for m in METRICS:
         pref = [it["utility"]["random"][m] - it["utility"]["retrieved"][m] for it in items]
@@ -251,7 +253,7 @@ def test_seper(tiny_engine, tmp_path):
         for p in it["paragraphs"]:
             assert p["dseper_soft"] == pytest.approx(p["p_soft_with"] - p["p_soft_without"])
             assert p["d_f1"] == pytest.approx(
-                p["f1"] - C.best_over(C.token_f1, it["ungrounded_answer"], it["references"])
+                p["f1"] - common.best_over(common.token_f1, it["ungrounded_answer"], it["references"])
             )
     got = saved["summary"]["pearson"]["entropy"]["pooled"]["r"]
     assert got == pytest.approx(pearsonr([p["entropy"] for p in pairs], [p["gt"] for p in pairs]).statistic)
@@ -270,7 +272,7 @@ def test_acu(tiny_engine, tmp_path):
     assert saved["summary"]["SUPPORTS"]["n"] + saved["summary"]["REFUTES"]["n"] == 5
     k = sum(it["acu_sufficient"] > it["acu_insufficient"] for it in items)
     assert s["sign_test_p"] == pytest.approx(
-        C.sign_test([True] * k + [False] * (5 - k), [False] * k + [True] * (5 - k))["p"]
+        common.sign_test([True] * k + [False] * (5 - k), [False] * k + [True] * (5 - k))["p"]
     )
     it = items[0]
     direct = ACUScorer(tiny_engine).score(it["claim"], it["insufficient_evidence"], "NOT ENOUGH")

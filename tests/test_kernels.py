@@ -143,20 +143,20 @@ def test_auto_choice_times_the_weights_the_engine_will_run(monkeypatch, pack):
     """'auto' must time oneDNN as the engine runs it: on packed weights when it packs. (Timing the
     unpacked op on this project's Zen 4 CPU measured it only 5-15 % faster, at random either side of
     the 10 % bar, while the packed op the engine runs is 1.3-1.7x faster on the whole model.)"""
-    import grogu.engine.kernels as K
+    from grogu.engine import kernels
 
     seen = []
-    real = K.onednn_is_faster
+    real = kernels.onednn_is_faster
 
     def spy(layer, rows=(8, 128), *, pack=False):
         seen.append(pack)
         real(layer, rows, pack=pack)  # the real measurement runs (and must not fail) with either weight
         return True
 
-    monkeypatch.setattr(K, "onednn_is_faster", spy)
+    monkeypatch.setattr(kernels, "onednn_is_faster", spy)
     model = tiny_model("llama")
-    kernels = CpuLinears(model, "auto", pack=pack)
-    assert seen == [pack] and kernels.backend == "onednn" and kernels.pack == pack
+    linears = CpuLinears(model, "auto", pack=pack)
+    assert seen == [pack] and linears.backend == "onednn" and linears.pack == pack
 
 
 # ---------------------------------------------------------------- the decode cache

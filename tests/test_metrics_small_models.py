@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from grogu import UtilityScorer
-from grogu import metrics as M
+from grogu import UtilityScorer, metrics
 from grogu.engine import Generation
 from grogu.prompts import SHORT_ANSWER_TEMPLATE, Document
 
@@ -30,49 +29,49 @@ def test_copied_mask_marks_tokens_inside_document_ngrams():
     #  - (8, 9, 20) occurs in the document -> positions 8, 9, 10 copied
     answer = [1, 5, 6, 7, 2, 30, 31, 32, 8, 9, 20]
     grounded = [0] + question + doc
-    mask = M.copied_mask(answer, grounded, [0] + question, n=3)
+    mask = metrics.copied_mask(answer, grounded, [0] + question, n=3)
     assert mask.tolist() == [False, True, True, True, False, False, False, False, True, True, True]
     # with n = 4 no 4-gram of the answer is in the document
-    assert not M.copied_mask(answer, grounded, [0] + question, n=4).any()
+    assert not metrics.copied_mask(answer, grounded, [0] + question, n=4).any()
     # an answer shorter than n copies nothing
-    assert M.copied_mask([5, 6], grounded, [], n=3).tolist() == [False, False]
+    assert metrics.copied_mask([5, 6], grounded, [], n=3).tolist() == [False, False]
     with pytest.raises(ValueError):
-        M.copied_mask(answer, grounded, [], n=0)
+        metrics.copied_mask(answer, grounded, [], n=0)
 
 
 def test_quantile_key_mask():
     h_g = [1.0, 2.0, 0.5, 3.0, 1.0]
     h_u = [1.1, 1.0, 0.5, 1.0, 2.5]  # |dH| = 0.1, 1.0, 0.0, 2.0, 1.5
     # sorted |dH|: 0, 0.1, 1.0, 1.5, 2.0; quantile 0.5 -> 1.0 (the middle one): keep >= 1.0
-    assert M.quantile_key_mask(h_g, h_u, 0.5).tolist() == [False, True, False, True, True]
+    assert metrics.quantile_key_mask(h_g, h_u, 0.5).tolist() == [False, True, False, True, True]
     # quantile 0.8 -> position 0.8 * 4 = 3.2 -> 1.5 + 0.2 * (2.0 - 1.5) = 1.6: keep only 2.0
-    assert M.quantile_key_mask(h_g, h_u, 0.8).tolist() == [False, False, False, True, False]
+    assert metrics.quantile_key_mask(h_g, h_u, 0.8).tolist() == [False, False, False, True, False]
     # quantile 0 keeps everything; an empty answer has no key token
-    assert M.quantile_key_mask(h_g, h_u, 0.0).all()
-    assert M.quantile_key_mask([], [], 0.5).tolist() == []
+    assert metrics.quantile_key_mask(h_g, h_u, 0.0).all()
+    assert metrics.quantile_key_mask([], [], 0.5).tolist() == []
     with pytest.raises(ValueError):
-        M.quantile_key_mask(h_g, h_u, 1.5)
+        metrics.quantile_key_mask(h_g, h_u, 1.5)
 
 
 def test_relative_key_mask_and_fallback():
     h_g = [1.0, 2.0, 0.5]
     h_u = [2.0, 2.1, 0.5]  # |dH| = 1.0, 0.1, 0 ; rho * h_u with rho = 0.25: 0.5, 0.525, 0.125
-    assert M.relative_key_mask(h_g, h_u, 0.25).tolist() == [True, False, False]
+    assert metrics.relative_key_mask(h_g, h_u, 0.25).tolist() == [True, False, False]
     # rho = 1: 1.0 > 2.0? no; nothing passes -> top ceil(0.1 * 3) = 1 token by h_g: the 2.0
-    assert M.relative_key_mask(h_g, h_u, 1.0).tolist() == [False, True, False]
+    assert metrics.relative_key_mask(h_g, h_u, 1.0).tolist() == [False, True, False]
 
 
 def test_copy_continuation_and_support_weights():
     copied = [False, True, True, True, False, True]
     # a copied token continues a span when the token before it is copied too
-    assert M.copy_continuation_mask(copied).tolist() == [False, False, True, True, False, False]
+    assert metrics.copy_continuation_mask(copied).tolist() == [False, False, True, True, False, False]
     logp_u = [math.log(0.9), math.log(0.5), math.log(0.25), 0.0, math.log(0.1), math.log(0.2)]
-    w = M.copy_support_weights(copied, logp_u)
+    w = metrics.copy_support_weights(copied, logp_u)
     # not copied -> 1 (whatever p_u); copied -> p_u
     assert w.tolist() == pytest.approx([1.0, 0.5, 0.25, 1.0, 1.0, 0.2])
-    assert M.weighted_mean([1.0, 2.0, 4.0], [1.0, 0.0, 3.0]) == pytest.approx((1 + 12) / 4)
+    assert metrics.weighted_mean([1.0, 2.0, 4.0], [1.0, 0.0, 3.0]) == pytest.approx((1 + 12) / 4)
     with pytest.raises(ValueError):
-        M.weighted_mean([1.0], [0.0])
+        metrics.weighted_mean([1.0], [0.0])
 
 
 # ---------------------------------------------------------------- registered variants
@@ -90,13 +89,13 @@ LOGP_U = [0.0] * 8 + [math.log(0.5), math.log(0.25), math.log(0.1)]  # p_u of to
 
 
 def _v(name, **kw):
-    return M.compute(name, H_G, LOGP_G, H_U, logp_u=LOGP_U, copied=COPIED, **kw)
+    return metrics.compute(name, H_G, LOGP_G, H_U, logp_u=LOGP_U, copied=COPIED, **kw)
 
 
 def test_tuned_settings_are_the_documented_ones():
     # docs/results.md reports these (tuned on the SQuAD tuning split); change both together
-    assert (M.ADAPTIVE_KEY_QUANTILE, M.CHANGE_KEY_QUANTILE, M.COPY_NGRAM) == (0.9, 0.5, 5)
-    assert M.DEFAULT_METRIC == "key_entropy"
+    assert (metrics.ADAPTIVE_KEY_QUANTILE, metrics.CHANGE_KEY_QUANTILE, metrics.COPY_NGRAM) == (0.9, 0.5, 5)
+    assert metrics.DEFAULT_METRIC == "key_entropy"
     assert {
         "key_entropy",
         "entropy",
@@ -107,7 +106,7 @@ def test_tuned_settings_are_the_documented_ones():
         "adaptive_entropy_change",
         "copy_aware_key_entropy",
         "copy_aware_entropy_change",
-    } == set(M.METRICS)
+    } == set(metrics.METRICS)
 
 
 def test_key_entropy_adaptive():
@@ -140,21 +139,21 @@ def test_copy_aware_variants():
     assert ch.confidence == pytest.approx((0.5 * -3.0 + 0.25 * -2.5) / 0.75)  # = -2.8333
     assert ch.utility == pytest.approx(2.125 / 0.75) and ch.n_key_tokens == 2
     # nothing copied: the weights are all 1 -> the plain adaptive means
-    plain = M.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U, logp_u=LOGP_U, copied=[False] * 11)
+    plain = metrics.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U, logp_u=LOGP_U, copied=[False] * 11)
     assert plain.confidence == pytest.approx(0.75)
     # every key token copied with p_u = 0: fall back to the unweighted key tokens
-    zero = M.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U, logp_u=[-math.inf] * 11, copied=[True] * 11)
+    zero = metrics.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U, logp_u=[-math.inf] * 11, copied=[True] * 11)
     assert zero.confidence == pytest.approx(0.75)
 
 
 def test_variants_need_their_inputs():
     with pytest.raises(ValueError, match="logp_u"):
-        M.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U)
+        metrics.compute("copy_aware_key_entropy", H_G, LOGP_G, H_U)
     with pytest.raises(ValueError, match="copied has 2"):
-        M.compute("key_entropy", H_G, LOGP_G, H_U, copied=[True, False])
+        metrics.compute("key_entropy", H_G, LOGP_G, H_U, copied=[True, False])
     # the paper's variants and the entropy-only variants need neither
-    assert M.compute("adaptive_entropy_change", H_G, LOGP_G, H_U).confidence == pytest.approx(-7.25 / 7)
-    assert M.metric_name("Adaptive-Entropy-Change") == "adaptive_entropy_change"
+    assert metrics.compute("adaptive_entropy_change", H_G, LOGP_G, H_U).confidence == pytest.approx(-7.25 / 7)
+    assert metrics.metric_name("Adaptive-Entropy-Change") == "adaptive_entropy_change"
 
 
 def test_scorer_variants_use_logp_u_and_copy_mask(tiny_engine):
@@ -165,10 +164,10 @@ def test_scorer_variants_use_logp_u_and_copy_mask(tiny_engine):
         g = scorer.prompts.grounded_ids(QUERY, [Document(DOCS[r.index])])
         assert (
             d.copied.tolist()
-            == M.copied_mask(d.token_ids, g, scorer.prompts.ungrounded_ids(QUERY), M.COPY_NGRAM).tolist()
+            == metrics.copied_mask(d.token_ids, g, scorer.prompts.ungrounded_ids(QUERY), metrics.COPY_NGRAM).tolist()
         )
-        for name in M.METRICS:
-            ref = M.compute(
+        for name in metrics.METRICS:
+            ref = metrics.compute(
                 name,
                 d.grounded_entropy,
                 d.grounded_logprob,
@@ -197,7 +196,7 @@ def test_short_answer_style_changes_prompt_and_caps_tokens(tiny_engine):
     for r in results:
         assert r.n_tokens <= 16 and len(r.details.token_ids) <= 16
         assert "\n" not in r.answer
-        assert set(r.variants) == set(M.METRICS)
+        assert set(r.variants) == set(metrics.METRICS)
     assert UtilityScorer(tiny_engine, answer_style="short", max_new_tokens=5).max_new_tokens == 5
     with pytest.raises(ValueError, match="answer_style"):
         UtilityScorer(tiny_engine, answer_style="medium")

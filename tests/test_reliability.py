@@ -28,8 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from grogu import Document, UtilityScorer, checks, coalescer
-from grogu import metrics as M
+from grogu import Document, UtilityScorer, checks, coalescer, metrics
 from grogu.acu import ACUScorer
 from grogu.cli import main as cli_main
 from grogu.influence import InfluenceScorer
@@ -147,12 +146,12 @@ def test_engine_and_metrics_reject_bad_settings(tiny_engine):
     h = [0.5, 0.2, 0.9]
     for alpha in (NAN, -1, INF):
         with pytest.raises(ValueError, match="alpha"):
-            M.compute("key_entropy", h, [-0.1] * 3, h, alpha=alpha)
+            metrics.compute("key_entropy", h, [-0.1] * 3, h, alpha=alpha)
     for frac in (NAN, 0, 1.01, True):
         with pytest.raises(ValueError, match="top_k_frac"):
-            M.compute("key_entropy", h, [-0.1] * 3, h, top_k_frac=frac)
+            metrics.compute("key_entropy", h, [-0.1] * 3, h, top_k_frac=frac)
     with pytest.raises(ValueError, match="quantile"):
-        M.quantile_key_mask(h, h, NAN)
+        metrics.quantile_key_mask(h, h, NAN)
 
 
 def test_checks_name_the_argument_and_the_value():

@@ -8,8 +8,7 @@ import math
 
 import pytest
 
-from grogu import EngineConfig, UtilityScorer
-from grogu import metrics as M
+from grogu import EngineConfig, UtilityScorer, metrics
 from grogu.engine.config import configure_engine
 from grogu.scales import SCORE_SCALES, check_score_scale, probability, utility_threshold
 
@@ -23,7 +22,7 @@ DOCS = [
 
 
 def test_every_metric_has_a_bounded_scale_with_its_meaning():
-    for name in M.METRICS:
+    for name in metrics.METRICS:
         assert 0.0 < probability(name, -3.0) < 1.0
     # entropy variants: exp(-H); 1/k for a uniform hesitation among k tokens
     assert probability("key_entropy", 0.0) == 1.0
@@ -41,7 +40,7 @@ def test_every_metric_has_a_bounded_scale_with_its_meaning():
 
 
 def test_scale_is_strictly_increasing_in_utility():
-    for name in M.METRICS:
+    for name in metrics.METRICS:
         if "ppl" in name:
             utilities = [-50.0, -9.0, -2.5, -1.2, -1.0]
         elif "change" in name:
@@ -75,7 +74,7 @@ def test_utility_threshold_keeps_exactly_the_documents_at_or_above_it(tiny_engin
     """On real scores of every metric: the converted threshold keeps a document iff its probability
     is >= the threshold, including the document whose probability is the threshold itself."""
     results = UtilityScorer(tiny_engine, max_new_tokens=8).score(QUERY, DOCS)
-    for name in M.METRICS:
+    for name in metrics.METRICS:
         utilities = [r.variants[name] for r in results]
         probs = [probability(name, u) for u in utilities]
         assert all(0.0 <= p <= 1.0 for p in probs)

@@ -7,8 +7,7 @@ import warnings
 
 import pytest
 
-from grogu import Document, Engine, TruncationWarning, UtilityScorer
-from grogu import metrics as M
+from grogu import Document, Engine, TruncationWarning, UtilityScorer, metrics, rerank, selection
 from grogu.naive import naive_grogu_stats
 from grogu.scorer import long_context_order, standard_layouts
 from grogu.testing import tiny_model
@@ -39,9 +38,9 @@ def test_scores_match_metric_on_naive_statistics(scorer):
     ref = naive_grogu_stats(engine.model, grounded, ungrounded, 10, engine.stop_token_ids, engine.pad_token_id)
     for r, n, g in zip(results, ref, grounded):
         assert r.answer == engine.decode(n.token_ids)
-        copied = M.copied_mask(n.token_ids, g, ungrounded, M.COPY_NGRAM)
-        for name in M.METRICS:
-            expected = M.compute(
+        copied = metrics.copied_mask(n.token_ids, g, ungrounded, metrics.COPY_NGRAM)
+        for name in metrics.METRICS:
+            expected = metrics.compute(
                 name,
                 n.grounded_entropy,
                 n.grounded_logprob,
@@ -166,34 +165,32 @@ def test_ungrounded_appendix_c(scorer):
     u = scorer.ungrounded(QUERY)
     gen = scorer.engine.generate([scorer.prompts.ungrounded_ids(QUERY)], 10)[0]
     assert u.answer == gen.text
-    assert u.confidence == pytest.approx(M.ungrounded_key_entropy(gen.entropy), abs=1e-6)
+    assert u.confidence == pytest.approx(metrics.ungrounded_key_entropy(gen.entropy), abs=1e-6)
 
 
 def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
-    from grogu import rerank as R
-    from grogu import selection as S
     from grogu.prompts import as_document
 
-    assert R.DEFAULT_MODE == "context"
+    assert rerank.DEFAULT_MODE == "context"
 
     def by_hand(relevance):
         """The defaults by hand: the gate on the retriever's context; in doubt, swap_orders candidates from the
         retrieval order, KeyEntropy utility plus the share of the answer's words in the candidate's documents,
         margin 0.3, then the support tie-break."""
-        base = S.order_by(relevance)
-        candidates = [[base[i] for i in c] for c in S.context_candidates(len(DOCS), 2, "swap_orders")]
+        base = selection.order_by(relevance)
+        candidates = [[base[i] for i in c] for c in selection.context_candidates(len(DOCS), 2, "swap_orders")]
         scored = scorer.score_contexts(QUERY, [[DOCS[i] for i in c] for c in candidates])
         answers = [s.answer for s in scored]
         texts = [f"{d.title or ''} {d.text}" for d in map(as_document, DOCS)]
-        support = S.support_scores(answers, [" ".join(texts[i] for i in c) for c in candidates])
+        support = selection.support_scores(answers, [" ".join(texts[i] for i in c) for c in candidates])
         # the gate: the retriever's top-2 is kept when at least 0.8 of its answer's words are in its
         # documents and its mean token probability (1 / perplexity) is at least 0.4
         if support[0] >= 0.8 and -1.0 / scored[0].variants["ppl"] >= 0.4:
             return candidates[0]
-        chosen = S.choose_context([s.variants["key_entropy"] + x for s, x in zip(scored, support)], margin=0.3)
-        return candidates[S.prefer_supported(chosen, answers, support)]
+        chosen = selection.choose_context([s.variants["key_entropy"] + x for s, x in zip(scored, support)], margin=0.3)
+        return candidates[selection.prefer_supported(chosen, answers, support)]
 
-    relevance = R.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
+    relevance = rerank.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
     got = scorer.rerank(QUERY, DOCS, top_n=2)
     assert [r.index for r in got] == by_hand(relevance)
     assert all(r.context is not None and r.answer == got[0].answer for r in got)
@@ -212,11 +209,9 @@ def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
 def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
     """With a context_metric of the grounded answer alone the choice needs no ungrounded statistics: only
     the chosen candidate's answer is teacher-forced, and the result equals scoring every candidate fully."""
-    from grogu import rerank as R
-    from grogu import selection as S
 
     relevance = [0.9, 0.7, 0.5, 0.3]
-    candidates = S.context_candidates(len(DOCS), 2, "swap_orders")
+    candidates = selection.context_candidates(len(DOCS), 2, "swap_orders")
     full = scorer.score_contexts(QUERY, [[DOCS[i] for i in c] for c in candidates], return_details=True)
     forced_rows = []
     real = scorer.engine.token_stats
@@ -229,13 +224,13 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
     try:
         for metric, margin in (("ppl", 0.0), ("entropy", 0.3), ("ppl", 0.3)):
             for rule in ("confidence", "combined", "confidence_support"):
-                settings = R.ModeSettings(context_metric=metric, margin=margin, rule=rule, gate="always")
-                assert R.grounded_choice(settings)
+                settings = rerank.ModeSettings(context_metric=metric, margin=margin, rule=rule, gate="always")
+                assert rerank.grounded_choice(settings)
                 forced_rows.clear()
                 got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings, return_details=True)
                 assert forced_rows == [1]  # the chosen context only, not all six
                 plan = scorer.plan_rerank(QUERY, DOCS, 2, settings=settings, relevance=relevance)
-                sel = R.decide(settings, plan.base, plan.contexts, full, 2, None, relevance, plan.support_texts())
+                sel = rerank.decide(settings, plan.base, plan.contexts, full, 2, None, relevance, plan.support_texts())
                 assert [r.index for r in got] == sel.order
                 want, ctx = full[sel.chosen], got[0].context
                 assert (ctx.answer, ctx.metric, ctx.n_key_tokens) == (want.answer, "key_entropy", want.n_key_tokens)
@@ -247,16 +242,16 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
                 )
                 assert got[0].score == pytest.approx(want.score, abs=1e-5)
         # a context_metric that needs the ungrounded statistics: every candidate is teacher-forced
-        settings = R.ModeSettings(context_metric="key_entropy", rule="confidence", gate="always")
-        assert not R.grounded_choice(settings)
+        settings = rerank.ModeSettings(context_metric="key_entropy", rule="confidence", gate="always")
+        assert not rerank.grounded_choice(settings)
         forced_rows.clear()
         got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings)
         assert forced_rows == [len(candidates)]
-        chosen = S.choose_context([s.variants["key_entropy"] for s in full], settings.margin)
+        chosen = selection.choose_context([s.variants["key_entropy"] for s in full], settings.margin)
         assert got[0].context.answer == full[chosen].answer  # the support tie-break keeps the chosen answer
         # async: concurrent reranks share one engine batch, and equal the sync ones
         queries = [QUERY, "Who wrote the Odyssey?", "What is potassium?"]
-        by_ppl = R.ModeSettings(context_metric="ppl", rule="confidence_support", gate="always")
+        by_ppl = rerank.ModeSettings(context_metric="ppl", rule="confidence_support", gate="always")
         sync = [scorer.rerank(q, DOCS, top_n=2, relevance=relevance, settings=by_ppl) for q in queries]
 
         async def main():
@@ -281,8 +276,6 @@ def test_gate_answers_the_retrievers_context_first(scorer):
     """gate='doubt': the retriever's own context is answered first; when its answer is not in doubt that is
     the whole rerank (one context generated and teacher-forced, its score as score_context gives it); when it
     is, the other candidates are answered too and the result equals the ungated context mode."""
-    from grogu import rerank as R
-    from grogu import selection as S
 
     relevance = [0.9, 0.7, 0.5, 0.3]
     generated, forced = [], []
@@ -299,7 +292,7 @@ def test_gate_answers_the_retrievers_context_first(scorer):
     scorer.engine.generate, scorer.engine.token_stats = counting_generate, counting_stats
     try:
         # never in doubt (both thresholds 0): the retriever's top-2 alone
-        calm = R.ModeSettings(gate="doubt", gate_support=0.0, gate_confidence=0.0)
+        calm = rerank.ModeSettings(gate="doubt", gate_support=0.0, gate_confidence=0.0)
         got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=calm)
         assert generated == [1] and forced == [1]
         assert [r.index for r in got] == [0, 1]
@@ -308,18 +301,22 @@ def test_gate_answers_the_retrievers_context_first(scorer):
         # always in doubt (a mean token probability below 1): two batches, then the ungated choice
         for rule, metric in (("confidence_support", "key_entropy"), ("confidence", "ppl")):
             generated.clear()
-            doubtful = R.ModeSettings(
+            doubtful = rerank.ModeSettings(
                 gate="doubt", gate_support=1.0, gate_confidence=1.0, rule=rule, context_metric=metric
             )
-            always = R.ModeSettings(rule=rule, context_metric=metric)
+            always = rerank.ModeSettings(rule=rule, context_metric=metric)
             got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=doubtful)
-            n = len(S.context_candidates(len(DOCS), 2, "swap_orders"))
+            n = len(selection.context_candidates(len(DOCS), 2, "swap_orders"))
             assert generated == [1, n - 1]
             want = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=always)
             assert [r.index for r in got] == [r.index for r in want]
             assert got[0].answer == want[0].answer and got[0].score == pytest.approx(want[0].score, abs=1e-5)
         # async: gated and ungated queries coalesced, each equal to its sync call
-        settings = [calm, R.ModeSettings(gate="doubt", gate_support=1.0, gate_confidence=1.0), R.ModeSettings()]
+        settings = [
+            calm,
+            rerank.ModeSettings(gate="doubt", gate_support=1.0, gate_confidence=1.0),
+            rerank.ModeSettings(),
+        ]
         sync = [scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=s) for s in settings]
 
         async def main():

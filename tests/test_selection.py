@@ -5,50 +5,50 @@ from types import SimpleNamespace
 
 import pytest
 
-from grogu import selection as S
+from grogu import selection
 from grogu.rerank import ModeSettings, decide, plan, split_settings
 
 
 def test_rank_scores_by_hand():
-    assert S.rank_scores([0.3, -1.0, 2.0]) == [0.5, 0.0, 1.0]
+    assert selection.rank_scores([0.3, -1.0, 2.0]) == [0.5, 0.0, 1.0]
     # ties share the mean of their ranks (0-based ranks 1 and 2 -> 1.5 of 3)
-    assert S.rank_scores([1.0, 5.0, 5.0, 0.0]) == [1 / 3, 2.5 / 3, 2.5 / 3, 0.0]
-    assert S.rank_scores([7.0]) == [1.0]
-    assert S.rank_scores([]) == []
+    assert selection.rank_scores([1.0, 5.0, 5.0, 0.0]) == [1 / 3, 2.5 / 3, 2.5 / 3, 0.0]
+    assert selection.rank_scores([7.0]) == [1.0]
+    assert selection.rank_scores([]) == []
 
 
 def test_fuse_by_hand_and_extremes():
     utility, relevance = [-2.0, -0.5, -1.0], [0.9, 0.1, 0.5]  # utility ranks .0 1 .5; relevance 1 0 .5
-    assert S.fuse(utility, relevance, 0.25) == pytest.approx([0.75, 0.25, 0.5])
-    assert S.order_by(S.fuse(utility, relevance, 0.0)) == [0, 2, 1]  # retrieval order
-    assert S.order_by(S.fuse(utility, relevance, 1.0)) == [1, 2, 0]  # utility order
+    assert selection.fuse(utility, relevance, 0.25) == pytest.approx([0.75, 0.25, 0.5])
+    assert selection.order_by(selection.fuse(utility, relevance, 0.0)) == [0, 2, 1]  # retrieval order
+    assert selection.order_by(selection.fuse(utility, relevance, 1.0)) == [1, 2, 0]  # utility order
     with pytest.raises(ValueError, match="weight"):
-        S.fuse(utility, relevance, float("nan"))
+        selection.fuse(utility, relevance, float("nan"))
     with pytest.raises(ValueError, match="weight"):
-        S.fuse(utility, relevance, 1.5)
+        selection.fuse(utility, relevance, 1.5)
     with pytest.raises(ValueError, match="2 relevance"):
-        S.fuse(utility, relevance[:2], 0.5)
+        selection.fuse(utility, relevance[:2], 0.5)
 
 
 def test_order_by_ties_keep_retrieval_order():
-    assert S.order_by([1.0, 2.0, 2.0, 0.0]) == [1, 2, 0, 3]
+    assert selection.order_by([1.0, 2.0, 2.0, 0.0]) == [1, 2, 0, 3]
 
 
 def test_argmax_ties_go_to_the_earlier():
-    assert S.argmax([1.0, 2.0, 2.0, 0.0]) == 1
-    assert S.argmax([-3.0]) == 0 and S.argmax([0.5, 0.5, 0.5]) == 0
+    assert selection.argmax([1.0, 2.0, 2.0, 0.0]) == 1
+    assert selection.argmax([-3.0]) == 0 and selection.argmax([0.5, 0.5, 0.5]) == 0
     with pytest.raises(ValueError, match="no scores"):
-        S.argmax([])
+        selection.argmax([])
 
 
 def test_context_candidates_families():
-    assert S.context_candidates(5, 3, "swap") == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
-    assert S.context_candidates(5, 3, "swap", swaps=1) == [[0, 1, 2], [0, 1, 3]]
-    assert S.context_candidates(5, 3, "drop") == [[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]
-    assert len(S.context_candidates(5, 3, "all")) == 10
-    assert S.context_candidates(5, 3, "orders") == [[0, 1, 2], [2, 1, 0], [0, 2, 1]]
-    assert S.context_candidates(5, 3, "swap_reversed") == [[0, 1, 2], [0, 1, 3], [0, 1, 4], [2, 1, 0]]
-    assert S.context_candidates(5, 3, "swap_orders") == [
+    assert selection.context_candidates(5, 3, "swap") == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
+    assert selection.context_candidates(5, 3, "swap", swaps=1) == [[0, 1, 2], [0, 1, 3]]
+    assert selection.context_candidates(5, 3, "drop") == [[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]
+    assert len(selection.context_candidates(5, 3, "all")) == 10
+    assert selection.context_candidates(5, 3, "orders") == [[0, 1, 2], [2, 1, 0], [0, 2, 1]]
+    assert selection.context_candidates(5, 3, "swap_reversed") == [[0, 1, 2], [0, 1, 3], [0, 1, 4], [2, 1, 0]]
+    assert selection.context_candidates(5, 3, "swap_orders") == [
         [0, 1, 2],
         [0, 1, 3],
         [0, 1, 4],
@@ -56,27 +56,27 @@ def test_context_candidates_families():
         [3, 1, 0],
         [4, 1, 0],
     ]
-    assert S.context_candidates(4, 3, "swap_orders", swaps=1) == [[0, 1, 2], [0, 1, 3], [2, 1, 0], [3, 1, 0]]
-    assert S.context_candidates(2, 3, "swap_reversed") == [[0, 1], [1, 0]]
-    assert S.context_candidates(1, 3, "swap_orders") == [[0]]
-    assert S.context_candidates(2, 3, "swap") == [[0, 1]]  # fewer documents than top_n
-    assert S.context_candidates(0, 3, "swap") == []
+    assert selection.context_candidates(4, 3, "swap_orders", swaps=1) == [[0, 1, 2], [0, 1, 3], [2, 1, 0], [3, 1, 0]]
+    assert selection.context_candidates(2, 3, "swap_reversed") == [[0, 1], [1, 0]]
+    assert selection.context_candidates(1, 3, "swap_orders") == [[0]]
+    assert selection.context_candidates(2, 3, "swap") == [[0, 1]]  # fewer documents than top_n
+    assert selection.context_candidates(0, 3, "swap") == []
     with pytest.raises(ValueError, match="family"):
-        S.context_candidates(5, 3, "best")
+        selection.context_candidates(5, 3, "best")
 
 
 def test_choose_context_needs_to_beat_the_retrievers_context_by_the_margin():
-    assert S.choose_context([-1.0, -0.5, -0.8]) == 1
-    assert S.choose_context([-1.0, -0.5, -0.8], margin=0.5) == 0  # -0.5 is not > -1.0 + 0.5
-    assert S.choose_context([-1.0, -0.5, -0.8], margin=0.4) == 1
-    assert S.choose_context([-1.0, -1.0]) == 0  # a tie keeps the retriever's
+    assert selection.choose_context([-1.0, -0.5, -0.8]) == 1
+    assert selection.choose_context([-1.0, -0.5, -0.8], margin=0.5) == 0  # -0.5 is not > -1.0 + 0.5
+    assert selection.choose_context([-1.0, -0.5, -0.8], margin=0.4) == 1
+    assert selection.choose_context([-1.0, -1.0]) == 0  # a tie keeps the retriever's
     with pytest.raises(ValueError):
-        S.choose_context([])
+        selection.choose_context([])
 
 
 def test_kept_relative_to_none():
-    assert S.kept_relative_to_none([-0.5, -2.0, -1.0], -1.0) == [True, False, True]
-    assert S.kept_relative_to_none([-0.5, -2.0, -1.0], -1.0, margin=1.0) == [True, True, True]
+    assert selection.kept_relative_to_none([-0.5, -2.0, -1.0], -1.0) == [True, False, True]
+    assert selection.kept_relative_to_none([-0.5, -2.0, -1.0], -1.0, margin=1.0) == [True, True, True]
 
 
 def _scores(*values, answers=None):
@@ -191,65 +191,71 @@ def test_check_relevance():
 
 
 def test_answer_tokens_and_token_f1_by_hand():
-    assert S.answer_tokens("The Eiffel Tower, in Paris!") == ["eiffel", "tower", "in", "paris"]
+    assert selection.answer_tokens("The Eiffel Tower, in Paris!") == ["eiffel", "tower", "in", "paris"]
     # "paris france" vs "in paris": 1 common word; precision 1/2, recall 1/2 -> F1 0.5
-    assert S.token_f1(["paris", "france"], ["in", "paris"]) == pytest.approx(0.5)
+    assert selection.token_f1(["paris", "france"], ["in", "paris"]) == pytest.approx(0.5)
     # bags, not sets: ["a","a","b"] vs ["a","b","b"] share a,b -> 2/3 each way
-    assert S.token_f1(["x", "x", "y"], ["x", "y", "y"]) == pytest.approx(2 / 3)
-    assert S.token_f1([], []) == 1.0 and S.token_f1(["x"], []) == 0.0 and S.token_f1(["x"], ["y"]) == 0.0
+    assert selection.token_f1(["x", "x", "y"], ["x", "y", "y"]) == pytest.approx(2 / 3)
+    assert (
+        selection.token_f1([], []) == 1.0
+        and selection.token_f1(["x"], []) == 0.0
+        and selection.token_f1(["x"], ["y"]) == 0.0
+    )
 
 
 def test_agreement_scores_by_hand():
     answers = ["Canberra", "The capital is Canberra.", "Sydney"]
     # F1: (0,1) = 2*(1*1/3)/(1+1/3) = 0.5 ("capital is canberra" vs "canberra"); (0,2) = 0; (1,2) = 0
-    assert S.agreement_scores(answers) == pytest.approx([0.25, 0.25, 0.0])
-    assert S.agreement_scores(["a b", "a b", "a b"]) == [1.0, 1.0, 1.0]
-    assert S.agreement_scores(["only one"]) == [1.0] and S.agreement_scores([]) == []
+    assert selection.agreement_scores(answers) == pytest.approx([0.25, 0.25, 0.0])
+    assert selection.agreement_scores(["a b", "a b", "a b"]) == [1.0, 1.0, 1.0]
+    assert selection.agreement_scores(["only one"]) == [1.0] and selection.agreement_scores([]) == []
 
 
 def test_support_scores_by_hand():
     contexts = ["Sydney is the largest city. Platypus live in rivers.", "Canberra is the capital of Australia."]
-    assert S.support_scores(["Canberra", "Canberra"], contexts) == [0.0, 1.0]
+    assert selection.support_scores(["Canberra", "Canberra"], contexts) == [0.0, 1.0]
     # "capital city canberra": capital and canberra occur in the second context, city does not
-    assert S.support_scores(["the capital city, Canberra"], contexts[1:]) == [pytest.approx(2 / 3)]
-    assert S.support_scores([""], ["text"]) == [0.0]
+    assert selection.support_scores(["the capital city, Canberra"], contexts[1:]) == [pytest.approx(2 / 3)]
+    assert selection.support_scores([""], ["text"]) == [0.0]
     with pytest.raises(ValueError, match="2 answers but 1 contexts"):
-        S.support_scores(["a", "b"], ["x"])
+        selection.support_scores(["a", "b"], ["x"])
 
 
 def test_selection_rules_by_hand():
     utilities, answers = [-1.0, -0.2, -0.6], ["Sydney", "Canberra", "Canberra city"]
-    assert S.selection_scores("confidence", utilities, answers, "entropy", 0.5) == utilities
+    assert selection.selection_scores("confidence", utilities, answers, "entropy", 0.5) == utilities
     # agreement: F1(Sydney, .) = 0; F1(Canberra, Canberra city) = 2 * (1 * 1/2) / (1 + 1/2) = 2/3
-    assert S.selection_scores("agreement", utilities, answers, "entropy", 0.5) == pytest.approx([0, 1 / 3, 1 / 3])
+    assert selection.selection_scores("agreement", utilities, answers, "entropy", 0.5) == pytest.approx(
+        [0, 1 / 3, 1 / 3]
+    )
     # combined: (1 - w) * agreement + w * exp(utility) (the entropy family's bounded scale)
     w = 0.25
     want = [(1 - w) * a + w * math.exp(u) for a, u in zip([0, 1 / 3, 1 / 3], utilities)]
-    assert S.selection_scores("combined", utilities, answers, "entropy", w) == pytest.approx(want)
+    assert selection.selection_scores("combined", utilities, answers, "entropy", w) == pytest.approx(want)
     with pytest.raises(ValueError, match="rule"):
-        S.selection_scores("vote", utilities, answers, "entropy", 0.5)
+        selection.selection_scores("vote", utilities, answers, "entropy", 0.5)
     with pytest.raises(ValueError, match="confidence_weight"):
-        S.selection_scores("combined", utilities, answers, "entropy", 1.5)
+        selection.selection_scores("combined", utilities, answers, "entropy", 1.5)
     # confidence_support: utility + weight * support
     support = [1.0, 0.0, 0.5]
-    assert S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support) == pytest.approx(
-        [0.0, -0.2, -0.1]
-    )
-    assert S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support, 0.4) == pytest.approx(
-        [-0.6, -0.2, -0.4]
-    )
+    assert selection.selection_scores(
+        "confidence_support", utilities, answers, "entropy", 0.5, support
+    ) == pytest.approx([0.0, -0.2, -0.1])
+    assert selection.selection_scores(
+        "confidence_support", utilities, answers, "entropy", 0.5, support, 0.4
+    ) == pytest.approx([-0.6, -0.2, -0.4])
     with pytest.raises(ValueError, match="support"):
-        S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5)
+        selection.selection_scores("confidence_support", utilities, answers, "entropy", 0.5)
     with pytest.raises(ValueError, match="support_weight"):
-        S.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support, float("nan"))
+        selection.selection_scores("confidence_support", utilities, answers, "entropy", 0.5, support, float("nan"))
 
 
 def test_prefer_supported_keeps_the_answer_and_moves_to_the_documents_that_hold_it():
     # DESIGN.md's example: [Sydney, platypus] and [Sydney, Canberra] both answer "Canberra"
     answers, support = ["Canberra", "Canberra.", "Sydney"], [0.0, 1.0, 1.0]
-    assert S.prefer_supported(0, answers, support) == 1
-    assert S.prefer_supported(2, answers, support) == 2  # no other candidate gives "Sydney"
-    assert S.prefer_supported(1, answers, [1.0, 1.0, 0.0]) == 1  # a tie keeps the chosen one
+    assert selection.prefer_supported(0, answers, support) == 1
+    assert selection.prefer_supported(2, answers, support) == 2  # no other candidate gives "Sydney"
+    assert selection.prefer_supported(1, answers, [1.0, 1.0, 0.0]) == 1  # a tie keeps the chosen one
 
 
 def test_decide_context_mode_with_each_rule_and_the_support_tie_break():
@@ -394,11 +400,15 @@ def test_gate_keeps_the_retrievers_context_unless_in_doubt():
 def test_the_defaults_are_pinned():
     """The rerank defaults, as chosen on the tuning splits and documented (README, 'Which rerank mode'): a
     change to any of them must change this test too."""
-    from grogu import rerank as R
+    from grogu import rerank
 
-    assert (R.DEFAULT_MODE, R.DEFAULT_FAMILY, R.DEFAULT_RULE) == ("context", "swap_orders", "confidence_support")
-    assert (R.DEFAULT_MARGIN, R.DEFAULT_SUPPORT_WEIGHT, R.DEFAULT_CONTEXT_METRIC) == (0.3, 1.0, "auto")
-    assert (R.DEFAULT_GATE, R.DEFAULT_GATE_SUPPORT, R.DEFAULT_GATE_CONFIDENCE) == ("doubt", 0.8, 0.4)
+    assert (rerank.DEFAULT_MODE, rerank.DEFAULT_FAMILY, rerank.DEFAULT_RULE) == (
+        "context",
+        "swap_orders",
+        "confidence_support",
+    )
+    assert (rerank.DEFAULT_MARGIN, rerank.DEFAULT_SUPPORT_WEIGHT, rerank.DEFAULT_CONTEXT_METRIC) == (0.3, 1.0, "auto")
+    assert (rerank.DEFAULT_GATE, rerank.DEFAULT_GATE_SUPPORT, rerank.DEFAULT_GATE_CONFIDENCE) == ("doubt", 0.8, 0.4)
     defaults = ModeSettings()
     assert (defaults.mode, defaults.family, defaults.rule, defaults.margin, defaults.support_weight) == (
         "context",
@@ -420,13 +430,18 @@ def test_candidate_count_is_computed_before_anything_is_built():
     import math
     import time
 
-    for family in S.CANDIDATE_FAMILIES:
+    for family in selection.CANDIDATE_FAMILIES:
         for n_docs in range(0, 9):
             for top_n in range(1, 10):
                 for swaps in range(0, 4):
-                    built = S.context_candidates(n_docs, top_n, family, swaps)
-                    assert S.candidate_count(n_docs, top_n, family, swaps) == len(built), (family, n_docs, top_n, swaps)
+                    built = selection.context_candidates(n_docs, top_n, family, swaps)
+                    assert selection.candidate_count(n_docs, top_n, family, swaps) == len(built), (
+                        family,
+                        n_docs,
+                        top_n,
+                        swaps,
+                    )
     t0 = time.perf_counter()
-    assert S.candidate_count(22, 11, "all") == math.comb(22, 11) == 705_432
-    assert S.candidate_count(200, 100, "all") == math.comb(200, 100)  # no enumeration: instant
+    assert selection.candidate_count(22, 11, "all") == math.comb(22, 11) == 705_432
+    assert selection.candidate_count(200, 100, "all") == math.comb(200, 100)  # no enumeration: instant
     assert time.perf_counter() - t0 < 0.1

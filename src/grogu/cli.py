@@ -20,9 +20,7 @@ from dataclasses import fields
 from importlib import resources
 from typing import Any, Iterator
 
-from . import batch
-from . import checks as C
-from . import metrics as M
+from . import batch, checks, metrics
 from .files import read_documents
 from .models import DEFAULT_MODEL
 from .rerank import ModeSettings
@@ -59,12 +57,12 @@ def _setting(convert, check, *args):
     return parse
 
 
-POSITIVE_INT = _setting(int, C.check_positive_int, "value")
-TOP_N = _setting(int, C.check_top_n)
-THRESHOLD = _setting(float, C.check_threshold)
-ALPHA = _setting(float, C.check_alpha)
-FRACTION = _setting(float, C.check_fraction, "value")
-PROBABILITY = _setting(float, C.check_probability, "value")
+POSITIVE_INT = _setting(int, checks.check_positive_int, "value")
+TOP_N = _setting(int, checks.check_top_n)
+THRESHOLD = _setting(float, checks.check_threshold)
+ALPHA = _setting(float, checks.check_alpha)
+FRACTION = _setting(float, checks.check_fraction, "value")
+PROBABILITY = _setting(float, checks.check_probability, "value")
 
 
 def _flag(text: str) -> bool:
@@ -173,11 +171,11 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     p.add_argument(
         "--metric",
         default=None,
-        choices=sorted(M.METRICS),
-        help=f"GROGU variant (default {M.DEFAULT_METRIC}; {M.GROUNDED_DEFAULT_METRIC} with --server-api chat)",
+        choices=sorted(metrics.METRICS),
+        help=f"GROGU variant (default {metrics.DEFAULT_METRIC}; {metrics.GROUNDED_DEFAULT_METRIC} with --server-api chat)",
     )
-    p.add_argument("--alpha", type=ALPHA, default=M.ALPHA, help="key-token threshold in nats (default 0.05)")
-    p.add_argument("--top-k-frac", type=FRACTION, default=M.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
+    p.add_argument("--alpha", type=ALPHA, default=metrics.ALPHA, help="key-token threshold in nats (default 0.05)")
+    p.add_argument("--top-k-frac", type=FRACTION, default=metrics.TOP_K_FRAC, help="fallback fraction K (default 0.1)")
     p.add_argument(
         "--max-new-tokens",
         type=POSITIVE_INT,

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from typing_extensions import TypedDict
 
-from . import selection as S
+from . import selection
 from .checks import check_choice, check_float, check_int
 from .metrics import GROUNDED_METRICS, default_metric, metric_name
 
@@ -57,10 +57,12 @@ class ModeSettings:
     object of reranking. The scorer, both integrations and the service hold one, built and checked
     here (:meth:`build`); a setting added here travels everywhere without further code."""
 
-    mode: str = _setting(DEFAULT_MODE, "rerank mode (see the README, 'Which rerank mode')", S.RERANK_MODES)
+    mode: str = _setting(DEFAULT_MODE, "rerank mode (see the README, 'Which rerank mode')", selection.RERANK_MODES)
     weight: float = _setting(DEFAULT_WEIGHT, "fusion: weight of the utility rank (1 - weight: retrieval rank)")
     family: str = _setting(
-        DEFAULT_FAMILY, "context: the candidate contexts (grogu.selection.context_candidates)", S.CANDIDATE_FAMILIES
+        DEFAULT_FAMILY,
+        "context: the candidate contexts (grogu.selection.context_candidates)",
+        selection.CANDIDATE_FAMILIES,
     )
     swaps: int = _setting(2, "context: how many next documents try the last slot of the top-n")
     margin: float = _setting(
@@ -76,7 +78,9 @@ class ModeSettings:
         "key_entropy, or ppl on a grounded-only target",
     )
     rule: str = _setting(
-        DEFAULT_RULE, "context: how the candidate is chosen (grogu.selection.selection_scores)", S.SELECTION_RULES
+        DEFAULT_RULE,
+        "context: how the candidate is chosen (grogu.selection.selection_scores)",
+        selection.SELECTION_RULES,
     )
     confidence_weight: float = _setting(
         DEFAULT_CONFIDENCE_WEIGHT, "context, rule 'combined': weight of the confidence against the answers' agreement"
@@ -96,7 +100,7 @@ class ModeSettings:
         DEFAULT_GATE,
         "context: 'always' scores every candidate; 'doubt' answers the retriever's "
         "context first and tries the others only when that answer is in doubt",
-        S.GATES,
+        selection.GATES,
     )
     gate_support: float = _setting(
         DEFAULT_GATE_SUPPORT,
@@ -108,21 +112,21 @@ class ModeSettings:
     )
 
     def __post_init__(self) -> None:
-        S.check_mode(self.mode)
+        selection.check_mode(self.mode)
         set_ = object.__setattr__  # frozen: the checked (normalised) values replace the given ones
-        set_(self, "weight", S.check_unit("weight", self.weight))
-        check_choice("family", self.family, S.CANDIDATE_FAMILIES)
+        set_(self, "weight", selection.check_unit("weight", self.weight))
+        check_choice("family", self.family, selection.CANDIDATE_FAMILIES)
         set_(self, "swaps", check_int("swaps", self.swaps, minimum=0))
         set_(self, "margin", check_float("margin", self.margin, minimum=0.0))
-        check_choice("rule", self.rule, S.SELECTION_RULES)
+        check_choice("rule", self.rule, selection.SELECTION_RULES)
         set_(self, "context_metric", _context_metric(self.context_metric))
-        set_(self, "confidence_weight", S.check_unit("confidence_weight", self.confidence_weight))
+        set_(self, "confidence_weight", selection.check_unit("confidence_weight", self.confidence_weight))
         set_(self, "support_weight", check_float("support_weight", self.support_weight, minimum=0.0))
         if not isinstance(self.supported, bool):
             raise ValueError(f"supported must be True or False, got {self.supported!r}")
-        check_choice("gate", self.gate, S.GATES)
-        set_(self, "gate_support", S.check_unit("gate_support", self.gate_support))
-        set_(self, "gate_confidence", S.check_unit("gate_confidence", self.gate_confidence))
+        check_choice("gate", self.gate, selection.GATES)
+        set_(self, "gate_support", selection.check_unit("gate_support", self.gate_support))
+        set_(self, "gate_confidence", selection.check_unit("gate_confidence", self.gate_confidence))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -244,7 +248,9 @@ def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[lis
     indices in retrieval order (best first)."""
     if settings.mode == "context":
         n = len(base) if top_n is None else top_n
-        return [[base[i] for i in c] for c in S.context_candidates(len(base), n, settings.family, settings.swaps)]
+        return [
+            [base[i] for i in c] for c in selection.context_candidates(len(base), n, settings.family, settings.swaps)
+        ]
     singles = [[i] for i in range(len(base))]
     return singles + [[]] if settings.mode == "prune" else singles
 
@@ -254,7 +260,7 @@ def plan_size(settings: ModeSettings, n_docs: int, top_n: int | None) -> tuple[i
     computed arithmetically, before any candidate is built."""
     if settings.mode == "context":
         n = n_docs if top_n is None else top_n
-        count = S.candidate_count(n_docs, n, settings.family, settings.swaps)
+        count = selection.candidate_count(n_docs, n, settings.family, settings.swaps)
         return count, count * max(min(n, n_docs), 1)
     extra = 1 if settings.mode == "prune" else 0
     return n_docs + extra, n_docs + extra
@@ -280,9 +286,9 @@ def doubt(settings: ModeSettings, first: Any, texts: Sequence[str] | None, conte
     input document's text) and the answer's mean token probability (1 / its perplexity)."""
     if texts is None:
         raise ValueError("gate 'doubt' reads the documents' texts; pass texts=")
-    [support] = S.support_scores([first.answer], [" ".join(texts[i] for i in context)])
+    [support] = selection.support_scores([first.answer], [" ".join(texts[i] for i in context)])
     confidence = -1.0 / _utility(first, "ppl")  # the ppl variant's utility is -perplexity
-    return S.doubtful(support, confidence, settings.gate_support, settings.gate_confidence)
+    return selection.doubtful(support, confidence, settings.gate_support, settings.gate_confidence)
 
 
 def decide(
@@ -322,11 +328,13 @@ def decide(
         answers = [s.answer for s in scored]
         utilities = [_utility(s, settings.context_metric) for s in scored]
         support = (
-            None if texts is None else S.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
+            None
+            if texts is None
+            else selection.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
         )
         if support is None and settings.rule == "confidence_support":
             raise ValueError("rule 'confidence_support' reads the documents' texts; pass texts=")
-        rule_scores = S.selection_scores(
+        rule_scores = selection.selection_scores(
             settings.rule,
             utilities,
             answers,
@@ -335,9 +343,9 @@ def decide(
             support,
             settings.support_weight,
         )
-        chosen = S.choose_context(rule_scores, settings.margin)
+        chosen = selection.choose_context(rule_scores, settings.margin)
         if settings.supported and support is not None:
-            chosen = S.prefer_supported(chosen, answers, support)
+            chosen = selection.prefer_supported(chosen, answers, support)
         return Selection(
             mode=mode,
             order=list(contexts[chosen]),
@@ -352,15 +360,15 @@ def decide(
     utility = [s.score for s in per_doc]
     fused = none = None
     if mode == "document":
-        order = S.order_by(utility)
+        order = selection.order_by(utility)
     elif mode == "fusion":
         if relevance is None:
             raise ValueError("fusion needs the retriever's relevance scores of the documents")
-        fused = S.fuse(utility, relevance, settings.weight)
-        order = S.order_by(fused)
+        fused = selection.fuse(utility, relevance, settings.weight)
+        order = selection.order_by(fused)
     else:  # prune: documents at least as useful as none, in retrieval order
         none = scored[n_docs]
-        kept = S.kept_relative_to_none(utility, none.score)
+        kept = selection.kept_relative_to_none(utility, none.score)
         order = [i for i in base if kept[i]]
     if threshold is not None:
         order = [i for i in order if utility[i] >= threshold]

@@ -19,9 +19,7 @@ from typing import Any, Sequence
 import torch
 from typing_extensions import Unpack
 
-from . import metrics as M
-from . import rerank as R
-from . import selection as S
+from . import metrics, rerank, selection
 from .checks import (
     check_alpha,
     check_choice,
@@ -90,16 +88,16 @@ class UtilityScorer:
         model: Any = DEFAULT_MODEL,
         *,
         metric: str | None = None,
-        alpha: float = M.ALPHA,
-        top_k_frac: float = M.TOP_K_FRAC,
+        alpha: float = metrics.ALPHA,
+        top_k_frac: float = metrics.TOP_K_FRAC,
         max_new_tokens: int | None = None,
         template: PromptTemplate | None = None,
         device: str | None = None,
         dtype: str | None = None,
         answer_style: str = "long",
-        copy_ngram: int = M.COPY_NGRAM,
+        copy_ngram: int = metrics.COPY_NGRAM,
     ) -> None:
-        metric = None if metric is None else M.metric_name(metric)
+        metric = None if metric is None else metrics.metric_name(metric)
         alpha, top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
         self.answer_style = check_choice("answer_style", answer_style, ANSWER_STYLES)
         self.copy_ngram = check_positive_int("copy_ngram", copy_ngram)
@@ -113,8 +111,8 @@ class UtilityScorer:
         self.alpha, self.top_k_frac, self.max_new_tokens = alpha, top_k_frac, max_new_tokens
         self.engine = get_engine(model, device=device, dtype=dtype)
         self.grounded_only = bool(getattr(self.engine, "grounded_only", False))
-        self.metric = M.default_metric(self.grounded_only) if metric is None else metric
-        if self.grounded_only and self.metric not in M.GROUNDED_METRICS:
+        self.metric = metrics.default_metric(self.grounded_only) if metric is None else metric
+        if self.grounded_only and self.metric not in metrics.GROUNDED_METRICS:
             raise self.engine.teacher_forcing_error(
                 f"metric={self.metric!r} (it compares the answer's token statistics with and without the documents)"
             )
@@ -165,11 +163,11 @@ class UtilityScorer:
         u_prompts = [ungrounded[q] for q, _ in contexts]
         u_stats = self.engine.token_stats(u_prompts, conts)
         return [
-            self._result(g, u, M.copied_mask(c, gp, up, self.copy_ngram), details)
+            self._result(g, u, metrics.copied_mask(c, gp, up, self.copy_ngram), details)
             for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)
         ]
 
-    def score_plans(self, plans: Sequence[R.RerankPlan], return_details: bool = False) -> list[list[ContextScore]]:
+    def score_plans(self, plans: Sequence[rerank.RerankPlan], return_details: bool = False) -> list[list[ContextScore]]:
         """The scores of each rerank plan's contexts (:meth:`plan_rerank`), as :meth:`rerank` scores them:
         the context mode's lazy teacher forcing included."""
         return self._score_plans(plans, return_details)
@@ -182,7 +180,7 @@ class UtilityScorer:
 
     def score_generated(
         self,
-        plans: Sequence[R.RerankPlan],
+        plans: Sequence[rerank.RerankPlan],
         generated: Sequence[tuple[list[int], Generation]],
         return_details: bool = False,
     ) -> list[list[ContextScore]]:
@@ -192,7 +190,7 @@ class UtilityScorer:
         answered = [[(c, g, a) for c, (g, a) in (next(contexts) for _ in p.contexts)] for p in plans]
         return self._score_generated(plans, answered, return_details)
 
-    def _score_plans(self, plans: Sequence[R.RerankPlan], details: bool) -> list[list[ContextScore]]:
+    def _score_plans(self, plans: Sequence[rerank.RerankPlan], details: bool) -> list[list[ContextScore]]:
         """The scores of each rerank plan's contexts, every plan's answers generated in one engine batch.
 
         Under a gate (:func:`grogu.rerank.gated`) a plan's first candidate, the retriever's own context, is
@@ -203,13 +201,13 @@ class UtilityScorer:
         answer is teacher-forced under the ungrounded prompt and scored under the scorer's metric (the one
         result the rerank reports): the choice is the same as with every candidate teacher-forced. The other
         plans' contexts are all teacher-forced."""
-        wanted = [p.contexts[:1] if R.gated(p.settings, p.contexts) else p.contexts for p in plans]
+        wanted = [p.contexts[:1] if rerank.gated(p.settings, p.contexts) else p.contexts for p in plans]
         answered = self._answer_plans(plans, wanted)
         doubtful = [
             i
             for i, p in enumerate(plans)
             if len(wanted[i]) < len(p.contexts)
-            and R.doubt(
+            and rerank.doubt(
                 p.settings, self._result(answered[i][0][2], None, None, False, "ppl"), p.support_texts(), p.contexts[0]
             )
         ]
@@ -221,7 +219,7 @@ class UtilityScorer:
 
     def _score_generated(
         self,
-        plans: Sequence[R.RerankPlan],
+        plans: Sequence[rerank.RerankPlan],
         answered: list[list[tuple[QueryContext, list[int], Generation]]],
         details: bool,
     ) -> list[list[ContextScore]]:
@@ -232,10 +230,10 @@ class UtilityScorer:
         start = 0
         for i, p in enumerate(plans):
             n = len(answered[i])
-            if R.grounded_choice(p.settings) and n:
+            if rerank.grounded_choice(p.settings) and n:
                 metric = p.settings.context_metric
                 first = [self._result(gen, None, None, details, metric) for _, _, gen in answered[i]]
-                chosen = R.decide(
+                chosen = rerank.decide(
                     p.settings, p.base, p.contexts, first, p.top_n, p.threshold, p.relevance, p.support_texts()
                 ).chosen
                 out[start : start + n] = first
@@ -253,7 +251,7 @@ class UtilityScorer:
         ]
 
     def _answer_plans(
-        self, plans: Sequence[R.RerankPlan], wanted: Sequence[Sequence[list[int]]]
+        self, plans: Sequence[rerank.RerankPlan], wanted: Sequence[Sequence[list[int]]]
     ) -> list[list[tuple[QueryContext, list[int], Generation]]]:
         """Each plan's ``wanted`` contexts answered, all in one engine batch: per plan, (context, its
         grounded prompt, its answer) for each."""
@@ -326,9 +324,9 @@ class UtilityScorer:
         metrics only."""
         h_u, lp_u = (u.entropy, u.logprob) if u is not None else (None, None)
         ids, tokens, h_g, lp_g = self._answer_stats(gen)
-        names = M.METRICS if u is not None else M.GROUNDED_METRICS
+        names = metrics.METRICS if u is not None else metrics.GROUNDED_METRICS
         values = {
-            name: M.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac, logp_u=lp_u, copied=copied)
+            name: metrics.compute(name, h_g, lp_g, h_u, self.alpha, self.top_k_frac, logp_u=lp_u, copied=copied)
             for name in names
         }
         metric = metric or self.metric
@@ -341,7 +339,7 @@ class UtilityScorer:
                 grounded_entropy=h_g,
                 grounded_logprob=lp_g,
                 ungrounded_entropy=h_u,
-                key_mask=None if h_u is None else M.key_token_mask(h_g, h_u, self.alpha, self.top_k_frac),
+                key_mask=None if h_u is None else metrics.key_token_mask(h_g, h_u, self.alpha, self.top_k_frac),
                 ungrounded_logprob=lp_u,
                 copied=copied,
             )
@@ -419,10 +417,10 @@ class UtilityScorer:
         top_n: int | None = None,
         threshold: float | None = None,
         *,
-        settings: R.ModeSettings | None = None,
+        settings: rerank.ModeSettings | None = None,
         relevance: Sequence[float] | None = None,
         return_details: bool = False,
-        **overrides: Unpack[R.ModeOverrides],
+        **overrides: Unpack[rerank.ModeOverrides],
     ) -> list[DocumentScore]:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
 
@@ -442,7 +440,7 @@ class UtilityScorer:
         each setting given by name (``**overrides``, e.g. ``mode=``, ``gate=``) replacing its value.
         Each result carries ``index`` (input position) and the original ``document``.
         """
-        settings = R.ModeSettings.build(settings, **overrides)
+        settings = rerank.ModeSettings.build(settings, **overrides)
         plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
         return self.finish_rerank(plan, self._score_plans([plan], return_details)[0])
 
@@ -453,36 +451,36 @@ class UtilityScorer:
         top_n: int | None = None,
         threshold: float | None = None,
         *,
-        settings: R.ModeSettings | None = None,
+        settings: rerank.ModeSettings | None = None,
         relevance: Sequence[float] | None = None,
-    ) -> R.RerankPlan:
+    ) -> rerank.RerankPlan:
         """The first half of :meth:`rerank`: checks its inputs, sets the retrieval order (computing the
         MiniLM relevance when none is given) and plans the contexts to score (:class:`grogu.rerank.RerankPlan`)."""
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
-        settings = R.ModeSettings.build(settings).for_target(self.grounded_only)
+        settings = rerank.ModeSettings.build(settings).for_target(self.grounded_only)
         settings.check_threshold(threshold)
         query, docs, originals = check_query(query), check_documents(documents), list(documents)
         if relevance is not None:
             relevance = check_relevance(relevance, len(docs))
         elif settings.mode != "document" and docs:
-            relevance = R.relevance_scores(query, [self.prompts.template.render_context([d]) for d in docs])
-        base = list(range(len(docs))) if relevance is None else S.order_by(relevance)
-        return R.RerankPlan(
+            relevance = rerank.relevance_scores(query, [self.prompts.template.render_context([d]) for d in docs])
+        base = list(range(len(docs))) if relevance is None else selection.order_by(relevance)
+        return rerank.RerankPlan(
             query=query,
             settings=settings,
             documents=docs,
             originals=originals,
             relevance=relevance,
             base=base,
-            contexts=R.plan(settings, base, top_n),
+            contexts=rerank.plan(settings, base, top_n),
             top_n=top_n,
             threshold=threshold,
         )
 
-    def finish_rerank(self, plan: R.RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:
+    def finish_rerank(self, plan: rerank.RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:
         """The second half of :meth:`rerank`: the result, given the scores of ``plan.contexts``."""
         settings, originals = plan.settings, plan.originals
-        sel = R.decide(
+        sel = rerank.decide(
             settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance, plan.support_texts()
         )
         if sel.mode == "context":
@@ -528,13 +526,13 @@ class UtilityScorer:
         top_n: int | None = None,
         threshold: float | None = None,
         *,
-        settings: R.ModeSettings | None = None,
+        settings: rerank.ModeSettings | None = None,
         relevance: Sequence[float] | None = None,
         return_details: bool = False,
-        **overrides: Unpack[R.ModeOverrides],
+        **overrides: Unpack[rerank.ModeOverrides],
     ) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
-        settings = R.ModeSettings.build(settings, **overrides)
+        settings = rerank.ModeSettings.build(settings, **overrides)
         plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
         [scored] = await self._plan_coalescer.run([plan])
         if not return_details:
@@ -572,10 +570,10 @@ class UtilityScorer:
         if self.answer_style == "short":
             gen = self._first_line(gen)
         h = self._answer_stats(gen)[2]
-        mask = M.ungrounded_key_mask(h, self.alpha, self.top_k_frac)
+        mask = metrics.ungrounded_key_mask(h, self.alpha, self.top_k_frac)
         return UngroundedScore(
             answer=gen.text,
-            confidence=M.key_entropy(h, mask),
+            confidence=metrics.key_entropy(h, mask),
             n_tokens=len(gen.token_ids),
             n_key_tokens=int(mask.sum()),
         )

@@ -13,7 +13,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 from llama_index.postprocessor.grogu import GroguRerank, template_from_llama_index
 
 import grogu
-from grogu import selection as S
+from grogu import selection
 
 K = 5
 TOKENS = 8
@@ -94,8 +94,8 @@ def test_fusion_mode_by_hand(index, llm, questions):
         r.score
         for r in grogu.UtilityScorer((llm._model, llm._tokenizer), max_new_tokens=TOKENS).score(query, texts(retrieved))
     ]
-    fused = S.fuse(utility, [n.score for n in retrieved], 0.4)
-    expected = S.order_by(fused)[:3]
+    fused = selection.fuse(utility, [n.score for n in retrieved], 0.4)
+    expected = selection.order_by(fused)[:3]
     rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="fusion", weight=0.4)
     got = query_engine(index, llm, rerank).query(query).source_nodes
     assert [n.node.node_id for n in got] == [retrieved[i].node.node_id for i in expected]

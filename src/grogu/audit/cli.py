@@ -20,7 +20,7 @@ from ..models import DEFAULT_MODEL
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .. import metrics as M
+    from .. import metrics
     from ..cli import POSITIVE_INT, add_server_arguments
 
     src = p.add_argument_group("input")
@@ -53,7 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=POSITIVE_INT, default=16, help="contexts per scorer call")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM (default {DEFAULT_MODEL})")
-    p.add_argument("--metric", default=None, choices=sorted(M.METRICS), help="GROGU variant (default key_entropy)")
+    p.add_argument(
+        "--metric", default=None, choices=sorted(metrics.METRICS), help="GROGU variant (default key_entropy)"
+    )
     p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=None, help="longest scored answer")
     p.add_argument("--answer-style", default="long", choices=("long", "short"), help="'short' suits small models")
     p.add_argument("--device", default=None, help="cpu, cuda, … (default: CUDA if available)")

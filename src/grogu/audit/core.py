@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..checks import check_positive_int
-from . import aggregate as A
-from . import stats
+from . import aggregate, stats
 from .setups import Setup, common_queries
 
 #: one context to score: (query, document keys in order); () is the query with no document
@@ -164,7 +163,7 @@ def audit(
                 use = scored[(q, (d["key"],))].score - none if documents else None
                 given.append({**d, "rank": rank, "usefulness": use})
                 observations.append(
-                    A.Observation(
+                    aggregate.Observation(
                         key=d["key"], text=d["text"], title=d["title"], query=q, setup=s.name, rank=rank, value=use
                     )
                 )
@@ -197,8 +196,8 @@ def audit(
         queries=rows,
         setups=per_setup,
         comparisons=comparisons,
-        documents=A.document_table(observations, min_count=min_count) if documents else [],
-        rank_curve=A.rank_curve(observations) if documents else {},
+        documents=aggregate.document_table(observations, min_count=min_count) if documents else [],
+        rank_curve=aggregate.rank_curve(observations) if documents else {},
         timing={
             "contexts": len(contexts),
             "seconds": elapsed,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .. import rerank as R
+from .. import rerank
 from ..influence import AUTO_ABLATION_ABOVE_K, DEFAULT_ABLATIONS
-from . import api as A
+from . import api
 from .config import ServeConfig, option
 from .httpapi import LimitError
 
@@ -24,25 +24,25 @@ def _over(what: str, value: int, limit: int, name: str, unit: str = "") -> Limit
 def admit(c: ServeConfig, body: Any) -> None:
     """The size limits of any request (the token and the body size are checked by the guard, before
     the body is parsed)."""
-    total = A.text_chars(body)
+    total = api.text_chars(body)
     if total > c.max_request_chars:
         raise LimitError(
             f"the request holds {total} characters in all; this service takes at most "
             f"{c.max_request_chars} per request ({option('max_request_chars')}): split it"
         )
-    for i, query in enumerate(A.queries_of(body)):
+    for i, query in enumerate(api.queries_of(body)):
         if len(query) > c.max_query_chars:
             raise LimitError(
                 f"query {i} has {len(query)} characters; this service takes at most "
                 f"{c.max_query_chars} per query ({option('max_query_chars')})"
             )
-    for name, size in A.templates_of(body):
+    for name, size in api.templates_of(body):
         if size > c.max_template_chars:
             raise LimitError(
                 f"the {name} has {size} characters; this service takes at most "
                 f"{c.max_template_chars} ({option('max_template_chars')})"
             )
-    tokens = body.answer_tokens() if isinstance(body, A.ScorerSettings) else getattr(body, "max_new_tokens", None)
+    tokens = body.answer_tokens() if isinstance(body, api.ScorerSettings) else getattr(body, "max_new_tokens", None)
     if tokens is not None and tokens > c.max_new_tokens:
         raise LimitError(
             f"max_new_tokens is {tokens}; this service generates at most {c.max_new_tokens} "
@@ -54,7 +54,7 @@ def admit(c: ServeConfig, body: Any) -> None:
     n_ablations = getattr(body, "n_ablations", None)
     if n_ablations is not None and n_ablations > c.max_ablations:
         raise _over("n_ablations is", n_ablations, c.max_ablations, "max_ablations", " ablations per item")
-    if isinstance(body, A.ACURequest):
+    if isinstance(body, api.ACURequest):
         if len(body.items) > c.max_acu_items:
             raise _over(
                 "the request holds ACU items:", len(body.items), c.max_acu_items, "max_acu_items", " per request"
@@ -66,7 +66,7 @@ def admit(c: ServeConfig, body: Any) -> None:
                     f"item {i}: claim and evidence have {size} characters; this service takes at most "
                     f"{c.max_doc_chars} ({option('max_doc_chars')})"
                 )
-    lists = A.docs_of(body)
+    lists = api.docs_of(body)
     n = sum(len(docs) for docs in lists)
     if n > c.max_docs:
         raise LimitError(
@@ -83,10 +83,10 @@ def admit(c: ServeConfig, body: Any) -> None:
                 )
 
 
-def admit_rerank(c: ServeConfig, body: A.RerankRequest) -> None:
+def admit_rerank(c: ServeConfig, body: api.RerankRequest) -> None:
     """The rerank's size (candidates x documents), computed from the mode, ``family``, the number of
     documents and ``top_n`` before any candidate is built."""
-    count, slots = R.plan_size(body.mode_settings(), len(body.documents), body.top_n)
+    count, slots = rerank.plan_size(body.mode_settings(), len(body.documents), body.top_n)
     if slots > c.max_rerank_contexts:
         raise LimitError(
             f"this rerank would score {count} candidate contexts holding {slots} documents "

@@ -10,11 +10,10 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .. import checks as C
-from .. import metrics as M
+from .. import checks, metrics
 from ..prompts import check_text
 from ..rerank import ModeSettings
-from . import wire as W
+from . import wire
 
 
 def _check(fn: Callable[..., Any], *args: Any) -> Any:
@@ -27,7 +26,7 @@ def _check(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _query(value: str) -> str:
-    return _check(C.check_query, value)
+    return _check(checks.check_query, value)
 
 
 #: a query: a non-empty str (grogu.checks.check_query)
@@ -74,45 +73,45 @@ class TemplateIn(_Strict):
 
     @model_validator(mode="after")
     def _placeholders(self) -> "TemplateIn":
-        W.check_template(self.model_dump())
+        wire.check_template(self.model_dump())
         return self
 
 
 class ScorerSettings(_Strict):
     """Settings of :class:`grogu.UtilityScorer` (see its docstring)."""
 
-    metric: str = M.DEFAULT_METRIC
-    alpha: float = M.ALPHA
-    top_k_frac: float = M.TOP_K_FRAC
+    metric: str = metrics.DEFAULT_METRIC
+    alpha: float = metrics.ALPHA
+    top_k_frac: float = metrics.TOP_K_FRAC
     max_new_tokens: Optional[int] = None
     answer_style: Literal["long", "short"] = "long"
     template: Optional[TemplateIn] = None
-    copy_ngram: int = M.COPY_NGRAM
+    copy_ngram: int = metrics.COPY_NGRAM
 
     @field_validator("metric")
     @classmethod
     def _metric(cls, v: str) -> str:
-        return _check(M.metric_name, v)
+        return _check(metrics.metric_name, v)
 
     @field_validator("alpha")
     @classmethod
     def _alpha(cls, v: float) -> float:
-        return _check(C.check_alpha, v)
+        return _check(checks.check_alpha, v)
 
     @field_validator("top_k_frac")
     @classmethod
     def _top_k_frac(cls, v: float) -> float:
-        return _check(C.check_fraction, "top_k_frac", v)
+        return _check(checks.check_fraction, "top_k_frac", v)
 
     @field_validator("max_new_tokens")
     @classmethod
     def _max_new_tokens(cls, v: Optional[int]) -> Optional[int]:
-        return None if v is None else _check(C.check_positive_int, "max_new_tokens", v)
+        return None if v is None else _check(checks.check_positive_int, "max_new_tokens", v)
 
     @field_validator("copy_ngram")
     @classmethod
     def _copy_ngram(cls, v: int) -> int:
-        return _check(C.check_positive_int, "copy_ngram", v)
+        return _check(checks.check_positive_int, "copy_ngram", v)
 
     def scorer_key(self) -> str:
         return self.model_dump_json(include=set(ScorerSettings.model_fields))
@@ -190,11 +189,11 @@ class RerankRequest(ScorerSettings):
 
     @model_validator(mode="after")
     def _rerank_settings(self) -> "RerankRequest":
-        _check(C.check_top_n, self.top_n)
-        _check(C.check_threshold, self.threshold)
+        _check(checks.check_top_n, self.top_n)
+        _check(checks.check_threshold, self.threshold)
         self.mode_settings().check_threshold(self.threshold)
         if self.relevance is not None:
-            _check(C.check_relevance, self.relevance, len(self.documents))
+            _check(checks.check_relevance, self.relevance, len(self.documents))
         return self
 
     def mode_settings(self) -> ModeSettings:
@@ -219,11 +218,11 @@ class InfluenceSettings(_Strict):
     def _influence_settings(self) -> "InfluenceSettings":
         from ..influence import METHODS
 
-        _check(C.check_positive_int, "max_new_tokens", self.max_new_tokens)
-        _check(C.check_choice, "method", self.method, METHODS)
+        _check(checks.check_positive_int, "max_new_tokens", self.max_new_tokens)
+        _check(checks.check_choice, "method", self.method, METHODS)
         if self.n_ablations is not None:
-            _check(C.check_positive_int, "n_ablations", self.n_ablations)
-        _check(C.check_positive_float, "lasso_alpha", self.lasso_alpha)
+            _check(checks.check_positive_int, "n_ablations", self.n_ablations)
+        _check(checks.check_positive_float, "lasso_alpha", self.lasso_alpha)
         return self
 
     def scorer_key(self) -> str:
@@ -257,10 +256,10 @@ class SePerRequest(_Strict):
 
     @model_validator(mode="after")
     def _seper_settings(self) -> "SePerRequest":
-        _check(C.check_positive_int, "n_samples", self.n_samples)
-        _check(C.check_temperature, self.temperature)
-        _check(C.check_probability, "tau (an entailment probability threshold)", self.tau)
-        _check(C.check_positive_int, "max_new_tokens", self.max_new_tokens)
+        _check(checks.check_positive_int, "n_samples", self.n_samples)
+        _check(checks.check_temperature, self.temperature)
+        _check(checks.check_probability, "tau (an entailment probability threshold)", self.tau)
+        _check(checks.check_positive_int, "max_new_tokens", self.max_new_tokens)
         return self
 
 
@@ -279,9 +278,9 @@ class ACURequest(_Strict):
     @model_validator(mode="after")
     def _prompts(self) -> "ACURequest":
         if self.prompt_with is not None:
-            W.check_format("prompt_with", self.prompt_with, ("claim", "evidence"))
+            wire.check_format("prompt_with", self.prompt_with, ("claim", "evidence"))
         if self.prompt_without is not None:
-            W.check_format("prompt_without", self.prompt_without, ("claim",))
+            wire.check_format("prompt_without", self.prompt_without, ("claim",))
         return self
 
 
@@ -326,7 +325,7 @@ def templates_of(body: Any) -> list[tuple[str, int]]:
     out = []
     template = getattr(body, "template", None)
     if template is not None:
-        out.append(("template", W.template_chars(template.model_dump())))
+        out.append(("template", wire.template_chars(template.model_dump())))
     for name in ("prompt_with", "prompt_without"):
         if getattr(body, name, None) is not None:
             out.append((name, len(getattr(body, name))))

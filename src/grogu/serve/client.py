@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from typing_extensions import Unpack
 
-from .. import metrics as M
+from .. import metrics
 from ..attribution import FORWARD_METHODS
 from ..checks import (
     check_alpha,
@@ -41,7 +41,7 @@ from ..influence import METHODS
 from ..prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
 from ..rerank import ModeOverrides, ModeSettings
 from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
-from . import wire as W
+from . import wire
 from .transport import (
     ServiceError,
     ServiceUnavailable,  # noqa: F401
@@ -55,7 +55,7 @@ def _check_template(template: Any) -> PromptTemplate | None:
         return None
     if not isinstance(template, PromptTemplate):
         raise TypeError(f"template must be a grogu.PromptTemplate or None, got {type(template).__name__}")
-    W.check_template(dataclasses.asdict(template))
+    wire.check_template(dataclasses.asdict(template))
     return template
 
 
@@ -129,15 +129,15 @@ class RemoteScorer(_Remote):
         retries: int = 4,
         backoff: float = 0.25,
         metric: str | None = None,
-        alpha: float = M.ALPHA,
-        top_k_frac: float = M.TOP_K_FRAC,
+        alpha: float = metrics.ALPHA,
+        top_k_frac: float = metrics.TOP_K_FRAC,
         max_new_tokens: int | None = None,
         template: PromptTemplate | None = None,
         answer_style: str = "long",
-        copy_ngram: int = M.COPY_NGRAM,
+        copy_ngram: int = metrics.COPY_NGRAM,
     ) -> None:
         super().__init__(url, token, timeout, retries, backoff)
-        self.metric = M.DEFAULT_METRIC if metric is None else M.metric_name(metric)
+        self.metric = metrics.DEFAULT_METRIC if metric is None else metrics.metric_name(metric)
         self.alpha, self.top_k_frac = check_alpha(alpha), check_fraction("top_k_frac", top_k_frac)
         self.answer_style = check_choice("answer_style", answer_style, ANSWER_STYLES)
         self.copy_ngram = check_positive_int("copy_ngram", copy_ngram)
@@ -178,7 +178,7 @@ class RemoteScorer(_Remote):
             "top_k_frac": self.top_k_frac,
             "max_new_tokens": self.max_new_tokens,
             "answer_style": self.answer_style,
-            "template": W.encode_template(self._template),
+            "template": wire.encode_template(self._template),
             "copy_ngram": self.copy_ngram,
         }
 
@@ -191,11 +191,11 @@ class RemoteScorer(_Remote):
         body = {
             **self._settings(),
             "return_details": bool(return_details),
-            "items": [{"query": q, "documents": W.encode_documents(d)} for q, d, _ in checked],
+            "items": [{"query": q, "documents": wire.encode_documents(d)} for q, d, _ in checked],
         }
 
         def decode(data: Any) -> Any:
-            out = [W.decode_document_scores(rows, orig) for rows, (_, _, orig) in zip(data["results"], checked)]
+            out = [wire.decode_document_scores(rows, orig) for rows, (_, _, orig) in zip(data["results"], checked)]
             return out[0] if single else out
 
         return "/score_batch", body, decode
@@ -210,12 +210,12 @@ class RemoteScorer(_Remote):
         body = {
             **self._settings(),
             "return_details": bool(return_details),
-            "items": [{"query": q, "contexts": [W.encode_documents(d) for _, d in pairs]} for q, pairs in checked],
+            "items": [{"query": q, "contexts": [wire.encode_documents(d) for _, d in pairs]} for q, pairs in checked],
         }
 
         def decode(data: Any) -> Any:
             out = [
-                [W.decode_context(r, orig) for r, (orig, _) in zip(rows, pairs)]
+                [wire.decode_context(r, orig) for r, (orig, _) in zip(rows, pairs)]
                 for rows, (_, pairs) in zip(data["results"], checked)
             ]
             return out[0] if single else out
@@ -227,8 +227,8 @@ class RemoteScorer(_Remote):
             raise ValueError("best_layout needs at least one layout")
         query = check_query(query)
         pairs = [check_document_list(c) for c in layouts]
-        body = {**self._settings(), "query": query, "layouts": [W.encode_documents(d) for _, d in pairs]}
-        return "/best_layout", body, lambda data: W.decode_layout(data, [orig for orig, _ in pairs])
+        body = {**self._settings(), "query": query, "layouts": [wire.encode_documents(d) for _, d in pairs]}
+        return "/best_layout", body, lambda data: wire.decode_layout(data, [orig for orig, _ in pairs])
 
     def _rerank_call(self, query, documents, top_n, threshold, settings, relevance, return_details):
         top_n, threshold = check_top_n(top_n), check_threshold(threshold)
@@ -241,13 +241,13 @@ class RemoteScorer(_Remote):
             **self._settings(),
             **settings.as_dict(),
             "query": query,
-            "documents": W.encode_documents(docs),
+            "documents": wire.encode_documents(docs),
             "top_n": top_n,
             "threshold": threshold,
             "relevance": relevance,
             "return_details": bool(return_details),
         }
-        return "/rerank", body, lambda data: W.decode_ranked(data, originals)
+        return "/rerank", body, lambda data: wire.decode_ranked(data, originals)
 
     # ------------------------------------------------------------------ the UtilityScorer API
     def score(self, query: str, documents: Sequence[Any], *, return_details: bool = False):
@@ -292,7 +292,7 @@ class RemoteScorer(_Remote):
 
     def ungrounded(self, query: str):
         body = {**self._settings(), "query": check_query(query)}
-        return self._run("/ungrounded", body, W.decode_ungrounded)
+        return self._run("/ungrounded", body, wire.decode_ungrounded)
 
     # async twins
     async def ascore(self, query: str, documents: Sequence[Any], *, return_details: bool = False):
@@ -374,18 +374,18 @@ class RemoteInfluenceScorer(_Remote):
             _, docs = check_document_list(documents)
             if answer is not None and not isinstance(answer, str):
                 raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
-            checked.append({"query": query, "documents": W.encode_documents(docs), "answer": answer})
+            checked.append({"query": query, "documents": wire.encode_documents(docs), "answer": answer})
         body = {
             "items": checked,
             "return_ablations": bool(return_ablations),
             "max_new_tokens": self.max_new_tokens,
-            "template": W.encode_template(self.template),
+            "template": wire.encode_template(self.template),
             "method": self.method,
             "n_ablations": self.n_ablations,
             "seed": self.seed,
             "lasso_alpha": self.lasso_alpha,
         }
-        return "/influence", body, lambda data: [W.decode_influence(r) for r in data["results"]]
+        return "/influence", body, lambda data: [wire.decode_influence(r) for r in data["results"]]
 
     def score(self, query: str, documents: Sequence[Any], answer: str | None = None, *, return_ablations: bool = False):
         return self._run(*self._call([(query, documents, answer)], return_ablations))[0]
@@ -425,7 +425,7 @@ class RemoteSePerScorer(_Remote):
             "tau": tau,
             "max_new_tokens": check_positive_int("max_new_tokens", max_new_tokens),
             "seed": seed,
-            "template": W.encode_template(_check_template(template)),
+            "template": wire.encode_template(_check_template(template)),
         }
 
     def _body(self, query: str, documents: Sequence[Any], references: Any, as_context: bool) -> dict[str, Any]:
@@ -434,7 +434,7 @@ class RemoteSePerScorer(_Remote):
         return {
             **self.settings,
             "query": check_query(query),
-            "documents": W.encode_documents(docs),
+            "documents": wire.encode_documents(docs),
             "references": refs,
             "as_context": as_context,
         }
@@ -443,12 +443,12 @@ class RemoteSePerScorer(_Remote):
         return self._run(
             "/seper",
             self._body(query, documents, references, False),
-            lambda data: [W.decode_seper(r) for r in data["results"]],
+            lambda data: [wire.decode_seper(r) for r in data["results"]],
         )
 
     def score_context(self, query: str, documents: Sequence[Any], references: Any):
         return self._run(
-            "/seper", self._body(query, documents, references, True), lambda data: W.decode_seper(data["results"][0])
+            "/seper", self._body(query, documents, references, True), lambda data: wire.decode_seper(data["results"][0])
         )
 
 
@@ -469,14 +469,14 @@ class RemoteACUScorer(_Remote):
     ) -> None:
         super().__init__(url, token, timeout, retries, backoff)
         if prompt_with is not None:
-            W.check_format("prompt_with", prompt_with, ("claim", "evidence"))
+            wire.check_format("prompt_with", prompt_with, ("claim", "evidence"))
         if prompt_without is not None:
-            W.check_format("prompt_without", prompt_without, ("claim",))
+            wire.check_format("prompt_without", prompt_without, ("claim",))
         self.settings = {"labels": list(labels), "prompt_with": prompt_with, "prompt_without": prompt_without}
 
     def score_batch(self, items: Sequence[tuple[str, str, str]]):
         rows = [{"claim": c, "evidence": e, "stance": s} for c, e, s in items]
-        return self._run("/acu", {**self.settings, "items": rows}, lambda d: [W.decode_acu(r) for r in d["results"]])
+        return self._run("/acu", {**self.settings, "items": rows}, lambda d: [wire.decode_acu(r) for r in d["results"]])
 
     def score(self, claim: str, evidence: str, stance: str):
         return self.score_batch([(claim, evidence, stance)])[0]

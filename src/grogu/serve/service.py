@@ -31,9 +31,7 @@ from typing import Any, Callable, Optional
 
 from ray import serve
 
-from .. import __version__, coalescer
-from .. import metrics as M
-from .. import rerank as R
+from .. import __version__, coalescer, metrics, rerank
 from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
 from ..checks import check_documents, check_query
 from ..engine import get_engine
@@ -42,8 +40,7 @@ from ..results import choose_layout
 from ..scorer import UtilityScorer
 from ..selection import RERANK_MODES
 from ..seper import NLIEntailment, SePerScorer, check_references
-from . import api as A
-from . import wire as W
+from . import api, wire
 from .admission import PREFILL_COST, admit, admit_budget, admit_rerank, influence_runs
 from .config import ServeConfig
 from .httpapi import StalledError, app, set_replica_limits, set_replica_token
@@ -97,9 +94,9 @@ class GroguService:
         self._scorers.move_to_end(key)
         return self._scorers[key]
 
-    def _utility(self, s: A.ScorerSettings) -> tuple[str, UtilityScorer]:
+    def _utility(self, s: api.ScorerSettings) -> tuple[str, UtilityScorer]:
         key = "utility:" + s.scorer_key()
-        template = W.decode_template(s.template.model_dump() if s.template else None)
+        template = wire.decode_template(s.template.model_dump() if s.template else None)
         return key, self._cached(
             key,
             lambda: UtilityScorer(
@@ -123,7 +120,7 @@ class GroguService:
     async def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.wrap_future(coalescer.submit(fn, *args))
 
-    async def _contexts(self, s: A.ScorerSettings, items: list, details: bool) -> list[list[Any]]:
+    async def _contexts(self, s: api.ScorerSettings, items: list, details: bool) -> list[list[Any]]:
         """Score [(query, [context, ...]), ...] with the scorer of ``s``, scheduled with other requests:
         each item's contexts in slices of at most ``max_batch_tokens // answer tokens`` contexts."""
         key, scorer = self._utility(s)
@@ -153,7 +150,9 @@ class GroguService:
 
     @staticmethod
     def _scores(results: list[Any], details: bool) -> list[dict[str, Any]]:
-        return [{**W.encode_score(r), "details": W.encode_details(r.details) if details else None} for r in results]
+        return [
+            {**wire.encode_score(r), "details": wire.encode_details(r.details) if details else None} for r in results
+        ]
 
     # ------------------------------------------------------------------ service routes
     @app.get("/health")
@@ -190,7 +189,7 @@ class GroguService:
                 "max_batch_tokens": c.max_batch_tokens,
                 "batch_wait_s": c.batch_wait_s,
             },
-            "metrics": sorted(M.METRICS),
+            "metrics": sorted(metrics.METRICS),
             "rerank_modes": list(RERANK_MODES),
             "embedder": _public_name(c.embedder),
             "nli": _public_name(c.nli),
@@ -212,55 +211,55 @@ class GroguService:
 
     # ------------------------------------------------------------------ GROGU routes
     @app.post("/score")
-    async def score(self, body: A.ScoreRequest) -> dict:
+    async def score(self, body: api.ScoreRequest) -> dict:
         """Each document alone as the context (``UtilityScorer.score``)."""
         self._admit(body)
-        docs = A.plain_docs(body.documents)
+        docs = api.plain_docs(body.documents)
         [results] = await self._contexts(body, [(body.query, [[d] for d in docs])], body.return_details)
         return {"results": self._scores(results, body.return_details)}
 
     @app.post("/score_batch")
-    async def score_batch(self, body: A.ScoreBatchRequest) -> dict:
+    async def score_batch(self, body: api.ScoreBatchRequest) -> dict:
         """Per-document scores of many (query, documents) items (``UtilityScorer.score_batch``)."""
         self._admit(body)
-        items = [(it.query, [[d] for d in A.plain_docs(it.documents)]) for it in body.items]
+        items = [(it.query, [[d] for d in api.plain_docs(it.documents)]) for it in body.items]
         results = await self._contexts(body, items, body.return_details)
         return {"results": [self._scores(r, body.return_details) for r in results]}
 
     @app.post("/score_contexts")
-    async def score_contexts(self, body: A.ContextsRequest) -> dict:
+    async def score_contexts(self, body: api.ContextsRequest) -> dict:
         """Each ordered document list as one context (``UtilityScorer.score_contexts``)."""
         self._admit(body)
         [results] = await self._contexts(
-            body, [(body.query, [A.plain_docs(c) for c in body.contexts])], body.return_details
+            body, [(body.query, [api.plain_docs(c) for c in body.contexts])], body.return_details
         )
         return {"results": self._scores(results, body.return_details)}
 
     @app.post("/score_contexts_batch")
-    async def score_contexts_batch(self, body: A.ContextsBatchRequest) -> dict:
+    async def score_contexts_batch(self, body: api.ContextsBatchRequest) -> dict:
         """Contexts of many queries (``UtilityScorer.score_contexts_batch``)."""
         self._admit(body)
-        items = [(it.query, [A.plain_docs(c) for c in it.contexts]) for it in body.items]
+        items = [(it.query, [api.plain_docs(c) for c in it.contexts]) for it in body.items]
         results = await self._contexts(body, items, body.return_details)
         return {"results": [self._scores(r, body.return_details) for r in results]}
 
     @app.post("/best_layout")
-    async def best_layout(self, body: A.LayoutRequest) -> dict:
+    async def best_layout(self, body: api.LayoutRequest) -> dict:
         """The most useful of several orders of the documents (``UtilityScorer.best_layout``)."""
         self._admit(body)
         if not body.layouts:
             raise ValueError("best_layout needs at least one layout")
-        [results] = await self._contexts(body, [(body.query, [A.plain_docs(c) for c in body.layouts])], False)
-        return W.encode_layout(choose_layout(results))
+        [results] = await self._contexts(body, [(body.query, [api.plain_docs(c) for c in body.layouts])], False)
+        return wire.encode_layout(choose_layout(results))
 
     @app.post("/rerank")
-    async def rerank(self, body: A.RerankRequest) -> dict:
+    async def rerank(self, body: api.RerankRequest) -> dict:
         """The documents to give the LLM, by rerank mode (``UtilityScorer.rerank``)."""
         self._admit(body)
         admit_rerank(self.config, body)
         _, scorer = self._utility(body)
         # checks, the MiniLM relevance when none is given, the candidates: on the worker, scheduled
-        args = (body.query, A.plain_docs(body.documents), body.top_n, body.threshold)
+        args = (body.query, api.plain_docs(body.documents), body.top_n, body.threshold)
         [rerank_plan] = await self._scheduler.submit(
             Work(
                 "rerank-plan",
@@ -273,7 +272,7 @@ class GroguService:
                 ],
             )
         )
-        if R.grounded_choice(rerank_plan.settings) and rerank_plan.contexts:
+        if rerank.grounded_choice(rerank_plan.settings) and rerank_plan.contexts:
             # the library's path: the candidates' answers (in slices), then the choice on their grounded
             # statistics, and only the chosen one teacher-forced
             key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()
@@ -298,14 +297,14 @@ class GroguService:
                 body, [(rerank_plan.query, rerank_plan.context_documents())], body.return_details
             )
         ranked = scorer.finish_rerank(rerank_plan, scored)
-        out = W.encode_ranked(ranked)
+        out = wire.encode_ranked(ranked)
         if not body.return_details:
             for row in out["results"] + ([out["context"]] if out["context"] else []):
                 row["details"] = None
         return out
 
     @app.post("/ungrounded")
-    async def ungrounded(self, body: A.UngroundedRequest) -> dict:
+    async def ungrounded(self, body: api.UngroundedRequest) -> dict:
         """The ungrounded answer's KeyEntropy (``UtilityScorer.ungrounded``)."""
         self._admit(body)
         key, scorer = self._utility(body)
@@ -319,7 +318,7 @@ class GroguService:
                 lambda sc, us, want: [sc.ungrounded(q) for q in us],
             )
         )
-        return W.encode_ungrounded(result)
+        return wire.encode_ungrounded(result)
 
     # ------------------------------------------------------------------ other metrics
     async def _built(self, key: str, build: Callable[[], Any]) -> Any:
@@ -327,12 +326,12 @@ class GroguService:
         return await self._on_worker(self._cached, key, build)
 
     @app.post("/influence")
-    async def influence(self, body: A.InfluenceRequest) -> dict:
+    async def influence(self, body: api.InfluenceRequest) -> dict:
         """Influence Scores of many (query, documents, answer) items (``InfluenceScorer.score_batch``)."""
         self._admit(body)
         key = "influence:" + body.scorer_key()
-        template = W.decode_template(body.template.model_dump() if body.template else None)
-        items = [(check_query(it.query), A.plain_docs(it.documents), it.answer) for it in body.items]
+        template = wire.decode_template(body.template.model_dump() if body.template else None)
+        items = [(check_query(it.query), api.plain_docs(it.documents), it.answer) for it in body.items]
         # an item's budget: an answer's tokens per engine pass it needs (answer, leave-outs, ablations)
         costs = [
             max(influence_runs(body.method, len(docs), body.n_ablations, answer is not None), 1) * body.max_new_tokens
@@ -367,16 +366,16 @@ class GroguService:
                 lambda sc, us, want: sc.score_batch(us, return_ablations=want),
             )
         )
-        return {"results": [W.encode_influence(r) for r in result]}
+        return {"results": [wire.encode_influence(r) for r in result]}
 
     @app.post("/seper")
-    async def seper(self, body: A.SePerRequest) -> dict:
+    async def seper(self, body: api.SePerRequest) -> dict:
         """ΔSePer of each document, or of all of them as one context (``SePerScorer``): the samples are
         drawn in slices through the scheduler, then each prompt's entailment beliefs, one per slice."""
         self._admit(body)
         if self.config.nli is None:
             raise ValueError("this service has no NLI model for ΔSePer: start it with grogu serve --nli MODEL")
-        docs = A.plain_docs(body.documents)
+        docs = api.plain_docs(body.documents)
         n_contexts = 1 if body.as_context else len(docs)
         if not n_contexts:
             check_query(body.query)
@@ -398,7 +397,7 @@ class GroguService:
                 tau=body.tau,
                 max_new_tokens=tokens,
                 seed=body.seed,
-                template=W.decode_template(body.template.model_dump() if body.template else None),
+                template=wire.decode_template(body.template.model_dump() if body.template else None),
             )
 
         scorer = await self._built(key, build)
@@ -430,10 +429,10 @@ class GroguService:
             )
         )
         results = SePerScorer.results(groups, beliefs)
-        return {"results": [W.encode_seper(r) for r in results]}
+        return {"results": [wire.encode_seper(r) for r in results]}
 
     @app.post("/acu")
-    async def acu(self, body: A.ACURequest) -> dict:
+    async def acu(self, body: api.ACURequest) -> dict:
         """ACU of (claim, evidence, stance) items (``ACUScorer.score_batch``), a slice of items per call."""
         self._admit(body)
         key = "acu:" + body.model_dump_json(include={"labels", "prompt_with", "prompt_without"})
@@ -450,7 +449,7 @@ class GroguService:
         results = await self._scheduler.submit(
             Work(key, scorer, items, [2 * PREFILL_COST] * len(items), False, lambda sc, us, want: sc.score_batch(us))
         )
-        return {"results": [W.encode_acu(r) for r in results]}
+        return {"results": [wire.encode_acu(r) for r in results]}
 
 
 def build_app(

@@ -12,7 +12,7 @@ from langchain_core.runnables import RunnablePassthrough
 from langchain_grogu import GroguCompressor, GroguRetriever, template_from_langchain
 
 import grogu
-from grogu import selection as S
+from grogu import selection
 
 N = 8
 K = 5
@@ -72,7 +72,7 @@ def test_context_mode_in_an_lcel_chain_answers_what_scoring_answered(base, llm, 
         base_docs = base.invoke(query)
         candidates = [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
         scored = scorer.score_contexts(query, [[base_docs[i].page_content for i in c] for c in candidates])
-        best = S.choose_context([s.score for s in scored])
+        best = selection.choose_context([s.score for s in scored])
         got = retriever.invoke(query)
         assert [d.id for d in got] == [base_docs[i].id for i in candidates[best]]
         info = got[0].metadata["grogu"]
@@ -85,12 +85,14 @@ def test_fusion_and_prune_by_hand(base, llm, engine, paragraphs):
     docs = base.invoke(query)
     scorer = grogu.UtilityScorer(engine, max_new_tokens=N)
     utility = [r.score for r in scorer.score(query, [d.page_content for d in docs])]
-    fused = S.fuse(utility, [float(K - i) for i in range(K)], 0.6)
+    fused = selection.fuse(utility, [float(K - i) for i in range(K)], 0.6)
     got = GroguCompressor(model=llm, top_n=3, max_new_tokens=N, mode="fusion", weight=0.6).compress_documents(
         docs, query
     )
-    assert [d.id for d in got] == [docs[i].id for i in S.order_by(fused)[:3]]
-    assert [d.metadata["grogu"]["fused_score"] for d in got] == pytest.approx([fused[i] for i in S.order_by(fused)[:3]])
+    assert [d.id for d in got] == [docs[i].id for i in selection.order_by(fused)[:3]]
+    assert [d.metadata["grogu"]["fused_score"] for d in got] == pytest.approx(
+        [fused[i] for i in selection.order_by(fused)[:3]]
+    )
     none = scorer.score_context(query, []).score
     got = GroguCompressor(model=llm, top_n=None, max_new_tokens=N, mode="prune").compress_documents(docs, query)
     assert [d.id for d in got] == [docs[i].id for i in range(K) if utility[i] >= none]
@@ -105,7 +107,7 @@ def test_fusion_with_relevance_scores_from_metadata(llm, documents, engine):
     utility = [
         r.score for r in grogu.UtilityScorer(engine, max_new_tokens=N).score(query, [d.page_content for d in docs])
     ]
-    expected = S.order_by(S.fuse(utility, [0.2, 0.9, 0.5, 0.1], 0.3))[:2]
+    expected = selection.order_by(selection.fuse(utility, [0.2, 0.9, 0.5, 0.1], 0.3))[:2]
     got = GroguCompressor(
         model=llm, top_n=2, max_new_tokens=N, mode="fusion", weight=0.3, relevance_key="relevance"
     ).compress_documents(docs, query)

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from ...testing import shared_data_path
-from . import common as C
+from . import common
 
 LABELS = ("SUPPORTS", "REFUTES")
 
@@ -67,7 +67,7 @@ def _stats(items: list[dict]) -> dict:
         "mean_sufficient": sum(it["acu_sufficient"] for it in items) / n,
         "mean_insufficient": sum(it["acu_insufficient"] for it in items) / n,
         "sufficient_higher": sum(higher) / n,
-        "sign_test_p": C.sign_test(higher, lower)["p"],
+        "sign_test_p": common.sign_test(higher, lower)["p"],
     }
 
 
@@ -77,7 +77,7 @@ def summarize(items: list[dict]) -> dict:
 
 def run(
     *,
-    model: Any = C.DEFAULT_MODEL,
+    model: Any = common.DEFAULT_MODEL,
     limit: int | None = 300,
     seed: int = 0,
     file: str = "fever_sufficient_facts.jsonl",
@@ -95,12 +95,12 @@ def run(
     ``max_new_tokens`` and ``retriever`` are accepted and unused: ACU reads next-token probabilities)."""
     from ...acu import ACUScorer
 
-    clock = C.Clock()
-    C.set_threads(threads)
-    scorer = ACUScorer(C.one_model(model, "acu"), device=device, dtype=dtype)
+    clock = common.Clock()
+    common.set_threads(threads)
+    scorer = ACUScorer(common.one_model(model, "acu"), device=device, dtype=dtype)
     items = load_items(limit, file)
-    bar = C.progress(len(items), "acu", unit="claim")
-    for chunk in C.chunks(items, batch):
+    bar = common.progress(len(items), "acu", unit="claim")
+    for chunk in common.chunks(items, batch):
         triples = [(it["claim"], it["sufficient_evidence"], it["label_before"]) for it in chunk]
         triples += [(it["claim"], it["insufficient_evidence"], "NOT ENOUGH") for it in chunk]
         res = scorer.score_batch(triples)
@@ -112,7 +112,7 @@ def run(
     bar.close()
     result = {
         "experiment": "acu",
-        "models": C.model_names([scorer]),
+        "models": common.model_names([scorer]),
         "n": len(items),
         "unit": "claims",
         "config": {
@@ -127,7 +127,7 @@ def run(
         "items": items,
         "wall_s": clock(),
     }
-    return C.finish(result, out_dir, write, markdown(result), plot)
+    return common.finish(result, out_dir, write, markdown(result), plot)
 
 
 def markdown(result: dict) -> str:
@@ -136,14 +136,14 @@ def markdown(result: dict) -> str:
         [
             name,
             v["n"],
-            C.fmt(v["mean_sufficient"], 4),
-            C.fmt(v["mean_insufficient"], 4),
-            C.fmt(v["sufficient_higher"]),
-            C.fmt_p(v["sign_test_p"]),
+            common.fmt(v["mean_sufficient"], 4),
+            common.fmt(v["mean_insufficient"], 4),
+            common.fmt(v["sufficient_higher"]),
+            common.fmt_p(v["sign_test_p"]),
         ]
         for name, v in (("all", s["all"]), *((lab, s[lab]) for lab in LABELS))
     ]
-    table = C.md_table(
+    table = common.md_table(
         [
             "claims (label_before)",
             "n",
@@ -155,7 +155,9 @@ def markdown(result: dict) -> str:
         rows,
     )
     return (
-        C.header(result, f"ACU of sufficient vs insufficient evidence (SufficientFacts, {result['config']['file']})")
+        common.header(
+            result, f"ACU of sufficient vs insufficient evidence (SufficientFacts, {result['config']['file']})"
+        )
         + "\n"
         + table
         + "\n"

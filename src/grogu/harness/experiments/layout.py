@@ -18,7 +18,7 @@ import random
 from typing import Any
 
 from ...selection import argmax
-from . import common as C
+from . import common
 from .negatives import hard_negatives, make_retriever
 
 LAYOUTS = {"first": 0, "fifth": 4, "last": 9}
@@ -28,7 +28,7 @@ N_PARAGRAPHS = 10
 def build_items(
     limit: int | None, seed: int, retriever: str, device: str | None = None
 ) -> tuple[list[dict], list[str]]:
-    paragraphs, questions = C.squad_questions(limit, seed)
+    paragraphs, questions = common.squad_questions(limit, seed)
     texts = [p["text"] for p in paragraphs]
     ret = make_retriever(retriever, texts, device=device)
     items = []
@@ -60,7 +60,7 @@ def summarize(items: list[dict], models: list[str]) -> dict:
     for key in models:
         recs = [it["models"][key] for it in items]
         acc = {name: sum(r["correct"][name] for r in recs) / n for name in LAYOUTS}
-        own = {m: sum(r["correct"][r["choice"][m]] for r in recs) / n for m in C.GROGU_METRICS}
+        own = {m: sum(r["correct"][r["choice"][m]] for r in recs) / n for m in common.GROGU_METRICS}
         out[key] = {
             "fixed": acc,
             "own_choice": own,
@@ -79,7 +79,7 @@ def summarize(items: list[dict], models: list[str]) -> dict:
 
 def run(
     *,
-    model: Any = C.DEFAULT_MODEL,
+    model: Any = common.DEFAULT_MODEL,
     limit: int | None = 30,
     seed: int = 0,
     retriever: str = "bm25",
@@ -94,24 +94,24 @@ def run(
 ) -> dict:
     """§4.3 on ``limit`` SQuAD dev questions; ``model`` may be a list of models (each scores every
     layout; their choices are swapped in the summary)."""
-    clock = C.Clock()
-    C.set_threads(threads)
-    scorers = [C.build_scorer(m, max_new_tokens, device, dtype) for m in C.model_list(model)]
-    names = C.model_names(scorers)
+    clock = common.Clock()
+    common.set_threads(threads)
+    scorers = [common.build_scorer(m, max_new_tokens, device, dtype) for m in common.model_list(model)]
+    names = common.model_names(scorers)
     keys = [f"{i}:{name}" if names.count(name) > 1 else name for i, name in enumerate(names)]
     items, texts = build_items(limit, seed, retriever, device)
-    bar = C.progress(len(items) * len(scorers), "layout")
+    bar = common.progress(len(items) * len(scorers), "layout")
     for key, scorer in zip(keys, scorers):
-        for chunk in C.chunks(items, batch):
+        for chunk in common.chunks(items, batch):
             jobs = [(it["question"], [texts[p] for p in it["paragraph_ids"][name]]) for it in chunk for name in LAYOUTS]
-            scored = iter(C.score_contexts(scorer, jobs))
+            scored = iter(common.score_contexts(scorer, jobs))
             for it in chunk:
                 rec = {"utility": {}, "answer": {}, "correct": {}}
                 for name in LAYOUTS:
                     r = next(scored)
                     rec["utility"][name], rec["answer"][name] = dict(r.variants), r.answer
-                    rec["correct"][name] = C.is_correct(r.answer, it["answers"])
-                rec["choice"] = {m: choose(rec["utility"], m) for m in C.GROGU_METRICS}
+                    rec["correct"][name] = common.is_correct(r.answer, it["answers"])
+                rec["choice"] = {m: choose(rec["utility"], m) for m in common.GROGU_METRICS}
                 it["models"][key] = rec
             bar.update(len(chunk))
     bar.close()
@@ -135,23 +135,23 @@ def run(
         "items": items,
         "wall_s": clock(),
     }
-    return C.finish(result, out_dir, write, markdown(result), plot)
+    return common.finish(result, out_dir, write, markdown(result), plot)
 
 
 def markdown(result: dict) -> str:
     s = result["summary"]
     rows = []
     for key, v in s.items():
-        row = [key] + [C.fmt(v["fixed"][n], pct=True) for n in LAYOUTS]
+        row = [key] + [common.fmt(v["fixed"][n], pct=True) for n in LAYOUTS]
         row += [
-            C.fmt(v["random_layout"], pct=True),
-            C.fmt(v["random_expected"], pct=True),
-            C.fmt(v["own_choice"]["key_entropy"], pct=True),
+            common.fmt(v["random_layout"], pct=True),
+            common.fmt(v["random_expected"], pct=True),
+            common.fmt(v["own_choice"]["key_entropy"], pct=True),
         ]
-        row += [C.fmt(v["own_choice"][m], pct=True) for m in ("entropy", "ppl", "key_ppl")]
-        row += [C.fmt(v["oracle"], pct=True), " / ".join(str(v["choices"][n]) for n in LAYOUTS)]
+        row += [common.fmt(v["own_choice"][m], pct=True) for m in ("entropy", "ppl", "key_ppl")]
+        row += [common.fmt(v["oracle"], pct=True), " / ".join(str(v["choices"][n]) for n in LAYOUTS)]
         rows.append(row)
-    table = C.md_table(
+    table = common.md_table(
         [
             "model",
             "gold first (%)",
@@ -169,19 +169,21 @@ def markdown(result: dict) -> str:
         rows,
     )
     text = (
-        C.header(result, "Context layout: gold paragraph first, fifth or last of 10 (GROGU paper §4.3)")
+        common.header(result, "Context layout: gold paragraph first, fifth or last of 10 (GROGU paper §4.3)")
         + "\n"
         + table
         + "\n"
     )
     cross = [
-        [key, other, C.fmt(acc, pct=True), C.fmt(v["own_choice"]["key_entropy"], pct=True)]
+        [key, other, common.fmt(acc, pct=True), common.fmt(v["own_choice"]["key_entropy"], pct=True)]
         for key, v in s.items()
         for other, acc in v["other_choice"].items()
     ]
     if cross:
         text += (
-            "\n" + C.md_table(["model", "using the choice of", "accuracy (%)", "with its own choice (%)"], cross) + "\n"
+            "\n"
+            + common.md_table(["model", "using the choice of", "accuracy (%)", "with its own choice (%)"], cross)
+            + "\n"
         )
     return text
 
@@ -199,4 +201,4 @@ def plot(result: dict, path: str) -> None:
         )
         bars.update({f"{o}'s choice": acc for o, acc in v["other_choice"].items()})
         groups[key] = bars
-    C.bar_plot(path, groups, f"Answer accuracy by layout — N={result['n']}", "accuracy")
+    common.bar_plot(path, groups, f"Answer accuracy by layout — N={result['n']}", "accuracy")

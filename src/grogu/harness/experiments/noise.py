@@ -24,11 +24,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from . import common as C
+from . import common
 from .negatives import BM25Retriever, DenseRetriever, hard_negatives, make_retriever
 
 CONTEXTS = ("random", "retrieved")
-METRICS = C.GROGU_METRICS + ("bm25", "minilm")
+METRICS = common.GROGU_METRICS + ("bm25", "minilm")
 N_NOISE = 4
 
 
@@ -36,7 +36,7 @@ def build_items(
     limit: int | None, seed: int, retriever: str, device: str | None = None
 ) -> tuple[list[dict], Any, list[str]]:
     """The sampled questions with the paragraph ids of both contexts; the retriever; all texts."""
-    paragraphs, questions = C.squad_questions(limit, seed)
+    paragraphs, questions = common.squad_questions(limit, seed)
     texts = [p["text"] for p in paragraphs]
     ret = make_retriever(retriever, texts, device=device)
     items = []
@@ -45,7 +45,7 @@ def build_items(
         retrieved = hard_negatives(ret.scores(q["question"]), texts, q["answers"], {q["gold"]}, N_NOISE)
         rnd: list[int] = []
         while len(rnd) < N_NOISE:
-            rnd.append(C.random_paragraph(rng, paragraphs, {q["gold"], *rnd}, q["answers"]))
+            rnd.append(common.random_paragraph(rng, paragraphs, {q["gold"], *rnd}, q["answers"]))
         pos = rng.randrange(N_NOISE + 1)
         ids = {
             name: noise[:pos] + [q["gold"]] + noise[pos:] for name, noise in (("random", rnd), ("retrieved", retrieved))
@@ -98,8 +98,8 @@ def summarize(items: list[dict]) -> dict:
             "prefers_random": sum(p > 0 for p in pref),
             "prefers_retrieved": sum(p < 0 for p in pref),
             "prefers_neither": sum(p == 0 for p in pref),
-            **C.kendall_tau(pref, outcome),
-            "classifier": C.binary_scores(predicted, ca + cb),
+            **common.kendall_tau(pref, outcome),
+            "classifier": common.binary_scores(predicted, ca + cb),
         }
     n = len(items)
     return {"accuracy": {"random": sum(ca) / n, "retrieved": sum(cb) / n}, "outcomes": counts, "metrics": metrics}
@@ -107,7 +107,7 @@ def summarize(items: list[dict]) -> dict:
 
 def run(
     *,
-    model: Any = C.DEFAULT_MODEL,
+    model: Any = common.DEFAULT_MODEL,
     limit: int | None = 100,
     seed: int = 0,
     retriever: str = "bm25",
@@ -121,26 +121,26 @@ def run(
     command: str | None = None,
 ) -> dict:
     """§4.2 on ``limit`` SQuAD dev questions (sampled with ``seed``); see the module docstring."""
-    clock = C.Clock()
-    C.set_threads(threads)
-    scorer = C.build_scorer(C.one_model(model, "noise"), max_new_tokens, device, dtype)
+    clock = common.Clock()
+    common.set_threads(threads)
+    scorer = common.build_scorer(common.one_model(model, "noise"), max_new_tokens, device, dtype)
     items, ret, texts = build_items(limit, seed, retriever, device)
     relevance(items, ret, texts, device)
-    bar = C.progress(len(items), "noise")
-    for chunk in C.chunks(items, batch):
+    bar = common.progress(len(items), "noise")
+    for chunk in common.chunks(items, batch):
         jobs = [(it["question"], [texts[p] for p in it["paragraph_ids"][c]]) for it in chunk for c in CONTEXTS]
-        scored = iter(C.score_contexts(scorer, jobs))
+        scored = iter(common.score_contexts(scorer, jobs))
         for it in chunk:
             for c in CONTEXTS:
                 r = next(scored)
                 it["utility"][c].update(r.variants)
                 it.setdefault("answer", {})[c] = r.answer
-                it.setdefault("correct", {})[c] = C.is_correct(r.answer, it["answers"])
+                it.setdefault("correct", {})[c] = common.is_correct(r.answer, it["answers"])
         bar.update(len(chunk))
     bar.close()
     result = {
         "experiment": "noise",
-        "models": C.model_names([scorer]),
+        "models": common.model_names([scorer]),
         "n": len(items),
         "unit": "SQuAD dev questions",
         "config": {
@@ -157,20 +157,20 @@ def run(
         "items": items,
         "wall_s": clock(),
     }
-    return C.finish(result, out_dir, write, markdown(result), plot)
+    return common.finish(result, out_dir, write, markdown(result), plot)
 
 
 def markdown(result: dict) -> str:
     s = result["summary"]
     o = s["outcomes"]
-    acc = C.md_table(
+    acc = common.md_table(
         ["context", "answer accuracy (%)"],
         [
-            ["gold + 4 random", C.fmt(s["accuracy"]["random"], pct=True)],
-            ["gold + 4 retrieved", C.fmt(s["accuracy"]["retrieved"], pct=True)],
+            ["gold + 4 random", common.fmt(s["accuracy"]["random"], pct=True)],
+            ["gold + 4 retrieved", common.fmt(s["accuracy"]["retrieved"], pct=True)],
         ],
     )
-    outcomes = C.md_table(
+    outcomes = common.md_table(
         [
             "random wins (only random correct)",
             "retrieved wins (only retrieved correct)",
@@ -181,19 +181,19 @@ def markdown(result: dict) -> str:
     )
     rows = [
         [
-            C.METRIC_LABELS[m],
+            common.METRIC_LABELS[m],
             v["prefers_random"],
             v["prefers_retrieved"],
             v["prefers_neither"],
             v["C"],
             v["D"],
-            C.fmt(v["tau"]),
-            C.fmt(v["classifier"]["accuracy"]),
-            C.fmt(v["classifier"]["f1"]),
+            common.fmt(v["tau"]),
+            common.fmt(v["classifier"]["accuracy"]),
+            common.fmt(v["classifier"]["f1"]),
         ]
         for m, v in s["metrics"].items()
     ]
-    table = C.md_table(
+    table = common.md_table(
         [
             "metric",
             "prefers random",
@@ -208,7 +208,7 @@ def markdown(result: dict) -> str:
         rows,
     )
     return (
-        C.header(result, "Noise robustness: gold + 4 random vs gold + 4 retrieved (GROGU paper §4.2)")
+        common.header(result, "Noise robustness: gold + 4 random vs gold + 4 retrieved (GROGU paper §4.2)")
         + "\n"
         + acc
         + "\n\n"
@@ -221,7 +221,7 @@ def markdown(result: dict) -> str:
 
 def plot(result: dict, path: str) -> None:
     m = result["summary"]["metrics"]
-    C.bar_plot(
+    common.bar_plot(
         path,
         {
             "Kendall τ": {k: v["tau"] for k, v in m.items()},

@@ -27,9 +27,9 @@ import random
 from typing import Any, Callable, Sequence
 
 from ...testing import shared_data_path
-from . import common as C
+from . import common
 
-KERNELS: dict[str, Callable[[str, str], float]] = {"token-f1": C.token_f1, "rouge-l": C.rouge_l}
+KERNELS: dict[str, Callable[[str, str], float]] = {"token-f1": common.token_f1, "rouge-l": common.rouge_l}
 MEASURES = {
     "dseper_soft": "ΔSePer (soft)",
     "dseper_hard": "ΔSePer (hard)",
@@ -70,7 +70,7 @@ def load_items(limit: int | None, seed: int, paragraphs: int | None) -> list[dic
     with open(shared_data_path("musique-sample", "musique_train_100_hipporag.json"), encoding="utf-8") as f:
         data = json.load(f)
     items = []
-    for q in C.sample(data, limit, seed):
+    for q in common.sample(data, limit, seed):
         n_steps = len(q["question_decomposition"])
         paras = q["paragraphs"]
         if paragraphs is not None:
@@ -114,10 +114,12 @@ def summarize(items: list[dict]) -> dict:
     gt = [p["gt"] for p in pairs]
     out = {}
     for m in MEASURES:
-        per_q = [C.pearson([p[m] for p in it["paragraphs"]], [p["gt"] for p in it["paragraphs"]])["r"] for it in items]
+        per_q = [
+            common.pearson([p[m] for p in it["paragraphs"]], [p["gt"] for p in it["paragraphs"]])["r"] for it in items
+        ]
         defined = [r for r in per_q if r == r]
         out[m] = {
-            "pooled": C.pearson([p[m] for p in pairs], gt),
+            "pooled": common.pearson([p[m] for p in pairs], gt),
             "per_question_mean_r": sum(defined) / len(defined) if defined else float("nan"),
             "per_question_defined": len(defined),
             "mean": sum(p[m] for p in pairs) / len(pairs),
@@ -127,7 +129,7 @@ def summarize(items: list[dict]) -> dict:
 
 def run(
     *,
-    model: Any = C.DEFAULT_MODEL,
+    model: Any = common.DEFAULT_MODEL,
     limit: int | None = 10,
     seed: int = 0,
     nli: str | None = None,
@@ -149,9 +151,9 @@ def run(
     ``kernel`` ('token-f1' / 'rouge-l'). ``retriever`` is accepted and unused (the paragraphs are given)."""
     from ...seper import NLIEntailment, SePerScorer
 
-    clock = C.Clock()
-    C.set_threads(threads)
-    scorer = C.build_scorer(C.one_model(model, "seper"), max_new_tokens, device, dtype)
+    clock = common.Clock()
+    common.set_threads(threads)
+    scorer = common.build_scorer(common.one_model(model, "seper"), max_new_tokens, device, dtype)
     if nli:
         entail: Any = NLIEntailment(nli, device=device)
         kernel_label = f"NLI model {nli}"
@@ -162,8 +164,8 @@ def run(
         scorer.engine, entailment=entail, n_samples=samples, tau=tau, seed=seed, max_new_tokens=max_new_tokens
     )
     items = load_items(limit, seed, paragraphs)
-    bar = C.progress(len(items), "seper")
-    for chunk in C.chunks(items, batch):
+    bar = common.progress(len(items), "seper")
+    for chunk in common.chunks(items, batch):
         docs = [[{"title": p["title"], "text": p["text"]} for p in it["paragraphs"]] for it in chunk]
         greedy = scorer.score_batch([(it["question"], d) for it, d in zip(chunk, docs)])
         ungrounded = scorer.engine.generate(
@@ -173,9 +175,9 @@ def run(
             refs = it["references"]
             it["ungrounded_answer"] = u.text
             base = {
-                "em": C.exact_match(u.text, refs),
-                "f1": C.best_over(C.token_f1, u.text, refs),
-                "rouge_l": C.best_over(C.rouge_l, u.text, refs),
+                "em": common.exact_match(u.text, refs),
+                "f1": common.best_over(common.token_f1, u.text, refs),
+                "rouge_l": common.best_over(common.rouge_l, u.text, refs),
             }
             h_u = _mean_entropy(u)
             if isinstance(entail, LexicalEntailment):
@@ -188,7 +190,7 @@ def run(
     bar.close()
     result = {
         "experiment": "seper",
-        "models": C.model_names([scorer]),
+        "models": common.model_names([scorer]),
         "n": len(items),
         "unit": "MuSiQue questions",
         "config": {
@@ -207,16 +209,16 @@ def run(
         "items": items,
         "wall_s": clock(),
     }
-    return C.finish(result, out_dir, write, markdown(result), plot)
+    return common.finish(result, out_dir, write, markdown(result), plot)
 
 
 def _fill_paragraph(p: dict, r: Any, s: Any, refs: list[str], base: dict[str, float], h_u: float) -> None:
     """One paragraph's record: its grounded answer's scores against the references and their change
     from the ungrounded answer's (``base``), its GROGU variants and its ΔSePer ``s``."""
     p["answer"] = r.answer
-    p["em"] = C.exact_match(r.answer, refs)
-    p["f1"] = C.best_over(C.token_f1, r.answer, refs)
-    p["rouge_l"] = C.best_over(C.rouge_l, r.answer, refs)
+    p["em"] = common.exact_match(r.answer, refs)
+    p["f1"] = common.best_over(common.token_f1, r.answer, refs)
+    p["rouge_l"] = common.best_over(common.rouge_l, r.answer, refs)
     for k in ("em", "f1", "rouge_l"):
         p[f"d_{k}"] = p[k] - base[k]
     p["entropy"] = r.variants["entropy"]
@@ -233,16 +235,18 @@ def markdown(result: dict) -> str:
     rows = [
         [
             label,
-            C.fmt(s["pearson"][m]["pooled"]["r"]),
-            C.fmt_p(s["pearson"][m]["pooled"]["p"]),
-            f"{C.fmt(s['pearson'][m]['per_question_mean_r'])} ({s['pearson'][m]['per_question_defined']})",
-            C.fmt(s["pearson"][m]["mean"]),
+            common.fmt(s["pearson"][m]["pooled"]["r"]),
+            common.fmt_p(s["pearson"][m]["pooled"]["p"]),
+            f"{common.fmt(s['pearson'][m]['per_question_mean_r'])} ({s['pearson'][m]['per_question_defined']})",
+            common.fmt(s["pearson"][m]["mean"]),
         ]
         for m, label in MEASURES.items()
     ]
-    table = C.md_table(["measure", "Pearson r (pooled)", "p", "mean per-question r (questions)", "mean value"], rows)
+    table = common.md_table(
+        ["measure", "Pearson r (pooled)", "p", "mean per-question r (questions)", "mean value"], rows
+    )
     return (
-        C.header(result, "ΔSePer vs ground-truth utility on MuSiQue (1/n_steps per supporting paragraph)")
+        common.header(result, "ΔSePer vs ground-truth utility on MuSiQue (1/n_steps per supporting paragraph)")
         + f"- entailment kernel: **{result['config']['kernel']}**\n"
         + f"- {s['pairs']} (question, paragraph) pairs, {s['supporting_pairs']} supporting\n\n"
         + table

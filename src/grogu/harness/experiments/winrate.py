@@ -16,12 +16,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from . import common as C
+from . import common
 from .negatives import BM25Retriever, DenseRetriever, hard_negatives, make_retriever
 
 OTHERS = ("distractor", "random")
 DOCS = ("gold",) + OTHERS
-METRICS = C.GROGU_METRICS + ("bm25", "minilm")
+METRICS = common.GROGU_METRICS + ("bm25", "minilm")
 SIGN_TESTS = (("key_entropy", "entropy"), ("key_ppl", "ppl"))
 #: Table 1 of the GROGU paper (KeyEntropy win-rates, %), as given in the paper (Hua et al.)
 PAPER = {"Phi-4": {"distractor": 90.7, "random": 95.8}, "Qwen2.5-7B": {"distractor": 84.3, "random": 91.0}}
@@ -29,14 +29,16 @@ PAPER = {"Phi-4": {"distractor": 90.7, "random": 95.8}, "Qwen2.5-7B": {"distract
 
 def build_items(limit: int | None, seed: int, retriever: str, device: str | None = None) -> tuple[list[dict], Any]:
     """The sampled questions with their gold, distractor and random paragraph (ids and texts)."""
-    paragraphs, questions = C.squad_questions(limit, seed)
+    paragraphs, questions = common.squad_questions(limit, seed)
     texts = [p["text"] for p in paragraphs]
     ret = make_retriever(retriever, texts, device=device)
     items = []
     for n, q in enumerate(questions):
         exclude = {q["gold"]}
         distractor = hard_negatives(ret.scores(q["question"]), texts, q["answers"], exclude, 1)[0]
-        rnd = C.random_paragraph(random.Random(f"{seed}-{q['id']}"), paragraphs, exclude | {distractor}, q["answers"])
+        rnd = common.random_paragraph(
+            random.Random(f"{seed}-{q['id']}"), paragraphs, exclude | {distractor}, q["answers"]
+        )
         items.append(
             {
                 "id": q["id"],
@@ -54,7 +56,7 @@ def relevance(items: list[dict], ret: Any, device: str | None) -> None:
     if isinstance(ret, BM25Retriever):
         bm25 = ret
     else:
-        paragraphs, _ = C.squad_data()
+        paragraphs, _ = common.squad_data()
         bm25 = BM25Retriever([p["text"] for p in paragraphs])
     minilm = ret if isinstance(ret, DenseRetriever) else DenseRetriever(device=device)
     queries = [it["question"] for it in items for _ in DOCS]
@@ -71,7 +73,7 @@ def summarize(items: list[dict]) -> dict:
     """Win-rates, sign tests and answer accuracy from the per-item records."""
     win = {
         o: {
-            m: C.win_counts([it["utility"]["gold"][m] for it in items], [it["utility"][o][m] for it in items])
+            m: common.win_counts([it["utility"]["gold"][m] for it in items], [it["utility"][o][m] for it in items])
             for m in METRICS
         }
         for o in OTHERS
@@ -81,13 +83,13 @@ def summarize(items: list[dict]) -> dict:
         for a, b in SIGN_TESTS:
             wa = [it["utility"]["gold"][a] > it["utility"][o][a] for it in items]
             wb = [it["utility"]["gold"][b] > it["utility"][o][b] for it in items]
-            tests.setdefault(o, {})[f"{a} vs {b}"] = C.sign_test(wa, wb)
+            tests.setdefault(o, {})[f"{a} vs {b}"] = common.sign_test(wa, wb)
     acc = {d: sum(it["correct"][d] for it in items) / len(items) for d in DOCS}
     # the same win-rates on the questions the model answers correctly from the gold paragraph
     ok = [it for it in items if it["correct"]["gold"]]
     win_ok = {
         o: {
-            m: C.win_counts([it["utility"]["gold"][m] for it in ok], [it["utility"][o][m] for it in ok])
+            m: common.win_counts([it["utility"]["gold"][m] for it in ok], [it["utility"][o][m] for it in ok])
             for m in METRICS
         }
         for o in OTHERS
@@ -97,7 +99,7 @@ def summarize(items: list[dict]) -> dict:
 
 def run(
     *,
-    model: Any = C.DEFAULT_MODEL,
+    model: Any = common.DEFAULT_MODEL,
     limit: int | None = 100,
     seed: int = 0,
     retriever: str = "bm25",
@@ -111,24 +113,24 @@ def run(
     command: str | None = None,
 ) -> dict:
     """Table 1 on ``limit`` SQuAD dev questions (sampled with ``seed``); see the module docstring."""
-    clock = C.Clock()
-    C.set_threads(threads)
-    scorer = C.build_scorer(C.one_model(model, "winrate"), max_new_tokens, device, dtype)
+    clock = common.Clock()
+    common.set_threads(threads)
+    scorer = common.build_scorer(common.one_model(model, "winrate"), max_new_tokens, device, dtype)
     items, ret = build_items(limit, seed, retriever, device)
     relevance(items, ret, device)
-    bar = C.progress(len(items), "winrate")
-    for chunk in C.chunks(items, batch):
+    bar = common.progress(len(items), "winrate")
+    for chunk in common.chunks(items, batch):
         scored = scorer.score_batch([(it["question"], [it["texts"][d] for d in DOCS]) for it in chunk])
         for it, results in zip(chunk, scored):
             for d, r in zip(DOCS, results):
                 it["utility"][d].update(r.variants)
                 it.setdefault("answer", {})[d] = r.answer
-                it.setdefault("correct", {})[d] = C.is_correct(r.answer, it["answers"])
+                it.setdefault("correct", {})[d] = common.is_correct(r.answer, it["answers"])
         bar.update(len(chunk))
     bar.close()
     result = {
         "experiment": "winrate",
-        "models": C.model_names([scorer]),
+        "models": common.model_names([scorer]),
         "n": len(items),
         "unit": "SQuAD dev questions",
         "config": {
@@ -144,12 +146,12 @@ def run(
         "items": items,
         "wall_s": clock(),
     }
-    return C.finish(result, out_dir, write, markdown(result), plot)
+    return common.finish(result, out_dir, write, markdown(result), plot)
 
 
 def _rate_ci(w: dict) -> str:
-    lo, hi = C.proportion_ci(w["rate"], w["n"])
-    return f"{C.fmt(w['rate'], pct=True)} [{C.fmt(lo, pct=True)}–{C.fmt(hi, pct=True)}]"
+    lo, hi = common.proportion_ci(w["rate"], w["n"])
+    return f"{common.fmt(w['rate'], pct=True)} [{common.fmt(lo, pct=True)}–{common.fmt(hi, pct=True)}]"
 
 
 def markdown(result: dict) -> str:
@@ -159,14 +161,14 @@ def markdown(result: dict) -> str:
         paper = [f"{PAPER[k]['distractor']} / {PAPER[k]['random']}" if m == "key_entropy" else "n/a" for k in PAPER]
         ok = s["win_rate_gold_answered"]
         rows.append(
-            [C.METRIC_LABELS[m]]
+            [common.METRIC_LABELS[m]]
             + [_rate_ci(s["win_rate"][o][m]) for o in OTHERS]
             + [f"{s['win_rate']['distractor'][m]['ties']} / {s['win_rate']['random'][m]['ties']}"]
-            + [" / ".join(C.fmt(ok[o][m]["rate"], pct=True) for o in OTHERS)]
+            + [" / ".join(common.fmt(ok[o][m]["rate"], pct=True) for o in OTHERS)]
             + paper
         )
     n_ok = s["win_rate_gold_answered"]["distractor"]["key_entropy"]["n"]
-    table = C.md_table(
+    table = common.md_table(
         [
             "metric",
             "win-rate vs distractor (%) [95% CI]",
@@ -177,15 +179,15 @@ def markdown(result: dict) -> str:
         + [f"paper {k}, SQuAD (dist. / rand., %)" for k in PAPER],
         rows,
     )
-    tests = C.md_table(
+    tests = common.md_table(
         ["comparison", "vs", "n10 (first only)", "n01 (second only)", "sign-test p"],
-        [[k, o, t["n10"], t["n01"], C.fmt_p(t["p"])] for o in OTHERS for k, t in s["sign_test"][o].items()],
+        [[k, o, t["n10"], t["n01"], common.fmt_p(t["p"])] for o in OTHERS for k, t in s["sign_test"][o].items()],
     )
     acc = "answer accuracy of the model with each paragraph alone: " + ", ".join(
-        f"{d} {C.fmt(v, pct=True)} %" for d, v in s["accuracy"].items()
+        f"{d} {common.fmt(v, pct=True)} %" for d, v in s["accuracy"].items()
     )
     return (
-        C.header(result, "Win-rate of the gold paragraph (GROGU paper, Table 1 protocol, SQuAD v1.1 dev)")
+        common.header(result, "Win-rate of the gold paragraph (GROGU paper, Table 1 protocol, SQuAD v1.1 dev)")
         + "\n"
         + table
         + "\n\n"
@@ -198,7 +200,7 @@ def markdown(result: dict) -> str:
 
 def plot(result: dict, path: str) -> None:
     s = result["summary"]["win_rate"]
-    C.bar_plot(
+    common.bar_plot(
         path,
         {f"gold vs {o}": {m: s[o][m]["rate"] for m in METRICS} for o in OTHERS},
         f"Win-rate of the gold paragraph — {', '.join(result['models'])}, N={result['n']}",
