@@ -12,8 +12,7 @@ from .models import DEFAULT_MODEL, load_model
 from .prompts import Document, PromptTemplate, TruncationWarning
 from .rerank import ModeSettings
 from .scorer import ContextScore, DocumentScore, LayoutChoice, UtilityScorer, standard_layouts
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "Engine",

@@ -43,6 +43,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .version import __version__
+
 try:  # the optional extra: grogu[otel]
     from opentelemetry import context as otel_context
     from opentelemetry import trace as otel_trace
@@ -91,8 +93,6 @@ def tracer() -> Any:
     """grogu's tracer, or None when tracing is not available."""
     if not available():
         return None
-    from . import __version__
-
     provider = _provider if _provider is not None else otel_trace.get_tracer_provider()
     return provider.get_tracer(TRACER_NAME, __version__)
 

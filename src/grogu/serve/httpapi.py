@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import __version__
+from ..version import __version__
 from .config import ServeConfig
 
 logger = logging.getLogger("grogu.serve")

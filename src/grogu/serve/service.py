@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 from ray import serve
 
-from .. import __version__, coalescer, metrics, rerank
+from .. import coalescer, metrics, rerank
 from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
 from ..checks import check_documents, check_query
 from ..engine import get_engine
@@ -40,6 +40,7 @@ from ..results import choose_layout
 from ..scorer import UtilityScorer
 from ..selection import RERANK_MODES
 from ..seper import NLIEntailment, SePerScorer, check_references
+from ..version import __version__
 from . import api, wire
 from .admission import PREFILL_COST, admit, admit_budget, admit_rerank, influence_runs
 from .config import ServeConfig
