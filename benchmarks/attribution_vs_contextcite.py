@@ -87,11 +87,11 @@ def contextciter(scorer: InfluenceScorer, query: str, docs: list[Document], m: i
             ids = scorer._prompt(self.query, self.partitioner.get_context(mask))
             return (ids, self.tokenizer.decode(ids)) if return_prompt else ids
 
-    tok = scorer.engine.tokenizer
+    tok = scorer.target.tokenizer
     tok.padding_side = "left"
     partitioner = DocumentPartitioner(docs)
     return GroguPromptCiter(
-        scorer.engine.model,
+        scorer.target.model,
         tok,
         partitioner.context,
         query,
@@ -230,8 +230,8 @@ def main() -> None:
     )
     scorers = {
         "contextcite": cc,
-        "leave_one_out_logprob": InfluenceScorer(cc.engine, method="leave_one_out_logprob", max_new_tokens=t),
-        "exact": InfluenceScorer(cc.engine, method="exact", max_new_tokens=t),
+        "leave_one_out_logprob": InfluenceScorer(cc.target, method="leave_one_out_logprob", max_new_tokens=t),
+        "exact": InfluenceScorer(cc.target, method="exact", max_new_tokens=t),
     }
     qs = {k: questions(args.questions, k, args.seed, args.doc_words) for k in ks}
     scorers["exact"].score("Warm-up?", [qs[ks[0]][0][1][0]])

@@ -145,7 +145,7 @@ def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
     contexts, texts = plan_contexts(setups, queries, None, False)
     contexts = contexts[:n]
     as_docs = lambda ks: [{"text": texts[k]["text"], "title": texts[k]["title"]} for k in ks]  # noqa: E731
-    engine = scorer.engine
+    engine = scorer.target
     t0 = time.perf_counter()
     with engine.kernels():
         for q, ks in contexts:

@@ -135,7 +135,7 @@ def main() -> None:
     exact = InfluenceScorer(DEFAULT_MODEL, max_new_tokens=args.max_new_tokens, device=args.device, method="exact")
     abl = {
         m: InfluenceScorer(
-            exact.engine,
+            exact.target,
             embedder=exact.embedder,
             max_new_tokens=args.max_new_tokens,
             method="ablation",

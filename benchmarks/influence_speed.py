@@ -38,7 +38,7 @@ from grogu.testing import squad_paragraphs
 def naive(scorer: InfluenceScorer, query: str, docs: list[Document]) -> list[float]:
     def gen(ctx: list[Document]) -> str:
         prompt = scorer.prompts.grounded_ids(query, ctx) if ctx else scorer.prompts.ungrounded_ids(query)
-        return scorer.engine.generate([prompt], scorer.max_new_tokens)[0].text
+        return scorer.target.generate([prompt], scorer.max_new_tokens)[0].text
 
     emb = lambda t: scorer.embedder.encode(t, convert_to_tensor=True)  # noqa: E731
     f = emb(gen(docs))
@@ -104,7 +104,7 @@ def main() -> None:
 def against_grogu(scorer: InfluenceScorer, paras: list[dict], ks: list[int], args) -> None:
     """Each method's wall seconds and encoded prompt tokens per query against GROGU-scoring the same
     documents, all on one engine, alternating the order of the methods between queries."""
-    engine = scorer.engine
+    engine = scorer.target
     grogu = UtilityScorer(engine)
     forward = {
         m: InfluenceScorer(

@@ -59,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     scorer = InfluenceScorer(DEFAULT_MODEL, method="leave_one_out_logprob", device="cpu")
-    engine = scorer.engine
+    engine = scorer.target
     ks = [int(k) for k in args.ks.split(",")]
     paras = squad_paragraphs(max(ks), seed=7)
     cut = (lambda t: " ".join(t.split()[: args.words])) if args.words else (lambda t: t)

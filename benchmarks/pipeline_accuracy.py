@@ -685,7 +685,7 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
         return run
 
     for name in runs:
-        scoring = reranks[name].scorer.engine
+        scoring = reranks[name].scorer.target
         if not hasattr(scoring, "_counted"):
             scoring.generate, scoring._counted = counted(scoring.generate), True
     for q in questions:
@@ -695,7 +695,7 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
         if tokenizer is not None:
             plain_answer_tokens.append(len(tokenizer(answer, add_special_tokens=False)["input_ids"]) + 1)
         for name, engine in engines.items():
-            scoring = reranks[name].scorer.engine
+            scoring = reranks[name].scorer.target
             before = (scoring.prefill_tokens, scoring.lookup_steps)
             batches.clear()
             t0 = time.perf_counter()

@@ -98,3 +98,100 @@ def test_no_module_imports_another_modules_private_name():
         if n.startswith("_") and not n.startswith("__")
     )
     assert private == []
+
+
+# The layers, lowest first. A module may import its own layer and those below it, never one above.
+LAYERS = [
+    (
+        "base",
+        [
+            "grogu.version",
+            "grogu.checks",
+            "grogu.prompts",
+            "grogu.files",
+            "grogu.extras",
+            "grogu.gguf_meta",
+            "grogu.results",
+            "grogu.sinks",
+            "grogu.coalescer",
+            "grogu.target",
+            "grogu.tracing",
+            "grogu.naive",
+            "grogu.engine.types",
+        ],
+    ),
+    ("runtime: the target LLMs", ["grogu.models", "grogu.engine", "grogu.inference_server"]),
+    (
+        "metrics",
+        [
+            "grogu.metrics",
+            "grogu.scales",
+            "grogu.selection",
+            "grogu.attribution",
+            "grogu.influence",
+            "grogu.acu",
+            "grogu.seper",
+            "grogu.rerank",
+        ],
+    ),
+    ("scorers", ["grogu.scorer", "grogu.context_scoring", "grogu.influence_log"]),
+    ("the service", ["grogu.serve"]),
+    (
+        "front ends",
+        [
+            "grogu",
+            "grogu.scorer_factory",
+            "grogu.batch",
+            "grogu.cli",
+            "grogu.serve.cli",
+            "grogu.audit",
+            "grogu.testing",
+        ],
+    ),
+    ("the research harness", ["grogu.harness"]),
+]
+
+
+def layer_of(module: str) -> int:
+    """The layer of the longest prefix that names the module or a package above it."""
+    best, found = -1, None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > best:
+                best, found = len(p), i
+    assert found is not None, f"{module} is in no layer: add it to LAYERS"
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert {m: layer_of(m) for m in MODULES}  # layer_of fails on a module in no layer
+    assert layer_of("grogu.serve.cli") == 5 and layer_of("grogu.serve.client") == 4
+    assert layer_of("grogu.engine.types") == 0 and layer_of("grogu.engine.core") == 1
+
+
+def test_no_module_imports_a_higher_layer():
+    up = sorted(
+        f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+        for m, deps in GRAPH.items()
+        for t, _ in deps
+        if layer_of(t) > layer_of(m)
+    )
+    assert up == []
+
+
+def test_the_two_targets_do_not_import_each_other():
+    """The engine and the inference-server target both implement grogu.target.Target. The server
+    side takes the engine's result types only."""
+    crossing = sorted(
+        f"{m} imports {t}"
+        for m, deps in GRAPH.items()
+        for t, _ in deps
+        if (m.startswith("grogu.engine") and t.startswith("grogu.inference_server"))
+        or (m.startswith("grogu.inference_server") and t.startswith("grogu.engine") and t != "grogu.engine.types")
+    )
+    assert crossing == []
+
+
+def test_no_module_imports_the_package_root():
+    """The root re-exports the public names; a module importing it would run every import above it."""
+    assert sorted(m for m, deps in GRAPH.items() if m != "grogu" and "grogu" in {t for t, _ in deps}) == []

@@ -38,7 +38,7 @@ def test_model_specs(model_dir):
         get_engine(12)
     engine = get_engine(model_dir, device="cpu")
     assert engine is get_engine(model_dir, device="cpu")  # one engine per (model, device, dtype)
-    assert UtilityScorer(model_dir, device="cpu").engine is engine
+    assert UtilityScorer(model_dir, device="cpu").target is engine
 
 
 def test_local_dir_equals_loaded_pair(model_dir, tokenizer):

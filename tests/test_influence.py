@@ -28,7 +28,7 @@ def influence(tiny_engine):
 
 def _naive(scorer, query, docs, answer=None):
     """2k+1 generations one at a time, then the formula."""
-    gen = lambda d: scorer.engine.generate([scorer._prompt(query, d)], 8)[0].text  # noqa: E731
+    gen = lambda d: scorer.target.generate([scorer._prompt(query, d)], 8)[0].text  # noqa: E731
     docs = [Document(d) for d in docs]
     full = answer if answer is not None else gen(docs)
     loo = [gen(docs[:i] + docs[i + 1 :]) for i in range(len(docs))]
@@ -53,7 +53,7 @@ def test_given_answer_and_k1(influence):
     assert res.answer == "The Vltava." and res.scores == pytest.approx(scores, abs=1e-4)
     # k = 1: leave-one-out is the query alone
     assert (
-        res.leave_one_out_answers[0] == influence.engine.generate([influence.prompts.ungrounded_ids(QUERY)], 8)[0].text
+        res.leave_one_out_answers[0] == influence.target.generate([influence.prompts.ungrounded_ids(QUERY)], 8)[0].text
     )
 
 
@@ -78,4 +78,4 @@ def test_bad_input(influence):
     with pytest.raises(TypeError):
         influence.score(QUERY, DOCS, answer=3)
     with pytest.raises(ValueError, match="sentence-transformers"):
-        InfluenceScorer(influence.engine, embedder="/no/such/embedder")
+        InfluenceScorer(influence.target, embedder="/no/such/embedder")

@@ -74,7 +74,7 @@ def exact(tiny_engine):
 
 def _scorer(exact, **kw):
     kw.setdefault("method", "ablation")
-    return InfluenceScorer(exact.engine, embedder=exact.embedder, max_new_tokens=8, **kw)
+    return InfluenceScorer(exact.target, embedder=exact.embedder, max_new_tokens=8, **kw)
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_ablation_data_and_masks(exact):
     assert res.scores == pytest.approx(w, abs=1e-6) and ab.intercept == pytest.approx(w0, abs=1e-6)
     # each ablation's answer is the one-at-a-time answer of its masked context; empty = query alone
     docs = [Document(d) for d in DOCS[:2]]
-    one = lambda ctx: exact.engine.generate([exact._prompt(QUERY, ctx)], 8)[0].text  # noqa: E731
+    one = lambda ctx: exact.target.generate([exact._prompt(QUERY, ctx)], 8)[0].text  # noqa: E731
     assert [False, False] in ab.masks, "seed 3 should draw an empty mask"
     for mask, answer in zip(ab.masks[:4], ab.answers[:4]):
         assert answer == one([d for d, keep in zip(docs, mask) if keep])

@@ -123,14 +123,14 @@ def plain_logprob(engine, prompt: list[int], target: list[int]) -> float:
 def one_at_a_time(scorer, query, docs, masks, target):
     docs = [Document(d) for d in docs]
     return [
-        plain_logprob(scorer.engine, scorer._prompt(query, [d for d, k in zip(docs, row) if k]), target)
+        plain_logprob(scorer.target, scorer._prompt(query, [d for d, k in zip(docs, row) if k]), target)
         for row in masks
     ]
 
 
 def test_leave_one_out_logprob_equals_one_at_a_time(loo):
     res = loo.score(QUERY, DOCS, answer=ANSWER)
-    target = loo.engine.encode(ANSWER) + [loo.engine.tokenizer.eos_token_id]
+    target = loo.target.encode(ANSWER) + [loo.target.tokenizer.eos_token_id]
     assert res.method == "leave_one_out_logprob" and res.answer == ANSWER and res.embedder is None
     assert res.forward.target_token_ids == target
     masks = [[True] * 4] + [[j != i for j in range(4)] for i in range(4)]
@@ -159,13 +159,13 @@ def test_leave_one_out_logprob_by_hand_on_a_uniform_model(tokenizer):
 
 def test_one_token_answer_by_hand(loo):
     # a one-token target (the end-of-turn token of an empty answer): log P = logit_t - logsumexp(logits)
-    eot = loo.engine.tokenizer.eos_token_id
+    eot = loo.target.tokenizer.eos_token_id
     res = loo.score(QUERY, DOCS[:2], answer="")
     assert res.forward.target_token_ids == [eot]
     for row, lp in zip(res.forward.masks, res.forward.logprobs):
         prompt = loo._prompt(QUERY, [Document(d) for d, k in zip(DOCS[:2], row) if k])
         with torch.no_grad():
-            logits = loo.engine.model(input_ids=torch.tensor([prompt])).logits[0, -1].double()
+            logits = loo.target.model(input_ids=torch.tensor([prompt])).logits[0, -1].double()
         hand = float(logits[eot]) - math.log(sum(math.exp(float(v)) for v in logits))
         assert lp == pytest.approx(hand, abs=1e-4)
 
@@ -187,7 +187,7 @@ def test_contextcite_equals_direct_reimplementation(cc):
         dtype=bool,
     )
     res = cc.score(QUERY, DOCS, answer=ANSWER, masks=masks)
-    target = cc.engine.encode(ANSWER) + [cc.engine.tokenizer.eos_token_id]
+    target = cc.target.encode(ANSWER) + [cc.target.tokenizer.eos_token_id]
     assert res.method == "contextcite" and res.forward.masks == masks.tolist()
     lps = one_at_a_time(cc, QUERY, DOCS, masks, target)  # the empty mask: the query alone
     assert res.forward.logprobs == pytest.approx(lps, abs=1e-4)
@@ -202,10 +202,10 @@ def test_contextcite_equals_direct_reimplementation(cc):
 def test_contextcite_default_masks_seed_and_generated_answer(cc):
     res = cc.score(QUERY, DOCS)
     assert cc.n_ablations == 64 and res.forward.masks == contextcite_masks(4, 64, 0).tolist()
-    gen = cc.engine.generate([cc._prompt(QUERY, [Document(d) for d in DOCS])], 8)[0]
+    gen = cc.target.generate([cc._prompt(QUERY, [Document(d) for d in DOCS])], 8)[0]
     assert res.answer == gen.text
     assert res.forward.target_token_ids == gen.token_ids + ([gen.stop_token_id] if gen.finished else [])
-    other = InfluenceScorer(cc.engine, method="contextcite", max_new_tokens=8, seed=5, n_ablations=16)
+    other = InfluenceScorer(cc.target, method="contextcite", max_new_tokens=8, seed=5, n_ablations=16)
     r5 = other.score(QUERY, DOCS)
     assert r5.forward.masks == contextcite_masks(4, 16, 5).tolist() and r5.scores != res.scores
     assert other.score(QUERY, DOCS).scores == r5.scores  # same seed, same result
@@ -214,9 +214,9 @@ def test_contextcite_default_masks_seed_and_generated_answer(cc):
 def test_forward_only_generates_nothing_for_a_given_answer(loo, cc, monkeypatch):
     calls = {"generate": [], "token_stats": []}
     for name in calls:
-        real = getattr(loo.engine, name)
+        real = getattr(loo.target, name)
         monkeypatch.setattr(
-            loo.engine, name, lambda *a, _real=real, _n=name, **kw: calls[_n].append(len(a[0])) or _real(*a, **kw)
+            loo.target, name, lambda *a, _real=real, _n=name, **kw: calls[_n].append(len(a[0])) or _real(*a, **kw)
         )
     loo.score(QUERY, DOCS, answer=ANSWER)
     cc.score(QUERY, DOCS, answer=ANSWER)
@@ -252,10 +252,10 @@ def test_bad_input(loo, cc):
         loo.score(QUERY, DOCS, answer=ANSWER, masks=np.ones((2, 4)))
     for m in (0, -3, 2.5, True, float("nan")):
         with pytest.raises(ValueError, match="n_ablations"):
-            InfluenceScorer(cc.engine, method="contextcite", n_ablations=m)
+            InfluenceScorer(cc.target, method="contextcite", n_ablations=m)
     with pytest.raises(ValueError, match="seed"):
-        InfluenceScorer(cc.engine, method="contextcite", seed=-1)
+        InfluenceScorer(cc.target, method="contextcite", seed=-1)
     with pytest.raises(ValueError, match="method"):
-        InfluenceScorer(cc.engine, method="loo")
+        InfluenceScorer(cc.target, method="loo")
     with pytest.raises(TypeError, match="answer"):
         loo.score(QUERY, DOCS, answer=1)

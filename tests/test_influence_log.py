@@ -164,7 +164,7 @@ def test_arguments_and_jobs():
 
 
 def test_build_influence_scorer(scorer, tiny, tokenizer):
-    engine = scorer.engine
+    engine = scorer.target
     labels = []
 
     def label(model, eng):
@@ -181,7 +181,7 @@ def test_build_influence_scorer(scorer, tiny, tokenizer):
         method="leave_one_out_logprob",
         seed=3,
     )
-    assert built.engine is engine and built.method == "leave_one_out_logprob" and built.max_new_tokens == 4
+    assert built.target is engine and built.method == "leave_one_out_logprob" and built.max_new_tokens == 4
     assert remote_target("http://127.0.0.1:1") == "http://127.0.0.1:1" and remote_target("smollm2") is None
     with pytest.raises(ValueError, match="device/dtype"):
         build_influence_scorer("http://127.0.0.1:1", resolve_engine=None, model_label=label, device="cpu")

@@ -191,7 +191,7 @@ def test_influence_rejects_bad_settings(tiny_engine, kwargs, name):
 
 def test_influence_bad_inputs(influence):
     with pytest.raises(TypeError, match="seed"):
-        InfluenceScorer(influence.engine, seed=1.5)
+        InfluenceScorer(influence.target, seed=1.5)
     with pytest.raises(ValueError, match="query"):
         influence.score("  ", DOCS)
     with pytest.raises(TypeError, match="document 2"):

@@ -194,11 +194,11 @@ def test_clean_and_dedupe_candidates():
 
 def test_generate_candidates_batched_and_seeded(tiny_scorer):
     turns = [Turn(question="When was it built?", history=["Tell me about the Eiffel Tower."]), Turn(question="Who?")]
-    a = generate_candidates(tiny_scorer.engine, turns, 3, max_new_tokens=6, seed=1)
-    b = generate_candidates(tiny_scorer.engine, turns, 3, max_new_tokens=6, seed=1)
+    a = generate_candidates(tiny_scorer.target, turns, 3, max_new_tokens=6, seed=1)
+    b = generate_candidates(tiny_scorer.target, turns, 3, max_new_tokens=6, seed=1)
     assert a == b and [len(c) for c in a] == [3, 3]
     with pytest.raises(ValueError, match="positive"):
-        generate_candidates(tiny_scorer.engine, turns, 0)
+        generate_candidates(tiny_scorer.target, turns, 0)
 
 
 # ------------------------------------------------------------------------------ retrievers

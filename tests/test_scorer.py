@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from grogu import Document, Engine, TruncationWarning, UtilityScorer, metrics, rerank, selection
+from grogu import Document, Engine, TruncationWarning, UtilityScorer, embedders, metrics, rerank, selection
 from grogu.naive import naive_grogu_stats
 from grogu.scorer import long_context_order, standard_layouts
 from grogu.testing import tiny_model
@@ -28,7 +28,7 @@ def scorer(tiny_engine):
 
 def test_scores_match_metric_on_naive_statistics(scorer):
     results = scorer.score(QUERY, DOCS, return_details=True)
-    engine = scorer.engine
+    engine = scorer.target
     docs = [
         Document(d) if isinstance(d, str) else d if isinstance(d, Document) else Document(d["text"], d["title"])
         for d in DOCS
@@ -163,7 +163,7 @@ def test_async_error_reaches_only_its_caller(scorer):
 
 def test_ungrounded_appendix_c(scorer):
     u = scorer.ungrounded(QUERY)
-    gen = scorer.engine.generate([scorer.prompts.ungrounded_ids(QUERY)], 10)[0]
+    gen = scorer.target.generate([scorer.prompts.ungrounded_ids(QUERY)], 10)[0]
     assert u.answer == gen.text
     assert u.confidence == pytest.approx(metrics.ungrounded_key_entropy(gen.entropy), abs=1e-6)
 
@@ -190,7 +190,7 @@ def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
         chosen = selection.choose_context([s.variants["key_entropy"] + x for s, x in zip(scored, support)], margin=0.3)
         return candidates[selection.prefer_supported(chosen, answers, support)]
 
-    relevance = rerank.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
+    relevance = embedders.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
     got = scorer.rerank(QUERY, DOCS, top_n=2)
     assert [r.index for r in got] == by_hand(relevance)
     assert all(r.context is not None and r.answer == got[0].answer for r in got)
@@ -214,13 +214,13 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
     candidates = selection.context_candidates(len(DOCS), 2, "swap_orders")
     full = scorer.score_contexts(QUERY, [[DOCS[i] for i in c] for c in candidates], return_details=True)
     forced_rows = []
-    real = scorer.engine.token_stats
+    real = scorer.target.token_stats
 
     def counting(prompts, continuations):  # the real teacher forcing, its rows counted
         forced_rows.append(len(prompts))
         return real(prompts, continuations)
 
-    scorer.engine.token_stats = counting
+    scorer.target.token_stats = counting
     try:
         for metric, margin in (("ppl", 0.0), ("entropy", 0.3), ("ppl", 0.3)):
             for rule in ("confidence", "combined", "confidence_support"):
@@ -269,7 +269,7 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
             assert a[0].context.answer == s[0].context.answer and a[0].details is None
             assert a[0].score == pytest.approx(s[0].score, abs=1e-5)
     finally:
-        del scorer.engine.token_stats
+        del scorer.target.token_stats
 
 
 def test_gate_answers_the_retrievers_context_first(scorer):
@@ -279,7 +279,7 @@ def test_gate_answers_the_retrievers_context_first(scorer):
 
     relevance = [0.9, 0.7, 0.5, 0.3]
     generated, forced = [], []
-    real_generate, real_stats = scorer.engine.generate, scorer.engine.token_stats
+    real_generate, real_stats = scorer.target.generate, scorer.target.token_stats
 
     def counting_generate(prompts, *args, **kwargs):
         generated.append(len(prompts))
@@ -289,7 +289,7 @@ def test_gate_answers_the_retrievers_context_first(scorer):
         forced.append(len(prompts))
         return real_stats(prompts, continuations)
 
-    scorer.engine.generate, scorer.engine.token_stats = counting_generate, counting_stats
+    scorer.target.generate, scorer.target.token_stats = counting_generate, counting_stats
     try:
         # never in doubt (both thresholds 0): the retriever's top-2 alone
         calm = rerank.ModeSettings(gate="doubt", gate_support=0.0, gate_confidence=0.0)
@@ -328,4 +328,4 @@ def test_gate_answers_the_retrievers_context_first(scorer):
             assert [r.index for r in s] == [r.index for r in a]
             assert a[0].answer == s[0].answer and a[0].score == pytest.approx(s[0].score, abs=1e-5)
     finally:
-        del scorer.engine.generate, scorer.engine.token_stats
+        del scorer.target.generate, scorer.target.token_stats

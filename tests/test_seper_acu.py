@@ -122,7 +122,7 @@ def test_seper_bad_input(seper):
     with pytest.raises(TypeError, match="references must be"):
         seper.score("q?", ["doc"], 42)
     with pytest.raises(ValueError, match="tau"):
-        SePerScorer(seper.engine, entailment=seper.kernel, tau=1.5)
+        SePerScorer(seper.target, entailment=seper.kernel, tau=1.5)
     assert seper.score("q?", [], ["ref"]) == []
 
 

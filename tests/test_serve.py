@@ -252,7 +252,7 @@ def test_concurrent_async_requests_share_engine_batches(service, remote, local):
 
 def test_influence_and_acu_equal_in_process(service, model_dir, local):
     remote = RemoteInfluenceScorer(service, token=TOKEN, max_new_tokens=N)
-    reference = InfluenceScorer(local.engine, max_new_tokens=N)
+    reference = InfluenceScorer(local.target, max_new_tokens=N)
     got, want = remote.score(QUERY, DOCS[:3]), reference.score(QUERY, DOCS[:3])
     assert got.answer == want.answer and got.single_answers == want.single_answers
     assert got.leave_one_out_answers == want.leave_one_out_answers
@@ -262,7 +262,7 @@ def test_influence_and_acu_equal_in_process(service, model_dir, local):
     assert given.scores == pytest.approx(reference.score(QUERY, DOCS[:2], answer="Canberra").scores, abs=TOL)
     forward = RemoteInfluenceScorer(service, token=TOKEN, max_new_tokens=N, method="leave_one_out_logprob")
     got = forward.score(QUERY, DOCS[:3], answer="Canberra")
-    want = InfluenceScorer(local.engine, max_new_tokens=N, method="leave_one_out_logprob").score(
+    want = InfluenceScorer(local.target, max_new_tokens=N, method="leave_one_out_logprob").score(
         QUERY, DOCS[:3], answer="Canberra"
     )
     assert forward.forward_only and got.method == want.method and got.embedder is None
@@ -273,7 +273,7 @@ def test_influence_and_acu_equal_in_process(service, model_dir, local):
         ("Sydney is the capital of Australia.", "Canberra is the capital.", "REFUTES"),
     ]
     for a, b in zip(
-        RemoteACUScorer(service, token=TOKEN).score_batch(items), ACUScorer(local.engine).score_batch(items)
+        RemoteACUScorer(service, token=TOKEN).score_batch(items), ACUScorer(local.target).score_batch(items)
     ):
         assert a.raised == b.raised and a.acu == pytest.approx(b.acu, abs=TOL)
         assert a.p_with == pytest.approx(b.p_with, abs=TOL)
@@ -283,7 +283,7 @@ def test_seper_equals_in_process(service, nli_dir, local):
     from grogu.seper import NLIEntailment, SePerScorer
 
     remote = RemoteSePerScorer(service, token=TOKEN, n_samples=4, max_new_tokens=N)
-    reference = SePerScorer(local.engine, entailment=NLIEntailment(nli_dir), n_samples=4, max_new_tokens=N)
+    reference = SePerScorer(local.target, entailment=NLIEntailment(nli_dir), n_samples=4, max_new_tokens=N)
     for a, b in zip(remote.score(QUERY, DOCS[:2], ["Canberra"]), reference.score(QUERY, DOCS[:2], ["Canberra"])):
         assert a.samples_with == b.samples_with and a.samples_without == b.samples_without
         assert a.delta_soft == pytest.approx(b.delta_soft, abs=TOL) and a.delta_hard == pytest.approx(
@@ -387,8 +387,8 @@ def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         llm = HuggingFaceLLM(
-            model=local.engine.model,
-            tokenizer=local.engine.tokenizer,
+            model=local.target.model,
+            tokenizer=local.target.tokenizer,
             model_name="tiny",
             max_new_tokens=N,
             is_chat_model=True,
@@ -420,7 +420,7 @@ def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
     assert rerank.model == str(model_dir).rstrip("/").rsplit("/", 1)[-1]
     assert got[0].node.metadata["grogu"]["answer"] == want[0].answer
     [record] = handler.records
-    expected = InfluenceScorer(local.engine, max_new_tokens=N).score(
+    expected = InfluenceScorer(local.target, max_new_tokens=N).score(
         QUERY, [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in got], answer=str(response)
     )
     assert [row["influence"] for row in record["documents"]] == pytest.approx(expected.scores, abs=TOL)
@@ -447,8 +447,8 @@ def test_langchain_chain_with_the_service(service, local, monkeypatch):
         warnings.simplefilter("ignore")
         pipe = pipeline(
             "text-generation",
-            model=local.engine.model,
-            tokenizer=local.engine.tokenizer,
+            model=local.target.model,
+            tokenizer=local.target.tokenizer,
             max_new_tokens=N,
             do_sample=False,
             return_full_text=False,
@@ -474,7 +474,7 @@ def test_langchain_chain_with_the_service(service, local, monkeypatch):
     assert [d.metadata[METADATA_KEY]["score"] for d in kept] == pytest.approx([r.score for r in want], abs=TOL)
     assert all(d.metadata["secret"] == "stays here" for d in kept)
     [record] = records
-    expected = InfluenceScorer(local.engine, max_new_tokens=N).score(
+    expected = InfluenceScorer(local.target, max_new_tokens=N).score(
         QUERY, [d.page_content for d in kept], answer=answer
     )
     assert record["answer"] == answer and record["influence"] == pytest.approx(expected.scores, abs=TOL)
@@ -595,7 +595,7 @@ def test_bad_templates_and_prompts_are_422_here_and_in_the_client(service, local
     # a literal brace, doubled, is text; the service scores with that template as in-process
     template = grogu.PromptTemplate(grounded="{{Context}}: {context}\n\nQuestion: {query}")
     got = RemoteScorer(service, token=TOKEN, max_new_tokens=N, template=template).score(QUERY, DOCS[:1])
-    want = grogu.UtilityScorer(local.engine, max_new_tokens=N, template=template).score(QUERY, DOCS[:1])
+    want = grogu.UtilityScorer(local.target, max_new_tokens=N, template=template).score(QUERY, DOCS[:1])
     same(got[0], want[0])
     # settings are checked while the request is parsed, with grogu's own messages
     for setting, message in [
@@ -926,7 +926,7 @@ def test_sliced_seper_and_acu_equal_in_process(service, nli_dir, local):
     remote = RemoteSePerScorer(service, token=TOKEN, n_samples=6, max_new_tokens=N)
     got = remote.score(QUERY, docs, ["Canberra"])
     calls = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"] - before
-    want = SePerScorer(local.engine, entailment=NLIEntailment(nli_dir), n_samples=6, max_new_tokens=N).score(
+    want = SePerScorer(local.target, entailment=NLIEntailment(nli_dir), n_samples=6, max_new_tokens=N).score(
         QUERY, docs, ["Canberra"]
     )
     assert calls >= 24 // 8 + 4  # 24 samples in 3 slices, then 4 prompts' beliefs
@@ -938,7 +938,7 @@ def test_sliced_seper_and_acu_equal_in_process(service, nli_dir, local):
     assert got[0].samples_with != got[1].samples_with
     items = [("Canberra is the capital.", DOCS[0], "SUPPORTS"), ("Sydney is the capital.", DOCS[0], "REFUTES")] * 3
     r = RemoteACUScorer(service, token=TOKEN).score_batch(items)
-    for a, b in zip(r, ACUScorer(local.engine).score_batch(items)):
+    for a, b in zip(r, ACUScorer(local.target).score_batch(items)):
         assert a.acu == pytest.approx(b.acu, abs=TOL)
 
 
@@ -1026,7 +1026,7 @@ def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, loc
         same(got[0], local.score(f"{QUERY} ({i})", DOCS[:1])[0])
     thread.join()
     assert len(out["heavy"]) == 12 and max(r.n_tokens for r in out["heavy"]) == 100
-    for a, b in zip(out["heavy"][:2], grogu.UtilityScorer(local.engine, max_new_tokens=100).score(QUERY, docs[:2])):
+    for a, b in zip(out["heavy"][:2], grogu.UtilityScorer(local.target, max_new_tokens=100).score(QUERY, docs[:2])):
         same(a, b)  # slices of a request are scored as the whole request is in-process
     stats = httpx.get(f"{service}/stats", headers=AUTH).json()
     assert stats["batches"] - before >= 12 + 3  # the heavy request took at least 12 engine calls

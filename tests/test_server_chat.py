@@ -36,6 +36,7 @@ from grogu.inference_server import (
 from grogu.influence import InfluenceScorer
 from grogu.prompts import ChatPrompt
 from grogu.seper import SePerScorer
+from grogu.target import Target
 
 # a real server: not in the fast subset (-m "not slow")
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
@@ -259,7 +260,7 @@ def test_langchain_chat_openai(server, monkeypatch):
     with pytest.raises(ValueError, match="metric='entropy' or metric='ppl'"):
         GroguCompressor(model=hosted, metric="key_entropy")
     assert GroguCompressor(model=hosted).metric == "ppl"  # a grounded-only target's default
-    assert GroguCompressor(model=hosted, metric="ppl").scorer.engine.base_url == "https://api.openai.com/v1"
+    assert GroguCompressor(model=hosted, metric="ppl").scorer.target.base_url == "https://api.openai.com/v1"
 
 
 def test_exact_influence_needs_generations_only(target, scorer):
@@ -345,6 +346,7 @@ def test_the_hosted_openai_api_is_a_chat_target_without_a_request():
     tokenizer or vocabulary size the tail correction is "min"."""
     target = ServerTarget(HOSTED, "gpt-4o-mini", api_key="sk-test")
     assert target.api == "chat" and target.grounded_only and target.takes_messages and target.requests_sent == 0
+    assert isinstance(target, Target) and target.stop_token_ids == [] and target.max_context_tokens is None
     assert target.tokenizer is None and target.vocab_size is None and target.tail == "min"
     body = target._chat_body(ChatPrompt("Who wrote Hamlet?", "Be brief."), 7, None, 3)
     assert body["max_completion_tokens"] == 7 and "max_tokens" not in body and "repeat_penalty" not in body

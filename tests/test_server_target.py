@@ -21,6 +21,7 @@ import grogu
 from grogu import testing
 from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 from grogu.influence import InfluenceScorer
+from grogu.target import Target
 
 # a real server: not in the fast subset (-m "not slow")
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
@@ -77,10 +78,15 @@ def reference_stats(llm, target: ServerTarget, prompt: list[int], cont: list[int
     return ent, lp
 
 
-def test_api_detected_and_window(target):
+def test_api_detected_and_window(target, smol_engine):
     assert target.api == "llama-cpp"  # told from /v1/models (owned_by "me")
     assert target.model_name == grogu.DEFAULT_MODEL
     assert target.device == "server"
+    # both implement the Target protocol; only the chat API is grounded-only or takes messages
+    assert isinstance(target, Target) and isinstance(smol_engine, Target)
+    assert (target.grounded_only, target.takes_messages) == (smol_engine.grounded_only, smol_engine.takes_messages)
+    assert target.grounded_only is False and target.takes_messages is False
+    assert target.stop_token_ids == smol_engine.stop_token_ids
 
 
 def test_token_stats_equal_llama_cpp_in_process(target, reference, served_scores):
@@ -221,7 +227,7 @@ def test_influence_through_the_server(target):
     assert ex.answer == res.answer  # the same greedy full-context answer from the server
     assert len(ex.leave_one_out_answers) == len(ex.single_answers) == 2
     # IS_i by hand from the server's answers: cos(F(G(i)), F(G(all))) - cos(F(G(all without i)), F(G(all)))
-    from grogu.influence import load_embedder
+    from grogu.embedders import load_embedder
 
     vectors = load_embedder(ex.embedder, device="cpu").encode(
         [ex.answer, *ex.leave_one_out_answers, *ex.single_answers], normalize_embeddings=True, convert_to_numpy=True

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .engine import get_engine
-from .inference_server import ServerTarget
 from .models import DEFAULT_MODEL
 from .prompts import chat_ids, check_text
 
@@ -108,15 +107,14 @@ class ACUScorer:
             raise ValueError(f"ACU needs at least two distinct label words, got {list(labels)!r}")
         _check_prompt("prompt_with", prompt_with, ("{claim}", "{evidence}"))
         _check_prompt("prompt_without", prompt_without, ("{claim}",))
-        self.engine = get_engine(model, device=device, dtype=dtype)
-        if isinstance(self.engine, ServerTarget):  # the capability error, before its tokenizer is needed
-            self.engine.next_token_logprobs([])
+        self.target = get_engine(model, device=device, dtype=dtype)
+        self.target.next_token_logprobs([])  # a target that cannot raises here, before its tokenizer is needed
         self.labels = list(labels)
         self.prompt_with, self.prompt_without = prompt_with, prompt_without
         self.label_tokens = {lab: self._variants(lab) for lab in self.labels}
 
     def _variants(self, label: str) -> list[int]:
-        tok = self.engine.tokenizer
+        tok = self.target.tokenizer
         ids = []
         for variant in dict.fromkeys((label, " " + label)):
             enc = tok.encode(variant, add_special_tokens=False)
@@ -134,8 +132,8 @@ class ACUScorer:
         return ids
 
     def _prompt(self, text: str) -> list[int]:
-        ids = chat_ids(self.engine.tokenizer, text, plain_suffix="\nAnswer:")
-        window = getattr(self.engine, "max_context_tokens", None)
+        ids = chat_ids(self.target.tokenizer, text, plain_suffix="\nAnswer:")
+        window = getattr(self.target, "max_context_tokens", None)
         if window is not None and len(ids) > window:
             raise ValueError(
                 f"an ACU prompt takes {len(ids)} tokens (claim and evidence in the template); the "
@@ -173,7 +171,7 @@ class ACUScorer:
         cols = [t for lab in self.labels for t in self.label_tokens[lab]]
         prompts = [self._prompt(self.prompt_with.format(claim=c, evidence=e)) for c, e, _ in checked]
         prompts += [self._prompt(self.prompt_without.format(claim=c)) for c, _, _ in checked]
-        probs = self.engine.next_token_logprobs(prompts, token_ids=cols).double().exp()
+        probs = self.target.next_token_logprobs(prompts, token_ids=cols).double().exp()
         out = []
         n = len(checked)
         for i, (_, _, raised) in enumerate(checked):

@@ -43,8 +43,9 @@ from .checks import (
     check_seed,
 )
 from .coalescer import Coalescer
+from .embedders import embedder_name, load_embedder
 from .engine import get_engine
-from .models import DEFAULT_MODEL, EMBEDDED_EMBEDDERS, embedded_embedder_path
+from .models import DEFAULT_MODEL
 from .prompts import Document, PromptBuilder, PromptTemplate
 
 #: ``method="auto"`` uses the ablation estimate above this many documents, when it also needs fewer
@@ -134,32 +135,6 @@ def fit_ablation_surrogate(masks: Any, targets: Any, alpha: float = 0.01) -> tup
     return weights.tolist(), float(lasso.intercept_ - (mean * weights).sum())
 
 
-def load_embedder(embedder: Any, device: str | torch.device | None = None):
-    """A SentenceTransformer from an instance, an embedded alias ('all-minilm-l6-v2', the packaged
-    model), a local path or a hub id."""
-    from sentence_transformers import SentenceTransformer
-
-    if isinstance(embedder, SentenceTransformer):
-        return embedder
-    if not isinstance(embedder, str):
-        raise TypeError(f"embedder must be a SentenceTransformer, a name or a path, got {type(embedder).__name__}")
-    path = embedded_embedder_path(embedder.lower()) if embedder.lower() in EMBEDDED_EMBEDDERS else embedder
-    try:
-        return SentenceTransformer(path, device=str(device) if device is not None else None)
-    except Exception as exc:
-        raise ValueError(
-            f"Could not load the sentence-transformers model {embedder!r} (tried {path!r}; "
-            f"embedded aliases: {sorted(EMBEDDED_EMBEDDERS)}): {exc}"
-        ) from exc
-
-
-def _model_path(embedder: Any) -> str:
-    try:
-        return str(embedder[0].auto_model.config._name_or_path)
-    except Exception:  # noqa: BLE001 - a custom module stack: fall back to the class name
-        return type(embedder).__name__
-
-
 class InfluenceScorer:
     """Influence Score of each document of a context for one target LLM.
 
@@ -205,15 +180,15 @@ class InfluenceScorer:
             attribution.contextcite_masks(0, n_ablations, seed)  # the seed range check
         lasso_alpha = check_positive_float("lasso_alpha", lasso_alpha)
         self.method, self.n_ablations, self.seed, self.lasso_alpha = method, n_ablations, seed, float(lasso_alpha)
-        self.engine = get_engine(model, device=device, dtype=dtype)
-        if method in FORWARD_METHODS and getattr(self.engine, "grounded_only", False):
-            raise self.engine.teacher_forcing_error(f"forward-only attribution (method={method!r})")
+        self.target = get_engine(model, device=device, dtype=dtype)
+        if method in FORWARD_METHODS:
+            self.target.require_teacher_forcing(f"forward-only attribution (method={method!r})")
         self._embedder_spec, self._device, self._embedder = embedder, device, None
         if method in EMBEDDING_METHODS:  # forward-only methods load it only when asked for
             self._embedder = load_embedder(embedder, device=device)
-        self.embedder_name = embedder if isinstance(embedder, str) else _model_path(embedder)
+        self.embedder_name = embedder if isinstance(embedder, str) else embedder_name(embedder)
         self.max_new_tokens = max_new_tokens
-        self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
+        self.prompts = PromptBuilder.for_target(self.target, max_new_tokens, template)
         self._coalescer = Coalescer(self._run_requests)
 
     @property
@@ -252,9 +227,9 @@ class InfluenceScorer:
     def _target(self, answer: str) -> list[int]:
         """A given answer's tokens plus the end-of-turn token (the tokenizer's EOS when it is a stop
         token, else the first stop token)."""
-        eos = self.engine.tokenizer.eos_token_id
-        eot = eos if eos in self.engine.stop_token_ids else self.engine.stop_token_ids[0]
-        return self.engine.encode(answer) + [int(eot)]
+        eos = self.target.tokenizer.eos_token_id
+        eot = eos if eos in self.target.stop_token_ids else self.target.stop_token_ids[0]
+        return self.target.encode(answer) + [int(eot)]
 
     def _run_forward(self, requests: list[InfluenceRequest]) -> list[InfluenceResult]:
         """Forward-only attribution of many requests: one generation call for the answers not given, one
@@ -264,7 +239,7 @@ class InfluenceScorer:
             dict(
                 zip(
                     todo,
-                    self.engine.generate(
+                    self.target.generate(
                         [self._prompt(requests[i].query, requests[i].documents) for i in todo], self.max_new_tokens
                     ),
                 )
@@ -286,7 +261,7 @@ class InfluenceScorer:
         seed = self.seed if self.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         done = iter(
             attribution.attribute(
-                self.engine,
+                self.target,
                 self._prompt,
                 attributed,
                 self.method,
@@ -304,7 +279,7 @@ class InfluenceScorer:
                     answer=answer,
                     leave_one_out_answers=[],
                     single_answers=[],
-                    model=str(self.engine.model_name),
+                    model=str(self.target.model_name),
                     embedder=None,
                     method=self.method,
                     forward=data,
@@ -329,7 +304,7 @@ class InfluenceScorer:
                 contexts = [docs] + contexts
             prompts += [self._prompt(query, c) for c in contexts]
             plans.append((method, masks))
-        texts = iter(g.text for g in self.engine.generate(prompts, self.max_new_tokens))
+        texts = iter(g.text for g in self.target.generate(prompts, self.max_new_tokens))
         answers = []  # per request: [full, *generated answers]
         for r, (method, masks) in zip(requests, plans):
             full = r.answer if r.answer is not None else next(texts)
@@ -342,7 +317,7 @@ class InfluenceScorer:
             k, full, rest = len(r.documents), block_texts[0], block_texts[1:]
             block = emb[start : start + len(block_texts)]
             start += len(block_texts)
-            common = dict(answer=full, model=str(self.engine.model_name), embedder=str(self.embedder_name))
+            common = dict(answer=full, model=str(self.target.model_name), embedder=str(self.embedder_name))
             if method == "exact":
                 out.append(
                     InfluenceResult(

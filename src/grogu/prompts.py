@@ -233,7 +233,7 @@ class PromptBuilder:
             engine.max_context_tokens,
             max_new_tokens,
             template,
-            messages=bool(getattr(engine, "takes_messages", False)),
+            messages=engine.takes_messages,
         )
 
     # -- text -> prompt

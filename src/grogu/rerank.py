@@ -8,7 +8,6 @@ turns the scores into a :class:`Selection`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from typing_extensions import TypedDict
@@ -25,14 +24,12 @@ DEFAULT_MARGIN = 0.3
 DEFAULT_RULE = "confidence_support"
 DEFAULT_CONFIDENCE_WEIGHT = 0.5
 DEFAULT_SUPPORT_WEIGHT = 1.0
-#: the gate's defaults were chosen on the tuning splits and adopted on fresh held-out samples by a rule fixed
-#: before they were collected (benchmarks/selective_settings.json; docs/benchmarks.md, "The selective context mode")
+#: the gate's defaults: chosen on tuning splits, adopted on held-out ones (benchmarks/selective_settings.json)
 DEFAULT_GATE = "doubt"
 DEFAULT_GATE_SUPPORT = 0.8
 DEFAULT_GATE_CONFIDENCE = 0.4
-#: the context mode's defaults (family, rule, context_metric, support_weight, margin) were chosen on the tuning
-#: splits of three data sets (benchmarks/context_settings.json; README, "Which rerank mode"). "auto": KeyEntropy,
-#: or perplexity on a grounded-only target, which cannot teacher-force (grogu.metrics.default_metric)
+#: the context mode's defaults: chosen on the tuning splits of three data sets (benchmarks/context_settings.json).
+#: "auto": KeyEntropy, or perplexity on a grounded-only target, which cannot teacher-force
 DEFAULT_CONTEXT_METRIC = "auto"
 
 
@@ -152,13 +149,11 @@ class ModeSettings:
     def from_arguments(
         cls, base: "ModeSettings | Mapping[str, Any] | None", arguments: Mapping[str, Any]
     ) -> "ModeSettings":
-        """:meth:`build` from the settings among a call's arguments (its ``locals()``): each setting is a
-        keyword argument of ``rerank``, None when not given."""
+        """:meth:`build` from the settings among a command's arguments (None: not given)."""
         return cls.build(base, **{name: arguments[name] for name in cls.names() if name in arguments})
 
     def for_target(self, grounded_only: bool) -> "ModeSettings":
-        """These settings for a target: ``context_metric="auto"`` becomes the target's default metric
-        (:func:`grogu.metrics.default_metric`: key_entropy, or ppl where the target cannot teacher-force)."""
+        """These settings for a target: ``context_metric="auto"`` becomes its default metric."""
         if self.context_metric != "auto":
             return self
         return replace(self, context_metric=default_metric(grounded_only))
@@ -390,23 +385,6 @@ def _utility(scored: Any, metric: str) -> float:
     )
 
 
-@lru_cache(maxsize=2)
-def _embedder(name: str) -> Any:
-    from .influence import load_embedder
-
-    return load_embedder(name, device="cpu")
-
-
-def relevance_scores(query: str, texts: Sequence[str], embedder: str = "all-minilm-l6-v2") -> list[float]:
-    """Cosine similarity of the query and each text under a sentence-transformers model (the packaged
-    all-MiniLM-L6-v2 by default): the relevance the retriever-free API (bare Python, CLI) fuses with."""
-    if not texts:
-        return []
-    model = _embedder(embedder)
-    vectors = model.encode([query, *texts], normalize_embeddings=True, convert_to_numpy=True)
-    return [float(v @ vectors[0]) for v in vectors[1:]]
-
-
 __all__ = [
     "ModeSettings",
     "ModeOverrides",
@@ -417,6 +395,5 @@ __all__ = [
     "gated",
     "doubt",
     "decide",
-    "relevance_scores",
     "DEFAULT_MODE",
 ]

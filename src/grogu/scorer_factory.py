@@ -152,7 +152,7 @@ def build_influence_scorer(
     if remote is not None:
         return _remote_influence_scorer(remote, device, dtype, **settings)
     if isinstance(model, InfluenceScorer):
-        return model, model_label(model, model.engine)
+        return model, model_label(model, model.target)
     engine = resolve_engine(model, device, dtype)
     scorer = InfluenceScorer(engine, embedder=embedder, device=device, **settings)
     return scorer, model_label(model, engine)

@@ -212,11 +212,11 @@ class SePerScorer:
                 f"entailment must be a (premises, hypotheses) -> probabilities callable, an NLI model "
                 f"id/path or a (model, tokenizer) pair, got {type(entailment).__name__}"
             )
-        self.engine = get_engine(model, device=device, dtype=dtype)
+        self.target = get_engine(model, device=device, dtype=dtype)
         self.kernel: Kernel = entailment if callable(entailment) else NLIEntailment(entailment, device=device)
         self.n_samples, self.temperature, self.tau, self.seed = n_samples, temperature, tau, seed
         self.max_new_tokens = max_new_tokens
-        self.prompts = PromptBuilder.for_target(self.engine, max_new_tokens, template)
+        self.prompts = PromptBuilder.for_target(self.target, max_new_tokens, template)
 
     def _beliefs(self, query: str, gens: list[Generation], refs: list[str]) -> tuple[float, float]:
         """(soft, hard) belief in the references for one set of N samples."""
@@ -267,7 +267,7 @@ class SePerScorer:
 
     def sample(self, rows: Sequence[tuple[list[int], int]]) -> list[Generation]:
         """The samples of ``rows`` (from :meth:`sample_rows`), in one engine call."""
-        return self.engine.generate(
+        return self.target.generate(
             [p for p, _ in rows],
             self.max_new_tokens,
             temperature=self.temperature,
@@ -305,7 +305,7 @@ class SePerScorer:
         refs = check_references(references)
         prompts = [self.prompts.ungrounded_ids(query)] + [self.prompts.grounded_ids(query, c) for c in contexts]
         rows = [p for p in prompts for _ in range(self.n_samples)]
-        gens = self.engine.generate(rows, self.max_new_tokens, temperature=self.temperature, seed=self.seed)
+        gens = self.target.generate(rows, self.max_new_tokens, temperature=self.temperature, seed=self.seed)
         groups = [gens[i * self.n_samples : (i + 1) * self.n_samples] for i in range(len(prompts))]
         return self.results(groups, self.beliefs(query, refs, groups))
 

@@ -16,6 +16,7 @@ import torch
 
 from ..checks import check_continuations, check_positive_int, check_seed, check_temperature
 from ..models import DEFAULT_MODEL, load_model
+from ..target import Target
 from .config import NOT_GIVEN, Configured, EngineConfig, engine_config
 from .decode import Decoder, Sampling, row_generators
 from .drafting import PromptLookup
@@ -86,6 +87,9 @@ class Engine(Configured):
     )
     lookup_steps = _part_counter("decoder", "steps", "Decode forward passes run (diagnostics).")
     lookup_drafted = _part_counter("decoder", "drafted", "Drafted tokens fed to decode steps (diagnostics).")
+    #: an in-process model teacher-forces any answer, and its prompts are token ids
+    grounded_only = False
+    takes_messages = False
 
     def __init__(
         self,
@@ -282,6 +286,9 @@ class Engine(Configured):
                 )
         return [res[i] for i in range(len(prompts))]
 
+    def require_teacher_forcing(self, what: str) -> None:
+        """Nothing to raise: an in-process model teacher-forces any answer."""
+
     def next_token_logprobs(
         self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None
     ) -> torch.Tensor:
@@ -357,13 +364,13 @@ _SHARED_LOCK = threading.Lock()
 
 def get_engine(
     model: Any = DEFAULT_MODEL, *, device: str | None = None, dtype: str | None = None, **kwargs: Any
-) -> Engine:
+) -> Engine | Target:
     """The process-wide engine for (model, device, dtype): loaded once, shared by every caller.
 
     ``model`` may be an Engine or a :class:`grogu.ServerTarget` (returned as is), a name/path, or a
     loaded (model, tokenizer) pair.
     """
-    if isinstance(model, Engine) or _is_server_target(model):
+    if isinstance(model, Target):
         return model
     key_model = model if isinstance(model, str) else tuple(id(m) for m in model)
     key = (key_model, str(device), str(dtype), tuple(sorted(kwargs.items())))
@@ -371,9 +378,3 @@ def get_engine(
         if key not in _SHARED:
             _SHARED[key] = Engine(model, device=device, dtype=dtype, **kwargs)
         return _SHARED[key]
-
-
-def _is_server_target(model: Any) -> bool:
-    from ..inference_server import ServerTarget  # the servers package imports the engine's result types
-
-    return isinstance(model, ServerTarget)

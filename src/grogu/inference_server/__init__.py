@@ -1,8 +1,9 @@
 """The target LLM behind an inference server (vLLM, SGLang, llama.cpp; grounded-only through a chat API:
 OpenAI, Ollama): :class:`ServerTarget`."""
 
+from .apis import APIS, choose_api
 from .frameworks import server_connection, target_from_llm
-from .server_target import APIS, ServerCapabilityError, ServerError, ServerTarget, choose_api
+from .server_target import ServerCapabilityError, ServerError, ServerTarget
 from .topk import DEFAULT_TAIL, TAILS, topk_entropy
 
 __all__ = [

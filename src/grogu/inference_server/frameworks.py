@@ -58,7 +58,7 @@ def target_from_llm(llm: Any, **settings: Any) -> ServerTarget | None:
     """The :class:`ServerTarget` of a framework LLM that calls an OpenAI-compatible server (its URL, model
     name and key; ``settings`` go to ServerTarget: ``api``, ``tokenizer``, ``top_logprobs``...), else None.
     The hosted OpenAI API and servers grogu does not know as vLLM, SGLang or llama-cpp-python (Ollama...)
-    give a grounded-only chat target (``api="chat"``, :func:`grogu.inference_server.server_target.choose_api`). One target
+    give a grounded-only chat target (``api="chat"``, :func:`grogu.inference_server.apis.choose_api`). One target
     per (URL, model, key, settings) in a process."""
     conn = server_connection(llm)
     if conn is None:

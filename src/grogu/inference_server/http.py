@@ -18,10 +18,6 @@ class ServerError(RuntimeError):
     """The inference server could not be reached or refused a request (the message says which and why)."""
 
 
-class ServerCapabilityError(ValueError):
-    """The server (or its settings) cannot give what a metric needs (the message names what can)."""
-
-
 def run(coro: Any) -> Any:
     """Run a coroutine to completion from sync code, also when called inside a running event loop."""
     try:

@@ -25,7 +25,8 @@ import torch
 
 from ..engine.types import UNKNOWN_TOKEN_ID, Generation
 from ..prompts import ChatPrompt
-from .http import ServerCapabilityError, ServerError
+from ..target import ServerCapabilityError
+from .http import ServerError
 from .topk import topk_entropy
 
 STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")

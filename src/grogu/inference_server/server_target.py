@@ -1,45 +1,15 @@
 """ServerTarget: the target LLM behind an inference server, scored through its token log-probabilities.
 
 A :class:`ServerTarget` stands wherever grogu takes a model (``UtilityScorer``, ``InfluenceScorer``,
-``SePerScorer``, both integrations, the command line): it has the engine's primitives —
+``SePerScorer``, both integrations, the command line). It implements :class:`grogu.target.Target`, as
+the engine does. The APIs it speaks, and what each can score: :mod:`grogu.inference_server.apis`.
+It has the engine's primitives —
 :meth:`generate` (the greedy grounded answer with each token's entropy and log-probability) and
 :meth:`token_stats` (the same answer's statistics teacher-forced under another prompt, through the
 server's prompt log-probabilities) — computed by HTTP requests to the server the pipeline already runs.
 All the requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
 batching does the work (vLLM skips its prefix cache for requests with ``prompt_logprobs``: each
 teacher-forcing request encodes its whole prompt).
-
-APIs (``api=``):
-
-- ``"vllm"``: vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts,
-  ``return_tokens_as_token_ids`` and ``prompt_logprobs`` (start vLLM with ``--max-logprobs`` at least
-  ``top_logprobs``); bodies and parsing in :mod:`grogu.inference_server.requests`. SGLang's completions API
-  returns no prompt log-probabilities: ``api="auto"`` scores it through ``"chat"`` (grounded-only).
-- ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
-  default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
-  for the prompt's log-probabilities.
-- ``"chat"``, grounded-only: ``/v1/chat/completions`` with the prompt as messages (an optional system
-  message and one user message, the scorer's template text; the server applies its own chat template),
-  ``logprobs: true``, ``top_logprobs: k`` (at most 20), ``temperature: 0`` and the answer budget as
-  ``max_completion_tokens`` for the hosted OpenAI API, ``max_tokens`` for every other server. For the
-  hosted OpenAI API, Ollama (version 0.12.11 or later) and the chat endpoint of any OpenAI-compatible
-  server. A chat API returns the log-probabilities of the tokens it generates only, so there is no
-  teacher forcing: :attr:`grounded_only` is True, :meth:`token_stats` raises
-  :class:`ServerCapabilityError`, and the metrics that work are those of the grounded answer alone,
-  ``entropy`` and ``ppl`` (``UtilityScorer`` refuses the others when it is made); exact and ablation
-  Influence and ΔSePer need generations only and work. The tokenizer is optional there: without one,
-  documents are not cut to the context window (the server's own error says when a prompt does not
-  fit), answer tokens are the strings the server returns (their ids are
-  :data:`~grogu.engine.types.UNKNOWN_TOKEN_ID`), and the entropy's tail correction is ``"min"`` unless
-  ``vocab_size`` is given. An empty answer (the end-of-turn token first) has no statistics a chat API
-  returns, and scoring it is an error.
-
-``api="auto"`` (:func:`choose_api`) takes ``"vllm"`` or ``"llama-cpp"`` when ``/v1/models`` names
-vLLM or llama-cpp-python as the owner, and ``"chat"`` for SGLang, the hosted OpenAI API (no listing
-request is made there) and for any other owner (Ollama's ``"library"``, llama.cpp's ``llama-server``
-``"llamacpp"``, ...). A server that does return
-prompt log-probabilities behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or
-``"llama-cpp"`` given explicitly.
 
 With the completions APIs prompts are rendered by grogu with the model's tokenizer (its chat template),
 exactly as for an in-process model; the answer scored is the answer the server gives that prompt, which
@@ -57,66 +27,22 @@ API's own; llama-cpp-python reports the untempered ones.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Sequence
-from urllib.parse import urlparse
+from typing import Any, Sequence
 
 import torch
 
 from ..checks import check_continuations, check_positive_int
 from ..engine.types import Generation, TokenStats
 from ..prompts import ChatPrompt
-from .http import Connection, ServerCapabilityError, ServerError, run
+from ..target import ServerCapabilityError
+from .apis import ACU_MESSAGE, APIS, CHAT_MAX_TOP_LOGPROBS, choose_api, is_hosted_openai, server_backend
+from .http import Connection, ServerError, run
 from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES
 from .requests import RequestFormats
 from .requests import Step as _Step
 from .topk import DEFAULT_TAIL, TAILS
 
-APIS = ("vllm", "llama-cpp", "chat")
-#: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API).
-#: llama.cpp's own ``llama-server`` ("llamacpp") returns no prompt log-probabilities: it is not here (chat)
-#: SGLang ("sglang") returns no prompt log-probabilities on its completions API: it is not here (chat,
-#: grounded-only). llama-cpp-python says "me", a generic value: /extras/tokenize confirms it on first use
-_OWNERS = {"vllm": "vllm", "sglang": "sglang", "me": "llama-cpp", "llama-cpp": "llama-cpp"}
-#: the servers whose completions API returns prompt log-probabilities (their api= name)
-_COMPLETIONS = ("vllm", "llama-cpp")
-#: hosts of the hosted OpenAI API (chat only; it wants ``max_completion_tokens``)
-OPENAI_HOSTS = ("api.openai.com",)
-#: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
-CHAT_MAX_TOP_LOGPROBS = 20
-
-
-ACU_MESSAGE = (
-    "ACU needs the probabilities of given label tokens, which an inference server returns only when "
-    "they are among its top-k; score ACU with a model loaded in process (GROGU, Influence and SePer "
-    "work through the server)"
-)
-
-
-def is_hosted_openai(base_url: str) -> bool:
-    """Whether ``base_url`` is the hosted OpenAI API."""
-    return urlparse(base_url).hostname in OPENAI_HOSTS
-
-
-def choose_api(base_url: str, owners: Iterable[str]) -> str:
-    """The API flavour ``api="auto"`` takes for a server: ``"vllm"`` or ``"llama-cpp"`` when its models are
-    owned by vLLM or llama-cpp-python (their completions endpoints return prompt log-probabilities),
-    else ``"chat"``: SGLang (its completions API has no prompt log-probabilities: grounded-only), the
-    hosted OpenAI API, Ollama (owner ``"library"`` or a user's namespace), llama.cpp's ``llama-server``
-    (``"llamacpp"``) and any server grogu does not know, whose chat endpoint returns generated tokens'
-    log-probabilities only."""
-    if is_hosted_openai(base_url):
-        return "chat"
-    backend = server_backend(owners)
-    return backend if backend in _COMPLETIONS else "chat"
-
-
-def server_backend(owners: Iterable[str]) -> str | None:
-    """``"vllm"``, ``"sglang"`` or ``"llama-cpp"`` (llama-cpp-python) from the ``owned_by`` fields of a
-    server's ``/v1/models`` entries, else None."""
-    for owner in sorted(str(o).lower() for o in owners):
-        if owner in _OWNERS:
-            return _OWNERS[owner]
-    return None
+__all__ = ["APIS", "ServerTarget", "ServerCapabilityError", "ServerError", "choose_api"]
 
 
 class ServerTarget(RequestFormats):
@@ -324,12 +250,13 @@ class ServerTarget(RequestFormats):
     def decode(self, ids: Sequence[int]) -> str:
         return self._need_tokenizer("decoding token ids").decode(list(ids), skip_special_tokens=True).strip()
 
-    # ------------------------------------------------------------------ HTTP
-    # ------------------------------------------------------------------ the engine's primitives
-    def teacher_forcing_error(self, what: str) -> ServerCapabilityError:
-        """The error for ``what`` on a grounded-only target: it needs teacher forcing, which a chat API
-        cannot do; says what works through this target and which servers can."""
-        return ServerCapabilityError(
+    # ------------------------------------------------------------------ the Target protocol's primitives
+    def require_teacher_forcing(self, what: str) -> None:
+        """Raise for ``what`` on a grounded-only target: it needs teacher forcing, which a chat API
+        cannot do. The error says what works through this target and which servers can."""
+        if not self.grounded_only:
+            return
+        raise ServerCapabilityError(
             f"{what} needs teacher forcing (a given answer's log-probabilities under another prompt), which "
             f"{self!r} cannot do: a chat API returns log-probabilities of the tokens it generates only, no "
             "prompt log-probabilities. Through this target choose metric='entropy' or metric='ppl' "
@@ -440,8 +367,7 @@ class ServerTarget(RequestFormats):
     async def atoken_stats(
         self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
     ) -> list[TokenStats]:
-        if self.grounded_only:
-            raise self.teacher_forcing_error("token_stats (the statistics of an answer under the ungrounded prompt)")
+        self.require_teacher_forcing("token_stats (the statistics of an answer under the ungrounded prompt)")
         prompts = self._check_prompts(prompts)
         conts = check_continuations(continuations, len(prompts))
         todo = [i for i, c in enumerate(conts) if c]

@@ -120,7 +120,7 @@ def run(
             "file": file,
             "labels": "/".join(scorer.labels),
             "batch": batch,
-            "device": str(scorer.engine.device),
+            "device": str(scorer.target.device),
             "command": command,
         },
         "summary": summarize(items),

@@ -128,7 +128,7 @@ def run(
             "layouts": "gold at position " + ", ".join(f"{p + 1} ({n})" for n, p in LAYOUTS.items()),
             "max_new_tokens": max_new_tokens,
             "batch": batch,
-            "device": str(scorers[0].engine.device),
+            "device": str(scorers[0].target.device),
             "command": command,
         },
         "summary": summarize(items, keys),

@@ -150,7 +150,7 @@ def run(
             "noise_paragraphs": N_NOISE,
             "max_new_tokens": max_new_tokens,
             "batch": batch,
-            "device": str(scorer.engine.device),
+            "device": str(scorer.target.device),
             "command": command,
         },
         "summary": summarize(items),

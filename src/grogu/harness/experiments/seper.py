@@ -161,14 +161,14 @@ def run(
         entail = LexicalEntailment(kernel)
         kernel_label = f"lexical {kernel} (stand-in, not an NLI model)"
     seper = SePerScorer(
-        scorer.engine, entailment=entail, n_samples=samples, tau=tau, seed=seed, max_new_tokens=max_new_tokens
+        scorer.target, entailment=entail, n_samples=samples, tau=tau, seed=seed, max_new_tokens=max_new_tokens
     )
     items = load_items(limit, seed, paragraphs)
     bar = common.progress(len(items), "seper")
     for chunk in common.chunks(items, batch):
         docs = [[{"title": p["title"], "text": p["text"]} for p in it["paragraphs"]] for it in chunk]
         greedy = scorer.score_batch([(it["question"], d) for it, d in zip(chunk, docs)])
-        ungrounded = scorer.engine.generate(
+        ungrounded = scorer.target.generate(
             [scorer.prompts.ungrounded_ids(it["question"]) for it in chunk], max_new_tokens
         )
         for it, d, results, u in zip(chunk, docs, greedy, ungrounded):
@@ -202,7 +202,7 @@ def run(
             "paragraphs": paragraphs or "all (20)",
             "max_new_tokens": max_new_tokens,
             "batch": batch,
-            "device": str(scorer.engine.device),
+            "device": str(scorer.target.device),
             "command": command,
         },
         "summary": summarize(items),

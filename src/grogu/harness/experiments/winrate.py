@@ -139,7 +139,7 @@ def run(
             "retriever": retriever,
             "max_new_tokens": max_new_tokens,
             "batch": batch,
-            "device": str(scorer.engine.device),
+            "device": str(scorer.target.device),
             "command": command,
         },
         "summary": summarize(items),

@@ -168,7 +168,7 @@ def build_rewrite_pairs(
     t0 = time.perf_counter()
     raw, candidates, generated = candidates_for_turns(
         turns,
-        scorer.engine if rewriter is None else rewriter,
+        scorer.target if rewriter is None else rewriter,
         n_candidates,
         include_original=include_original,
         temperature=temperature,

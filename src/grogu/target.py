@@ -1,0 +1,74 @@
+"""The target LLM: what every metric needs of the model it scores.
+
+Two classes implement :class:`Target`. :class:`grogu.Engine` runs a model in this process.
+:class:`grogu.ServerTarget` reaches one behind an inference server. The scorers hold a ``target``
+and use these members only, so neither the scorers nor the engine import the other implementation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:  # the result types only: this module imports nothing of grogu at run time
+    from .engine.types import Generation, TokenStats
+
+
+class ServerCapabilityError(ValueError):
+    """The target (an LLM behind a server, or its settings) cannot give what a metric needs.
+
+    The message names what can.
+    """
+
+
+@runtime_checkable
+class Target(Protocol):
+    """A target LLM that grogu can score.
+
+    Attributes:
+        model_name: the name reported in results and records.
+        tokenizer: the model's tokenizer, or None (a chat API given none).
+        device: where it runs (``"server"`` for a server).
+        max_context_tokens: the context window in tokens, or None when unknown.
+        stop_token_ids: tokens that end an answer (empty when the server ends it).
+        grounded_only: True when it cannot teacher-force an answer: only grounded metrics work.
+        takes_messages: True when prompts are chat messages, not token ids.
+    """
+
+    model_name: str
+    tokenizer: Any
+    device: Any
+    max_context_tokens: int | None
+    stop_token_ids: list[int]
+    grounded_only: bool
+    takes_messages: bool
+
+    def encode(self, text: str) -> list[int]:
+        """The text's token ids, without special tokens."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens dropped."""
+        ...
+
+    def generate(
+        self,
+        prompts: Sequence[Any],
+        max_new_tokens: int = 64,
+        *,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """One answer per prompt, greedy when ``temperature`` is None, with per-token statistics."""
+        ...
+
+    def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
+        """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]``."""
+        ...
+
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> Any:
+        """Log-probabilities of the next token after each prompt (ACU's label tokens)."""
+        ...
+
+    def require_teacher_forcing(self, what: str) -> None:
+        """Raise a clear error when ``what`` needs teacher forcing and this target cannot do it."""
+        ...
