@@ -120,7 +120,7 @@ LAYERS = [
             "grogu.engine.types",
         ],
     ),
-    ("runtime: the target LLMs", ["grogu.models", "grogu.engine", "grogu.inference_server"]),
+    ("runtime: the models", ["grogu.models", "grogu.embedders", "grogu.engine", "grogu.inference_server"]),
     (
         "metrics",
         [
@@ -134,7 +134,7 @@ LAYERS = [
             "grogu.rerank",
         ],
     ),
-    ("scorers", ["grogu.scorer", "grogu.context_scoring", "grogu.influence_log"]),
+    ("scorers", ["grogu.scorer", "grogu.context_scoring", "grogu.influence_record", "grogu.influence_log"]),
     ("the service", ["grogu.serve"]),
     (
         "front ends",
@@ -143,6 +143,8 @@ LAYERS = [
             "grogu.scorer_factory",
             "grogu.batch",
             "grogu.cli",
+            "grogu.cli_arguments",
+            "grogu.cli_runners",
             "grogu.serve.cli",
             "grogu.audit",
             "grogu.testing",
@@ -157,7 +159,8 @@ def layer_of(module: str) -> int:
     best, found = -1, None
     for i, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:
-            if (module == p or module.startswith(p + ".")) and len(p) > best:
+            below = module.startswith(p + ".") and p != "grogu"  # the root names itself only
+            if (module == p or below) and len(p) > best:
                 best, found = len(p), i
     assert found is not None, f"{module} is in no layer: add it to LAYERS"
     return found

@@ -188,8 +188,9 @@ def test_acu_scorer_against_manual_probabilities(tiny_engine):
             }
             assert getattr(r, key)[lab] == pytest.approx(float(sum(probs[i] for i in variants).detach()), abs=1e-5)
     assert r.acu == pytest.approx(acu(r.p_with, r.p_without, "True"))
+    # batched with another row (padding): float32 sums differ in the last digits, as the probabilities above
     batch = scorer.score_batch([(claim, evidence, "SUPPORTS"), (claim, "", "NOT ENOUGH")])
-    assert batch[0].acu == pytest.approx(r.acu, abs=1e-6) and batch[1].raised == "None"
+    assert batch[0].acu == pytest.approx(r.acu, abs=1e-5) and batch[1].raised == "None"
 
 
 def test_acu_bad_input(tiny_engine):

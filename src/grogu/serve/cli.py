@@ -30,7 +30,7 @@ from ..models import DEFAULT_MODEL
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..cli import POSITIVE_INT
+    from ..cli_arguments import POSITIVE_INT
     from .config import ServeConfig
 
     p.add_argument(

@@ -20,35 +20,30 @@ thread's heartbeat: 503 while one engine slice has run ``health_stall_s`` second
 A request that fails (a bad value, a document the tokenizer cannot take, an engine error) gets its
 own error response; in a batch, the failing group is retried request by request so that one bad
 request fails alone. Nothing a request sends can stop the replica.
+
+The routes are here; the replica's engine, its scorers and the engine work the routes schedule are
+:class:`.replica_work.ReplicaWork`, which the deployment class extends.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the route signatures' annotations at runtime
-import asyncio
-import collections
 import dataclasses
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ray import serve
 
-from .. import coalescer, metrics, rerank
+from .. import coalescer, metrics
 from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
-from ..checks import check_documents, check_query
-from ..engine import get_engine
-from ..influence import EMBEDDING_METHODS, InfluenceScorer, load_embedder
+from ..checks import check_query
 from ..results import choose_layout
-from ..scorer import UtilityScorer
 from ..selection import RERANK_MODES
-from ..seper import NLIEntailment, SePerScorer, check_references
 from ..version import __version__
 from . import api, wire
-from .admission import PREFILL_COST, admit, admit_budget, admit_rerank, influence_runs
+from .admission import PREFILL_COST, admit_budget, admit_rerank, influence_runs
 from .config import ServeConfig
-from .httpapi import StalledError, app, set_replica_limits, set_replica_token
-from .scheduler import Scheduler, Work, split_parts
-
-#: scorers (one per distinct settings) a replica keeps; they share the replica's engine
-SCORER_CACHE = 32
+from .httpapi import StalledError, app
+from .replica_work import ReplicaWork
+from .scheduler import Work
 
 
 def _public_name(spec: Optional[str]) -> Optional[str]:
@@ -63,97 +58,9 @@ def _public_name(spec: Optional[str]) -> Optional[str]:
 
 @serve.deployment(name="grogu", max_ongoing_requests=64, health_check_period_s=10)
 @serve.ingress(app)
-class GroguService:
-    """One replica: one engine for ``config.model``, the routes below, batched engine work."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = ServeConfig(**config)
-        c = self.config
-        set_replica_token(c.token)
-        set_replica_limits(max_body_bytes=c.max_body_bytes, body_timeout_s=c.body_timeout_s)
-        self.engine = get_engine(c.model, device=c.device, dtype=c.dtype)
-        self._scorers: collections.OrderedDict[str, Any] = collections.OrderedDict()
-        self._embedder: Any = None
-        self._nli: Any = None
-        self.batch_sizes: collections.Counter[int] = collections.Counter()
-        self.batch_tokens = 0
-        self._scheduler = Scheduler(c.max_batch_size, c.max_batch_tokens, c.batch_wait_s, self._count_call)
-
-    def _count_call(self, requests: int, tokens: int) -> None:
-        self.batch_sizes[requests] += 1
-        self.batch_tokens = max(self.batch_tokens, tokens)
-
-    # ------------------------------------------------------------------ helpers
-    def _admit(self, body: Any) -> None:
-        admit(self.config, body)
-
-    def _cached(self, key: str, build: Callable[[], Any]) -> Any:
-        if key not in self._scorers:
-            self._scorers[key] = build()
-            while len(self._scorers) > SCORER_CACHE:
-                self._scorers.popitem(last=False)
-        self._scorers.move_to_end(key)
-        return self._scorers[key]
-
-    def _utility(self, s: api.ScorerSettings) -> tuple[str, UtilityScorer]:
-        key = "utility:" + s.scorer_key()
-        template = wire.decode_template(s.template.model_dump() if s.template else None)
-        return key, self._cached(
-            key,
-            lambda: UtilityScorer(
-                self.engine,
-                metric=s.metric,
-                alpha=s.alpha,
-                top_k_frac=s.top_k_frac,
-                max_new_tokens=s.max_new_tokens,
-                template=template,
-                answer_style=s.answer_style,
-                copy_ngram=s.copy_ngram,
-            ),
-        )
-
-    def _embedder_model(self) -> Any:
-        if self._embedder is None:
-            self._embedder = load_embedder(self.config.embedder, device=str(self.engine.device))
-        return self._embedder
-
-    @staticmethod
-    async def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.wrap_future(coalescer.submit(fn, *args))
-
-    async def _contexts(self, s: api.ScorerSettings, items: list, details: bool) -> list[list[Any]]:
-        """Score [(query, [context, ...]), ...] with the scorer of ``s``, scheduled with other requests:
-        each item's contexts in slices of at most ``max_batch_tokens // answer tokens`` contexts."""
-        key, scorer = self._utility(s)
-        tokens = s.answer_tokens()
-        per_call = max(1, self.config.max_batch_tokens // tokens)
-        units, owners = [], []
-        for i, (query, contexts) in enumerate(items):
-            for start in range(0, max(len(contexts), 1), per_call):
-                units.append((query, contexts[start : start + per_call]))
-                owners.append(i)
-        costs = [max(len(c), 1) * tokens for _, c in units]
-        admit_budget(self.config, costs)
-        done = await self._scheduler.submit(
-            Work(
-                key,
-                scorer,
-                units,
-                costs,
-                details,
-                lambda sc, us, want: sc.score_contexts_batch(us, return_details=want),
-            )
-        )
-        out: list[list[Any]] = [[] for _ in items]
-        for i, rows in zip(owners, done):
-            out[i].extend(rows)
-        return out
-
-    @staticmethod
-    def _scores(results: list[Any], details: bool) -> list[dict[str, Any]]:
-        return [
-            {**wire.encode_score(r), "details": wire.encode_details(r.details) if details else None} for r in results
-        ]
+class GroguService(ReplicaWork):
+    """One replica: one engine for ``config.model``, the routes below, batched engine work
+    (:class:`~grogu.serve.replica_work.ReplicaWork`)."""
 
     # ------------------------------------------------------------------ service routes
     @app.get("/health")
@@ -259,44 +166,8 @@ class GroguService:
         self._admit(body)
         admit_rerank(self.config, body)
         _, scorer = self._utility(body)
-        # checks, the MiniLM relevance when none is given, the candidates: on the worker, scheduled
-        args = (body.query, api.plain_docs(body.documents), body.top_n, body.threshold)
-        [rerank_plan] = await self._scheduler.submit(
-            Work(
-                "rerank-plan",
-                scorer,
-                [args],
-                [len(body.documents) + 1],
-                False,
-                lambda sc, us, want, s=body.mode_settings(), rel=body.relevance: [
-                    sc.plan_rerank(*u, settings=s, relevance=rel) for u in us
-                ],
-            )
-        )
-        if rerank.grounded_choice(rerank_plan.settings) and rerank_plan.contexts:
-            # the library's path: the candidates' answers (in slices), then the choice on their grounded
-            # statistics, and only the chosen one teacher-forced
-            key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()
-            contexts = [(rerank_plan.query, docs) for docs in rerank_plan.context_documents()]
-            costs = [max(len(docs), 1) * tokens for _, docs in contexts]
-            admit_budget(self.config, costs)
-            generated = await self._scheduler.submit(
-                Work(key, scorer, contexts, costs, False, lambda sc, us, want: sc.generate_contexts(us))
-            )
-            [scored] = await self._scheduler.submit(
-                Work(
-                    f"{key}:choose:{id(rerank_plan)}",
-                    scorer,
-                    [rerank_plan],
-                    [tokens],
-                    body.return_details,
-                    lambda sc, us, want, g=generated: sc.score_generated(us, g, want),
-                )
-            )
-        else:  # every context fully scored: in slices
-            [scored] = await self._contexts(
-                body, [(rerank_plan.query, rerank_plan.context_documents())], body.return_details
-            )
+        rerank_plan = await self._plan_rerank(body, scorer)
+        scored = await self._score_rerank(body, scorer, rerank_plan)
         ranked = scorer.finish_rerank(rerank_plan, scored)
         out = wire.encode_ranked(ranked)
         if not body.return_details:
@@ -321,11 +192,6 @@ class GroguService:
         )
         return wire.encode_ungrounded(result)
 
-    # ------------------------------------------------------------------ other metrics
-    async def _built(self, key: str, build: Callable[[], Any]) -> Any:
-        """A cached scorer, built on the worker thread (building may load a model or draw masks)."""
-        return await self._on_worker(self._cached, key, build)
-
     @app.post("/influence")
     async def influence(self, body: api.InfluenceRequest) -> dict:
         """Influence Scores of many (query, documents, answer) items (``InfluenceScorer.score_batch``)."""
@@ -339,24 +205,7 @@ class GroguService:
             for _, docs, answer in items
         ]
         admit_budget(self.config, costs)
-
-        def build() -> InfluenceScorer:
-            # the embedder is loaded once per replica, and only for the methods that embed answers
-            embedder = self._embedder_model() if body.method in EMBEDDING_METHODS else self.config.embedder
-            scorer = InfluenceScorer(
-                self.engine,
-                embedder=embedder,
-                max_new_tokens=body.max_new_tokens,
-                template=template,
-                method=body.method,
-                n_ablations=body.n_ablations,
-                seed=body.seed,
-                lasso_alpha=body.lasso_alpha,
-            )
-            scorer.embedder_name = self.config.embedder
-            return scorer
-
-        scorer = await self._built(key, build)
+        scorer = await self._influence_scorer(key, body, template)
         result = await self._scheduler.submit(
             Work(
                 key,
@@ -386,50 +235,8 @@ class GroguService:
         key = "seper:" + body.model_dump_json(
             include={"n_samples", "temperature", "tau", "max_new_tokens", "seed", "template"}
         )
-
-        def build() -> SePerScorer:
-            if self._nli is None:
-                self._nli = NLIEntailment(self.config.nli, device=str(self.engine.device))
-            return SePerScorer(
-                self.engine,
-                entailment=self._nli,
-                n_samples=n,
-                temperature=body.temperature,
-                tau=body.tau,
-                max_new_tokens=tokens,
-                seed=body.seed,
-                template=wire.decode_template(body.template.model_dump() if body.template else None),
-            )
-
-        scorer = await self._built(key, build)
-        query, refs, checked = check_query(body.query), check_references(body.references), check_documents(docs)
-        contexts = [checked] if body.as_context else [[d] for d in checked]
-        rows = await self._on_worker(scorer.sample_rows, query, contexts)
-        per_call, split_parts_ = max(1, self.config.max_batch_tokens // tokens), split_parts
-        slices = [rows[i : i + per_call] for i in range(0, len(rows), per_call)]
-        done = await self._scheduler.submit(
-            Work(
-                key,
-                scorer,
-                slices,
-                [len(x) * tokens for x in slices],
-                False,
-                lambda sc, us, want: split_parts_(sc.sample([r for u in us for r in u]), [len(u) for u in us]),
-            )
-        )
-        gens = [g for part in done for g in part]
-        groups = [gens[i : i + n] for i in range(0, len(gens), n)]
-        beliefs = await self._scheduler.submit(
-            Work(
-                key + ":nli",
-                scorer,
-                groups,
-                [n * tokens] * len(groups),
-                False,
-                lambda sc, us, want: sc.beliefs(query, refs, us),
-            )
-        )
-        results = SePerScorer.results(groups, beliefs)
+        scorer = await self._seper_scorer(key, body)
+        results = await self._seper_results(key, scorer, body, docs)
         return {"results": [wire.encode_seper(r) for r in results]}
 
     @app.post("/acu")

@@ -1,0 +1,84 @@
+"""A new rerank setting touches one file: grogu/rerank.py's ModeSettings.
+
+The test copies the package, adds one field to ModeSettings in the copy, and checks that every
+entry point takes the new setting by name: the scorer's rerank, the command line, the service's
+request body, and both integrations. A name that is not a setting stays an error everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+FIELD = '''    probe_setting: int = _setting(7, "a setting added in one place")
+'''
+ANCHOR = "    def __post_init__(self) -> None:\n"
+
+SCRIPT = r"""
+import contextlib, io, sys
+import grogu
+from grogu import UtilityScorer
+from grogu.rerank import ModeOverrides, ModeSettings
+from grogu.testing import embedded_tokenizer, tiny_model
+
+assert grogu.__file__.startswith(sys.argv[1]), grogu.__file__
+assert ModeSettings().probe_setting == 7 and ModeSettings.build(probe_setting=3).probe_setting == 3
+assert "probe_setting" in ModeOverrides.__annotations__
+
+scorer = UtilityScorer((tiny_model(), embedded_tokenizer()), max_new_tokens=2)
+docs = ["Paris is the capital of France.", "Berlin is in Germany."]
+assert len(scorer.rerank("Capital of France?", docs, mode="document", probe_setting=3)) == 2
+try:
+    scorer.rerank("Capital of France?", docs, mode="document", no_such_setting=3)
+    raise SystemExit("an unknown setting was accepted")
+except TypeError as e:
+    assert "no_such_setting" in str(e)
+
+from grogu.cli import build_parser
+out = io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+    build_parser().parse_args(["rerank", "--help"])
+assert "--probe-setting" in out.getvalue()
+
+from grogu.serve.api import RerankRequest
+body = RerankRequest(query="q", documents=["d"], probe_setting=3)
+assert body.mode_settings().probe_setting == 3
+
+from llama_index.postprocessor.grogu import GroguRerank
+assert GroguRerank(model=scorer, probe_setting=3).settings.probe_setting == 3
+
+from langchain_grogu import GroguCompressor
+assert GroguCompressor(model=scorer, probe_setting=3).settings.probe_setting == 3
+print("travelled")
+"""
+
+
+def test_a_new_setting_touches_one_file(tmp_path):
+    src = os.path.join(tmp_path, "src")
+    shutil.copytree(os.path.join(ROOT, "src", "grogu"), os.path.join(src, "grogu"))
+    path = os.path.join(src, "grogu", "rerank.py")
+    text = open(path, encoding="utf-8").read()
+    assert text.count(ANCHOR) == 1
+    open(path, "w", encoding="utf-8").write(text.replace(ANCHOR, FIELD + "\n" + ANCHOR))
+    changed = [
+        os.path.relpath(os.path.join(d, f), src)
+        for d, _, files in os.walk(os.path.join(src, "grogu"))
+        for f in files
+        if f.endswith(".py")
+        and open(os.path.join(d, f), encoding="utf-8").read()
+        != open(os.path.join(ROOT, "src", os.path.relpath(os.path.join(d, f), src)), encoding="utf-8").read()
+    ]
+    assert changed == [os.path.join("grogu", "rerank.py")]
+    integrations = [
+        os.path.join(ROOT, "integrations", "llama-index-postprocessor-grogu"),
+        os.path.join(ROOT, "integrations", "langchain-grogu"),
+    ]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, *integrations]), OMP_NUM_THREADS="1")
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT, src], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().endswith("travelled")
