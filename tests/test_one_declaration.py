@@ -13,8 +13,8 @@ import subprocess
 import sys
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-FIELD = '''    probe_setting: int = _setting(7, "a setting added in one place")
-'''
+FIELD = """    probe_setting: int = _setting(7, "a setting added in one place")
+"""
 ANCHOR = "    def __post_init__(self) -> None:\n"
 
 SCRIPT = r"""
@@ -48,10 +48,10 @@ body = RerankRequest(query="q", documents=["d"], probe_setting=3)
 assert body.mode_settings().probe_setting == 3
 
 from llama_index.postprocessor.grogu import GroguRerank
-assert GroguRerank(model=scorer, probe_setting=3).settings.probe_setting == 3
+assert GroguRerank(model=scorer.target, probe_setting=3).settings.probe_setting == 3
 
 from langchain_grogu import GroguCompressor
-assert GroguCompressor(model=scorer, probe_setting=3).settings.probe_setting == 3
+assert GroguCompressor(model=scorer.target, probe_setting=3).settings.probe_setting == 3
 print("travelled")
 """
 
