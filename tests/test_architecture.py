@@ -198,3 +198,22 @@ def test_the_two_targets_do_not_import_each_other():
 def test_no_module_imports_the_package_root():
     """The root re-exports the public names; a module importing it would run every import above it."""
     assert sorted(m for m, deps in GRAPH.items() if m != "grogu" and "grogu" in {t for t, _ in deps}) == []
+
+
+def test_no_module_over_400_lines():
+    """The size this project sets itself, for the plug-in and both integration packages (not their tests)."""
+    root = os.path.join(os.path.dirname(__file__), "..")
+    folders = [
+        os.path.join(SRC, "grogu"),
+        os.path.join(root, "integrations", "llama-index-postprocessor-grogu", "llama_index"),
+        os.path.join(root, "integrations", "langchain-grogu", "langchain_grogu"),
+    ]
+    sizes = {
+        os.path.relpath(os.path.join(d, f), root): sum(1 for _ in open(os.path.join(d, f), encoding="utf-8"))
+        for folder in folders
+        for d, _, files in os.walk(folder)
+        for f in files
+        if f.endswith(".py")
+    }
+    assert len(sizes) > 60
+    assert {path: n for path, n in sizes.items() if n > 400} == {}
