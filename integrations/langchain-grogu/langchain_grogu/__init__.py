@@ -10,8 +10,9 @@
 from importlib import metadata
 
 from .callbacks import EVENT_NAME, InfluenceCallbackHandler
+from .compressors import GroguCompressor
+from .document_scores import METADATA_KEY, RELEVANCE_KEY
 from .prompts import template_from_langchain
-from .rerank import METADATA_KEY, RELEVANCE_KEY, GroguCompressor
 from .retrievers import GroguRetriever
 from .sinks import JSONLSink, ListSink, LoggerSink
 

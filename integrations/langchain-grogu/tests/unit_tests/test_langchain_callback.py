@@ -225,7 +225,7 @@ def test_runs_without_retriever_are_not_recorded(llm):
     records: list[dict] = []
     handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)
     (PROMPT | llm).invoke({"context": "none", "question": "Why?"}, config={"callbacks": [handler]})
-    assert records == [] and handler._trees == {} and handler._root_of == {}
+    assert records == [] and len(handler.runs) == 0
 
 
 def test_background_mode_delivers_after_flush(chain, llm, questions):
