@@ -4,16 +4,18 @@
   utility to the target LLM (use alone or in ``ContextualCompressionRetriever``);
 - :class:`GroguRetriever`: wraps any retriever with the same reranking, for LCEL chains;
 - :class:`InfluenceCallbackHandler`: after each run, how much each retrieved document influenced the
-  answer the chain gave (Influence Score), delivered to sinks and as a custom event.
+  answer the chain gave (Influence Score), delivered to sinks (:class:`JSONLSink`, :class:`ListSink`,
+  :class:`LoggerSink`, :class:`CallableSink`) and as a custom event.
 """
 
 from importlib import metadata
 
 from .callbacks import EVENT_NAME, InfluenceCallbackHandler
+from .compressors import GroguCompressor
+from .document_scores import METADATA_KEY, RELEVANCE_KEY
 from .prompts import template_from_langchain
-from .rerank import METADATA_KEY, RELEVANCE_KEY, GroguCompressor
 from .retrievers import GroguRetriever
-from .sinks import JSONLSink, ListSink, LoggerSink
+from .sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 
 try:
     __version__ = metadata.version("langchain-grogu")
@@ -24,6 +26,7 @@ __all__ = [
     "GroguCompressor",
     "GroguRetriever",
     "InfluenceCallbackHandler",
+    "CallableSink",
     "JSONLSink",
     "ListSink",
     "LoggerSink",

@@ -16,7 +16,8 @@ from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from typing_extensions import override
 
-from .rerank import _DEFAULT, METADATA_KEY, GroguScoring
+from .document_scores import METADATA_KEY
+from .scoring import GroguScoring
 
 
 class GroguRetriever(GroguScoring, BaseRetriever):
@@ -45,7 +46,7 @@ class GroguRetriever(GroguScoring, BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        top_n = kwargs.pop("top_n", _DEFAULT)
+        top_n = self.call_top_n(kwargs)
         docs = self.base_retriever.invoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
         return self.rerank_documents(docs, query, top_n, callbacks=run_manager)
 
@@ -53,7 +54,7 @@ class GroguRetriever(GroguScoring, BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        top_n = kwargs.pop("top_n", _DEFAULT)
+        top_n = self.call_top_n(kwargs)
         docs = await self.base_retriever.ainvoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
         return await self.arerank_documents(docs, query, top_n, callbacks=run_manager)
 

@@ -9,13 +9,25 @@ import json
 import logging
 from typing import Any
 
+import langchain_grogu
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import RunnablePassthrough
-from langchain_grogu import EVENT_NAME, METADATA_KEY, RELEVANCE_KEY, GroguRetriever, InfluenceCallbackHandler
+from langchain_grogu import (
+    EVENT_NAME,
+    METADATA_KEY,
+    RELEVANCE_KEY,
+    CallableSink,
+    GroguRetriever,
+    InfluenceCallbackHandler,
+    JSONLSink,
+    ListSink,
+    LoggerSink,
+)
 
+import grogu.sinks
 from grogu.influence import InfluenceScorer
 from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
 
@@ -119,6 +131,29 @@ def test_one_record_per_run_to_every_sink(chain, retriever, llm, influence, ques
     assert len([r for r in caplog.records if r.name == "test.grogu.influence"]) == 1
     assert events.events == [(EVENT_NAME, events.events[0][1], record)]
     assert str(events.events[0][1]) == record["run_id"]
+
+
+def test_the_sink_classes_each_get_the_record(chain, llm, questions, tmp_path, caplog):
+    """The package's sinks are grogu's four, named as grogu names them, and each receives the run's record."""
+    names = ["CallableSink", "JSONLSink", "ListSink", "LoggerSink"]
+    assert sorted(n for n in langchain_grogu.__all__ if n.endswith("Sink")) == names
+    assert all(getattr(langchain_grogu, n) is getattr(grogu.sinks, n) for n in names)
+
+    records: list[dict] = []
+    called: list[dict] = []
+    path = tmp_path / "influence.jsonl"
+    sinks = [ListSink(records), JSONLSink(path), CallableSink(called.append), LoggerSink("test.grogu.sinks")]
+    handler = InfluenceCallbackHandler(model=llm, sinks=sinks, max_new_tokens=N)
+    with caplog.at_level(logging.INFO, logger="test.grogu.sinks"):
+        answer = chain.invoke(questions[2], config={"callbacks": [handler]})
+    (record,) = records
+    assert record["answer"] == answer and record["error"] is None and len(record["influence"]) == 3
+    assert called == [record]
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [json.loads(json.dumps(record, default=str))]
+    (logged,) = [r for r in caplog.records if r.name == "test.grogu.sinks"]
+    assert json.loads(logged.getMessage().removeprefix("grogu influence ")) == json.loads(
+        json.dumps(record, default=str)
+    )
 
 
 def test_ablation_method(chain, retriever, llm, engine, questions):
@@ -225,7 +260,7 @@ def test_runs_without_retriever_are_not_recorded(llm):
     records: list[dict] = []
     handler = InfluenceCallbackHandler(model=llm, sinks=[records], max_new_tokens=N)
     (PROMPT | llm).invoke({"context": "none", "question": "Why?"}, config={"callbacks": [handler]})
-    assert records == [] and handler._trees == {} and handler._root_of == {}
+    assert records == [] and len(handler.runs) == 0
 
 
 def test_background_mode_delivers_after_flush(chain, llm, questions):

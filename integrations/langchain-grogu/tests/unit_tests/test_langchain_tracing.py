@@ -13,7 +13,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 from langchain_grogu import GroguCompressor, GroguRetriever, InfluenceCallbackHandler
-from langchain_grogu.rerank import grogu_documents
+from langchain_grogu.document_scores import grogu_documents
 from openinference.instrumentation.langchain import LangChainInstrumentor
 from openinference.semconv.trace import (
     DocumentAttributes,

@@ -1,0 +1,73 @@
+"""GroguCompressor: rerank and prune retrieved documents by their GROGU utility to the target LLM.
+
+>>> from langchain_grogu import GroguCompressor
+>>> compressor = GroguCompressor(model=llm, top_n=3)      # llm: a HuggingFacePipeline, or a model name
+>>> docs = compressor.compress_documents(retrieved_docs, "Who wrote Hamlet?")
+>>> docs[0].metadata["relevance_score"], docs[0].metadata["grogu"]
+
+GROGU (Hua et al.; see ``grogu.metrics``) is the target LLM's confidence in the answer it gives greedily
+from a context: minus the mean entropy (nats) of the answer's key tokens by default, so higher is better.
+The rerank mode (``grogu.ModeSettings``) says what is scored: candidate contexts of ``top_n`` documents
+(context, the default) or each document alone (document, fusion, prune). ``metadata["relevance_score"]``
+is the document's score in that mode, where LangChain's rerankers put theirs; ``score_scale="probability"``
+puts it, and ``threshold``, in [0, 1] (:mod:`grogu.scales`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
+from typing_extensions import override
+
+from .scoring import GroguScoring
+
+
+class GroguCompressor(GroguScoring, BaseDocumentCompressor):
+    """Document compressor that reranks documents by their GROGU utility to the target LLM.
+
+    Use it on its own or in ``ContextualCompressionRetriever``. Each returned document is a copy of
+    the input with ``metadata['grogu']`` added; existing metadata is kept.
+
+    Example:
+        ```python
+        from langchain_classic.retrievers import ContextualCompressionRetriever
+        from langchain_grogu import GroguCompressor
+
+        compressor = GroguCompressor(model=llm, top_n=3)   # llm: HuggingFacePipeline, or a model name
+        retriever = ContextualCompressionRetriever(
+            base_compressor=compressor, base_retriever=vectorstore.as_retriever(search_kwargs={"k": 10})
+        )
+        ```
+    """
+
+    @override
+    def compress_documents(
+        self,
+        documents: Sequence[Document],
+        query: str,
+        callbacks: Callbacks | None = None,
+    ) -> Sequence[Document]:
+        """Rerank documents by GROGU utility; keep ``top_n`` and those with score >= ``threshold``.
+
+        Args:
+            documents: The retrieved documents.
+            query: The query the target LLM will answer from them.
+            callbacks: The run's callbacks: no LangChain event is emitted; a tracer's span of the run
+                (OpenInference) parents grogu's ``grogu.rerank`` OpenTelemetry span.
+
+        Returns:
+            Copies of the kept documents, best first, with ``metadata['grogu']`` added.
+        """
+        return self.rerank_documents(documents, query, self.top_n, callbacks=callbacks)
+
+    @override
+    async def acompress_documents(
+        self,
+        documents: Sequence[Document],
+        query: str,
+        callbacks: Callbacks | None = None,
+    ) -> Sequence[Document]:
+        """Async :meth:`compress_documents`; does not block the event loop."""
+        return await self.arerank_documents(documents, query, self.top_n, callbacks=callbacks)

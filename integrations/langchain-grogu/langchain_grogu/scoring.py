@@ -1,0 +1,227 @@
+"""GroguScoring: the settings and the reranking that GroguCompressor and GroguRetriever share.
+
+Each setting is declared once, as a typed pydantic field with grogu's own check (``grogu.checks``), so a
+bad value is the same error here as in grogu. The rerank settings are one ``grogu.ModeSettings``; each of
+them may also be given by name (``mode="fusion", weight=0.4``), as ``UtilityScorer.rerank`` takes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Annotated, Any, Literal
+
+from langchain_core.documents import Document
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
+
+from grogu import EngineConfig, PromptTemplate
+from grogu.checks import check_alpha, check_fraction, check_positive_int, check_threshold, check_top_n
+from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
+from grogu.models import DEFAULT_MODEL
+from grogu.rerank import ModeSettings, split_settings
+from grogu.scales import check_score_scale, utility_threshold
+from grogu.scorer_factory import Scorer, build_scorer, remote_target
+
+from . import spans
+from .document_scores import (
+    METADATA_KEY,
+    check_documents,
+    grogu_documents,
+    retrieval_scores,
+    scored_documents,
+    unscored_documents,
+)
+from .prompts import template_from_langchain
+from .target import model_label, resolve_engine
+
+logger = logging.getLogger(__name__)
+
+
+def _checked(check: Callable[..., Any], *args: Any, none_ok: bool = False) -> BeforeValidator:
+    """A field's validator: grogu's ``check(*args, value)``, before pydantic's coercion (so bool is not a
+    count and NaN not a threshold); with ``none_ok``, None passes as 'the default'."""
+    bound = functools.partial(check, *args)
+    return BeforeValidator(lambda value: None if none_ok and value is None else bound(value))
+
+
+class GroguScoring(BaseModel):
+    """Settings shared by :class:`~langchain_grogu.GroguCompressor` and :class:`~langchain_grogu.GroguRetriever`,
+    and the reranking they both do. The scorer is built (a model given by name loaded once per process) when
+    the object is created. The package README describes each setting at length."""
+
+    model: Any = DEFAULT_MODEL
+    """The target LLM that reads the documents: a name, a loaded model, a LangChain LLM, a server or a service URL."""
+    top_n: Annotated[int | None, _checked(check_top_n)] = 3
+    """Most documents returned, best first; None keeps every document that passes ``threshold``."""
+    threshold: Annotated[float | None, _checked(check_threshold)] = None
+    """Keep documents whose utility is >= threshold (on ``score_scale``); not in the context mode."""
+    metric: Annotated[str | None, _checked(metric_name, none_ok=True)] = None
+    """A metric of ``grogu.METRICS``; None: the target's default; after construction, the metric used."""
+    alpha: Annotated[float, _checked(check_alpha)] = ALPHA
+    """Key-token threshold on |H_grounded - H_ungrounded| in nats."""
+    top_k_frac: Annotated[float, _checked(check_fraction, "top_k_frac")] = TOP_K_FRAC
+    """Fraction of answer tokens kept (by grounded entropy) when no token passes ``alpha``."""
+    max_new_tokens: Annotated[int, _checked(check_positive_int, "max_new_tokens")] = 64
+    """Longest grounded answer generated per context: set it to the chain LLM's answer budget."""
+    template: PromptTemplate | None = None
+    """Override of grogu's grounded/ungrounded prompt text (or give ``qa_prompt``, not both)."""
+    answer_style: Literal["long", "short"] = "long"
+    """'short': ask for the answer only and cut it at its first line or sentence (small models)."""
+    title_key: str | None = None
+    """Metadata key whose value the LLM sees as the document's title; None shows the page content only."""
+    device: str | None = None
+    """Device for a model given by name (default: CUDA when available, else CPU)."""
+    dtype: str | None = None
+    """dtype for a model given by name (default: bf16 on CUDA, float32 on CPU)."""
+    settings: ModeSettings = Field(default_factory=ModeSettings)
+    """The rerank settings (``grogu.ModeSettings``: ``mode``, ``weight``, ...); each may also be given by name."""
+    qa_prompt: Any = None
+    """The chain's own QA prompt: documents are scored on what the LLM reads (``template_from_langchain``)."""
+    context_key: str = "context"
+    """Variable of ``qa_prompt`` that receives the documents (joined by blank lines)."""
+    question_key: str = "question"
+    """Variable of ``qa_prompt`` that receives the question."""
+    relevance_key: str | None = None
+    """Metadata key holding the retriever's relevance score (fusion); None: the retrieval order."""
+    on_error: Literal["raise", "passthrough"] = "raise"
+    """On a scoring failure: 'raise', or 'passthrough': every input, unscored, with ``metadata['grogu']['error']``."""
+    score_scale: Annotated[Literal["utility", "probability"], _checked(check_score_scale)] = "utility"
+    """Scale of ``relevance_score`` and ``threshold``: the utility, or 'probability' in [0, 1] (``grogu.scales``)."""
+    batch_size: Annotated[int | None, _checked(check_positive_int, "batch_size", none_ok=True)] = None
+    """Most prompts in one forward pass of the model's process-wide engine (``EngineConfig.max_batch_size``)."""
+    engine_config: EngineConfig | None = None
+    """The engine's whole configuration (``grogu.EngineConfig``), in place of ``batch_size``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_settings(cls, data: Any) -> Any:
+        """The rerank settings given by name (``mode``, ``weight``, ...) folded into ``settings``,
+        checked once by ``grogu.ModeSettings``."""
+        if not isinstance(data, dict):
+            return data
+        named, rest = split_settings(data)
+        if named or "settings" in rest:
+            rest["settings"] = ModeSettings.build(rest.get("settings"), **named)
+        return rest
+
+    _scorer: Scorer = PrivateAttr()
+    _model_label: str = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self.settings.check_threshold(self.threshold)
+        template = self.template
+        if self.qa_prompt is not None:
+            if template is not None:
+                raise ValueError("give template (grogu's prompt text) or qa_prompt (the chain's prompt), not both")
+            llm = None if remote_target(self.model) is not None else self.model  # a service: chat messages
+            template = template_from_langchain(
+                self.qa_prompt, llm, context_key=self.context_key, question_key=self.question_key
+            )
+        # a service (documents' metadata stay here), or the model / server run for this process
+        self._scorer, self._model_label = build_scorer(
+            self.model,
+            resolve_engine=resolve_engine,
+            model_label=model_label,
+            device=self.device,
+            dtype=self.dtype,
+            batch_size=self.batch_size,
+            engine_config=self.engine_config,
+            metric=self.metric,
+            alpha=self.alpha,
+            top_k_frac=self.top_k_frac,
+            max_new_tokens=self.max_new_tokens,
+            template=template,
+            answer_style=self.answer_style,
+        )
+        self.metric = self._scorer.metric  # None: the target's default
+        if self.score_scale == "probability":
+            utility_threshold(self.metric, self.threshold)  # a ValueError unless in [0, 1]
+
+    @property
+    def mode(self) -> str:
+        """The rerank mode (``self.settings.mode``)."""
+        return self.settings.mode
+
+    @property
+    def model_name(self) -> str:
+        """A readable name of the target LLM (also written to ``metadata['grogu']['model']``)."""
+        return self._model_label
+
+    @property
+    def scorer(self) -> Scorer:
+        """The scorer used: a :class:`grogu.UtilityScorer` (its ``engine`` is the shared engine of the model,
+        or the ServerTarget of a served LLM) or a :class:`grogu.RemoteScorer` (the grogu service)."""
+        return self._scorer
+
+    def call_top_n(self, options: dict[str, Any]) -> int | None:
+        """The ``top_n`` of one call: ``options['top_n']`` when given (taken out of ``options`` and checked,
+        as ``invoke(query, top_n=1)`` passes it), else the ``top_n`` setting."""
+        return check_top_n(options.pop("top_n")) if "top_n" in options else self.top_n
+
+    def rerank_documents(
+        self, documents: Sequence[Document], query: str, top_n: int | None, callbacks: Any = None
+    ) -> list[Document]:
+        """The documents chosen by the rerank mode, cut by ``threshold`` and ``top_n``, best first, as copies
+        with ``metadata['grogu']`` and ``metadata['relevance_score']`` (:mod:`langchain_grogu.document_scores`).
+        ``callbacks``: the run's callback or run manager, whose traced span (OpenInference) parents the
+        ``grogu.rerank`` OpenTelemetry span (``grogu.tracing``)."""
+        docs = check_documents(documents, query)
+        if not docs:
+            return []
+        with self._reranking(docs, query, top_n, callbacks) as run:
+            run.ranked = self._scorer.rerank(
+                query, grogu_documents(docs, self.title_key), **self._rerank_kwargs(docs, top_n)
+            )
+        return run.out
+
+    async def arerank_documents(
+        self, documents: Sequence[Document], query: str, top_n: int | None, callbacks: Any = None
+    ) -> list[Document]:
+        """Async :meth:`rerank_documents`: scoring runs off the event loop, and concurrent calls share
+        one engine batch. Same result as the sync call."""
+        docs = check_documents(documents, query)
+        if not docs:
+            return []
+        with self._reranking(docs, query, top_n, callbacks) as run:
+            run.ranked = await self._scorer.arerank(
+                query, grogu_documents(docs, self.title_key), **self._rerank_kwargs(docs, top_n)
+            )
+        return run.out
+
+    def _rerank_kwargs(self, docs: list[Document], top_n: int | None) -> dict[str, Any]:
+        threshold = self.threshold
+        if self.score_scale == "probability":  # the utility threshold keeping probability >= threshold
+            threshold = utility_threshold(self.metric, threshold)
+        relevance = retrieval_scores(docs, self.relevance_key)
+        return {"top_n": top_n, "threshold": threshold, "settings": self.settings, "relevance": relevance}
+
+    @contextmanager
+    def _reranking(self, docs: list[Document], query: str, top_n: int | None, callbacks: Any) -> Iterator[Any]:
+        """One rerank inside its ``grogu.rerank`` span: the body sets ``run.ranked``; ``run.out`` is then
+        the scored documents, or, when scoring failed and ``on_error`` is 'passthrough', every input."""
+        run = SimpleNamespace(ranked=None, out=None)
+        with spans.rerank_span(self, docs, query, top_n, callbacks) as span:
+            try:
+                yield run
+            except Exception as exc:  # noqa: BLE001 - on_error decides
+                if self.on_error == "raise":
+                    raise
+                span.fail(exc)
+                message = f"{type(exc).__name__}: {exc}"
+                logger.warning(
+                    "grogu scoring failed for query %r; passing %d documents through unscored: %s",
+                    query[:200],
+                    len(docs),
+                    message,
+                )
+                run.out = unscored_documents(docs, model=self._model_label, error=message)
+            else:
+                run.out = scored_documents(
+                    docs, run.ranked, mode=self.mode, model=self._model_label, score_scale=self.score_scale
+                )
+            spans.finish(span, self, run.out, METADATA_KEY)
