@@ -170,9 +170,9 @@ def test_bad_options_are_clear_errors(llm, engine):
 def test_target_llm_reuses_the_shared_engine(llm, engine, tiny, tokenizer):
     from langchain_huggingface import ChatHuggingFace
 
-    assert GroguCompressor(model=llm, max_new_tokens=N, mode="document").scorer.engine is engine
-    assert GroguCompressor(model=llm.pipeline, max_new_tokens=N, mode="document").scorer.engine is engine
-    assert GroguCompressor(model=(tiny, tokenizer), max_new_tokens=N, mode="document").scorer.engine is engine
-    assert GroguCompressor(model=engine, max_new_tokens=N, mode="document").scorer.engine is engine
+    assert GroguCompressor(model=llm, max_new_tokens=N, mode="document").scorer.target is engine
+    assert GroguCompressor(model=llm.pipeline, max_new_tokens=N, mode="document").scorer.target is engine
+    assert GroguCompressor(model=(tiny, tokenizer), max_new_tokens=N, mode="document").scorer.target is engine
+    assert GroguCompressor(model=engine, max_new_tokens=N, mode="document").scorer.target is engine
     chat = ChatHuggingFace(llm=llm, tokenizer=tokenizer, model_id="tiny-llama")
-    assert GroguCompressor(model=chat, max_new_tokens=N, mode="document").scorer.engine is engine
+    assert GroguCompressor(model=chat, max_new_tokens=N, mode="document").scorer.target is engine

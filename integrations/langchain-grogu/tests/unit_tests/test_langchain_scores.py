@@ -141,7 +141,7 @@ def test_batch_size_and_engine_config_set_the_engine(llm, base, query, restore_e
     engine = restore_engine
     reference = _pipeline(base, model=llm, top_n=None, mode="document").invoke(query)
     small = _pipeline(base, model=llm, top_n=None, mode="document", batch_size=2)
-    assert engine.max_batch_size == 2 and small.base_compressor.scorer.engine is engine  # the shared engine
+    assert engine.max_batch_size == 2 and small.base_compressor.scorer.target is engine  # the shared engine
     out = small.invoke(query)
     assert [d.page_content for d in out] == [d.page_content for d in reference]
     assert [d.metadata[RELEVANCE_KEY] for d in out] == pytest.approx(
