@@ -12,17 +12,19 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode
 from llama_index.postprocessor.grogu import (
+    CallableSink,
     GroguInfluenceCallbackHandler,
     GroguInfluenceHandler,
     GroguRerank,
-    JsonlSink,
-    MemorySink,
+    JSONLSink,
+    ListSink,
+    LoggerSink,
 )
 
 import grogu
+from grogu import sinks
 from grogu.influence import InfluenceScorer
 from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
-from grogu.sinks import JSONLSink, ListSink
 
 K = 4
 TOKENS = 8
@@ -194,9 +196,7 @@ def test_background_thread_mode(index, llm, embed_model, questions, reference, a
 
 
 def test_legacy_callback_handler(index, llm, embed_model, questions, reference):
-    handler = GroguInfluenceCallbackHandler(
-        model=llm, embedder=embed_model, sinks=[MemorySink()], max_new_tokens=TOKENS
-    )
+    handler = GroguInfluenceCallbackHandler(model=llm, embedder=embed_model, sinks=[ListSink()], max_new_tokens=TOKENS)
     engine = query_engine(index, llm, callback_manager=CallbackManager([handler]))
     response = engine.query(questions[10])
     assert len(handler.records) == 1
@@ -255,34 +255,36 @@ def test_bad_sink_is_a_clear_error(llm, embed_model):
         GroguInfluenceHandler(model=llm, embedder=embed_model, on_error="ignore")
 
 
-def test_deprecated_sink_and_raise_errors(index, llm, embed_model, questions, reference, tokenizer):
-    """sink= and raise_errors= still work, with a DeprecationWarning; the sink aliases are grogu's sinks."""
-    assert JsonlSink is JSONLSink and MemorySink is ListSink
-    records = []
-    with pytest.warns(DeprecationWarning, match="sinks="):
-        handler = GroguInfluenceCallbackHandler(model=llm, embedder=embed_model, sink=records, max_new_tokens=TOKENS)
-    assert handler.records is records and handler.recorder.on_error == "record"
-    with pytest.warns(DeprecationWarning, match="handler.sinks"):
-        assert handler.sink.records is records
-    response = query_engine(index, llm, callback_manager=CallbackManager([handler])).query(questions[0])
-    (record,) = records
-    check_against_reference(response, record, reference)
-    with pytest.warns(DeprecationWarning, match="sinks="), pytest.raises(TypeError, match="not both"):
-        GroguInfluenceHandler(model=llm, embedder=embed_model, sink=[], sinks=[])
+def test_the_sinks_are_grogus_shared_sinks(index, llm, embed_model, questions, reference, tmp_path):
+    """The package exports grogu's sink classes under grogu's names (langchain-grogu exports the same)."""
+    import llama_index.postprocessor.grogu as package
 
-    small = grogu.Engine(grogu.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu")
-    with pytest.warns(DeprecationWarning, match="on_error"):
-        strict = GroguInfluenceCallbackHandler(
-            model=small, embedder=embed_model, sinks=[[]], raise_errors=True, max_new_tokens=TOKENS
-        )
-    assert strict.recorder.on_error == "raise"
-    with pytest.raises(ValueError, match="context window"):
-        query_engine(index, llm, callback_manager=CallbackManager([strict])).query(
-            questions[11] + " Please explain in detail. " * 60
-        )
-    assert "context window" in strict.records[0]["error"]
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="not both"):
-        GroguInfluenceHandler(model=llm, embedder=embed_model, raise_errors=False, on_error="record")
-    with pytest.warns(DeprecationWarning):
-        lenient = GroguInfluenceHandler(model=llm, embedder=embed_model, raise_errors=False, sinks=[])
-    assert lenient.recorder.on_error == "record" and lenient.sinks == []
+    assert (JSONLSink, ListSink, LoggerSink, CallableSink) == (
+        sinks.JSONLSink,
+        sinks.ListSink,
+        sinks.LoggerSink,
+        sinks.CallableSink,
+    )
+    assert not hasattr(package, "JsonlSink") and not hasattr(package, "MemorySink")
+    path, called = tmp_path / "influence.jsonl", []
+    handler = GroguInfluenceCallbackHandler(
+        model=llm,
+        embedder=embed_model,
+        sinks=[ListSink(), JSONLSink(path), CallableSink(called.append)],
+        max_new_tokens=TOKENS,
+    )
+    response = query_engine(index, llm, callback_manager=CallbackManager([handler])).query(questions[0])
+    (record,) = handler.records
+    check_against_reference(response, record, reference)
+    (line,) = path.read_text().splitlines()
+    check_against_reference(response, json.loads(line), reference)
+    assert len(called) == 1 and called[0]["influence"] == record["influence"]
+
+
+@pytest.mark.parametrize("handler_class", [GroguInfluenceHandler, GroguInfluenceCallbackHandler])
+@pytest.mark.parametrize("removed", ["sink", "raise_errors"])
+def test_removed_arguments_are_errors(llm, embed_model, handler_class, removed):
+    """``sink=`` and ``raise_errors=`` are not arguments (``sinks=[...]``, ``on_error=`` are); no ``handler.sink``."""
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{removed}'"):
+        handler_class(model=llm, embedder=embed_model, **{removed: []})
+    assert not hasattr(handler_class(model=llm, embedder=embed_model, sinks=[]), "sink")

@@ -4,9 +4,13 @@ against grogu.UtilityScorer computed directly on the same nodes."""
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
 import logging
+from typing import Any
 
 import pytest
+from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
@@ -17,7 +21,6 @@ from llama_index.postprocessor.grogu import GroguRerank
 from llama_index.postprocessor.grogu.utils import resolve_engine
 
 import grogu
-from grogu.scorer import long_context_order
 
 K = 5
 TOKENS = 8
@@ -111,63 +114,33 @@ def test_metric_is_selectable(index, llm, questions):
     assert out[0].node.metadata["grogu"]["metric"] == "key_ppl" and all(n.score < 0 for n in out)
 
 
-def test_layout_after_picks_best_context_order(index, llm, scorer, questions):
-    query = questions[2]
-    retrieved = retrieve(index, query)
-    docs = texts(retrieved)
-    utility = [r.index for r in scorer.rerank(query, docs, top_n=3, mode="document")]
-    candidates = {
-        "utility": utility,
-        "retrieval": sorted(utility),
-        "reversed": utility[::-1],
-        "long_context": long_context_order(utility),
-    }
-    unique = {}
-    for name, order in candidates.items():
-        if order not in unique.values():
-            unique[name] = order
-    context = scorer.score_contexts(query, [[docs[i] for i in o] for o in unique.values()])
-    best = max(range(len(context)), key=lambda i: (context[i].score, -i))
-    best_order = list(unique.values())[best]
-
-    out = GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS, mode="document").postprocess_nodes(
-        retrieve(index, query), query_str=query
-    )
-    assert [n.node.node_id for n in out] == [retrieved[i].node.node_id for i in best_order]
-    layout = out[0].node.metadata["grogu"]["layout"]
-    assert layout["name"] == list(unique)[best]
-    assert layout["candidates"] == pytest.approx({n: c.score for n, c in zip(unique, context)}, abs=1e-6)
-    async_out = asyncio.run(
-        GroguRerank(top_n=3, model=llm, layout="after", max_new_tokens=TOKENS, mode="document").apostprocess_nodes(
-            retrieve(index, query), query_str=query
-        )
-    )
-    assert [n.node.node_id for n in async_out] == [n.node.node_id for n in out]
-    # per-node utilities are still the scores
-    utilities = {r.index: r.score for r in scorer.score(query, docs)}
-    assert [n.score for n in out] == pytest.approx([utilities[i] for i in best_order], abs=1e-6)
-
-
-def test_layout_only_orders_the_retrieved_top_n(index, llm, scorer, questions):
+def test_orders_family_picks_the_best_order_of_the_top_n(index, llm, scorer, questions):
+    """The context mode's ``orders`` family: the retrieved top-n as given, reversed and in
+    LongContextReorder's order; the order with the best context-level GROGU is kept."""
     query = questions[3]
     retrieved = retrieve(index, query)
     docs = texts(retrieved)
     layouts = list(grogu.standard_layouts(list(range(3))).items())
     choice = scorer.best_layout(query, [[docs[i] for i in o] for _, o in layouts])
-    with pytest.warns(DeprecationWarning, match="family='orders'"):
-        only = GroguRerank(top_n=3, model=llm, layout="only", max_new_tokens=TOKENS, mode="document")
-    out = only.postprocess_nodes(retrieve(index, query), query_str=query)
+    orders = GroguRerank(
+        top_n=3,
+        model=llm,
+        max_new_tokens=TOKENS,
+        family="orders",
+        rule="confidence",
+        context_metric="key_entropy",
+        gate="always",
+        margin=0.0,
+        supported=False,
+        qa_template=None,
+    )
+    out = orders.postprocess_nodes(retrieve(index, query), query_str=query)
     order = layouts[choice.best][1]
     assert [n.node.node_id for n in out] == [retrieved[i].node.node_id for i in order]
     assert [n.score for n in out] == pytest.approx([retrieved[i].score for i in order])  # retrieval scores kept
-    assert out[0].node.metadata["grogu"]["layout"]["context_score"] == pytest.approx(choice.scores[choice.best].score)
-    # what replaces it: the context mode's orders family chooses the same order
-    orders = GroguRerank(
-        top_n=3, model=llm, max_new_tokens=TOKENS, family="orders", rule="confidence", supported=False, qa_template=None
-    )
-    assert [n.node.node_id for n in orders.postprocess_nodes(retrieve(index, query), query_str=query)] == [
-        n.node.node_id for n in out
-    ]
+    context = out[0].node.metadata["grogu"]["context"]
+    assert context["score"] == pytest.approx(choice.scores[choice.best].score, abs=1e-5)
+    assert context["nodes"] == list(order)
 
 
 def test_async_equals_sync_and_concurrent_queries_share_batches(index, llm, questions):
@@ -285,10 +258,11 @@ def test_bad_input_gives_clear_errors(index, llm, questions):
     for kwargs, match in [
         ({"top_n": 0}, "top_n"),
         ({"metric": "bleu"}, "metric"),
-        ({"layout": "best"}, "layout"),
         ({"on_error": "ignore"}, "on_error"),
-        ({"layout": "only", "threshold": -1.0}, "threshold"),
         ({"threshold": "high"}, "threshold"),
+        ({"max_new_tokens": 2.5}, "max_new_tokens"),
+        ({"score_scale": "prob"}, "score_scale"),
+        ({"answer_style": "terse"}, "answer_style"),
     ]:
         with pytest.raises(ValueError, match=match):
             GroguRerank(model=llm, **kwargs)
@@ -306,3 +280,26 @@ def test_model_forms_share_one_engine(llm):
     assert GroguRerank(model=engine, mode="document").scorer.engine is engine
     assert GroguRerank(model=grogu.UtilityScorer(engine), mode="document").scorer.engine is engine
     assert GroguRerank(model=engine, metric="ppl", mode="document").to_dict()["metric"] == "ppl"
+
+
+def test_settings_are_pydantic_fields_declared_once(llm):
+    """Each setting is one pydantic field with a description: the signature (help(), IDEs) lists the
+    fields and nothing else, and the built reranker holds what it resolved."""
+    fields = GroguRerank.model_fields
+    assert set(inspect.signature(GroguRerank).parameters) == set(fields)
+    for name in ("model", "top_n", "threshold", "metric", "settings", "qa_template", "template", "max_new_tokens"):
+        assert fields[name].description, name
+    assert all(f.description for name, f in fields.items() if name != "callback_manager")
+    assert fields["model"].annotation is Any and fields["qa_template"].annotation is Any
+    rerank = GroguRerank(model=llm, mode="document", top_n=2)
+    assert rerank.model == "tiny-llama" and rerank.metric == "key_entropy" and rerank.max_new_tokens == 64
+    assert rerank.settings == grogu.ModeSettings(mode="document") and rerank.mode == "document"
+    dumped = json.loads(rerank.to_json())
+    assert dumped["model"] == "tiny-llama" and dumped["settings"]["mode"] == "document" and "qa_template" not in dumped
+
+
+@pytest.mark.parametrize("removed", ["layout", "famly", "sink", "raise_errors"])
+def test_unknown_arguments_are_validation_errors(llm, removed):
+    """An argument that is no field nor a grogu.ModeSettings setting (``layout=`` was never released) is refused."""
+    with pytest.raises(ValidationError, match=rf"{removed}\n\s+Extra inputs are not permitted"):
+        GroguRerank(model=llm, **{removed: "after"})

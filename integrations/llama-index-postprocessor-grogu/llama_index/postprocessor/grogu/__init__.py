@@ -3,11 +3,12 @@ how much each source node influenced the answer that was given (Influence Score)
 
 from llama_index.postprocessor.grogu.base import GroguRerank
 from llama_index.postprocessor.grogu.influence import (
+    CallableSink,
     GroguInfluenceCallbackHandler,
     GroguInfluenceHandler,
-    JsonlSink,
+    JSONLSink,
+    ListSink,
     LoggerSink,
-    MemorySink,
 )
 from llama_index.postprocessor.grogu.prompts import template_from_llama_index
 from llama_index.postprocessor.grogu.synthesizer import GroguSynthesizer
@@ -18,7 +19,8 @@ __all__ = [
     "GroguSynthesizer",
     "GroguInfluenceHandler",
     "GroguInfluenceCallbackHandler",
-    "JsonlSink",
+    "JSONLSink",
+    "ListSink",
     "LoggerSink",
-    "MemorySink",
+    "CallableSink",
 ]

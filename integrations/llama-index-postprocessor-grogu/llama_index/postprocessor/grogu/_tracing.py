@@ -47,12 +47,10 @@ def output_documents(nodes: List[NodeWithScore], new_nodes: List[NodeWithScore])
 
 
 def context_score(new_nodes: List[NodeWithScore]) -> Optional[float]:
-    """The chosen context's utility (context mode, or a layout choice), else None."""
+    """The chosen context's utility (context mode), else None."""
     details = new_nodes[0].node.metadata.get("grogu") if new_nodes else None
     if not isinstance(details, dict):
         return None
-    if isinstance(details.get("layout"), dict):
-        return details["layout"].get("context_score")
     return details["context"].get("score") if isinstance(details.get("context"), dict) else None
 
 

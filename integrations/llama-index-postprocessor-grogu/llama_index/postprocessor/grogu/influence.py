@@ -24,7 +24,6 @@ they are computed in a task that does not block the loop; ``await handler.aflush
 from __future__ import annotations
 
 import logging
-import warnings
 import weakref
 from typing import Any, Dict, List, Optional
 
@@ -47,12 +46,6 @@ from grogu.sinks import as_sink as _as_sink
 from .utils import hide_from_llm, model_label, node_text, resolve_engine
 
 logger = logging.getLogger(__name__)
-
-# grogu's shared sinks; the names this package has always exported stay as aliases
-JsonlSink = JSONLSink
-MemorySink = ListSink
-
-_UNSET: Any = object()
 
 
 def as_sink(sink: Any) -> Any:
@@ -142,29 +135,12 @@ class InfluenceRecorder(influence_log.InfluenceRecorder):
         )
 
 
-def _legacy_arguments(sinks: Any, sink: Any, on_error: Optional[str], raise_errors: Optional[bool]):
-    """``sinks`` and ``on_error`` from the deprecated ``sink=`` and ``raise_errors=`` too."""
-    if sink is not _UNSET:
-        warnings.warn("sink= is deprecated; pass sinks=[...], a list of sinks", DeprecationWarning, stacklevel=4)
-        if sinks is not None:
-            raise TypeError("give sinks= or the deprecated sink=, not both")
-        sinks = [sink]
-    if raise_errors is not None:
-        warnings.warn(
-            "raise_errors= is deprecated; pass on_error='raise' or on_error='record'", DeprecationWarning, stacklevel=4
-        )
-        if on_error is not None:
-            raise TypeError("give on_error= or the deprecated raise_errors=, not both")
-        on_error = "raise" if raise_errors else "record"
-    return sinks, "record" if on_error is None else on_error
-
-
 def _build_recorder(
     model: Any,
     *,
     embedder: Any = "all-minilm-l6-v2",
     sinks: Any = None,
-    on_error: Optional[str] = None,
+    on_error: str = "record",
     background: bool = False,
     metadata_mode: MetadataMode = MetadataMode.LLM,
     max_new_tokens: int = 64,
@@ -174,10 +150,7 @@ def _build_recorder(
     method: str = "exact",
     n_ablations: Optional[int] = None,
     seed: Optional[int] = 0,
-    sink: Any = _UNSET,
-    raise_errors: Optional[bool] = None,
 ) -> InfluenceRecorder:
-    sinks, on_error = _legacy_arguments(sinks, sink, on_error, raise_errors)
     scorer, label = build_influence_scorer(
         model,
         resolve_engine=resolve_engine,
@@ -208,12 +181,6 @@ class _RecorderAccess:
     @property
     def sinks(self) -> List[Any]:
         return self.recorder.sinks
-
-    @property
-    def sink(self) -> Any:
-        """Deprecated: the first of :attr:`sinks`."""
-        warnings.warn("handler.sink is deprecated; use handler.sinks", DeprecationWarning, stacklevel=2)
-        return self.recorder.sinks[0] if self.recorder.sinks else None
 
     @property
     def records(self) -> List[Dict[str, Any]]:
@@ -247,7 +214,8 @@ class GroguInfluenceHandler(_RecorderAccess, BaseEventHandler):
         embedder: sentence-embedding model F: 'all-minilm-l6-v2' (packaged, default), a path/hub id, a
             SentenceTransformer or a LlamaIndex HuggingFaceEmbedding (its model is reused).
         sinks: a list of sinks, each a logging.Logger, a JSONL file path, a list (records appended;
-            also ``handler.records``), an object with ``write(record)``, or a callable. None (default):
+            also ``handler.records``), an object with ``write(record)`` (grogu's ``JSONLSink``,
+            ``ListSink``, ``LoggerSink``, ``CallableSink``, exported here), or a callable. None (default):
             log each record on ``llama_index.postprocessor.grogu.influence``; ``[]``: none.
         on_error: "record" (default): a failure is logged (warning) and recorded with ``error`` set,
             and never breaks the query; "raise": it is also raised, from ``score_response`` and
@@ -267,7 +235,6 @@ class GroguInfluenceHandler(_RecorderAccess, BaseEventHandler):
             See ``grogu.influence.InfluenceScorer`` and the README's "which method when".
         n_ablations, seed: the number of random ablations (default: 32 for "ablation"/"auto", 64 for
             "contextcite") and the seed of their masks.
-        sink, raise_errors: deprecated spellings of ``sinks=[sink]`` and ``on_error`` (DeprecationWarning).
 
     The record schema is :mod:`grogu.influence_log`'s (``framework`` "llama_index"; ``run_id`` the
     query's span id, ``metadata`` its instrument tags).
@@ -339,9 +306,9 @@ __all__ = [
     "GroguInfluenceHandler",
     "GroguInfluenceCallbackHandler",
     "InfluenceRecorder",
-    "LoggerSink",
-    "JsonlSink",
-    "MemorySink",
     "CallableSink",
+    "JSONLSink",
+    "ListSink",
+    "LoggerSink",
     "as_sink",
 ]

@@ -1,38 +1,56 @@
-"""GroguRerank's settings: the checks that tie them together and the prompt it scores with (the scorer
+"""GroguRerank's settings: grogu's checks of its fields, and the prompt it scores with (the scorer
 itself comes from grogu.scorer_factory.build_scorer)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+import functools
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
 from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 
 import grogu
-from grogu.checks import check_choice
-from grogu.rerank import DEFAULT_MODE
+from grogu.checks import check_choice, check_positive_int, check_threshold, check_top_n
+from grogu.metrics import metric_name
+from grogu.scales import check_score_scale
 
 from .prompts import template_from_llama_index
 from .utils import answer_budget
 
-LAYOUT_MODES = ("after", "only")
+ON_ERROR = ("raise", "passthrough")
 
 
-def layout_and_mode(
-    layout: Optional[str], mode: Optional[str], threshold: Optional[float]
-) -> Tuple[Optional[str], str]:
-    """The checked layout and the rerank mode it implies (a layout needs per-node rankings)."""
-    layout = check_choice("layout", layout, (None, *LAYOUT_MODES))
-    if layout == "only" and threshold is not None:
-        raise ValueError(
-            "threshold needs per-node utilities, which layout='only' does not compute; "
-            "use layout='after' or drop the threshold"
-        )
-    if mode is None:
-        return layout, "document" if layout is not None else DEFAULT_MODE
-    if layout is not None and mode != "document":
-        raise ValueError(f"layout chooses among orders of per-node rankings: it needs mode='document', got {mode!r}")
-    return layout, mode
+def optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``check`` for a setting whose None means "the default"."""
+    return lambda value: None if value is None else check(value)
+
+
+def check_engine_config(value: Any) -> grogu.EngineConfig:
+    """A grogu.EngineConfig as it is (a mapping is not turned into one)."""
+    if not isinstance(value, grogu.EngineConfig):
+        raise TypeError(f"engine_config must be a grogu.EngineConfig, got {type(value).__name__}")
+    return value
+
+
+def callback_manager(value: Any) -> Any:
+    """None: a callback manager of its own, as LlamaIndex's components make one."""
+    return CallbackManager([]) if value is None else value
+
+
+#: each field's check, given the value before pydantic reads it: grogu's own checks (grogu.checks), so a
+#: bad value is the same error here as in grogu (a bool is not a count; NaN or inf is not a threshold)
+FIELD_CHECKS: Dict[str, Callable[[Any], Any]] = {
+    "top_n": check_top_n,
+    "threshold": check_threshold,
+    "metric": optional(metric_name),
+    "max_new_tokens": optional(functools.partial(check_positive_int, "max_new_tokens")),
+    "batch_size": optional(functools.partial(check_positive_int, "batch_size")),
+    "score_scale": check_score_scale,
+    "on_error": functools.partial(check_choice, "on_error", choices=ON_ERROR),
+    "engine_config": optional(check_engine_config),
+    "callback_manager": callback_manager,
+}
 
 
 def scoring_prompt(
