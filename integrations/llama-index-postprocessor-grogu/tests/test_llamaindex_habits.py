@@ -137,7 +137,7 @@ def test_batch_size_and_engine_config(index, llm, questions, restore_engine):
         retrieve(index, query), query_str=query
     )
     small = GroguRerank(top_n=None, model=llm, max_new_tokens=TOKENS, mode="document", batch_size=2)
-    assert small.scorer.engine is engine and engine.max_batch_size == 2 and small.batch_size == 2
+    assert small.scorer.target is engine and engine.max_batch_size == 2 and small.batch_size == 2
     got = small.postprocess_nodes(retrieve(index, query), query_str=query)
     assert ids(got) == ids(reference)
     assert [n.score for n in got] == pytest.approx([n.score for n in reference], abs=1e-4)

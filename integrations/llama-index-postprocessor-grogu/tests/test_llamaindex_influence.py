@@ -67,7 +67,7 @@ def check_against_reference(response, record, reference):
 def test_handler_writes_metadata_and_one_record_per_query(index, llm, embed_model, questions, reference, attach):
     records = []
     handler = attach(GroguInfluenceHandler(model=llm, embedder=embed_model, sinks=[records], max_new_tokens=TOKENS))
-    assert handler.recorder.scorer.engine is grogu.get_engine((llm._model, llm._tokenizer))  # one shared model
+    assert handler.recorder.scorer.target is grogu.get_engine((llm._model, llm._tokenizer))  # one shared model
     assert handler.recorder.scorer.embedder is embed_model._model  # the index's embedder, reused
     engine = query_engine(index, llm)
     response = engine.query(questions[0])

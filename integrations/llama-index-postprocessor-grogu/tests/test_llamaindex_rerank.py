@@ -46,7 +46,7 @@ def test_pipeline_order_metadata_and_shared_model(index, llm, scorer, questions)
     expected = scorer.rerank(query, texts(retrieved), top_n=3, mode="document")
 
     rerank = GroguRerank(top_n=3, model=llm, max_new_tokens=TOKENS, mode="document")
-    assert rerank.scorer.engine is scorer.engine and rerank.scorer.engine.model is llm._model  # no second copy
+    assert rerank.scorer.target is scorer.target and rerank.scorer.target.model is llm._model  # no second copy
     assert rerank.model == "tiny-llama"
     engine = RetrieverQueryEngine.from_args(
         index.as_retriever(similarity_top_k=K), llm=llm, node_postprocessors=[rerank]
@@ -277,8 +277,8 @@ def test_bad_input_gives_clear_errors(index, llm, questions):
 def test_model_forms_share_one_engine(llm):
     engine = resolve_engine(llm)
     assert resolve_engine((llm._model, llm._tokenizer)) is engine
-    assert GroguRerank(model=engine, mode="document").scorer.engine is engine
-    assert GroguRerank(model=grogu.UtilityScorer(engine), mode="document").scorer.engine is engine
+    assert GroguRerank(model=engine, mode="document").scorer.target is engine
+    assert GroguRerank(model=grogu.UtilityScorer(engine), mode="document").scorer.target is engine
     assert GroguRerank(model=engine, metric="ppl", mode="document").to_dict()["metric"] == "ppl"
 
 

@@ -51,8 +51,8 @@ def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, 
     index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed_model)
     synth = get_response_synthesizer(llm=served_llm, response_mode="compact")
     rerank = GroguRerank(top_n=2, model=served_llm, qa_template=synth)
-    assert isinstance(rerank.scorer.engine, grogu.ServerTarget)
-    assert rerank.scorer.engine.model_name == grogu.DEFAULT_MODEL and rerank.max_new_tokens == BUDGET
+    assert isinstance(rerank.scorer.target, grogu.ServerTarget)
+    assert rerank.scorer.target.model_name == grogu.DEFAULT_MODEL and rerank.max_new_tokens == BUDGET
     wrapped = GroguSynthesizer(synth)
     engine = RetrieverQueryEngine.from_args(
         index.as_retriever(similarity_top_k=3),
@@ -64,7 +64,7 @@ def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, 
     handler = attach(
         GroguInfluenceHandler(model=served_llm, method="leave_one_out_logprob", sinks=[records], max_new_tokens=BUDGET)
     )
-    assert handler.recorder.scorer.engine is rerank.scorer.engine  # one ServerTarget per server and model
+    assert handler.recorder.scorer.target is rerank.scorer.target  # one ServerTarget per server and model
     response = engine.query(QUERY)
     assert wrapped.reused == 1  # no second request for the answer
     assert len(response.source_nodes) == 2
@@ -91,4 +91,4 @@ def test_the_hosted_openai_api_is_a_grounded_only_target():
         GroguRerank(top_n=2, model=hosted, metric="key_entropy")
     assert GroguRerank(top_n=2, model=hosted).metric == "ppl"
     rerank = GroguRerank(top_n=2, model=hosted, metric="entropy")
-    assert rerank.scorer.engine.api == "chat" and rerank.scorer.engine.grounded_only
+    assert rerank.scorer.target.api == "chat" and rerank.scorer.target.grounded_only

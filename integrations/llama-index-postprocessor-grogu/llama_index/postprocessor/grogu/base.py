@@ -30,7 +30,7 @@ from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import utility_threshold
 from grogu.scorer_factory import Scorer, build_scorer
 
-from . import _tracing
+from . import spans
 from .nodes import failed_nodes, ranked_nodes, retrieval_relevance
 from .options import FIELD_CHECKS, scoring_prompt
 from .synthesizer import prompt_fingerprint
@@ -201,7 +201,7 @@ class GroguRerank(BaseNodePostprocessor):
 
     @property
     def scorer(self) -> Scorer:
-        """The grogu scorer (and through ``.engine`` the shared engine) this reranker uses; a
+        """The grogu scorer (and through ``.target`` the target LLM) this reranker uses; a
         ``grogu.RemoteScorer`` when it scores with a grogu service."""
         return self._scorer
 
@@ -301,7 +301,7 @@ class GroguRerank(BaseNodePostprocessor):
         }
         run = SimpleNamespace(nodes=None)
         with (
-            _tracing.rerank_span(self, nodes, query) as span,
+            spans.rerank_span(self, nodes, query) as span,
             self.callback_manager.event(CBEventType.RERANKING, payload=payload) as event,
         ):
             try:
@@ -309,7 +309,7 @@ class GroguRerank(BaseNodePostprocessor):
             except Exception as exc:
                 span.fail(exc)
                 run.nodes = self._failed(nodes, exc)
-            _tracing.finish(span, nodes, run.nodes)
+            spans.finish(span, nodes, run.nodes)
             event.on_end(payload={EventPayload.NODES: run.nodes})
         dispatcher.event(ReRankEndEvent(nodes=run.nodes))
 
