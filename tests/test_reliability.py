@@ -295,7 +295,7 @@ def test_llamaindex_rerank_bad_inputs(pair, scorer):
         *[({"top_n": v}, "top_n") for v in (0, -2, True, 1.5)],
         *[({"threshold": v}, "threshold") for v in (NAN, INF, -INF, True, "high")],
         *[({"max_new_tokens": v}, "max_new_tokens") for v in (0, True, 2.5)],
-        ({"layout": "best"}, "layout"),
+        ({"famly": "orders"}, "famly"),  # an unknown name: a typo of family
         ({"on_error": "ignore"}, "on_error"),
         ({"metric": "bleu"}, "metric"),
     ]:
