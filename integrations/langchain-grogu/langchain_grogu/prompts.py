@@ -9,6 +9,7 @@ from langchain_core.prompts import BasePromptTemplate
 
 from grogu import PromptTemplate
 from grogu.prompts import template_from_messages
+from grogu.target import Target
 
 _CONTEXT, _QUERY = "\x00grogu-context\x00", "\x00grogu-query\x00"
 _ROLES = {"system": "system", "human": "user"}
@@ -36,7 +37,7 @@ def template_from_langchain(
     if missing:
         raise ValueError(f"the prompt has no {sorted(missing)} variable(s); its variables: {prompt.input_variables}")
     value = prompt.invoke({context_key: _CONTEXT, question_key: _QUERY})
-    chat = isinstance(llm, BaseChatModel) or getattr(llm, "takes_messages", False)  # a chat-API grogu.ServerTarget too
+    chat = isinstance(llm, BaseChatModel) or (isinstance(llm, Target) and llm.takes_messages)  # a chat-API target
     if llm is not None and not chat:
         return template_from_messages(
             [("user", value.to_string())], context=_CONTEXT, query=_QUERY, separator=separator, chat=False

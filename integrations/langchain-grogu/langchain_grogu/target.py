@@ -19,6 +19,7 @@ from typing import Any
 from grogu import Engine, ServerTarget, get_engine
 from grogu.inference_server import target_from_llm
 from grogu.scorer_factory import engine_label
+from grogu.target import Target
 
 _TARGET_HELP = (
     "pass the target LLM as a model name or path (e.g. 'smollm2-135m-instruct' or a hub id), the URL of a "
@@ -42,7 +43,7 @@ def _unwrap(target: Any) -> Any:
 
 def engine_spec(target: Any) -> Engine | ServerTarget | str | tuple[Any, Any]:
     """What :func:`grogu.get_engine` accepts, from anything a user may pass as the target LLM."""
-    if isinstance(target, (Engine, ServerTarget)):
+    if isinstance(target, Target):  # a grogu Engine or ServerTarget
         return target
     if isinstance(target, (str, os.PathLike)):
         return os.fspath(target)

@@ -10,7 +10,9 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
 import grogu
 from grogu.inference_server import target_from_llm
+from grogu.influence import InfluenceScorer
 from grogu.scorer_factory import engine_label
+from grogu.target import Target
 
 #: HuggingFaceLLM's placeholder model_name when a loaded model is passed without a name.
 _HF_DEFAULT_NAME = "StabilityAI/stablelm-tuned-alpha-3b"
@@ -50,11 +52,10 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
     :func:`grogu.inference_server.target_from_llm`; the OpenAI API and Ollama are grounded-only targets:
     ``metric="ppl"``, their default, or ``"entropy"``).
     """
-    if isinstance(model, (grogu.Engine, grogu.ServerTarget)):
+    if isinstance(model, Target):  # a grogu Engine or ServerTarget
         return model
-    engine = getattr(model, "engine", None)
-    if isinstance(engine, grogu.Engine):  # UtilityScorer, InfluenceScorer
-        return engine
+    if isinstance(model, (grogu.UtilityScorer, InfluenceScorer)):
+        return model.target
     if isinstance(model, (str, tuple)):
         return grogu.get_engine(model, device=device, dtype=dtype)
     pair = hf_llm_pair(model)

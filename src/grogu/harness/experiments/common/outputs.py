@@ -64,7 +64,7 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def model_names(scorers_or_engines: Sequence[Any]) -> list[str]:
     out = []
     for s in scorers_or_engines:
-        engine = getattr(s, "engine", s)
+        engine = getattr(s, "target", s)  # a scorer holds its target LLM
         out.append(str(getattr(engine, "model_name", type(engine).__name__)))
     return out
 
