@@ -21,7 +21,9 @@ def model_dir(tmp_path_factory, tokenizer):
 
 
 @pytest.mark.slow
-def test_unknown_model_says_what_was_tried():
+def test_unknown_model_says_what_was_tried(monkeypatch):
+    # offline, as CI is: the hub is not asked (without network the request would retry for about 40 s)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError) as err:
         get_engine("no-such-org/no-such-model-xyz", device="cpu")
     msg = str(err.value)

@@ -19,18 +19,42 @@ pytestmark = pytest.mark.slow  # the examples in fresh processes: not in the fas
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(script: str, *args: str) -> str:
+def _start(script: str, *args: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, os.path.join(REPO, "examples", script), *args],
         cwd=REPO,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
     )
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
+
+
+def _checked(script: str, stdout: str, stderr: str, code: int) -> str:
+    assert code == 0, f"{script} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    return stdout
+
+
+LLAMA_INDEX_ARGS = ["--paragraphs", "30", "--questions", "1", "--top-k", "4", "--top-n", "2", "--max-new-tokens", "16"]
+LANGCHAIN_ARGS = ["--paragraphs", "30", "--questions", "1", "--k", "4", "--top-n", "2", "--max-new-tokens", "16"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Both examples at once, one thread each (one per core): {script: (stdout, influence log)}."""
+    tmp = tmp_path_factory.mktemp("examples")
+    logs = {"llama_index_rag.py": tmp / "llama_index.jsonl", "langchain_rag.py": tmp / "langchain.jsonl"}
+    procs = {
+        "llama_index_rag.py": _start(
+            "llama_index_rag.py", *LLAMA_INDEX_ARGS, "--log", str(logs["llama_index_rag.py"]), "--threads", "1"
+        ),
+        "langchain_rag.py": _start(
+            "langchain_rag.py", *LANGCHAIN_ARGS, "--jsonl", str(logs["langchain_rag.py"]), "--threads", "1"
+        ),
+    }
+    done = {script: (*proc.communicate(timeout=600), proc.returncode) for script, proc in procs.items()}
+    return {script: (_checked(script, *done[script]), logs[script]) for script in procs}
 
 
 def _records(path) -> list[dict]:
@@ -48,25 +72,8 @@ def _check_record(record: dict, framework: str, n_docs: int) -> None:
         assert -2.0 <= doc["influence"] <= 2.0 and doc["influence"] == record["influence"][i]
 
 
-def test_llama_index_example(tmp_path):
-    log = tmp_path / "influence.jsonl"
-    out = _run(
-        "llama_index_rag.py",
-        "--paragraphs",
-        "30",
-        "--questions",
-        "1",
-        "--top-k",
-        "4",
-        "--top-n",
-        "2",
-        "--max-new-tokens",
-        "16",
-        "--log",
-        str(log),
-        "--threads",
-        "1",
-    )
+def test_llama_index_example(runs):
+    out, log = runs["llama_index_rag.py"]
     assert "Q: " in out and "\nA: " in out and "influence records appended" in out
     rows = [line for line in out.splitlines() if line.startswith("   ") and "[" in line and "'" in line]
     assert len(rows) == 2  # the two nodes GroguRerank kept, each with retrieval score, utility, influence
@@ -74,25 +81,8 @@ def test_llama_index_example(tmp_path):
     _check_record(record, "llama_index", 2)
 
 
-def test_langchain_example(tmp_path):
-    log = tmp_path / "influence.jsonl"
-    out = _run(
-        "langchain_rag.py",
-        "--paragraphs",
-        "30",
-        "--questions",
-        "1",
-        "--k",
-        "4",
-        "--top-n",
-        "2",
-        "--max-new-tokens",
-        "16",
-        "--jsonl",
-        str(log),
-        "--threads",
-        "1",
-    )
+def test_langchain_example(runs):
+    out, log = runs["langchain_rag.py"]
     assert "Q: " in out and "\nA: " in out and "1 influence records appended" in out
     [record] = _records(log)
     _check_record(record, "langchain", 2)

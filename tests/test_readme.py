@@ -66,26 +66,38 @@ def example(text: str, heading: str) -> tuple[str, list[str]]:
     return "\n".join(code) + "\n", shown
 
 
-def _run(code: str, tmp_path) -> list[str]:
-    script = tmp_path / "example.py"
-    script.write_text(code, encoding="utf-8")
+HEADINGS = ["## With LlamaIndex", "## With LangChain"]
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory) -> dict[str, tuple[str, int, str]]:
+    """Each README example run in a fresh process, both at once (one thread each, one per core):
+    {heading: (stdout, exit status, stderr)}."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0, f"the example failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout.splitlines()
+    procs = {}
+    for i, heading in enumerate(HEADINGS):
+        folder = tmp_path_factory.mktemp(f"readme_example_{i}")
+        (folder / "example.py").write_text(example(_read(README), heading)[0], encoding="utf-8")
+        procs[heading] = subprocess.Popen(
+            [sys.executable, "example.py"],
+            cwd=folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    return {h: (*p.communicate(timeout=900), p.returncode) for h, p in procs.items()}
 
 
 @pytest.mark.slow  # the real SmolLM2 in a fresh process: not in the fast subset (-m "not slow")
-@pytest.mark.parametrize("heading", ["## With LlamaIndex", "## With LangChain"])
-def test_readme_example_prints_what_it_shows(heading, tmp_path):
-    code, shown = example(_read(README), heading)
+@pytest.mark.parametrize("heading", HEADINGS)
+def test_readme_example_prints_what_it_shows(heading, printed):
+    _, shown = example(_read(README), heading)
     assert shown, f"no output shown under {heading!r}"
-    printed = _run(code, tmp_path)
-    assert printed == shown, (
-        f"{heading}: the README shows\n" + "\n".join(shown) + "\nthe code printed\n" + "\n".join(printed)
-    )
+    stdout, stderr, code = printed[heading]
+    assert code == 0, f"the example failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    lines = stdout.splitlines()
+    assert lines == shown, f"{heading}: the README shows\n" + "\n".join(shown) + "\nthe code printed\n" + stdout
 
 
 # --- readability ----------------------------------------------------------------------------------------

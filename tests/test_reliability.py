@@ -47,7 +47,7 @@ NAN, INF = float("nan"), float("inf")
 TOKENS = 8
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "reliability_scripts")
-RUNS_PER_SCRIPT = 20
+RUNS_PER_SCRIPT = 10
 PARALLEL_RUNS = 2  # at most this many script processes at a time (each script's runs are sequential)
 
 
@@ -527,7 +527,7 @@ def _runs(script: str, env: dict, out_dir: str) -> list[tuple[str, int, str, str
 
 @pytest.mark.slow
 def test_scripts_exit_cleanly(saved_tokenizer, tmp_path):
-    """Each script (sync, threaded, async, mixed) run 20 times, each run its own process, plus once
+    """Each script (sync, threaded, async, mixed) run 10 times, each run its own process, plus once
     as a fresh ``python SCRIPT``; at most two script processes at a time. Every run must print "ok"
     and exit with status 0, with no C++ "terminate called" on stderr. GROGU_RELIABILITY_THREADS sets
     the scripts' torch threads (default 1, as the rest of the suite runs)."""

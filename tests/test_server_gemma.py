@@ -32,11 +32,7 @@ CONTEXTS = [
     ("Which city is the largest in Australia?", "Sydney is the largest city in Australia."),
     ("What is the capital of France?", "Paris is the capital of France."),
     ("Who wrote Hamlet?", "Hamlet is a tragedy written by William Shakespeare."),
-    ("What colour are bananas?", "Ripe bananas are yellow."),
-    ("How many legs does a spider have?", "Spiders have eight legs."),
-    ("What is the boiling point of water?", "Water boils at 100 degrees Celsius at sea level."),
-    ("Which planet is the largest?", "Jupiter is the largest planet in the Solar System."),
-]
+]  # each context costs about 20 s on a 2-core CPU
 
 
 @pytest.fixture(scope="module")
