@@ -31,7 +31,7 @@ from grogu.audit import (
     write_report,
 )
 from grogu.audit.setups import document
-from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
+from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 N = 4  # answer tokens of the tiny model
 TOL = 1e-4

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from grogu import ModeSettings, UtilityScorer, get_engine
-from grogu.cli import main, read_documents
+from grogu.cli import main
+from grogu.files import read_documents
 from grogu.models import resolve_spec
 from grogu.testing import tiny_model
 

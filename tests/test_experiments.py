@@ -113,7 +113,7 @@ def test_minilm_retriever_and_hard_negatives():
 
 
 def test_cli_registry_and_command_line():
-    from grogu.cli import EXTRA_COMMANDS, build_parser
+    from grogu.cli_arguments import EXTRA_COMMANDS, build_parser
     from grogu.harness.experiments.cli import command_line, options
 
     assert "eval" in EXTRA_COMMANDS

@@ -15,12 +15,12 @@ import pytest
 
 from grogu import get_engine, testing
 from grogu.influence import InfluenceScorer
-from grogu.influence_log import (
+from grogu.influence_log import InfluenceRecorder
+from grogu.influence_record import (
     CONTEXT_FIELDS,
     DOCUMENT_FIELDS,
     RECORD_FIELDS,
     AnsweredQuery,
-    InfluenceRecorder,
     check_on_error,
     grogu_utility,
 )

@@ -37,7 +37,7 @@ try:
 except TypeError as e:
     assert "no_such_setting" in str(e)
 
-from grogu.cli import build_parser
+from grogu.cli_arguments import build_parser
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
     build_parser().parse_args(["rerank", "--help"])

@@ -20,19 +20,8 @@ import importlib
 import json
 import sys
 
-from .cli_arguments import (
-    ALPHA,
-    EXTRA_COMMANDS,
-    FRACTION,
-    POSITIVE_INT,
-    PROBABILITY,
-    THRESHOLD,
-    TOP_N,
-    add_server_arguments,
-    build_parser,
-)
+from .cli_arguments import EXTRA_COMMANDS, build_parser
 from .cli_runners import iter_queries, other_metric, record_table
-from .files import read_documents
 from .rerank import ModeSettings
 
 
@@ -82,21 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = [
-    "main",
-    "build_parser",
-    "add_server_arguments",
-    "EXTRA_COMMANDS",
-    "POSITIVE_INT",
-    "TOP_N",
-    "THRESHOLD",
-    "ALPHA",
-    "FRACTION",
-    "PROBABILITY",
-    "iter_queries",
-    "other_metric",
-    "read_documents",
-]
+__all__ = ["main"]
 
 
 if __name__ == "__main__":

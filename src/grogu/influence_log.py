@@ -31,17 +31,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import coalescer, tracing
-from .influence_record import (  # the schema's names stay importable from here
-    ANSWER_SOURCES,  # noqa: F401
+from .influence_record import (
     CONTEXT_FIELDS,
     DOCUMENT_FIELDS,
-    DOCUMENT_INPUT_FIELDS,
     EVENT,
-    ON_ERROR,
-    RECORD_FIELDS,
     AnsweredQuery,
     check_on_error,
-    grogu_utility,
 )
 from .sinks import Record, as_sinks, to_json
 
@@ -287,15 +282,4 @@ def _documents(job: AnsweredQuery, result: Any) -> list[dict[str, Any]]:
     return docs
 
 
-__all__ = [
-    "EVENT",
-    "RECORD_FIELDS",
-    "DOCUMENT_FIELDS",
-    "DOCUMENT_INPUT_FIELDS",
-    "CONTEXT_FIELDS",
-    "ON_ERROR",
-    "check_on_error",
-    "grogu_utility",
-    "AnsweredQuery",
-    "InfluenceRecorder",
-]
+__all__ = ["InfluenceRecorder"]

@@ -17,7 +17,7 @@ current span):
     status to ERROR with the exception recorded and ``grogu.error`` ("Type: message"); with
     ``on_error="passthrough"`` the output documents are then the input ones.
 
-``grogu.influence`` (``EVALUATOR``): one per influence record (:mod:`grogu.influence_log`).
+``grogu.influence`` (``EVALUATOR``): one per influence record (:mod:`grogu.influence_record`).
     ``input.value`` the query, ``output.value`` the answer scored, and every field of the record as
     ``grogu.influence.<field>``: str and numbers as they are, lists of numbers or str as arrays
     (``grogu.influence.influence``: the scores in document order), ``documents``, ``metadata`` and

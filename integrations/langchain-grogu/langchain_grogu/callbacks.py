@@ -18,7 +18,7 @@ document i pulled the answer towards itself more; IS_i lies in [-2, 2]) and deli
 every sink and as a LangChain custom event named ``grogu_influence`` on the run (seen by other
 handlers' ``on_custom_event`` and in ``astream_events``). Runs are kept apart by their root run id,
 so interleaved and concurrent runs never mix. Scoring, timing, the record (its schema is documented
-in :mod:`grogu.influence_log`, shared with the LlamaIndex integration), the sinks and background work
+in :mod:`grogu.influence_record`, shared with the LlamaIndex integration), the sinks and background work
 are grogu's :class:`~grogu.influence_log.InfluenceRecorder`; the run trees are
 :mod:`langchain_grogu.run_tracking`'s; this module holds LangChain's hooks.
 """
@@ -36,7 +36,8 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
 from grogu import PromptTemplate
-from grogu.influence_log import EVENT, AnsweredQuery, InfluenceRecorder, check_on_error, grogu_utility
+from grogu.influence_log import InfluenceRecorder
+from grogu.influence_record import EVENT, AnsweredQuery, check_on_error, grogu_utility
 from grogu.models import DEFAULT_MODEL
 from grogu.scorer_factory import build_influence_scorer
 from grogu.sinks import Record
@@ -74,7 +75,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         n_ablations: random ablations: default 32 for 'ablation' and 'auto', 64 for 'contextcite'.
         seed: seed of the ablation masks.
 
-    A record follows :mod:`grogu.influence_log`'s schema (``framework`` "langchain"; ``run_id``,
+    A record follows :mod:`grogu.influence_record`'s schema (``framework`` "langchain"; ``run_id``,
     ``run_name``, ``tags`` and ``metadata`` of the root run; ``answer_source`` 'output': the run's
     final output, 'llm': the last LLM output, 'grogu': none was given, so the target LLM's
     full-context answer was used). Runs that retrieved nothing through a retriever are not recorded.

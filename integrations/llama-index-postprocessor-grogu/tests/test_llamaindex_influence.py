@@ -24,7 +24,7 @@ from llama_index.postprocessor.grogu import (
 import grogu
 from grogu import sinks
 from grogu.influence import InfluenceScorer
-from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
+from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 K = 4
 TOKENS = 8

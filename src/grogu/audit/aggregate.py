@@ -95,7 +95,7 @@ def _log_key(doc: dict[str, Any]) -> str:
 def observations_from_records(
     records: Iterable[dict[str, Any]], *, setup_field: str | None = None
 ) -> list[Observation]:
-    """Observations from :mod:`grogu.influence_log` records (dicts): each document of each record
+    """Observations from influence records (:mod:`grogu.influence_record`; dicts): each document of each record
     without an ``error``, its value its ``influence`` (None where it has none). ``setup_field``: a key of
     the record's ``metadata`` (or a record field, e.g. ``run_name``) naming the set-up; default "log"."""
     out = []

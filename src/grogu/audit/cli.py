@@ -21,7 +21,7 @@ from ..models import DEFAULT_MODEL
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from .. import metrics
-    from ..cli import POSITIVE_INT, add_server_arguments
+    from ..cli_arguments import POSITIVE_INT, add_server_arguments
 
     src = p.add_argument_group("input")
     src.add_argument(

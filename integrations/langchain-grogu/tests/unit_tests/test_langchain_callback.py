@@ -29,7 +29,7 @@ from langchain_grogu import (
 
 import grogu.sinks
 from grogu.influence import InfluenceScorer
-from grogu.influence_log import DOCUMENT_FIELDS, RECORD_FIELDS
+from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 N = 8
 PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")

@@ -16,7 +16,7 @@ record per query to every sink (the Python logger, a JSONL file, an in-memory li
 
 The records, the sinks, timing, failures and where the work runs are grogu's
 (:mod:`grogu.influence_log`, shared with the LangChain integration; the record schema is documented
-there). In a synchronous query the scores are computed before ``query()`` returns (or on grogu's
+in :mod:`grogu.influence_record`). In a synchronous query the scores are computed before ``query()`` returns (or on grogu's
 worker thread with ``background=True``; ``flush()`` waits). Inside a running event loop (``aquery``)
 they are computed in a task that does not block the loop; ``await handler.aflush()`` waits for them.
 """
@@ -37,7 +37,7 @@ from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from grogu import influence_log
-from grogu.influence_log import AnsweredQuery, grogu_utility
+from grogu.influence_record import AnsweredQuery, grogu_utility
 from grogu.models import DEFAULT_MODEL
 from grogu.scorer_factory import build_influence_scorer
 from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
@@ -236,7 +236,7 @@ class GroguInfluenceHandler(_RecorderAccess, BaseEventHandler):
         n_ablations, seed: the number of random ablations (default: 32 for "ablation"/"auto", 64 for
             "contextcite") and the seed of their masks.
 
-    The record schema is :mod:`grogu.influence_log`'s (``framework`` "llama_index"; ``run_id`` the
+    The record schema is :mod:`grogu.influence_record`'s (``framework`` "llama_index"; ``run_id`` the
     query's span id, ``metadata`` its instrument tags).
     """
 
