@@ -134,7 +134,16 @@ LAYERS = [
             "grogu.rerank",
         ],
     ),
-    ("scorers", ["grogu.scorer", "grogu.context_scoring", "grogu.influence_record", "grogu.influence_log"]),
+    (
+        "scorers",
+        [
+            "grogu.scorer",
+            "grogu.context_scoring",
+            "grogu.rerank_pipeline",
+            "grogu.influence_record",
+            "grogu.influence_log",
+        ],
+    ),
     ("the service", ["grogu.serve"]),
     (
         "front ends",

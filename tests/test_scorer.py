@@ -7,7 +7,17 @@ import warnings
 
 import pytest
 
-from grogu import Document, Engine, TruncationWarning, UtilityScorer, embedders, metrics, rerank, selection
+from grogu import (
+    Document,
+    Engine,
+    TruncationWarning,
+    UtilityScorer,
+    embedders,
+    metrics,
+    rerank,
+    rerank_pipeline,
+    selection,
+)
 from grogu.naive import naive_grogu_stats
 from grogu.scorer import long_context_order, standard_layouts
 from grogu.testing import tiny_model
@@ -168,7 +178,7 @@ def test_ungrounded_appendix_c(scorer):
     assert u.confidence == pytest.approx(metrics.ungrounded_key_entropy(gen.entropy), abs=1e-6)
 
 
-def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
+def test_default_rerank_is_the_context_mode_in_the_given_order(scorer):
     from grogu.prompts import as_document
 
     assert rerank.DEFAULT_MODE == "context"
@@ -190,10 +200,25 @@ def test_default_rerank_is_the_context_mode_on_minilm_relevance(scorer):
         chosen = selection.choose_context([s.variants["key_entropy"] + x for s, x in zip(scored, support)], margin=0.3)
         return candidates[selection.prefer_supported(chosen, answers, support)]
 
-    relevance = embedders.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
+    # without relevance the documents are in retrieval order as given: the first is the most relevant
     got = scorer.rerank(QUERY, DOCS, top_n=2)
-    assert [r.index for r in got] == by_hand(relevance)
+    assert [r.index for r in got] == by_hand([4.0, 3.0, 2.0, 1.0])
     assert all(r.context is not None and r.answer == got[0].answer for r in got)
+    # the gate's verdict on the retriever's top-2, shared by the kept documents, by hand
+    first = scorer.score_context(QUERY, DOCS[:2])
+    texts = [f"{d.title or ''} {d.text}" for d in map(as_document, DOCS)]
+    [support] = selection.support_scores([first.answer], [" ".join(texts[:2])])
+    gate = got[0].gate
+    assert all(r.gate == gate for r in got)
+    assert gate.support == pytest.approx(support) and gate.confidence == pytest.approx(-1 / first.variants["ppl"], 1e-4)
+    assert gate.in_doubt == (support < 0.8 or gate.confidence < 0.4)
+    assert gate.reasons == tuple(
+        n for n, v, m in (("support", support, 0.8), ("confidence", gate.confidence, 0.4)) if v < m
+    )
+    assert gate.candidates == (6 if gate.in_doubt else 1) and gate.changed == ([r.index for r in got] != [0, 1])
+    # the packaged MiniLM's relevance, given, orders the candidates by it
+    relevance = embedders.relevance_scores(QUERY, [scorer.prompts.template.render_context([Document(d)]) for d in DOCS])
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance)] == by_hand(relevance)
     # given relevance sets the retrieval order (1, 2, 3, 0): the candidates are built from it
     given = [0.1, 0.9, 0.5, 0.2]
     assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2, relevance=given)] == by_hand(given)
@@ -229,7 +254,7 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
                 forced_rows.clear()
                 got = scorer.rerank(QUERY, DOCS, top_n=2, relevance=relevance, settings=settings, return_details=True)
                 assert forced_rows == [1]  # the chosen context only, not all six
-                plan = scorer.plan_rerank(QUERY, DOCS, 2, settings=settings, relevance=relevance)
+                plan = rerank_pipeline.plan(QUERY, DOCS, 2, None, settings, relevance, False)
                 sel = rerank.decide(settings, plan.base, plan.contexts, full, 2, None, relevance, plan.support_texts())
                 assert [r.index for r in got] == sel.order
                 want, ctx = full[sel.chosen], got[0].context

@@ -81,7 +81,11 @@ def test_kept_relative_to_none():
 
 def _scores(*values, answers=None):
     answers = answers or [f"answer {chr(97 + i)}" for i in range(len(values))]
-    return [SimpleNamespace(score=v, answer=a, metric="entropy") for v, a in zip(values, answers)]
+    # a scored context carries every grounded metric; the gate's verdict reads its perplexity (here 2)
+    return [
+        SimpleNamespace(score=v, answer=a, metric="entropy", variants={"entropy": v, "ppl": -2.0})
+        for v, a in zip(values, answers)
+    ]
 
 
 def test_plan_and_decide_each_mode():

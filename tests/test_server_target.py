@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import grogu
+import grogu.rerank_pipeline
 from grogu import testing
 from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 from grogu.influence import InfluenceScorer
@@ -178,8 +179,8 @@ def test_rerank_every_mode(target, served_scores):
     # context mode, top 2 of 3: the default candidates scored through the server, then decided by hand
     ctx = scorer.rerank(QUERY, DOCS, top_n=2, relevance=rel, return_details=True)
     assert len(ctx) == 2 and ctx[0].context is not None
-    plan = scorer.plan_rerank(QUERY, DOCS, 2, relevance=rel)
-    candidates = scorer.score_contexts(QUERY, plan.context_documents())
+    plan = grogu.rerank_pipeline.plan(QUERY, DOCS, 2, None, None, rel, scorer.grounded_only)
+    candidates = scorer.score_contexts(QUERY, [docs for _, docs in plan.context_documents()])
     want = grogu.rerank.decide(plan.settings, plan.base, plan.contexts, candidates, 2, None, rel, plan.support_texts())
     assert [r.index for r in ctx] == want.order and ctx[0].answer == candidates[want.chosen].answer
     # fusion: the utility ranks of the per-document scores fused with the relevance ranks (weight 0.6)

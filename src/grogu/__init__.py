@@ -11,6 +11,7 @@ from .metrics import ALPHA, DEFAULT_METRIC, METRICS, TOP_K_FRAC
 from .models import DEFAULT_MODEL, load_model
 from .prompts import Document, PromptTemplate, TruncationWarning
 from .rerank import ModeSettings
+from .results import GateVerdict
 from .scorer import ContextScore, DocumentScore, LayoutChoice, UtilityScorer, standard_layouts
 from .version import __version__
 
@@ -32,6 +33,7 @@ __all__ = [
     "TruncationWarning",
     "UtilityScorer",
     "DocumentScore",
+    "GateVerdict",
     "ContextScore",
     "LayoutChoice",
     "standard_layouts",

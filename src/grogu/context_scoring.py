@@ -1,4 +1,4 @@
-"""How a context is scored, and how a rerank plan's candidate contexts are answered.
+"""How a context is scored: the engine work of every scorer call and of the rerank pipeline.
 
 A context is a query and its ordered documents. Its grounded answer is generated greedily (and cut
 at its first line in the short answer style). The same answer is teacher-forced under the ungrounded
@@ -15,14 +15,11 @@ from typing import Any, Sequence
 
 import torch
 
-from . import metrics, rerank
+from . import metrics
 from .engine import Generation
-from .prompts import Document
-from .results import ContextScore, ScoreResult, TokenDetail
+from .rerank_pipeline import Answered, QueryContext
+from .results import ScoreResult, TokenDetail
 from .target import ServerCapabilityError
-
-#: one context to score: a query and the ordered documents given with it (the scorer's unit of engine work)
-QueryContext = tuple[str, list[Document]]
 
 
 class ContextScoring:
@@ -38,130 +35,41 @@ class ContextScoring:
     answer_style: str
     grounded_only: bool
 
-    # ------------------------------------------------------------------ core
+    # ------------------------------------------------------------------ engine work
     def _score_contexts(self, contexts: Sequence[QueryContext], details: bool) -> list[ScoreResult]:
         """Score (query, ordered documents) contexts, all in one batched engine pass."""
+        answers = self.answer_contexts(contexts)
+        return self.force_answers([(c, g, a) for c, (g, a) in zip(contexts, answers)], details)
+
+    def answer_contexts(self, contexts: Sequence[QueryContext]) -> list[tuple[list[int], Generation]]:
+        """Each context's grounded prompt (token ids) and greedy answer, in one engine batch; the answer is
+        cut at its first line in the short style. An answer does not depend on the batch it was drawn in."""
         if not contexts:
             return []
-        grounded, gens = self._generate(contexts)
-        return self._results(contexts, grounded, gens, details)
-
-    def _generate(self, contexts: Sequence[QueryContext]) -> tuple[list[list[int]], list[Generation]]:
-        """Each context's grounded prompt and its greedy answer (cut at its first line in the short style)."""
         grounded = [self.prompts.grounded_ids(q, docs) for q, docs in contexts]
         gens = self.target.generate(grounded, self.max_new_tokens)
         if self.answer_style == "short":
             gens = [self._first_line(g) for g in gens]
-        return grounded, gens
-
-    def _results(
-        self, contexts: Sequence[QueryContext], grounded: list[list[int]], gens: list[Generation], details: bool
-    ) -> list[ScoreResult]:
-        """The contexts' results from their answers: each answer teacher-forced under the ungrounded prompt
-        (query only), all in one batch; a grounded-only target teacher-forces none."""
-        if self.grounded_only or not gens:  # no teacher forcing: the grounded statistics alone
-            return [self._result(g, None, None, details) for g in gens]
-        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for q, _ in contexts)}
-        conts = [g.token_ids if g.token_ids else [g.stop_token_id] for g in gens]
-        u_prompts = [ungrounded[q] for q, _ in contexts]
-        u_stats = self.target.token_stats(u_prompts, conts)
-        return [
-            self._result(g, u, metrics.copied_mask(c, gp, up, self.copy_ngram), details)
-            for g, u, c, gp, up in zip(gens, u_stats, conts, grounded, u_prompts)
-        ]
-
-    def score_plans(self, plans: Sequence[rerank.RerankPlan], return_details: bool = False) -> list[list[ContextScore]]:
-        """The scores of each rerank plan's contexts (:meth:`plan_rerank`), as :meth:`rerank` scores them:
-        the context mode's lazy teacher forcing included."""
-        return self._score_plans(plans, return_details)
-
-    def generate_contexts(self, contexts: Sequence[QueryContext]) -> list[tuple[list[int], Generation]]:
-        """Each (query, documents) context's grounded prompt and greedy answer: the first half of
-        :meth:`score_generated` (answers do not depend on the batch, so a service draws them in slices)."""
-        grounded, gens = self._generate(list(contexts))
         return list(zip(grounded, gens))
 
-    def score_generated(
-        self,
-        plans: Sequence[rerank.RerankPlan],
-        generated: Sequence[tuple[list[int], Generation]],
-        return_details: bool = False,
-    ) -> list[list[ContextScore]]:
-        """:meth:`score_plans` from the plans' answers (:meth:`generate_contexts` of every plan's contexts,
-        in order)."""
-        contexts = iter(zip([(p.query, docs) for p in plans for docs in p.context_documents()], generated))
-        answered = [[(c, g, a) for c, (g, a) in (next(contexts) for _ in p.contexts)] for p in plans]
-        return self._score_generated(plans, answered, return_details)
-
-    def _score_plans(self, plans: Sequence[rerank.RerankPlan], details: bool) -> list[list[ContextScore]]:
-        """The scores of each rerank plan's contexts, every plan's answers generated in one engine batch.
-
-        Under a gate (:func:`grogu.rerank.gated`) a plan's first candidate, the retriever's own context, is
-        answered first; its other candidates are answered, in a second batch, only when that answer is in
-        doubt (:func:`grogu.rerank.doubt`). Such a plan's list then holds its first candidate alone.
-        Where the context mode compares its candidates on the grounded answers alone
-        (:func:`grogu.rerank.grounded_choice`), only the chosen candidate's
-        answer is teacher-forced under the ungrounded prompt and scored under the scorer's metric (the one
-        result the rerank reports): the choice is the same as with every candidate teacher-forced. The other
-        plans' contexts are all teacher-forced."""
-        wanted = [p.contexts[:1] if rerank.gated(p.settings, p.contexts) else p.contexts for p in plans]
-        answered = self._answer_plans(plans, wanted)
-        doubtful = [
-            i
-            for i, p in enumerate(plans)
-            if len(wanted[i]) < len(p.contexts)
-            and rerank.doubt(
-                p.settings, self._result(answered[i][0][2], None, None, False, "ppl"), p.support_texts(), p.contexts[0]
-            )
-        ]
-        for i, more in zip(
-            doubtful, self._answer_plans([plans[i] for i in doubtful], [plans[i].contexts[1:] for i in doubtful])
-        ):
-            answered[i] += more
-        return self._score_generated(plans, answered, details)
-
-    def _score_generated(
-        self,
-        plans: Sequence[rerank.RerankPlan],
-        answered: list[list[tuple[QueryContext, list[int], Generation]]],
-        details: bool,
-    ) -> list[list[ContextScore]]:
-        """The plans' results from their answered contexts (per plan, (context, grounded prompt, answer) of
-        its first candidates: all of them, or the first alone where a gate is calm)."""
-        rows = [row for a in answered for row in a]
-        out: list[ScoreResult | None] = [None] * len(rows)  # None: to be scored under the scorer's metric
-        start = 0
-        for i, p in enumerate(plans):
-            n = len(answered[i])
-            if rerank.grounded_choice(p.settings) and n:
-                metric = p.settings.context_metric
-                first = [self._result(gen, None, None, details, metric) for _, _, gen in answered[i]]
-                chosen = rerank.decide(
-                    p.settings, p.base, p.contexts, first, p.top_n, p.threshold, p.relevance, p.support_texts()
-                ).chosen
-                out[start : start + n] = first
-                out[start + chosen] = None
-            start += n
-        todo = [j for j, r in enumerate(out) if r is None]
-        scored = self._results(
-            [rows[j][0] for j in todo], [rows[j][1] for j in todo], [rows[j][2] for j in todo], details
-        )
-        for j, r in zip(todo, scored):
-            out[j] = r
-        results = iter(zip(rows, out))
+    def force_answers(self, rows: Sequence[Answered], details: bool) -> list[ScoreResult]:
+        """Answered contexts' results under the scorer's metric: each answer teacher-forced under the
+        ungrounded prompt (query only), all in one batch. A grounded-only target teacher-forces none."""
+        if self.grounded_only or not rows:  # no teacher forcing: the grounded statistics alone
+            return [self._result(gen, None, None, details) for _, _, gen in rows]
+        ungrounded = {q: self.prompts.ungrounded_ids(q) for q in dict.fromkeys(q for (q, _), _, _ in rows)}
+        conts = [gen.token_ids if gen.token_ids else [gen.stop_token_id] for _, _, gen in rows]
+        u_prompts = [ungrounded[q] for (q, _), _, _ in rows]
+        u_stats = self.target.token_stats(u_prompts, conts)
         return [
-            [ContextScore(documents=row[0][1], **vars(r)) for row, r in (next(results) for _ in a)] for a in answered
+            self._result(gen, u, metrics.copied_mask(c, gp, up, self.copy_ngram), details)
+            for (_, gp, gen), u, c, up in zip(rows, u_stats, conts, u_prompts)
         ]
 
-    def _answer_plans(
-        self, plans: Sequence[rerank.RerankPlan], wanted: Sequence[Sequence[list[int]]]
-    ) -> list[list[tuple[QueryContext, list[int], Generation]]]:
-        """Each plan's ``wanted`` contexts answered, all in one engine batch: per plan, (context, its
-        grounded prompt, its answer) for each."""
-        contexts = [(p.query, [p.documents[j] for j in c]) for p, cs in zip(plans, wanted) for c in cs]
-        grounded, gens = self._generate(contexts) if contexts else ([], [])
-        flat = iter(zip(contexts, grounded, gens))
-        return [[next(flat) for _ in cs] for cs in wanted]
+    def grounded_score(self, gen: Generation, metric: str, details: bool = False) -> ScoreResult:
+        """An answer's result from its grounded statistics alone, under a grounded ``metric``
+        (:data:`grogu.metrics.GROUNDED_METRICS`): no engine work."""
+        return self._result(gen, None, None, details, metric)
 
     def _first_line(self, gen: Generation) -> Generation:
         """The answer cut before its first line break, or after its first sentence end ('.', '!' or

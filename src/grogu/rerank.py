@@ -1,8 +1,6 @@
-"""Rerank modes on a scorer: which contexts a mode scores, and what it keeps (logic in grogu.selection).
+"""Rerank modes: their settings, the contexts a mode scores (:func:`plan`) and what it keeps (:func:`decide`).
 
-Every mode is one batched engine call: :func:`plan` lists the contexts (index lists into the input
-documents) it needs scored, the scorer scores them all at once (sync or async), and :func:`decide`
-turns the scores into a :class:`Selection`.
+The one pipeline that runs them on a target, in process or in the service, is :mod:`grogu.rerank_pipeline`.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from typing_extensions import TypedDict
 from . import selection
 from .checks import check_choice, check_float, check_int
 from .metrics import GROUNDED_METRICS, default_metric, metric_name
+from .results import GateVerdict
 
 #: the mode used when none is given (see README, "Which rerank mode")
 DEFAULT_MODE = "context"
@@ -194,6 +193,8 @@ class Selection:
     selection rule. context: the chosen context's score, with the answer the LLM gave while it was scored
     (the pipeline's answer when the scoring prompt is its own). doubt: under ``gate="doubt"``, whether
     the retriever's context was in doubt (False: only it was scored and it is kept); None without a gate.
+    gate: the verdict on the retriever's context (:class:`grogu.GateVerdict`), under either gate, where
+    the documents' texts were given.
     """
 
     mode: str
@@ -206,36 +207,11 @@ class Selection:
     chosen: int | None = None
     rule_scores: list[float] = field(default_factory=list)
     doubt: bool | None = None
+    gate: GateVerdict | None = None
 
     @property
     def context(self) -> Any | None:
         return self.candidate_scores[self.chosen] if self.chosen is not None else None
-
-
-@dataclass
-class RerankPlan:
-    """A rerank call before its model work (:meth:`grogu.UtilityScorer.plan_rerank`): the checked
-    inputs, the retrieval order ``base`` and the candidate ``contexts`` (input positions) to score, each
-    as one context; :meth:`grogu.UtilityScorer.finish_rerank` turns their scores into the result. A
-    service scores the contexts of many requests in one batch between the two."""
-
-    query: str
-    settings: ModeSettings
-    documents: list[Any]  # checked grogu Documents, input order
-    originals: list[Any]  # what the caller passed, returned on each result
-    relevance: list[float] | None
-    base: list[int]
-    contexts: list[list[int]]
-    top_n: int | None
-    threshold: float | None
-
-    def context_documents(self) -> list[list[Any]]:
-        """The documents of each candidate context, in context order."""
-        return [[self.documents[i] for i in c] for c in self.contexts]
-
-    def support_texts(self) -> list[str]:
-        """Each input document's text as the context mode's support (rule and tie-break) reads it."""
-        return [f"{d.title or ''} {d.text}" for d in self.documents]
 
 
 def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[list[int]]:
@@ -270,20 +246,40 @@ def grounded_choice(settings: ModeSettings) -> bool:
 
 
 def gated(settings: ModeSettings, contexts: Sequence[Sequence[int]]) -> bool:
-    """Whether the context mode answers the retriever's context first and tries the other candidates only
-    when it is in doubt (:func:`doubt`): ``gate="doubt"`` with more than one candidate."""
+    """Whether the retriever's context is answered first, the others only in doubt (:func:`doubt`)."""
     return settings.mode == "context" and settings.gate == "doubt" and len(contexts) > 1
 
 
-def doubt(settings: ModeSettings, first: Any, texts: Sequence[str] | None, context: Sequence[int]) -> bool:
-    """Whether the retriever's own context (``context``, scored as ``first``) is in doubt under the gate's
-    thresholds (:func:`grogu.selection.doubtful`): its answer's support in its documents (``texts``: each
-    input document's text) and the answer's mean token probability (1 / its perplexity)."""
+def gate_reading(settings: ModeSettings, first: Any, texts: Sequence[str] | None, context: Sequence[int]):
+    """(support, confidence) of the retriever's own context (``context``, scored as ``first``): the share of
+    its answer's words found in its documents (``texts``: each input document's text) and the answer's mean
+    token probability (1 / its perplexity). The gate (:func:`doubt`) compares them with its thresholds."""
     if texts is None:
         raise ValueError("gate 'doubt' reads the documents' texts; pass texts=")
     [support] = selection.support_scores([first.answer], [" ".join(texts[i] for i in context)])
-    confidence = -1.0 / _utility(first, "ppl")  # the ppl variant's utility is -perplexity
+    return float(support), -1.0 / _utility(first, "ppl")  # the ppl variant's utility is -perplexity
+
+
+def doubt(settings: ModeSettings, first: Any, texts: Sequence[str] | None, context: Sequence[int]) -> bool:
+    """Whether the retriever's context is in doubt (:func:`grogu.selection.doubtful` of :func:`gate_reading`)."""
+    support, confidence = gate_reading(settings, first, texts, context)
     return selection.doubtful(support, confidence, settings.gate_support, settings.gate_confidence)
+
+
+def verdict(
+    settings: ModeSettings, scored: Sequence[Any], texts: Sequence[str], contexts: Sequence[Sequence[int]], chosen: int
+) -> GateVerdict:
+    """The verdict on the retriever's context (``contexts[0]``, ``scored[0]``) once ``chosen`` is known."""
+    support, confidence = gate_reading(settings, scored[0], texts, contexts[0])
+    reasons = selection.doubt_reasons(support, confidence, settings.gate_support, settings.gate_confidence)
+    return GateVerdict(
+        in_doubt=bool(reasons),
+        reasons=reasons,
+        support=support,
+        confidence=confidence,
+        candidates=len(scored),
+        changed=list(contexts[chosen]) != list(contexts[0]),
+    )
 
 
 def decide(
@@ -317,6 +313,7 @@ def decide(
                     candidate_scores=[scored[0]],
                     chosen=0,
                     doubt=False,
+                    gate=verdict(settings, scored[:1], texts, contexts, 0),
                 )
         if len(scored) != len(contexts):
             raise ValueError(f"{len(contexts)} candidate contexts but {len(scored)} scores")
@@ -349,6 +346,7 @@ def decide(
             chosen=chosen,
             rule_scores=rule_scores,
             doubt=in_doubt,
+            gate=None if texts is None else verdict(settings, scored, texts, contexts, chosen),
         )
     n_docs = len(base)
     per_doc = list(scored[:n_docs])
@@ -393,7 +391,9 @@ __all__ = [
     "plan",
     "grounded_choice",
     "gated",
+    "gate_reading",
     "doubt",
+    "verdict",
     "decide",
     "DEFAULT_MODE",
 ]

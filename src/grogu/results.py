@@ -48,19 +48,40 @@ class ScoreResult:
     details: TokenDetail | None = None
 
 
+@dataclass(kw_only=True, frozen=True)
+class GateVerdict:
+    """The context mode's verdict on the retriever's own context, read from the one answer it gives.
+
+    in_doubt: whether that answer is in doubt; then the other candidate contexts were answered (under
+    ``gate="doubt"``), and a pipeline may act on it (abstain, retrieve more, escalate). reasons: which
+    test put it in doubt, ``"support"`` and/or ``"confidence"``. support: the share of the answer's words
+    found in its documents. confidence: the answer's mean token probability (1 / its perplexity).
+    candidates: how many candidate contexts were answered. changed: whether another context was chosen.
+    """
+
+    in_doubt: bool
+    reasons: tuple[str, ...]
+    support: float
+    confidence: float
+    candidates: int
+    changed: bool
+
+
 @dataclass(kw_only=True)
 class DocumentScore(ScoreResult):
     """GROGU of one document used alone as the context; ``index`` is its position in the input.
 
     From :meth:`UtilityScorer.rerank` in the ``context`` mode, the GROGU fields are those of the chosen
     context (every member shares them; ``context`` holds it, with the answer the LLM gave it). In the
-    ``fusion`` mode ``rank_score`` is the fused score the order follows.
+    ``fusion`` mode ``rank_score`` is the fused score the order follows. ``gate``: in the context mode,
+    the verdict on the retriever's own context (:class:`GateVerdict`), shared by every kept document.
     """
 
     index: int
     document: Any
     rank_score: float | None = None
     context: "ContextScore | None" = None
+    gate: GateVerdict | None = None
 
 
 @dataclass(kw_only=True)

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from typing_extensions import Unpack
 
-from . import embedders, metrics, rerank, selection
+from . import metrics, rerank, rerank_pipeline
 from .checks import (
     check_alpha,
     check_choice,
@@ -27,9 +27,6 @@ from .checks import (
     check_pairs,
     check_positive_int,
     check_query,
-    check_relevance,
-    check_threshold,
-    check_top_n,
 )
 from .coalescer import Coalescer
 from .context_scoring import ContextScoring, QueryContext
@@ -116,7 +113,7 @@ class UtilityScorer(ContextScoring):
         self.prompts = PromptBuilder.for_target(self.target, max_new_tokens, template)
         self._coalescer = Coalescer(lambda contexts: self._score_contexts(contexts, details=True))
         # concurrent areranks: their plans scored together (the context mode's choice needs a plan whole)
-        self._plan_coalescer = Coalescer(lambda plans: self._score_plans(plans, details=True))
+        self._plan_coalescer = Coalescer(lambda plans: rerank_pipeline.run(self, plans, details=True))
 
     @property
     def model_name(self) -> str:
@@ -212,67 +209,16 @@ class UtilityScorer(ContextScoring):
         - ``"fusion"``: utility rank fused with the relevance rank (``weight`` on utility), sorted;
         - ``"prune"``: documents at least as useful as no document, in retrieval order.
         ``relevance``: the retriever's scores of the documents, which set the retrieval order (and the
-        fusion's relevance rank); without them the packaged MiniLM's query-document similarity does.
+        fusion's relevance rank); without them the documents are taken in the order given, best first,
+        as a retriever returns them (``grogu.embedders.relevance_scores`` gives the packaged MiniLM's).
+        Each result of the context mode carries ``gate``: the verdict on the retriever's own context.
         The mode's settings (:class:`grogu.ModeSettings`): ``settings`` (default: the defaults), with
         each setting given by name (``**overrides``, e.g. ``mode=``, ``gate=``) replacing its value.
         Each result carries ``index`` (input position) and the original ``document``.
         """
         settings = rerank.ModeSettings.build(settings, **overrides)
-        plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
-        return self.finish_rerank(plan, self._score_plans([plan], return_details)[0])
-
-    def plan_rerank(
-        self,
-        query: str,
-        documents: Sequence[Any],
-        top_n: int | None = None,
-        threshold: float | None = None,
-        *,
-        settings: rerank.ModeSettings | None = None,
-        relevance: Sequence[float] | None = None,
-    ) -> rerank.RerankPlan:
-        """The first half of :meth:`rerank`: checks its inputs, sets the retrieval order (computing the
-        MiniLM relevance when none is given) and plans the contexts to score (:class:`grogu.rerank.RerankPlan`)."""
-        top_n, threshold = check_top_n(top_n), check_threshold(threshold)
-        settings = rerank.ModeSettings.build(settings).for_target(self.grounded_only)
-        settings.check_threshold(threshold)
-        query, docs, originals = check_query(query), check_documents(documents), list(documents)
-        if relevance is not None:
-            relevance = check_relevance(relevance, len(docs))
-        elif settings.mode != "document" and docs:
-            relevance = embedders.relevance_scores(query, [self.prompts.template.render_context([d]) for d in docs])
-        base = list(range(len(docs))) if relevance is None else selection.order_by(relevance)
-        return rerank.RerankPlan(
-            query=query,
-            settings=settings,
-            documents=docs,
-            originals=originals,
-            relevance=relevance,
-            base=base,
-            contexts=rerank.plan(settings, base, top_n),
-            top_n=top_n,
-            threshold=threshold,
-        )
-
-    def finish_rerank(self, plan: rerank.RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:
-        """The second half of :meth:`rerank`: the result, given the scores of ``plan.contexts``."""
-        settings, originals = plan.settings, plan.originals
-        sel = rerank.decide(
-            settings, plan.base, plan.contexts, scored, plan.top_n, plan.threshold, plan.relevance, plan.support_texts()
-        )
-        if sel.mode == "context":
-            ctx = sel.context
-            fields = {k: v for k, v in vars(ctx).items() if k != "documents"} if ctx is not None else {}
-            return [DocumentScore(index=i, document=originals[i], context=ctx, **fields) for i in sel.order]
-        return [
-            DocumentScore(
-                index=i,
-                document=originals[i],
-                rank_score=None if sel.fused is None else sel.fused[i],
-                **{k: v for k, v in vars(sel.scores[i]).items() if k != "documents"},
-            )
-            for i in sel.order
-        ]
+        p = rerank_pipeline.plan(query, documents, top_n, threshold, settings, relevance, self.grounded_only)
+        return rerank_pipeline.run(self, [p], return_details)[0]
 
     # ------------------------------------------------------------------ async API
     # Each coroutine runs its engine work in a worker thread (the event loop is not blocked) and is
@@ -310,11 +256,9 @@ class UtilityScorer(ContextScoring):
     ) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
         settings = rerank.ModeSettings.build(settings, **overrides)
-        plan = self.plan_rerank(query, documents, top_n, threshold, settings=settings, relevance=relevance)
-        [scored] = await self._plan_coalescer.run([plan])
-        if not return_details:
-            scored = [ContextScore(**{**vars(r), "details": None}) for r in scored]
-        return self.finish_rerank(plan, scored)
+        p = rerank_pipeline.plan(query, documents, top_n, threshold, settings, relevance, self.grounded_only)
+        [ranked] = await self._plan_coalescer.run([p])
+        return ranked if return_details else rerank_pipeline.without_details(ranked)
 
     async def ascore_contexts(
         self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False

@@ -264,10 +264,19 @@ def doubtful(support: float, confidence: float, min_support: float, min_confiden
 
     ``support``: the share of the answer's words found in its documents (:func:`support_scores`).
     ``confidence``: the answer's mean token probability, exp(mean log-probability), in [0, 1].
-    In doubt when either is below its minimum. A refusal ("The context does not say ...") is
-    rarely held by the documents, so it has low support.
+    In doubt when either is below its minimum (:func:`doubt_reasons`). A refusal ("The context does
+    not say ...") is rarely held by the documents, so it has low support.
     """
-    return support < min_support or confidence < min_confidence
+    return bool(doubt_reasons(support, confidence, min_support, min_confidence))
+
+
+def doubt_reasons(support: float, confidence: float, min_support: float, min_confidence: float) -> tuple[str, ...]:
+    """Which of :func:`doubtful`'s tests fail: ``"support"``, ``"confidence"``, both or none."""
+    return tuple(
+        name
+        for name, value, floor in (("support", support, min_support), ("confidence", confidence, min_confidence))
+        if value < floor
+    )
 
 
 def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margin: float = 0.0) -> list[bool]:
@@ -296,4 +305,5 @@ __all__ = [
     "prefer_supported",
     "GATES",
     "doubtful",
+    "doubt_reasons",
 ]

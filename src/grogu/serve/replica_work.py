@@ -8,7 +8,7 @@ import asyncio
 import collections
 from typing import Any, Callable
 
-from .. import coalescer, rerank
+from .. import coalescer, rerank_pipeline
 from ..checks import check_documents, check_query
 from ..engine import get_engine
 from ..influence import EMBEDDING_METHODS, InfluenceScorer, load_embedder
@@ -121,51 +121,38 @@ class ReplicaWork:
         return await self._on_worker(self._cached, key, build)
 
     # ------------------------------------------------------------------ rerank
-    async def _plan_rerank(self, body: api.RerankRequest, scorer: UtilityScorer) -> Any:
-        """The rerank plan: checks, the MiniLM relevance when none is given, the candidates; on the
-        worker, scheduled."""
-        args = (body.query, api.plain_docs(body.documents), body.top_n, body.threshold)
-        [rerank_plan] = await self._scheduler.submit(
-            Work(
-                "rerank-plan",
-                scorer,
-                [args],
-                [len(body.documents) + 1],
-                False,
-                lambda sc, us, want, s=body.mode_settings(), rel=body.relevance: [
-                    sc.plan_rerank(*u, settings=s, relevance=rel) for u in us
-                ],
-            )
+    async def _rerank(self, body: api.RerankRequest, scorer: UtilityScorer) -> list[Any]:
+        """The ranked documents: the library's rerank pipeline (:mod:`grogu.rerank_pipeline`), each of its
+        steps scheduled with the other requests' work. Under the gate the retriever's context is answered
+        first, and the other candidates only when its answer is in doubt, exactly as in process."""
+        key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()
+        rerank_plan = rerank_pipeline.plan(
+            body.query,
+            api.plain_docs(body.documents),
+            body.top_n,
+            body.threshold,
+            body.mode_settings(),
+            body.relevance,
+            scorer.grounded_only,
         )
-        return rerank_plan
-
-    async def _score_rerank(self, body: api.RerankRequest, scorer: UtilityScorer, rerank_plan: Any) -> Any:
-        """The scores of a rerank plan's contexts."""
-        if rerank.grounded_choice(rerank_plan.settings) and rerank_plan.contexts:
-            # the library's path: the candidates' answers (in slices), then the choice on their grounded
-            # statistics, and only the chosen one teacher-forced
-            key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()
-            contexts = [(rerank_plan.query, docs) for docs in rerank_plan.context_documents()]
-            costs = [max(len(docs), 1) * tokens for _, docs in contexts]
+        walk = rerank_pipeline.steps(scorer, rerank_plan, body.return_details)
+        results: Any = None
+        while True:
+            try:
+                step = walk.send(results)
+            except StopIteration as done:
+                return done.value
+            if isinstance(step, rerank_pipeline.Answer):  # one unit a context: the scheduler slices them
+                units, costs = step.contexts, [max(len(docs), 1) * tokens for _, docs in step.contexts]
+                run = lambda sc, us, want: sc.answer_contexts(us)  # noqa: E731
+            else:
+                units, costs = step.rows, [tokens] * len(step.rows)
+                run = lambda sc, us, want: sc.force_answers(us, want)  # noqa: E731
             admit_budget(self.config, costs)
-            generated = await self._scheduler.submit(
-                Work(key, scorer, contexts, costs, False, lambda sc, us, want: sc.generate_contexts(us))
+            kind = type(step).__name__.lower()
+            results = await self._scheduler.submit(
+                Work(f"{key}:{kind}", scorer, units, costs, body.return_details, run)
             )
-            [scored] = await self._scheduler.submit(
-                Work(
-                    f"{key}:choose:{id(rerank_plan)}",
-                    scorer,
-                    [rerank_plan],
-                    [tokens],
-                    body.return_details,
-                    lambda sc, us, want, g=generated: sc.score_generated(us, g, want),
-                )
-            )
-        else:  # every context fully scored: in slices
-            [scored] = await self._contexts(
-                body, [(rerank_plan.query, rerank_plan.context_documents())], body.return_details
-            )
-        return scored
 
     # ------------------------------------------------------------------ other metrics
     async def _influence_scorer(self, key: str, body: api.InfluenceRequest, template: Any) -> InfluenceScorer:

@@ -166,9 +166,7 @@ class GroguService(ReplicaWork):
         self._admit(body)
         admit_rerank(self.config, body)
         _, scorer = self._utility(body)
-        rerank_plan = await self._plan_rerank(body, scorer)
-        scored = await self._score_rerank(body, scorer, rerank_plan)
-        ranked = scorer.finish_rerank(rerank_plan, scored)
+        ranked = await self._rerank(body, scorer)
         out = wire.encode_ranked(ranked)
         if not body.return_details:
             for row in out["results"] + ([out["context"]] if out["context"] else []):

@@ -20,6 +20,7 @@ from ..acu import ACUResult
 from ..attribution import ForwardData
 from ..influence import Ablations, InfluenceResult
 from ..prompts import Document, PromptTemplate, as_document
+from ..results import GateVerdict
 from ..scorer import ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail, UngroundedScore
 from ..seper import SePerResult
 
@@ -162,9 +163,11 @@ def encode_ranked(results: list[DocumentScore]) -> dict[str, Any]:
     """A rerank result: per kept document its index, fields and rank score; the context mode's chosen
     context once (its documents are the kept ones, in order)."""
     context = next((r.context for r in results if r.context is not None), None)
+    gate = next((r.gate for r in results if r.gate is not None), None)
     return {
         "results": [{"index": r.index, "rank_score": r.rank_score, **encode_score(r)} for r in results],
         "context": None if context is None else encode_score(context),
+        "gate": None if gate is None else dataclasses.asdict(gate),
     }
 
 
@@ -173,12 +176,15 @@ def decode_ranked(data: dict[str, Any], originals: list[Any]) -> list[DocumentSc
     context = None
     if data.get("context") is not None:
         context = decode_context(data["context"], [originals[r["index"]] for r in rows])
+    gate = data.get("gate")
+    gate = None if gate is None else GateVerdict(**{**gate, "reasons": tuple(gate["reasons"])})
     return [
         DocumentScore(
             index=r["index"],
             document=originals[r["index"]],
             rank_score=r.get("rank_score"),
             context=context,
+            gate=gate,
             **_fields(r),
         )
         for r in rows
