@@ -8,7 +8,7 @@ import importlib
 from dataclasses import fields
 from typing import Any
 
-from . import checks, metrics
+from . import checks, influence, metrics, seper
 from .models import DEFAULT_MODEL
 from .rerank import ModeSettings
 
@@ -170,7 +170,7 @@ def _add_metric_commands(sub: Any) -> None:
         "influence",
         help="Influence Score of each document on the answer (2k+1 generations; forward-only methods: no generation)",
     )
-    _common(p)
+    _common(p, influence.DEFAULT_MAX_NEW_TOKENS)
     p.add_argument("--answer", default=None, help="the answer actually given (default: generate it from all documents)")
     p.add_argument(
         "--embedder", default="all-minilm-l6-v2", help="sentence-transformers model (default: packaged MiniLM)"
@@ -178,7 +178,7 @@ def _add_metric_commands(sub: Any) -> None:
     p.add_argument(
         "--method",
         default="exact",
-        choices=("exact", "ablation", "auto", "leave_one_out_logprob", "contextcite"),
+        choices=influence.METHODS,
         help="exact: 2k+1 generations; ablation: ContextCite-style estimate from --ablations random "
         "ablations; auto: ablation above 12 documents when cheaper; forward-only, no generation but "
         "the answer when --answer is not given: leave_one_out_logprob (drop of the answer's "
@@ -193,7 +193,7 @@ def _add_metric_commands(sub: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the ablation masks")
     p = sub.add_parser("seper", help="ΔSePer of each document (reference-based)")
-    _common(p)
+    _common(p, seper.DEFAULT_MAX_NEW_TOKENS)
     p.add_argument("--reference", action="append", required=True, help="a reference answer (repeatable)")
     p.add_argument("--nli", required=True, help="NLI sequence-classification model (hub id or path)")
     p.add_argument("--samples", type=POSITIVE_INT, default=10)
@@ -210,11 +210,11 @@ def _add_metric_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
     p.add_argument("--query", required=True)
     p.add_argument("--docs", required=True, help="documents: .jsonl, .json or text file (paragraphs)")
     p.add_argument("--model", default=DEFAULT_MODEL)
-    p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=32)
+    p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=max_new_tokens)
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--json", action="store_true")

@@ -55,6 +55,7 @@ AUTO_ABLATION_ABOVE_K = 12
 EMBEDDING_METHODS = ("exact", "ablation", "auto")
 METHODS = EMBEDDING_METHODS + FORWARD_METHODS
 #: m when n_ablations is not given: 32 for the embedding estimate, ContextCite's 64 for contextcite.
+DEFAULT_MAX_NEW_TOKENS = 64  #: the longest answer per context where none is given (scorer, CLI, handlers, service)
 DEFAULT_ABLATIONS = {"ablation": 32, "auto": 32, "contextcite": attribution.CONTEXTCITE_ABLATIONS}
 
 
@@ -161,7 +162,7 @@ class InfluenceScorer:
         model: Any = DEFAULT_MODEL,
         *,
         embedder: Any = "all-minilm-l6-v2",
-        max_new_tokens: int = 64,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         template: PromptTemplate | None = None,
         device: str | None = None,
         dtype: str | None = None,

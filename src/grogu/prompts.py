@@ -154,6 +154,29 @@ SHORT_ANSWER_TEMPLATE = PromptTemplate(
 )
 
 
+#: The QA prompt the context mode's gate was tuned on: LlamaIndex's default chat QA prompt
+#: (llama_index.core.prompts.chat_prompts.CHAT_TEXT_QA_PROMPT, MIT), as its synthesizer renders it. The
+#: LangChain integration scores with it when the chain's own prompt (``qa_prompt``) is not given.
+RAG_QA_TEMPLATE = template_from_messages(
+    [
+        (
+            "system",
+            "You are an expert Q&A system that is trusted around the world.\nAlways answer the query using the "
+            "provided context information, and not prior knowledge.\nSome rules to follow:\n1. Never directly "
+            "reference the given context in your answer.\n2. Avoid statements like 'Based on the context, ...' or "
+            "'The context information ...' or anything along those lines.",
+        ),
+        (
+            "user",
+            "Context information is below.\n---------------------\n\x00c\x00\n---------------------\nGiven the "
+            "context information and not prior knowledge, answer the query.\nQuery: \x00q\x00\nAnswer: ",
+        ),
+    ],
+    context="\x00c\x00",
+    query="\x00q\x00",
+)
+
+
 def chat_messages(user_text: str, system: str | None = None) -> list[dict[str, str]]:
     """The chat messages of a prompt: ``system`` (when given) and one user message."""
     messages = [{"role": "user", "content": user_text}]

@@ -66,6 +66,10 @@ class GateVerdict:
     candidates: int
     changed: bool
 
+    def as_dict(self) -> dict[str, Any]:
+        """The verdict as plain JSON values (``reasons`` a list), as metadata, spans and the service carry it."""
+        return {**{f: getattr(self, f) for f in self.__dataclass_fields__}, "reasons": list(self.reasons)}
+
 
 @dataclass(kw_only=True)
 class DocumentScore(ScoreResult):

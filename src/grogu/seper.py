@@ -176,6 +176,10 @@ def check_references(references: Any) -> list[str]:
     return refs
 
 
+#: the longest sampled answer where none is given (the scorer, the command line, the service)
+DEFAULT_MAX_NEW_TOKENS = 32
+
+
 class SePerScorer:
     """ΔSePer of documents for one target LLM.
 
@@ -196,7 +200,7 @@ class SePerScorer:
         n_samples: int = 10,
         temperature: float = 1.0,
         tau: float = 0.5,
-        max_new_tokens: int = 32,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         seed: int | None = 0,
         template: PromptTemplate | None = None,
         device: str | None = None,

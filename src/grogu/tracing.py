@@ -154,10 +154,17 @@ class RerankSpan:
     def recording(self) -> bool:
         return self.span is not None and self.span.is_recording()
 
-    def output(self, documents: Sequence[Mapping[str, Any]], *, context_score: float | None = None) -> None:
+    def output(
+        self,
+        documents: Sequence[Mapping[str, Any]],
+        *,
+        context_score: float | None = None,
+        gate: Mapping[str, Any] | None = None,
+    ) -> None:
         """The documents returned, in order: dicts with ``id``, ``page_content``, ``metadata``,
         ``score`` (in the chosen mode), ``index`` (position in the input), ``retrieval_score`` and
-        ``utility``; ``context_score``: the chosen context's utility (context mode)."""
+        ``utility``; ``context_score``: the chosen context's utility (context mode); ``gate``: the verdict
+        on the retriever's context (``grogu.GateVerdict.as_dict()``), as ``grogu.gate.<field>``."""
         if not self.recording:
             return
         attributes = document_attributes(RERANKER_OUTPUT_DOCUMENTS, documents)
@@ -166,6 +173,8 @@ class RerankSpan:
         attributes["grogu.output.utility"] = [_number(d.get("utility")) for d in documents]
         if _number(context_score) is not None:
             attributes["grogu.context_score"] = float(context_score)
+        for name, value in (gate or {}).items():
+            attributes[f"grogu.gate.{name}"] = list(value) if isinstance(value, (list, tuple)) else value
         self.span.set_attributes(attributes)
 
     def fail(self, exc: BaseException) -> None:

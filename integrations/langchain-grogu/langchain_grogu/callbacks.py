@@ -36,6 +36,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
 from grogu import PromptTemplate
+from grogu.influence import DEFAULT_MAX_NEW_TOKENS as DEFAULT_INFLUENCE_TOKENS
 from grogu.influence_log import InfluenceRecorder
 from grogu.influence_record import EVENT, AnsweredQuery, check_on_error, grogu_utility
 from grogu.models import DEFAULT_MODEL
@@ -88,11 +89,11 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         embedder: Any = "all-minilm-l6-v2",
         sinks: Any = None,
         event_name: str | None = EVENT_NAME,
-        on_error: Literal["raise", "record", "passthrough"] = "raise",
+        on_error: Literal["raise", "record", "passthrough"] = "record",
         background: bool = False,
         title_key: str | None = None,
         relevance_key: str | None = None,
-        max_new_tokens: int = 64,
+        max_new_tokens: int = DEFAULT_INFLUENCE_TOKENS,
         template: PromptTemplate | None = None,
         device: str | None = None,
         dtype: str | None = None,

@@ -56,7 +56,13 @@ def retrieval_scores(docs: Sequence[Document], relevance_key: str | None) -> lis
 
 
 def scored_documents(
-    docs: Sequence[Document], ranked: Sequence[DocumentScore], *, mode: str, model: str, score_scale: str
+    docs: Sequence[Document],
+    ranked: Sequence[DocumentScore],
+    *,
+    mode: str,
+    model: str,
+    score_scale: str,
+    prompt: str | None = None,
 ) -> list[Document]:
     """Copies of the kept documents, in ``ranked`` order, with ``metadata['grogu']`` and
     ``metadata['relevance_score']`` on ``score_scale``.
@@ -64,11 +70,14 @@ def scored_documents(
     The relevance score is the chosen context's score in the context mode (shared by its documents), the
     fused score (in [0, 1]) in the fusion mode, and the document's own utility in the document and prune
     modes. A ``relevance_score`` the document had is kept in ``metadata['grogu']['previous_relevance_score']``.
+    ``prompt``: which prompt the documents were scored with (``GroguScoring.prompt``).
     """
     to_probability = score_scale == "probability"
     out = []
     for rank, r in enumerate(ranked, start=1):
         info: dict[str, Any] = {"mode": mode, "rank": rank, "index": r.index, "model": model, "metric": r.metric}
+        if prompt is not None:
+            info["prompt"] = prompt
         utility = probability(r.metric, r.score) if to_probability else r.score
         relevance = utility if r.rank_score is None else r.rank_score
         if r.context is not None:  # context mode: the chosen context's GROGU, shared by its documents
@@ -80,6 +89,8 @@ def scored_documents(
             }
             if to_probability:
                 info["context"]["probability"] = relevance
+            if r.gate is not None:  # the verdict on the retriever's own context: act on it (abstain, retrieve more)
+                info["context"]["gate"] = r.gate.as_dict()
         else:
             info.update(
                 score=r.score,

@@ -21,8 +21,10 @@ from grogu import EngineConfig, PromptTemplate
 from grogu.checks import check_alpha, check_fraction, check_positive_int, check_threshold, check_top_n
 from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
 from grogu.models import DEFAULT_MODEL
+from grogu.prompts import RAG_QA_TEMPLATE
 from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import check_score_scale, utility_threshold
+from grogu.scorer import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_N
 from grogu.scorer_factory import Scorer, build_scorer, remote_target
 
 from . import spans
@@ -35,7 +37,7 @@ from .document_scores import (
     unscored_documents,
 )
 from .prompts import template_from_langchain
-from .target import model_label, resolve_engine
+from .target import answer_budget, model_label, resolve_engine
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ class GroguScoring(BaseModel):
 
     model: Any = DEFAULT_MODEL
     """The target LLM that reads the documents: a name, a loaded model, a LangChain LLM, a server or a service URL."""
-    top_n: Annotated[int | None, _checked(check_top_n)] = 3
+    top_n: Annotated[int | None, _checked(check_top_n)] = DEFAULT_TOP_N
     """Most documents returned, best first; None keeps every document that passes ``threshold``."""
     threshold: Annotated[float | None, _checked(check_threshold)] = None
     """Keep documents whose utility is >= threshold (on ``score_scale``); not in the context mode."""
@@ -64,10 +66,12 @@ class GroguScoring(BaseModel):
     """Key-token threshold on |H_grounded - H_ungrounded| in nats."""
     top_k_frac: Annotated[float, _checked(check_fraction, "top_k_frac")] = TOP_K_FRAC
     """Fraction of answer tokens kept (by grounded entropy) when no token passes ``alpha``."""
-    max_new_tokens: Annotated[int, _checked(check_positive_int, "max_new_tokens")] = 64
-    """Longest grounded answer generated per context: set it to the chain LLM's answer budget."""
+    max_new_tokens: Annotated[int | None, _checked(check_positive_int, "max_new_tokens", none_ok=True)] = None
+    """Longest grounded answer per context. None: with ``qa_prompt``, the chat model's own budget where it
+    states one (``max_new_tokens`` / ``max_tokens``), else 64 (16 with ``answer_style='short'``)."""
     template: PromptTemplate | None = None
-    """Override of grogu's grounded/ungrounded prompt text (or give ``qa_prompt``, not both)."""
+    """The scoring prompt's text (or give ``qa_prompt``, not both). None: in the context mode without
+    ``qa_prompt``, ``grogu.prompts.RAG_QA_TEMPLATE`` (the QA prompt the gate was tuned on); else grogu's own."""
     answer_style: Literal["long", "short"] = "long"
     """'short': ask for the answer only and cut it at its first line or sentence (small models)."""
     title_key: str | None = None
@@ -111,17 +115,26 @@ class GroguScoring(BaseModel):
 
     _scorer: Scorer = PrivateAttr()
     _model_label: str = PrivateAttr()
+    _prompt: str = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
         self.settings.check_threshold(self.threshold)
-        template = self.template
+        template, self._prompt = self.template, "template" if self.template is not None else "grogu"
+        if self.qa_prompt is None and template is None and self.mode == "context":
+            # the prompt the gate was tuned on (LlamaIndex's default QA prompt), not grogu's own long one
+            template, self._prompt = RAG_QA_TEMPLATE, "rag_qa"
         if self.qa_prompt is not None:
+            self._prompt = "qa_prompt"
             if template is not None:
                 raise ValueError("give template (grogu's prompt text) or qa_prompt (the chain's prompt), not both")
             llm = None if remote_target(self.model) is not None else self.model  # a service: chat messages
             template = template_from_langchain(
                 self.qa_prompt, llm, context_key=self.context_key, question_key=self.question_key
             )
+            if self.max_new_tokens is None:  # the answer the chain's LLM gives, so as_qa_chain() can reuse it
+                self.max_new_tokens = answer_budget(self.model)
+        if self.max_new_tokens is None:
+            self.max_new_tokens = DEFAULT_MAX_NEW_TOKENS[self.answer_style]
         # a service (documents' metadata stay here), or the model / server run for this process
         self._scorer, self._model_label = build_scorer(
             self.model,
@@ -141,6 +154,12 @@ class GroguScoring(BaseModel):
         self.metric = self._scorer.metric  # None: the target's default
         if self.score_scale == "probability":
             utility_threshold(self.metric, self.threshold)  # a ValueError unless in [0, 1]
+
+    @property
+    def prompt(self) -> str:
+        """Which prompt the documents were scored with (also ``metadata['grogu']['prompt']``): 'qa_prompt'
+        (the chain's), 'rag_qa' (``grogu.prompts.RAG_QA_TEMPLATE``), 'template' (the one given) or 'grogu'."""
+        return self._prompt
 
     @property
     def mode(self) -> str:
@@ -222,6 +241,11 @@ class GroguScoring(BaseModel):
                 run.out = unscored_documents(docs, model=self._model_label, error=message)
             else:
                 run.out = scored_documents(
-                    docs, run.ranked, mode=self.mode, model=self._model_label, score_scale=self.score_scale
+                    docs,
+                    run.ranked,
+                    mode=self.mode,
+                    model=self._model_label,
+                    score_scale=self.score_scale,
+                    prompt=self._prompt,
                 )
             spans.finish(span, self, run.out, METADATA_KEY)

@@ -96,12 +96,12 @@ def finish(span: Any, scoring: Any, out: Sequence[Document], key: str = "grogu")
     """The returned documents (copies with ``metadata['grogu']``) as the span's output documents."""
     if not span.recording:
         return
-    documents, context_score = [], None
+    documents, context_score, gate = [], None, None
     for doc in out:
         info = doc.metadata.get(key) or {}
         context = info.get("context")
         if isinstance(context, dict):
-            context_score = context.get("score")
+            context_score, gate = context.get("score"), context.get("gate")
         documents.append(
             _document(
                 doc,
@@ -111,4 +111,4 @@ def finish(span: Any, scoring: Any, out: Sequence[Document], key: str = "grogu")
                 utility=grogu_utility(doc.metadata),
             )
         )
-    span.output(documents, context_score=context_score)
+    span.output(documents, context_score=context_score, gate=gate)

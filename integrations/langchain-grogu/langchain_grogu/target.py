@@ -83,6 +83,18 @@ def resolve_engine(target: Any, device: str | None = None, dtype: str | None = N
     return get_engine(spec, device=device, dtype=dtype)
 
 
+def answer_budget(llm: Any) -> int | None:
+    """The chain LLM's own answer budget, where it states one: ``max_tokens`` (ChatOpenAI, OpenAI), or the
+    ``max_new_tokens`` of a ``HuggingFacePipeline`` (its ``pipeline_kwargs``, else its transformers pipeline's
+    generate arguments) under a ``ChatHuggingFace``; None otherwise."""
+    inner = llm.llm if type(llm).__name__ == "ChatHuggingFace" else llm
+    found = [getattr(llm, "max_tokens", None), (getattr(inner, "pipeline_kwargs", None) or {}).get("max_new_tokens")]
+    pipe = getattr(inner, "pipeline", None)
+    for name in ("_generate_kwargs", "_forward_params"):  # where transformers keeps pipeline(max_new_tokens=...)
+        found.append((getattr(pipe, name, None) or {}).get("max_new_tokens"))
+    return next((v for v in found if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+
+
 def model_label(target: Any, engine: Engine) -> str:
     """A readable name of the target LLM for metadata and logs."""
     if isinstance(target, (str, os.PathLike)):

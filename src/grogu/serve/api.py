@@ -10,7 +10,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .. import checks, metrics
+from .. import checks, influence, metrics, seper
 from ..prompts import check_text
 from ..rerank import ModeSettings
 from . import wire
@@ -207,7 +207,7 @@ class UngroundedRequest(ScorerSettings):
 class InfluenceSettings(_Strict):
     """Settings of :class:`grogu.influence.InfluenceScorer` (the embedder is the server's)."""
 
-    max_new_tokens: int = 64
+    max_new_tokens: int = influence.DEFAULT_MAX_NEW_TOKENS
     template: Optional[TemplateIn] = None
     method: str = "exact"  # grogu.influence.METHODS, checked by InfluenceScorer
     n_ablations: Optional[int] = None  # None: the method's default
@@ -250,7 +250,7 @@ class SePerRequest(_Strict):
     n_samples: int = 10
     temperature: float = 1.0
     tau: float = 0.5
-    max_new_tokens: int = 32
+    max_new_tokens: int = seper.DEFAULT_MAX_NEW_TOKENS
     seed: Optional[int] = 0
     template: Optional[TemplateIn] = None
 

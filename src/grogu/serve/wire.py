@@ -167,7 +167,7 @@ def encode_ranked(results: list[DocumentScore]) -> dict[str, Any]:
     return {
         "results": [{"index": r.index, "rank_score": r.rank_score, **encode_score(r)} for r in results],
         "context": None if context is None else encode_score(context),
-        "gate": None if gate is None else dataclasses.asdict(gate),
+        "gate": None if gate is None else gate.as_dict(),
     }
 
 

@@ -278,13 +278,15 @@ def test_on_error_raise_and_record(vectorstore, llm, lenient_choice):
     chain = {"context": plain | format_docs, "question": RunnablePassthrough()} | PROMPT | llm | StrOutputParser()
 
     failed: list[dict] = []
-    strict = InfluenceCallbackHandler(model=llm, sinks=[failed], max_new_tokens=N)
+    strict = InfluenceCallbackHandler(model=llm, sinks=[failed], max_new_tokens=N, on_error="raise")
     assert strict.on_error == "raise" and strict.raise_error
     with pytest.raises(ValueError, match="query is empty"):
         chain.invoke("  ", config={"callbacks": [strict]})
     (record,) = failed  # the failure's record went to the sinks before it was raised
     assert "query is empty" in record["error"] and record["influence"] is None
 
+    # the default, as in LlamaIndex's handlers: logging records a failure and never fails the query
+    assert InfluenceCallbackHandler(model=llm, max_new_tokens=N).on_error == "record"
     records: list[dict] = []
     lenient = InfluenceCallbackHandler(model=llm, sinks=[records], on_error=lenient_choice, max_new_tokens=N)
     assert lenient.on_error == "record" and not lenient.raise_error
@@ -301,7 +303,7 @@ def test_a_failing_sink_is_raised_or_logged(chain, llm, questions, caplog):
         raise OSError("disk full")
 
     records: list[dict] = []
-    strict = InfluenceCallbackHandler(model=llm, sinks=[broken, records], max_new_tokens=N)
+    strict = InfluenceCallbackHandler(model=llm, sinks=[broken, records], max_new_tokens=N, on_error="raise")
     with pytest.raises(OSError, match="disk full"):
         chain.invoke(questions[0], config={"callbacks": [strict]})
     lenient = InfluenceCallbackHandler(model=llm, sinks=[broken, records], on_error="record", max_new_tokens=N)

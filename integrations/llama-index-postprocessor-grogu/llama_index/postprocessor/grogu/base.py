@@ -28,6 +28,7 @@ import grogu
 from grogu.checks import check_query, check_top_n
 from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import utility_threshold
+from grogu.scorer import DEFAULT_TOP_N
 from grogu.scorer_factory import Scorer, build_scorer
 
 from . import spans
@@ -83,7 +84,9 @@ class GroguRerank(BaseNodePostprocessor):
         "server, or a grogu.ServerTarget; or the grogu service: its URL ('http://host:8000', see grogu serve) "
         "or a grogu.RemoteScorer. Once built: the LLM's readable name.",
     )
-    top_n: Optional[int] = Field(default=None, description="Nodes to keep (None: all).")
+    top_n: Optional[int] = Field(
+        default=DEFAULT_TOP_N, description="Nodes to keep (None: all), as LangChain's GroguRetriever keeps."
+    )
     threshold: Optional[float] = Field(
         default=None,
         description="Per-node modes: keep only nodes with utility >= threshold, applied before top_n "
@@ -103,8 +106,8 @@ class GroguRerank(BaseNodePostprocessor):
         default="auto",
         exclude=True,
         description="Score with the prompt the LLM reads: a query engine, a response synthesizer or its "
-        "text_qa_template. 'auto': in the context mode with a LlamaIndex LLM, the default synthesizer's QA "
-        "prompt for that LLM, else grogu's own prompt. None: grogu's own prompt.",
+        "text_qa_template. 'auto': in the context mode, the default synthesizer's QA prompt for the LLM given "
+        "(its chat version for a model name, a server or the service); else grogu's own prompt. None: grogu's own.",
     )
     template: Optional[grogu.PromptTemplate] = Field(
         default=None, description="grogu's scoring prompt, overridden (a grogu.PromptTemplate; not with qa_template)."
@@ -112,7 +115,7 @@ class GroguRerank(BaseNodePostprocessor):
     max_new_tokens: Optional[int] = Field(
         default=None,
         description="Longest grounded answer generated per context. None: the LLM's own budget when scoring "
-        "with the pipeline's prompt, else 64. Once built: the budget used.",
+        "with the pipeline's prompt, else 64 (16 with answer_style='short'). Once built: the budget used.",
     )
     answer_style: Literal["long", "short"] = Field(
         default="long", description="'short': a short-answer scoring pass for small models (grogu.UtilityScorer)."
@@ -170,7 +173,9 @@ class GroguRerank(BaseNodePostprocessor):
         """Build the scorer: a model given by name is loaded here, once per process."""
         self.settings.check_threshold(self.threshold)
         llm = self.model if isinstance(self.model, LLM) else None
-        template, budget = scoring_prompt(self.qa_template, self.template, self.mode, llm, self.max_new_tokens)
+        template, budget = scoring_prompt(
+            self.qa_template, self.template, self.mode, llm, self.max_new_tokens, self.answer_style
+        )
         # a service (node metadata stay here), or the model / server run for this process
         scorer, label = build_scorer(
             self.model,

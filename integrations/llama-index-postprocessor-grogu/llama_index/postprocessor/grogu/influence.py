@@ -37,6 +37,7 @@ from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from grogu import influence_log
+from grogu.influence import DEFAULT_MAX_NEW_TOKENS
 from grogu.influence_record import AnsweredQuery, grogu_utility
 from grogu.models import DEFAULT_MODEL
 from grogu.scorer_factory import build_influence_scorer
@@ -143,7 +144,7 @@ def _build_recorder(
     on_error: str = "record",
     background: bool = False,
     metadata_mode: MetadataMode = MetadataMode.LLM,
-    max_new_tokens: int = 64,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     template: Any = None,
     device: Optional[str] = None,
     dtype: Optional[str] = None,

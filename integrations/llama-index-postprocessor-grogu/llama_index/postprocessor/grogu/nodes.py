@@ -39,6 +39,8 @@ def context_details(
     }
     if reranker.score_scale == "probability":
         details["probability"] = probability(r.metric, float(r.score))
+    if r.gate is not None:  # the verdict on the retriever's own context: act on it (abstain, retrieve more)
+        details["gate"] = r.gate.as_dict()
     return details
 
 

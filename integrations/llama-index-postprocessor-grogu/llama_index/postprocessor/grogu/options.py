@@ -8,12 +8,14 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
+from llama_index.core.prompts.chat_prompts import CHAT_TEXT_QA_PROMPT
 from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 
 import grogu
 from grogu.checks import check_choice, check_positive_int, check_threshold, check_top_n
 from grogu.metrics import metric_name
 from grogu.scales import check_score_scale
+from grogu.scorer import DEFAULT_MAX_NEW_TOKENS
 
 from .prompts import template_from_llama_index
 from .utils import answer_budget
@@ -59,6 +61,7 @@ def scoring_prompt(
     mode: str,
     llm: Optional[LLM],
     max_new_tokens: Optional[int],
+    answer_style: str = "long",
 ) -> Tuple[Optional[grogu.PromptTemplate], int]:
     """The prompt grogu scores with and the answer budget, from ``qa_template`` / ``template`` (see
     ``GroguRerank``): with the pipeline's own prompt, the LLM's own ``max_new_tokens`` (``max_tokens``) by default."""
@@ -67,14 +70,15 @@ def scoring_prompt(
             raise ValueError(
                 f"qa_template must be 'auto', None, a query engine, a synthesizer or a prompt, got {qa_template!r}"
             )
-        # the context mode scores what the LLM reads in LlamaIndex's default synthesizer; the
-        # per-node modes measured best with grogu's own prompt (README, "Which rerank mode")
-        auto = mode == "context" and llm is not None and template is None
-        qa_template = DEFAULT_TEXT_QA_PROMPT_SEL if auto else None
+        # the context mode scores what the LLM reads in LlamaIndex's default synthesizer: its QA prompt for
+        # the LLM given, or without one (a name, a server, the service) its chat version, which a chat LLM
+        # reads; the per-node modes measured best with grogu's own prompt (README, "Which rerank mode")
+        auto = mode == "context" and template is None
+        qa_template = (DEFAULT_TEXT_QA_PROMPT_SEL if llm is not None else CHAT_TEXT_QA_PROMPT) if auto else None
     if qa_template is not None:
         if template is not None:
             raise ValueError("give template (grogu's prompt text) or qa_template (the pipeline's prompt), not both")
         template = template_from_llama_index(qa_template, llm)
         if max_new_tokens is None and answer_budget(llm) is not None:
             max_new_tokens = answer_budget(llm)  # the answer the LLM gives, so GroguSynthesizer can reuse it
-    return template, 64 if max_new_tokens is None else max_new_tokens
+    return template, DEFAULT_MAX_NEW_TOKENS[answer_style] if max_new_tokens is None else max_new_tokens

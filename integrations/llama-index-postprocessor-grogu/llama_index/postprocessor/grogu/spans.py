@@ -4,7 +4,7 @@ OpenTelemetry span, which under OpenInference's LlamaIndexInstrumentor is the po
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
@@ -46,14 +46,14 @@ def output_documents(nodes: List[NodeWithScore], new_nodes: List[NodeWithScore])
     return out
 
 
-def context_score(new_nodes: List[NodeWithScore]) -> Optional[float]:
-    """The chosen context's utility (context mode), else None."""
+def _context(new_nodes: List[NodeWithScore]) -> Dict[str, Any]:
+    """The chosen context's details (context mode), else {}."""
     details = new_nodes[0].node.metadata.get("grogu") if new_nodes else None
-    if not isinstance(details, dict):
-        return None
-    return details["context"].get("score") if isinstance(details.get("context"), dict) else None
+    context = details.get("context") if isinstance(details, dict) else None
+    return context if isinstance(context, dict) else {}
 
 
 def finish(span: Any, nodes: List[NodeWithScore], new_nodes: List[NodeWithScore]) -> None:
     if span.recording:
-        span.output(output_documents(nodes, new_nodes), context_score=context_score(new_nodes))
+        context = _context(new_nodes)
+        span.output(output_documents(nodes, new_nodes), context_score=context.get("score"), gate=context.get("gate"))
