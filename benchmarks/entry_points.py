@@ -347,8 +347,24 @@ def report(args) -> None:
                 f"{t['cost_median']:.2f}× / {t['cost_ratio_of_means']:.2f}× / {t['cost_p90']:.2f}× |"
             )
         print("\ncost: median of per-question ratios / ratio of means / 90th percentile, against the plain chain")
+        kept = [r for r in lc if r[arm]["given"] == [0, 1, 2]]
+        same = sum(r[arm]["answer"] == r["plain"]["answer"] for r in kept)
+        print(f"context kept: the plain chain's answer on {same} / {len(kept)} questions")
+        for label, part in (
+            ("calm", [r for r in lc if not (r[arm]["gate"] or {}).get("in_doubt")]),
+            ("in doubt", [r for r in lc if (r[arm]["gate"] or {}).get("in_doubt")]),
+        ):
+            if part:
+                mean = sum(r[arm]["seconds"] for r in part) / sum(r["plain"]["seconds"] for r in part)
+                ratios = [r[arm]["seconds"] / r["plain"]["seconds"] for r in part]
+                print(
+                    f"cost, {label} (n {len(part)}): ratio of means {mean:.2f}×, median "
+                    f"{percentile(ratios, 0.5):.2f}×, p90 {percentile(ratios, 0.9):.2f}×"
+                )
         print(f"\n## {arm}: the gate's verdict against a wrong plain answer")
-        print("| data | AUROC in doubt | AUROC support | AUROC confidence | plain correct, calm | plain correct, doubt |")
+        print(
+            "| data | AUROC in doubt | AUROC support | AUROC confidence | plain correct, calm | plain correct, doubt |"
+        )
         print("|---|---|---|---|---|---|")
         for name in sets + ["pooled"]:
             part = lc if name == "pooled" else [r for r in lc if r["data"] == name]

@@ -233,6 +233,29 @@ def test_rerank_modes_equal_in_process(remote, local, mode, kwargs):
         assert got[0].context.documents == [DOCS[r.index] for r in got]
 
 
+def test_rerank_gate_runs_in_the_service_as_in_process(service, remote, local):
+    """/rerank runs the library's rerank pipeline: calm, it answers the retriever's context alone (one
+    answer call, one teacher-forcing call); in doubt, the other candidates too. The verdict equals the
+    in-process one, field by field."""
+    for gate, candidates in (
+        ({"gate_support": 0.0, "gate_confidence": 0.0}, 1),
+        ({"gate_support": 1.0, "gate_confidence": 1.0}, 6),
+    ):
+        before = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"]
+        got = remote.rerank(QUERY, DOCS, top_n=2, **gate)
+        calls = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"] - before
+        want = local.rerank(QUERY, DOCS, top_n=2, **gate)
+        assert [r.index for r in got] == [r.index for r in want]
+        assert got[0].gate.in_doubt == (candidates > 1) and got[0].gate.candidates == candidates
+        assert got[0].gate.reasons == want[0].gate.reasons and got[0].gate.changed == want[0].gate.changed
+        assert got[0].gate.support == pytest.approx(want[0].gate.support)
+        assert got[0].gate.confidence == pytest.approx(want[0].gate.confidence, abs=1e-4)
+        if candidates == 1:
+            assert calls == 2  # the retriever's context answered, then its answer teacher-forced
+        else:
+            assert calls >= 3  # the first answer, the other five, then the teacher forcing
+
+
 def test_concurrent_async_requests_share_engine_batches(service, remote, local):
     queries = [f"{QUERY} ({i})" for i in range(8)]
 

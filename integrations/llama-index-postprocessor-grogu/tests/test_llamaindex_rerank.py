@@ -78,14 +78,16 @@ def test_top_n_and_threshold(index, llm, scorer, questions):
     retrieved = retrieve(index, query)
     scores = sorted((r.score for r in scorer.score(query, texts(retrieved))), reverse=True)
     threshold = (scores[2] + scores[3]) / 2  # three nodes above it
-    all_nodes = GroguRerank(model=llm, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
+    # the default keeps 3 (grogu.scorer.DEFAULT_TOP_N, as in LangChain); top_n=None keeps every node
+    assert GroguRerank(model=llm, max_new_tokens=TOKENS, mode="document").top_n == 3
+    all_nodes = GroguRerank(model=llm, top_n=None, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query
     )
     assert len(all_nodes) == K and [n.score for n in all_nodes] == pytest.approx(scores, abs=1e-6)
 
-    kept = GroguRerank(model=llm, threshold=threshold, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
-        retrieve(index, query), query_str=query
-    )
+    kept = GroguRerank(
+        model=llm, top_n=None, threshold=threshold, max_new_tokens=TOKENS, mode="document"
+    ).postprocess_nodes(retrieve(index, query), query_str=query)
     assert [n.score for n in kept] == pytest.approx(scores[:3], abs=1e-6)
     assert all(n.score >= threshold for n in kept)
 
@@ -104,8 +106,8 @@ def test_metric_is_selectable(index, llm, questions):
     query = questions[6]
     retrieved = retrieve(index, query)
     expected = grogu.UtilityScorer((llm._model, llm._tokenizer), metric="key_ppl", max_new_tokens=TOKENS).rerank(
-        query, texts(retrieved), mode="document"
-    )
+        query, texts(retrieved), top_n=3, mode="document"
+    )  # GroguRerank keeps 3 by default
     out = GroguRerank(model=llm, metric="key_ppl", max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query
     )
