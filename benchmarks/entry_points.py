@@ -210,7 +210,8 @@ def _default(chain, retriever, question: str) -> dict:
 
 
 def service(args) -> None:
-    """GroguRerank in process and through a local grogu service, on the same top 5 of each question."""
+    """GroguRerank in process, through a local grogu service and on a llama-cpp-python server
+    (``ServerTarget``), on the same top 5 of each question, one arm after the other."""
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     import ray
@@ -221,6 +222,7 @@ def service(args) -> None:
 
     import grogu
     from grogu.serve.service import ServeConfig, build_app
+    from grogu.testing import LlamaCppServer
 
     pool, questions = load(args.data, args.questions, args.data_file)
     store = vector_store(pool, args.cache_dir, args.data)
@@ -238,33 +240,39 @@ def service(args) -> None:
     url = f"http://127.0.0.1:{port}"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        config = ServeConfig(model="smollm2-135m-instruct", device="cpu")
-        serve.run(build_app(config, num_replicas=1, num_cpus=1), name="entry", route_prefix="/")
-        local = GroguRerank(model=llm, top_n=3)
-        remote = GroguRerank(model=url, top_n=3, max_new_tokens=args.max_new_tokens)
-        out = open(args.out, "a")
-        for q in questions[args.skip :]:
-            hits = store.similarity_search_with_score(q["question"], k=5)
-            rec = {"data": args.data, "qid": q["qid"], "golds": q["answers"]}
-            for name, reranker in (("in_process", local), ("service", remote)):
-                nodes = [
-                    NodeWithScore(node=TextNode(text=d.page_content, id_=d.metadata["id"]), score=float(s))
-                    for d, s in hits
-                ]
-                ids = [n.node.node_id for n in nodes]
-                t0 = time.perf_counter()
-                kept = reranker.postprocess_nodes(nodes, query_str=q["question"])
-                seconds = time.perf_counter() - t0
-                context = kept[0].node.metadata["grogu"]["context"]
-                rec[name] = {
-                    "given": [ids.index(n.node.node_id) for n in kept],
-                    "seconds": seconds,
-                    "answer": context["answer"],
-                    "gate": context.get("gate"),
-                }
-            print(json.dumps(rec), file=out, flush=True)
-            print(q["qid"], {k: (rec[k]["given"], round(rec[k]["seconds"], 1)) for k in ("in_process", "service")})
+        with LlamaCppServer(n_ctx=4096) as served:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            config = ServeConfig(model="smollm2-135m-instruct", device="cpu")
+            serve.run(build_app(config, num_replicas=1, num_cpus=1), name="entry", route_prefix="/")
+            target = grogu.ServerTarget(served.url, api="llama-cpp", tokenizer="smollm2-135m-instruct")
+            arms = {
+                "in_process": GroguRerank(model=llm, top_n=3),
+                "service": GroguRerank(model=url, top_n=3, max_new_tokens=args.max_new_tokens),
+                "served": GroguRerank(model=target, top_n=3, max_new_tokens=args.max_new_tokens),
+            }
+            out = open(args.out, "a")
+            for q in questions[args.skip :]:
+                hits = store.similarity_search_with_score(q["question"], k=5)
+                rec = {"data": args.data, "qid": q["qid"], "golds": q["answers"]}
+                for name, reranker in arms.items():
+                    nodes = [
+                        NodeWithScore(node=TextNode(text=d.page_content, id_=d.metadata["id"]), score=float(s))
+                        for d, s in hits
+                    ]
+                    ids = [n.node.node_id for n in nodes]
+                    t0 = time.perf_counter()
+                    kept = reranker.postprocess_nodes(nodes, query_str=q["question"])
+                    seconds = time.perf_counter() - t0
+                    context = kept[0].node.metadata["grogu"]["context"]
+                    rec[name] = {
+                        "given": [ids.index(n.node.node_id) for n in kept],
+                        "seconds": seconds,
+                        "answer": context["answer"],
+                        "correct": answered_words(context["answer"], q["answers"]),
+                        "gate": context.get("gate"),
+                    }
+                print(json.dumps(rec), file=out, flush=True)
+                print(q["qid"], {k: (rec[k]["given"], round(rec[k]["seconds"], 1)) for k in arms})
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -378,20 +386,25 @@ def report(args) -> None:
                 f"{d['plain_calm'][1]:.1f} % (n {d['plain_calm'][0]}) | "
                 f"{d['plain_doubt'][1]:.1f} % (n {d['plain_doubt'][0]}) |"
             )
-    if sv:
-        same = sum(r["service"]["given"] == r["in_process"]["given"] for r in sv)
-        print(f"\n## service: the same nodes kept on {same} / {len(sv)} questions")
+    for arm in ("service", "served") if sv else ():
+        same = sum(r[arm]["given"] == r["in_process"]["given"] for r in sv)
+        answers = sum(r[arm]["answer"] == r["in_process"]["answer"] for r in sv)
+        acc = [100 * sum(r[k]["correct"] for r in sv) / len(sv) for k in ("in_process", arm)]
+        print(
+            f"\n## {arm}: the same nodes kept on {same} / {len(sv)} questions, the same answer on {answers}; "
+            f"accuracy of the chosen context's answer {acc[0]:.1f} % in process, {acc[1]:.1f} % here"
+        )
         for label, part in (
             ("calm", [r for r in sv if not (r["in_process"]["gate"] or {}).get("in_doubt")]),
             ("in doubt", [r for r in sv if (r["in_process"]["gate"] or {}).get("in_doubt")]),
             ("all", sv),
         ):
             if part:
-                ratios = [r["service"]["seconds"] / r["in_process"]["seconds"] for r in part]
-                mean = sum(r["service"]["seconds"] for r in part) / sum(r["in_process"]["seconds"] for r in part)
+                ratios = [r[arm]["seconds"] / r["in_process"]["seconds"] for r in part]
+                mean = sum(r[arm]["seconds"] for r in part) / sum(r["in_process"]["seconds"] for r in part)
                 print(
                     f"| {label} | n {len(part)} | in process {sum(r['in_process']['seconds'] for r in part) / len(part):.2f} s"
-                    f" | service {sum(r['service']['seconds'] for r in part) / len(part):.2f} s | ratio of means "
+                    f" | {arm} {sum(r[arm]['seconds'] for r in part) / len(part):.2f} s | ratio of means "
                     f"{mean:.2f}× | median {percentile(ratios, 0.5):.2f}× | p90 {percentile(ratios, 0.9):.2f}× |"
                 )
 

@@ -150,6 +150,7 @@ LAYERS = [
         [
             "grogu",
             "grogu.scorer_factory",
+            "grogu.integration_settings",
             "grogu.batch",
             "grogu.cli",
             "grogu.cli_arguments",

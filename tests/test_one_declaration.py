@@ -1,8 +1,11 @@
-"""A new rerank setting touches one file: grogu/rerank.py's ModeSettings.
+"""A new setting touches one file: a rerank setting grogu/rerank.py's ModeSettings, a setting both
+integrations share grogu/integration_settings.py's SharedSettings.
 
 The test copies the package, adds one field to ModeSettings in the copy, and checks that every
 entry point takes the new setting by name: the scorer's rerank, the command line, the service's
-request body, and both integrations. A name that is not a setting stays an error everywhere.
+request body, and both integrations. A name that is not a setting stays an error everywhere. It
+then adds one field to SharedSettings, with its default and grogu's check, and checks that both
+integrations take it, default it and check it alike.
 """
 
 from __future__ import annotations
@@ -55,6 +58,33 @@ assert GroguCompressor(model=scorer.target, probe_setting=3).settings.probe_sett
 print("travelled")
 """
 
+SHARED_FIELD = """    probe_shared: Annotated[int, checked(check_positive_int, "probe_shared")] = Field(
+        default=5, description="a setting both integrations share, added in one place"
+    )
+"""
+SHARED_ANCHOR = "    device: Optional[str] = Field("
+
+SHARED_SCRIPT = r"""
+import sys
+import grogu
+from grogu.testing import embedded_tokenizer, tiny_model
+from langchain_grogu import GroguCompressor, GroguRetriever
+from llama_index.postprocessor.grogu import GroguRerank
+
+assert grogu.__file__.startswith(sys.argv[1]), grogu.__file__
+engine = grogu.Engine(tiny_model(), embedded_tokenizer(), device="cpu")
+for cls in (GroguRerank, GroguCompressor):
+    assert cls(model=engine).probe_shared == 5
+    assert cls(model=engine, probe_shared=2).probe_shared == 2
+    try:
+        cls(model=engine, probe_shared=0)
+        raise SystemExit(f"{cls.__name__} accepted probe_shared=0")
+    except ValueError as e:  # pydantic's ValidationError is a ValueError; grogu's message inside
+        assert "probe_shared" in str(e) and "positive" in str(e), e
+assert "probe_shared" in GroguRetriever.model_fields
+print("shared")
+"""
+
 
 def test_a_new_setting_touches_one_file(tmp_path):
     src = os.path.join(tmp_path, "src")
@@ -82,3 +112,14 @@ def test_a_new_setting_touches_one_file(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().endswith("travelled")
+
+    # a setting both integrations share: one field in SharedSettings
+    path = os.path.join(src, "grogu", "integration_settings.py")
+    text = open(path, encoding="utf-8").read()
+    assert text.count(SHARED_ANCHOR) == 1
+    open(path, "w", encoding="utf-8").write(text.replace(SHARED_ANCHOR, SHARED_FIELD + SHARED_ANCHOR))
+    run = subprocess.run(
+        [sys.executable, "-c", SHARED_SCRIPT, src], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().endswith("shared")

@@ -1,30 +1,30 @@
 """GroguScoring: the settings and the reranking that GroguCompressor and GroguRetriever share.
 
 Each setting is declared once, as a typed pydantic field with grogu's own check (``grogu.checks``), so a
-bad value is the same error here as in grogu. The rerank settings are one ``grogu.ModeSettings``; each of
+bad value is the same error here as in grogu; those LlamaIndex's GroguRerank shares, in
+``grogu.integration_settings``. The rerank settings are one ``grogu.ModeSettings``; each of
 them may also be given by name (``mode="fusion", weight=0.4``), as ``UtilityScorer.rerank`` takes them.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from langchain_core.documents import Document
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from grogu import EngineConfig, PromptTemplate
-from grogu.checks import check_alpha, check_fraction, check_positive_int, check_threshold, check_top_n
-from grogu.metrics import ALPHA, TOP_K_FRAC, metric_name
+from grogu.checks import check_alpha, check_fraction, check_top_n
+from grogu.integration_settings import SharedSettings, checked
+from grogu.metrics import ALPHA, TOP_K_FRAC
 from grogu.models import DEFAULT_MODEL
 from grogu.prompts import RAG_QA_TEMPLATE
 from grogu.rerank import ModeSettings, split_settings
-from grogu.scales import check_score_scale, utility_threshold
-from grogu.scorer import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_N
+from grogu.scales import utility_threshold
+from grogu.scorer import DEFAULT_MAX_NEW_TOKENS
 from grogu.scorer_factory import Scorer, build_scorer, remote_target
 
 from . import spans
@@ -42,44 +42,22 @@ from .target import answer_budget, model_label, resolve_engine
 logger = logging.getLogger(__name__)
 
 
-def _checked(check: Callable[..., Any], *args: Any, none_ok: bool = False) -> BeforeValidator:
-    """A field's validator: grogu's ``check(*args, value)``, before pydantic's coercion (so bool is not a
-    count and NaN not a threshold); with ``none_ok``, None passes as 'the default'."""
-    bound = functools.partial(check, *args)
-    return BeforeValidator(lambda value: None if none_ok and value is None else bound(value))
-
-
-class GroguScoring(BaseModel):
+class GroguScoring(SharedSettings):
     """Settings shared by :class:`~langchain_grogu.GroguCompressor` and :class:`~langchain_grogu.GroguRetriever`,
-    and the reranking they both do. The scorer is built (a model given by name loaded once per process) when
-    the object is created. The package README describes each setting at length."""
+    and the reranking they both do. The settings LlamaIndex's GroguRerank has too (``top_n``, ``threshold``,
+    ``metric``, ``max_new_tokens``, ``template``, ``answer_style``, ``score_scale``, ``on_error``, ``device``,
+    ``dtype``, ``batch_size``, ``engine_config``) are declared once, in ``grogu.integration_settings``. Without
+    ``qa_prompt``, the context mode scores with ``grogu.prompts.RAG_QA_TEMPLATE``. The scorer is built (a model
+    given by name loaded once per process) when the object is created. The package README has each setting."""
 
     model: Any = DEFAULT_MODEL
     """The target LLM that reads the documents: a name, a loaded model, a LangChain LLM, a server or a service URL."""
-    top_n: Annotated[int | None, _checked(check_top_n)] = DEFAULT_TOP_N
-    """Most documents returned, best first; None keeps every document that passes ``threshold``."""
-    threshold: Annotated[float | None, _checked(check_threshold)] = None
-    """Keep documents whose utility is >= threshold (on ``score_scale``); not in the context mode."""
-    metric: Annotated[str | None, _checked(metric_name, none_ok=True)] = None
-    """A metric of ``grogu.METRICS``; None: the target's default; after construction, the metric used."""
-    alpha: Annotated[float, _checked(check_alpha)] = ALPHA
+    alpha: Annotated[float, checked(check_alpha)] = ALPHA
     """Key-token threshold on |H_grounded - H_ungrounded| in nats."""
-    top_k_frac: Annotated[float, _checked(check_fraction, "top_k_frac")] = TOP_K_FRAC
+    top_k_frac: Annotated[float, checked(check_fraction, "top_k_frac")] = TOP_K_FRAC
     """Fraction of answer tokens kept (by grounded entropy) when no token passes ``alpha``."""
-    max_new_tokens: Annotated[int | None, _checked(check_positive_int, "max_new_tokens", none_ok=True)] = None
-    """Longest grounded answer per context. None: with ``qa_prompt``, the chat model's own budget where it
-    states one (``max_new_tokens`` / ``max_tokens``), else 64 (16 with ``answer_style='short'``)."""
-    template: PromptTemplate | None = None
-    """The scoring prompt's text (or give ``qa_prompt``, not both). None: in the context mode without
-    ``qa_prompt``, ``grogu.prompts.RAG_QA_TEMPLATE`` (the QA prompt the gate was tuned on); else grogu's own."""
-    answer_style: Literal["long", "short"] = "long"
-    """'short': ask for the answer only and cut it at its first line or sentence (small models)."""
     title_key: str | None = None
     """Metadata key whose value the LLM sees as the document's title; None shows the page content only."""
-    device: str | None = None
-    """Device for a model given by name (default: CUDA when available, else CPU)."""
-    dtype: str | None = None
-    """dtype for a model given by name (default: bf16 on CUDA, float32 on CPU)."""
     settings: ModeSettings = Field(default_factory=ModeSettings)
     """The rerank settings (``grogu.ModeSettings``: ``mode``, ``weight``, ...); each may also be given by name."""
     qa_prompt: Any = None
@@ -90,14 +68,6 @@ class GroguScoring(BaseModel):
     """Variable of ``qa_prompt`` that receives the question."""
     relevance_key: str | None = None
     """Metadata key holding the retriever's relevance score (fusion); None: the retrieval order."""
-    on_error: Literal["raise", "passthrough"] = "raise"
-    """On a scoring failure: 'raise', or 'passthrough': every input, unscored, with ``metadata['grogu']['error']``."""
-    score_scale: Annotated[Literal["utility", "probability"], _checked(check_score_scale)] = "utility"
-    """Scale of ``relevance_score`` and ``threshold``: the utility, or 'probability' in [0, 1] (``grogu.scales``)."""
-    batch_size: Annotated[int | None, _checked(check_positive_int, "batch_size", none_ok=True)] = None
-    """Most prompts in one forward pass of the model's process-wide engine (``EngineConfig.max_batch_size``)."""
-    engine_config: EngineConfig | None = None
-    """The engine's whole configuration (``grogu.EngineConfig``), in place of ``batch_size``."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 

@@ -7,7 +7,7 @@ import contextvars
 import logging
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from llama_index.core.bridge.pydantic import (
     ConfigDict,
@@ -26,9 +26,9 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 import grogu
 from grogu.checks import check_query, check_top_n
+from grogu.integration_settings import SharedSettings
 from grogu.rerank import ModeSettings, split_settings
 from grogu.scales import utility_threshold
-from grogu.scorer import DEFAULT_TOP_N
 from grogu.scorer_factory import Scorer, build_scorer
 
 from . import spans
@@ -47,7 +47,7 @@ _CALL_SETTINGS: contextvars.ContextVar[Dict[int, Dict[str, Any]]] = contextvars.
 )
 
 
-class GroguRerank(BaseNodePostprocessor):
+class GroguRerank(SharedSettings, BaseNodePostprocessor):
     """Choose and order nodes by their GROGU utility for a specific target LLM (Hua et al.).
 
     Utility is minus the target LLM's confidence on the key tokens of its grounded answer (KeyEntropy
@@ -65,7 +65,8 @@ class GroguRerank(BaseNodePostprocessor):
     The retriever's score is kept in ``metadata["retrieval_score"]`` and the details in
     ``metadata["grogu"]``, both hidden from the LLM prompt. Which mode to pick: the package README.
 
-    Every setting is a field below (``GroguRerank.model_fields`` lists them with their descriptions).
+    Every setting is a field (``GroguRerank.model_fields`` lists them with their descriptions). Those
+    LangChain's GroguRetriever has too are declared once, in ``grogu.integration_settings``.
     The mode's settings are one ``grogu.ModeSettings`` (``settings``). Each of its settings may also
     be given by name (``mode="fusion", weight=0.4``); a name given replaces the value in ``settings``.
     An unknown argument is a ``pydantic.ValidationError``. A bad value is a ``ValueError`` (a
@@ -84,19 +85,6 @@ class GroguRerank(BaseNodePostprocessor):
         "server, or a grogu.ServerTarget; or the grogu service: its URL ('http://host:8000', see grogu serve) "
         "or a grogu.RemoteScorer. Once built: the LLM's readable name.",
     )
-    top_n: Optional[int] = Field(
-        default=DEFAULT_TOP_N, description="Nodes to keep (None: all), as LangChain's GroguRetriever keeps."
-    )
-    threshold: Optional[float] = Field(
-        default=None,
-        description="Per-node modes: keep only nodes with utility >= threshold, applied before top_n "
-        "(a number in [0, 1] with score_scale='probability').",
-    )
-    metric: Optional[str] = Field(
-        default=None,
-        description="The GROGU variant, a name from grogu.METRICS: key_entropy, entropy, ppl, key_ppl, or a "
-        "small-model variant. None: key_entropy, or ppl for an LLM behind a chat API. Once built: the metric used.",
-    )
     settings: ModeSettings = Field(
         default_factory=ModeSettings,
         description="The rerank mode and its settings (grogu.ModeSettings). Its settings may also be given by "
@@ -109,46 +97,12 @@ class GroguRerank(BaseNodePostprocessor):
         "text_qa_template. 'auto': in the context mode, the default synthesizer's QA prompt for the LLM given "
         "(its chat version for a model name, a server or the service); else grogu's own prompt. None: grogu's own.",
     )
-    template: Optional[grogu.PromptTemplate] = Field(
-        default=None, description="grogu's scoring prompt, overridden (a grogu.PromptTemplate; not with qa_template)."
-    )
-    max_new_tokens: Optional[int] = Field(
-        default=None,
-        description="Longest grounded answer generated per context. None: the LLM's own budget when scoring "
-        "with the pipeline's prompt, else 64 (16 with answer_style='short'). Once built: the budget used.",
-    )
-    answer_style: Literal["long", "short"] = Field(
-        default="long", description="'short': a short-answer scoring pass for small models (grogu.UtilityScorer)."
-    )
-    score_scale: Literal["utility", "probability"] = Field(
-        default="utility",
-        description="Scale of the document mode's score and of threshold: 'utility' (minus key-token entropy, "
-        "nats, unbounded) or 'probability' (in [0, 1], the same order; grogu.scales).",
-    )
-    on_error: Literal["raise", "passthrough"] = Field(
-        default="raise",
-        description="On a scoring failure: 'raise' it, or 'passthrough': every node back in its original order, "
-        "the error logged and in metadata['grogu']['error'].",
-    )
     keep_retrieval_score: bool = Field(
         default=True, description="Keep the retriever's score in metadata['retrieval_score']."
     )
     metadata_mode: MetadataMode = Field(
         default=MetadataMode.LLM, description="Which node text the LLM reads (MetadataMode.LLM, as synthesizers do)."
     )
-    device: Optional[str] = Field(default=None, description="Device of a model given by name.")
-    dtype: Optional[str] = Field(default=None, description="dtype of a model given by name.")
-    batch_size: Optional[int] = Field(
-        default=None,
-        description="Most prompts in one forward pass (grogu.EngineConfig.max_batch_size; default 32 on CPU, "
-        "64 on GPU). It sets the process-wide engine of the model.",
-    )
-    engine_config: Optional[grogu.EngineConfig] = Field(
-        default=None,
-        description="The engine's whole grogu.EngineConfig (max_batch_tokens, logits_budget_mb), in place of "
-        "batch_size.",
-    )
-
     _scorer: Scorer = PrivateAttr()
     _fingerprint: str = PrivateAttr()
 

@@ -3,7 +3,6 @@ itself comes from grogu.scorer_factory.build_scorer)."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from llama_index.core.callbacks import CallbackManager
@@ -12,27 +11,10 @@ from llama_index.core.prompts.chat_prompts import CHAT_TEXT_QA_PROMPT
 from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 
 import grogu
-from grogu.checks import check_choice, check_positive_int, check_threshold, check_top_n
-from grogu.metrics import metric_name
-from grogu.scales import check_score_scale
 from grogu.scorer import DEFAULT_MAX_NEW_TOKENS
 
 from .prompts import template_from_llama_index
 from .utils import answer_budget
-
-ON_ERROR = ("raise", "passthrough")
-
-
-def optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``check`` for a setting whose None means "the default"."""
-    return lambda value: None if value is None else check(value)
-
-
-def check_engine_config(value: Any) -> grogu.EngineConfig:
-    """A grogu.EngineConfig as it is (a mapping is not turned into one)."""
-    if not isinstance(value, grogu.EngineConfig):
-        raise TypeError(f"engine_config must be a grogu.EngineConfig, got {type(value).__name__}")
-    return value
 
 
 def callback_manager(value: Any) -> Any:
@@ -40,19 +22,9 @@ def callback_manager(value: Any) -> Any:
     return CallbackManager([]) if value is None else value
 
 
-#: each field's check, given the value before pydantic reads it: grogu's own checks (grogu.checks), so a
-#: bad value is the same error here as in grogu (a bool is not a count; NaN or inf is not a threshold)
-FIELD_CHECKS: Dict[str, Callable[[Any], Any]] = {
-    "top_n": check_top_n,
-    "threshold": check_threshold,
-    "metric": optional(metric_name),
-    "max_new_tokens": optional(functools.partial(check_positive_int, "max_new_tokens")),
-    "batch_size": optional(functools.partial(check_positive_int, "batch_size")),
-    "score_scale": check_score_scale,
-    "on_error": functools.partial(check_choice, "on_error", choices=ON_ERROR),
-    "engine_config": optional(check_engine_config),
-    "callback_manager": callback_manager,
-}
+#: each LlamaIndex-only field's check, given the value before pydantic reads it (the settings both
+#: integrations share carry grogu's checks in grogu.integration_settings)
+FIELD_CHECKS: Dict[str, Callable[[Any], Any]] = {"callback_manager": callback_manager}
 
 
 def scoring_prompt(
