@@ -40,6 +40,7 @@ question, and on calm questions (the gate not in doubt) a ratio of mean seconds 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -234,48 +235,48 @@ def service(args) -> None:
         max_new_tokens=args.max_new_tokens,
         generate_kwargs={"do_sample": False},
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with LlamaCppServer(n_ctx=4096) as served:
+    wanted = args.arms.split(",")
+    with contextlib.ExitStack() as stack:
+        arms = {"in_process": GroguRerank(model=llm, top_n=3)}
+        if "service" in wanted:  # one local Ray, one replica of 1 CPU
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            stack.callback(ray.shutdown)
+            stack.callback(serve.shutdown)
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             config = ServeConfig(model="smollm2-135m-instruct", device="cpu")
             serve.run(build_app(config, num_replicas=1, num_cpus=1), name="entry", route_prefix="/")
+            url = f"http://127.0.0.1:{port}"
+            arms["service"] = GroguRerank(model=url, top_n=3, max_new_tokens=args.max_new_tokens)
+        if "served" in wanted:  # llama-cpp-python's server, one thread
+            served = stack.enter_context(LlamaCppServer(n_ctx=4096))
             target = grogu.ServerTarget(served.url, api="llama-cpp", tokenizer="smollm2-135m-instruct")
-            arms = {
-                "in_process": GroguRerank(model=llm, top_n=3),
-                "service": GroguRerank(model=url, top_n=3, max_new_tokens=args.max_new_tokens),
-                "served": GroguRerank(model=target, top_n=3, max_new_tokens=args.max_new_tokens),
-            }
-            out = open(args.out, "a")
-            for q in questions[args.skip :]:
-                hits = store.similarity_search_with_score(q["question"], k=5)
-                rec = {"data": args.data, "qid": q["qid"], "golds": q["answers"]}
-                for name, reranker in arms.items():
-                    nodes = [
-                        NodeWithScore(node=TextNode(text=d.page_content, id_=d.metadata["id"]), score=float(s))
-                        for d, s in hits
-                    ]
-                    ids = [n.node.node_id for n in nodes]
-                    t0 = time.perf_counter()
-                    kept = reranker.postprocess_nodes(nodes, query_str=q["question"])
-                    seconds = time.perf_counter() - t0
-                    context = kept[0].node.metadata["grogu"]["context"]
-                    rec[name] = {
-                        "given": [ids.index(n.node.node_id) for n in kept],
-                        "seconds": seconds,
-                        "answer": context["answer"],
-                        "correct": answered_words(context["answer"], q["answers"]),
-                        "gate": context.get("gate"),
-                    }
-                print(json.dumps(rec), file=out, flush=True)
-                print(q["qid"], {k: (rec[k]["given"], round(rec[k]["seconds"], 1)) for k in arms})
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+            arms["served"] = GroguRerank(model=target, top_n=3, max_new_tokens=args.max_new_tokens)
+        out = open(args.out, "a")
+        for q in questions[args.skip :]:
+            hits = store.similarity_search_with_score(q["question"], k=5)
+            rec = {"data": args.data, "qid": q["qid"], "golds": q["answers"]}
+            for name, reranker in arms.items():
+                nodes = [
+                    NodeWithScore(node=TextNode(text=d.page_content, id_=d.metadata["id"]), score=float(s))
+                    for d, s in hits
+                ]
+                ids = [n.node.node_id for n in nodes]
+                t0 = time.perf_counter()
+                kept = reranker.postprocess_nodes(nodes, query_str=q["question"])
+                seconds = time.perf_counter() - t0
+                context = kept[0].node.metadata["grogu"]["context"]
+                rec[name] = {
+                    "given": [ids.index(n.node.node_id) for n in kept],
+                    "seconds": seconds,
+                    "answer": context["answer"],
+                    "correct": answered_words(context["answer"], q["answers"]),
+                    "gate": context.get("gate"),
+                }
+            print(json.dumps(rec), file=out, flush=True)
+            print(q["qid"], {k: (rec[k]["given"], round(rec[k]["seconds"], 1)) for k in arms})
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -339,9 +340,9 @@ def doubt_table(recs: list[dict], arm: str) -> dict:
 def report(args) -> None:
     recs = [json.loads(line) for path in args.records for line in open(path) if line.strip()]
     lc = [r for r in recs if "plain" in r]
-    sv = [r for r in recs if "service" in r]
+    sv = [r for r in recs if "in_process" in r]
     sets = sorted({r["data"] for r in lc})
-    for arm in ("lc_default", "lc_qa"):
+    for arm in ("lc_default", "lc_qa") if lc else ():
         print(f"\n## {arm}: accuracy (whole words) against the plain chain")
         print("| data | n | plain | grogu | W / L | p | token F1 | words | changed | answer changed | doubt | cost |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -386,7 +387,10 @@ def report(args) -> None:
                 f"{d['plain_calm'][1]:.1f} % (n {d['plain_calm'][0]}) | "
                 f"{d['plain_doubt'][1]:.1f} % (n {d['plain_doubt'][0]}) |"
             )
-    for arm in ("service", "served") if sv else ():
+    for arm in ("service", "served"):
+        sv = [r for r in recs if arm in r]
+        if not sv:
+            continue
         same = sum(r[arm]["given"] == r["in_process"]["given"] for r in sv)
         answers = sum(r[arm]["answer"] == r["in_process"]["answer"] for r in sv)
         acc = [100 * sum(r[k]["correct"] for r in sv) / len(sv) for k in ("in_process", arm)]
@@ -422,6 +426,8 @@ def main() -> None:
         c.add_argument("--max-new-tokens", type=int, default=48)
         c.add_argument("--out", required=True)
         c.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
+        if name == "service":
+            c.add_argument("--arms", default="service,served", help="beside in_process: service, served or both")
     r = sub.add_parser("report")
     r.add_argument("records", nargs="+")
     args = p.parse_args()
