@@ -17,11 +17,11 @@ import statistics
 import time
 import warnings
 
+from grogu_research.testing import shared_data_path
 from tqdm import tqdm
 
 from grogu.acu import ACUScorer
 from grogu.models import DEFAULT_MODEL
-from grogu.testing import shared_data_path
 
 
 def original_evidence(text_orig: str) -> str:

@@ -2,7 +2,7 @@
 the target LLM's gold-answer accuracy, on SQuAD (or the MuSiQue sample), and its speed.
 
 Set-ups over one pool of paragraphs (SQuAD dev: all 2,067; MuSiQue: its 1,890), differing in a known way:
-``random-3`` (3 paragraphs drawn at random, seeded), ``bm25-3`` (grogu.harness BM25), ``minilm-1`` /
+``random-3`` (3 paragraphs drawn at random, seeded), ``bm25-3`` (grogu_research BM25), ``minilm-1`` /
 ``minilm-3`` / ``minilm-5`` (the packaged all-MiniLM-L6-v2, top 1 / 3 / 5) and, with ``--chunk-words N``,
 ``minilm-3-chunkN`` (MiniLM top 3 over chunks of about N words, cut at sentence ends).
 
@@ -15,7 +15,7 @@ questions, and the audit's verdict (the sign of the mean utility difference) wit
 Agreement = the share of pairs with a significant accuracy difference (p < 0.05) where the audit's
 verdict has the same sign; Kendall's tau between the set-ups' mean utility and their accuracy.
 
-Speed: the first ``--speed-contexts`` contexts of the audit, in this run, computed naively (``grogu.naive``:
+Speed: the first ``--speed-contexts`` contexts of the audit, in this run, computed naively (``grogu_research.naive``:
 generate, then two forward passes, one context at a time), scored one at a time
 (``UtilityScorer.score_context`` in a loop) and batched as the audit scores them.
 
@@ -62,7 +62,7 @@ def chunks(pool: list[dict], words: int) -> list[dict]:
 def build_setups(pool: list[dict], questions: list[dict], seed: int, chunk_words: int | None) -> list:
     from grogu.audit import Setup
     from grogu.audit.setups import document
-    from grogu.harness.retrieval import BM25Retriever, DenseRetriever, retrieve_all
+    from grogu.retrieval import BM25Retriever, DenseRetriever, retrieve_all
 
     qs = [q["question"] for q in questions]
     by_text = {p["text"]: p for p in pool}
@@ -135,12 +135,13 @@ def pairwise(summary: dict, questions: list[dict]) -> tuple[list[dict], dict]:
 
 
 def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
-    """Seconds for the same n contexts: the naive computation (grogu.naive: transformers' generate, then a
+    """Seconds for the same n contexts: the naive computation (grogu_research.naive: transformers' generate, then a
     grounded and an ungrounded forward pass, one context at a time), the scorer one context at a time
     (``score_context`` in a loop) and batched as the audit scores them; and their agreement."""
+    from grogu_research.naive import naive_grogu_stats
+
     from grogu.audit.core import plan_contexts, score_contexts
     from grogu.checks import check_documents
-    from grogu.naive import naive_grogu_stats
 
     contexts, texts = plan_contexts(setups, queries, None, False)
     contexts = contexts[:n]

@@ -1,7 +1,7 @@
 """Engine speed: GROGU scoring of k documents per query, engine against the naive loop and the floor.
 
 For k in {1, 5, 10, 20} real SQuAD dev paragraphs of about 120 tokens, on the same inputs in one run:
-- naive: per document ``generate``, then a grounded and an ungrounded forward pass (grogu.naive);
+- naive: per document ``generate``, then a grounded and an ungrounded forward pass (grogu_research.naive);
 - engine: ``UtilityScorer.score`` (one batched engine pass for all k documents);
 - floor: one batched forward pass over the same grounded tokens (prompt + the engine's answers) with
   logits only at the answer positions — what reading the grounded statistics costs once the answers
@@ -26,11 +26,11 @@ import time
 import warnings
 
 import torch
+from grogu_research.naive import naive_grogu_stats
+from grogu_research.testing import embedded_tokenizer, squad_paragraphs
 
 from grogu import Document, Engine, UtilityScorer, get_engine
 from grogu.models import DEFAULT_MODEL
-from grogu.naive import naive_grogu_stats
-from grogu.testing import embedded_tokenizer, squad_paragraphs
 
 ARCHS = {  # real architectures, built from a config with random weights (speed does not depend on them)
     "qwen2.5-7b": dict(

@@ -216,6 +216,7 @@ def service(args) -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     import ray
+    from grogu_research.testing import LlamaCppServer
     from llama_index.core.schema import NodeWithScore, TextNode
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import GroguRerank
@@ -223,7 +224,6 @@ def service(args) -> None:
 
     import grogu
     from grogu.serve.service import ServeConfig, build_app
-    from grogu.testing import LlamaCppServer
 
     pool, questions = load(args.data, args.questions, args.data_file)
     store = vector_store(pool, args.cache_dir, args.data)

@@ -37,12 +37,12 @@ from collections import defaultdict
 
 import numpy as np
 import torch
+from grogu_research.testing import squad_paragraphs
 from scipy.stats import spearmanr
 
 from grogu import Document
 from grogu.influence import InfluenceScorer, fit_ablation_surrogate
 from grogu.models import DEFAULT_MODEL
-from grogu.testing import squad_paragraphs
 
 
 def lead(text: str, words: int) -> str:

@@ -28,11 +28,11 @@ import time
 import warnings
 
 import torch
+from grogu_research.testing import squad_paragraphs
 
 from grogu import Document, UtilityScorer
 from grogu.influence import InfluenceScorer
 from grogu.models import DEFAULT_MODEL
-from grogu.testing import squad_paragraphs
 
 
 def naive(scorer: InfluenceScorer, query: str, docs: list[Document]) -> list[float]:

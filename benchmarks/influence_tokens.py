@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import warnings
 
+from grogu_research.testing import squad_paragraphs
+
 from grogu import Document
 from grogu.attribution import contextcite_masks
 from grogu.influence import InfluenceScorer
 from grogu.models import DEFAULT_MODEL
-from grogu.testing import squad_paragraphs
 
 
 def trie_size(seqs: list[list[int]]) -> int:

@@ -124,7 +124,7 @@ def draw(questions: list[dict], n: int, seed: int, exclude: set[str] | None = No
 
 def squad_questions(split: str, n: int, seed: int, exclude: set[str] | None = None) -> tuple[list[dict], list[dict]]:
     """(pool of all paragraphs, n questions of the split): first question of n sampled paragraphs."""
-    from grogu.testing import shared_data_path
+    from grogu_research.testing import shared_data_path
 
     data = json.load(open(shared_data_path("squad-v1.1-dev", "dev-v1.1.json")))["data"]
     pool, questions = [], []
@@ -150,7 +150,7 @@ def squad_questions(split: str, n: int, seed: int, exclude: set[str] | None = No
 def musique_questions(split: str, n: int) -> tuple[list[dict], list[dict]]:
     """The MuSiQue sample's questions (pool = its 1,890 paragraphs): ``tune`` the questions whose position
     is 0 or 1 mod 5 (40), ``held`` the other 60, ``all`` all 100; the first n of the split."""
-    from grogu.testing import shared_data_path
+    from grogu_research.testing import shared_data_path
 
     corpus = json.load(open(shared_data_path("musique-sample", "musique_train_100_corpus_hipporag.json")))
     items = json.load(open(shared_data_path("musique-sample", "musique_train_100_hipporag.json")))
@@ -191,7 +191,7 @@ def nq_questions(
     distractors. ``tune`` = questions whose position is 0 mod 4, ``held`` = the rest; n sampled with ``seed``."""
     import gzip
 
-    from grogu.testing import shared_data_path
+    from grogu_research.testing import shared_data_path
 
     if path is None:
         path = shared_data_path("nq-open-oracle", NQ_FILE)

@@ -29,8 +29,7 @@ import warnings
 
 import httpx
 import numpy as np
-
-from grogu import testing
+from grogu_research import testing
 
 TOKEN = "probe-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

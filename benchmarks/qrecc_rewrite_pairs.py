@@ -127,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         print_report(recheck(args.recheck, args.random_seeds))
         return 0
 
-    from grogu import testing
-    from grogu.harness.rewrite import BM25Retriever, DenseRetriever, build_rewrite_pairs
+    from grogu_research import testing
+    from grogu_research.rewrite import BM25Retriever, DenseRetriever, build_rewrite_pairs
+
     from grogu.scorer import UtilityScorer
 
     warnings.simplefilter("ignore")  # GGUF de-quantisation and truncation chatter
@@ -305,7 +306,7 @@ def check(hits: list[list[bool]], scores: list[list[float]], ids: list, kept: li
     """Hit rates of the GROGU-chosen, random, original, GROGU-lowest and oracle candidate per turn
     (candidate 0 is the original question); the same among the sampled rewrites only; and for the kept
     DPO pairs [(turn, chosen, rejected)]."""
-    from grogu.selection import argmax  # ties: the earlier (as grogu.harness.rewrite)
+    from grogu.selection import argmax  # ties: the earlier (as grogu_research.rewrite)
 
     best = [h[argmax(s)] for h, s in zip(hits, scores)]
     worst = [h[_argmin(s)] for h, s in zip(hits, scores)]

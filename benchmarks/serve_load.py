@@ -46,9 +46,9 @@ import warnings
 
 import httpx
 import numpy as np
+from grogu_research import testing
 
 import grogu
-from grogu import testing
 from grogu.models import DEFAULT_MODEL
 from grogu.serve import RemoteScorer
 

@@ -33,9 +33,9 @@ import sys
 import time
 
 import torch
+from grogu_research.experiments.common.data import random_paragraph, squad_questions
 
 from grogu import UtilityScorer, get_engine, metrics
-from grogu.harness.experiments.common.data import random_paragraph, squad_questions
 from grogu.inference_server import ServerTarget
 from grogu.inference_server.topk import TAILS, topk_entropy
 from grogu.models import DEFAULT_MODEL

@@ -1,6 +1,6 @@
 """Utility variants for small, copy-prone LLMs (issue #8): collect, tune, report.
 
-The protocol is the evaluation harness's (``grogu.harness.experiments``: ``winrate`` = GROGU paper Table 1,
+The protocol is the evaluation harness's (``grogu_research.experiments``: ``winrate`` = GROGU paper Table 1,
 ``noise`` = §4.2) reused through its public pieces (items, retrievers, relevance, answer checks,
 statistics); what this script adds is (1) a tuning / held-out split of SQuAD v1.1 dev **by article**
 and (2) per-token statistics saved for every scored context, so every metric variant, and every
@@ -34,11 +34,11 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import torch
+from grogu_research.experiments import common, winrate
+from grogu_research.experiments import noise as noise_experiment
+from grogu_research.experiments.negatives import hard_negatives, make_retriever
 
 from grogu import metrics as grogu_metrics
-from grogu.harness.experiments import common, winrate
-from grogu.harness.experiments import noise as noise_experiment
-from grogu.harness.experiments.negatives import hard_negatives, make_retriever
 
 OUT = "runs/small_models"
 RELEVANCE = ("bm25", "minilm")
@@ -59,7 +59,7 @@ def split_pools(seed: int = 0) -> tuple[list[dict], dict[str, list[dict]]]:
 
 
 def winrate_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, seed: int) -> list[dict]:
-    """As ``grogu.harness.experiments.winrate.build_items``, for given questions."""
+    """As ``grogu_research.experiments.winrate.build_items``, for given questions."""
     texts = [p["text"] for p in paragraphs]
     items = []
     for q in questions:
@@ -81,7 +81,7 @@ def winrate_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, s
 
 
 def noise_items(questions: Sequence[dict], paragraphs: list[dict], ret: Any, seed: int) -> list[dict]:
-    """As ``grogu.harness.experiments.noise.build_items``, for given questions."""
+    """As ``grogu_research.experiments.noise.build_items``, for given questions."""
     texts = [p["text"] for p in paragraphs]
     items = []
     for q in questions:

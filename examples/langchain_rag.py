@@ -55,6 +55,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
+    from grogu_research.testing import squad_paragraphs
     from langchain_core.documents import Document
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.prompts import ChatPromptTemplate
@@ -65,7 +66,6 @@ def main() -> None:
 
     from grogu import load_model
     from grogu.models import DEFAULT_MODEL, embedded_embedder_path
-    from grogu.testing import squad_paragraphs
 
     t0 = time.perf_counter()
     # Vector store over real SQuAD paragraphs; each question below has its gold paragraph in the store.

@@ -59,13 +59,13 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
 
+    from grogu_research.testing import squad_paragraphs
     from llama_index.core import Document, VectorStoreIndex
     from llama_index.core.instrumentation import get_dispatcher
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank
 
     from grogu.models import embedded_embedder_path
-    from grogu.testing import squad_paragraphs
 
     start = time.perf_counter()
     paragraphs = squad_paragraphs(args.paragraphs, seed=args.seed)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
-from grogu import testing
+from grogu_research import testing
 
 
 @pytest.fixture(scope="session")

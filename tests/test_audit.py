@@ -12,9 +12,9 @@ import subprocess
 import warnings
 
 import pytest
+from grogu_research import testing
 
 import grogu
-from grogu import testing
 from grogu.audit import (
     Observation,
     Setup,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from grogu_research.testing import tiny_model
 
 from grogu import ModeSettings, UtilityScorer, get_engine
 from grogu.cli import main
 from grogu.files import read_documents
 from grogu.models import resolve_spec
-from grogu.testing import tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The batched engine against the plain one-document-at-a-time computation (grogu.naive)."""
+"""The batched engine against the plain one-document-at-a-time computation (grogu_research.naive)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from grogu_research.naive import forward_stats, greedy_generate, naive_grogu_stats
+from grogu_research.testing import squad_paragraphs, tiny_model, with_shared_data
 
 from grogu import Engine, UtilityScorer, get_engine
 from grogu.engine import EngineConfig
 from grogu.engine.prefixtree import common_prefix, prefix_groups
-from grogu.naive import forward_stats, greedy_generate, naive_grogu_stats
 from grogu.prompts import Document, PromptBuilder
-from grogu.testing import squad_paragraphs, tiny_model, with_shared_data
 
 TOL = 1e-4
 

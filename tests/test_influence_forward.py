@@ -10,8 +10,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from grogu_research import testing
 
-from grogu import Document, Engine, testing
+from grogu import Document, Engine
 from grogu.attribution import contextcite_masks, fit_contextcite, leave_one_out_drops, logit_probability
 from grogu.influence import InfluenceScorer
 

@@ -12,8 +12,9 @@ import logging
 import warnings
 
 import pytest
+from grogu_research import testing
 
-from grogu import get_engine, testing
+from grogu import get_engine
 from grogu.influence import InfluenceScorer
 from grogu.influence_log import InfluenceRecorder
 from grogu.influence_record import (

@@ -6,12 +6,12 @@ import threading
 
 import pytest
 import torch
+from grogu_research.testing import tiny_model
 from transformers import DynamicCache
 
 from grogu import Engine
 from grogu.engine.kernels import CpuLinears, choose_linear_backend, cpu_linears
 from grogu.engine.kvcache import ReservedLayer, reserve
-from grogu.testing import tiny_model
 
 needs_onednn = pytest.mark.skipif(
     choose_linear_backend(torch.nn.Sequential(torch.nn.Linear(4, 4)), "onednn") != "onednn",

@@ -25,7 +25,7 @@ import contextlib, io, sys
 import grogu
 from grogu import UtilityScorer
 from grogu.rerank import ModeOverrides, ModeSettings
-from grogu.testing import embedded_tokenizer, tiny_model
+from grogu_research.testing import embedded_tokenizer, tiny_model
 
 assert grogu.__file__.startswith(sys.argv[1]), grogu.__file__
 assert ModeSettings().probe_setting == 7 and ModeSettings.build(probe_setting=3).probe_setting == 3
@@ -67,7 +67,7 @@ SHARED_ANCHOR = "    device: Optional[str] = Field("
 SHARED_SCRIPT = r"""
 import sys
 import grogu
-from grogu.testing import embedded_tokenizer, tiny_model
+from grogu_research.testing import embedded_tokenizer, tiny_model
 from langchain_grogu import GroguCompressor, GroguRetriever
 from llama_index.postprocessor.grogu import GroguRerank
 

@@ -1,10 +1,10 @@
 """grogu.prompts.template_from_messages: a pipeline's own chat QA prompt, rendered token for token."""
 
 import pytest
+from grogu_research.testing import embedded_tokenizer
 
 from grogu import Document
 from grogu.prompts import PromptBuilder, template_from_messages
-from grogu.testing import embedded_tokenizer
 
 C, Q = "<<C>>", "<<Q>>"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from grogu_research.naive import forward_stats
+from grogu_research.testing import tiny_model
 
 from grogu import Engine
 from grogu.engine.planning import plan_batches
-from grogu.naive import forward_stats
-from grogu.testing import tiny_model
 
 TOL = 1e-4
 

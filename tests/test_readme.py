@@ -226,7 +226,8 @@ def test_readme_first_block_is_the_two_commands():
     block = lines[first + 1 : lines.index("```", first + 1)]
     assert len(block) == 2
     assert block[0].startswith("pip install torch==") and block[0].endswith("&& grogu rerank --example")
-    assert block[1].endswith("&& python -m pytest -q")
+    assert "-e research" in block[1] or '-e "research[' in block[1]  # the research harness and test helpers
+    assert block[1].endswith("&& python -m pytest -q -n auto --dist loadgroup")  # parallel, Ray tests together
 
 
 def test_readme_keeps_its_sections():

@@ -1,4 +1,4 @@
-"""grogu.harness.retrieval: the one BM25 (bm25s index, BM25Okapi scores) checked against rank_bm25 on real SQuAD
+"""grogu.retrieval: the one BM25 (bm25s index, BM25Okapi scores) checked against rank_bm25 on real SQuAD
 paragraphs and against the formula by hand; the tokenizer; the missing-extra error."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import sys
 
 import numpy as np
 import pytest
+from grogu_research import testing
 
-from grogu import testing
-from grogu.harness.retrieval import BM25Retriever, bm25_tokenize
+from grogu.retrieval import BM25Retriever, bm25_tokenize
 from grogu.selection import order_by as ranked
 
 

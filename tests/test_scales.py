@@ -86,8 +86,9 @@ def test_utility_threshold_keeps_exactly_the_documents_at_or_above_it(tiny_engin
 
 
 def test_configure_engine_sets_the_batch_and_memory_settings(tokenizer):
+    from grogu_research.testing import tiny_model
+
     from grogu import Engine
-    from grogu.testing import tiny_model
 
     engine = Engine((tiny_model("llama", seed=0), tokenizer))  # its own engine: the shared one stays as it is
     default = engine.config

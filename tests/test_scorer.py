@@ -6,6 +6,8 @@ import asyncio
 import warnings
 
 import pytest
+from grogu_research.naive import naive_grogu_stats
+from grogu_research.testing import tiny_model
 
 from grogu import (
     Document,
@@ -18,9 +20,7 @@ from grogu import (
     rerank_pipeline,
     selection,
 )
-from grogu.naive import naive_grogu_stats
 from grogu.scorer import long_context_order, standard_layouts
-from grogu.testing import tiny_model
 
 QUERY = "Which river flows through the old city of Prague?"
 DOCS = [

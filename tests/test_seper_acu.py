@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from grogu_research.naive import forward_stats
 
 from grogu.acu import ACUScorer, acu, delta_p
 from grogu.engine import Generation
-from grogu.naive import forward_stats
 from grogu.seper import NLIEntailment, SePerScorer, hard_belief, hard_clusters, sample_weights, soft_belief
 
 

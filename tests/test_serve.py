@@ -16,8 +16,9 @@ import pytest
 pytest.importorskip("ray.serve")
 httpx = pytest.importorskip("httpx")
 
+from grogu_research import testing  # noqa: E402
+
 import grogu  # noqa: E402
-from grogu import testing  # noqa: E402
 from grogu.acu import ACUScorer  # noqa: E402
 from grogu.influence import InfluenceScorer  # noqa: E402
 from grogu.serve import (  # noqa: E402
@@ -30,7 +31,8 @@ from grogu.serve import (  # noqa: E402
     ServiceValueError,
 )
 
-pytestmark = pytest.mark.slow  # Ray Serve: not in the fast subset (-m 'not slow')
+# Ray Serve: not in the fast subset (-m "not slow"); one Ray cluster, so every test here runs on one xdist worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 TOKEN = "test-token"
 N = 8  # answer tokens: keeps the tiny model fast

@@ -20,9 +20,9 @@ import math
 
 import numpy as np
 import pytest
+from grogu_research import testing
 
 import grogu
-from grogu import testing
 from grogu.acu import ACUScorer
 from grogu.engine.types import UNKNOWN_TOKEN_ID
 from grogu.inference_server import (

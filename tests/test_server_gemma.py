@@ -16,9 +16,9 @@ import os
 
 import numpy as np
 import pytest
+from grogu_research import testing
 
 import grogu
-from grogu import testing
 from grogu.inference_server import ServerTarget
 from grogu.prompts import Document, PromptBuilder
 

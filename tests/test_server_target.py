@@ -16,10 +16,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from grogu_research import testing
 
 import grogu
 import grogu.rerank_pipeline
-from grogu import testing
 from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 from grogu.influence import InfluenceScorer
 from grogu.target import Target

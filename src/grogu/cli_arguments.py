@@ -15,12 +15,6 @@ from .rerank import ModeSettings
 # Subcommands that live in their own module: name -> module with ``add_arguments(parser)`` and
 # ``run(args) -> int``. Imported lazily (only the chosen one), so ``grogu score`` stays light.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
-    "eval": (
-        ".harness.experiments.cli",
-        "run an experiment of the evaluation harness (winrate, noise, layout, seper, acu)",
-    ),
-    "rewrite-pairs": (".harness.rewrite", "GROGU-ranked SFT/DPO data for a conversational query rewriter"),
-    "train-rewriter": (".harness.rewrite.train", "train a query rewriter on rewrite-pairs output: SFT then DPO (TRL)"),
     "serve": (".serve.cli", "the shared scoring service on Ray Serve (HTTP API; pip install 'grogu[serve]')"),
     "audit": (".audit.cli", "compare retrieval set-ups for the target LLM, find documents it never uses; HTML report"),
 }

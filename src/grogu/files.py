@@ -1,4 +1,4 @@
-"""Reading the documents of the command line (``grogu score``, ``grogu rewrite-pairs``) from a file."""
+"""Reading the documents of the command line (``grogu score``, ``grogu-research rewrite-pairs``) from a file."""
 
 from __future__ import annotations
 

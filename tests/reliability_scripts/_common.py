@@ -18,7 +18,9 @@ DOCS = [
 
 
 def make_scorer():
-    from grogu import UtilityScorer, testing
+    from grogu_research import testing
+
+    from grogu import UtilityScorer
 
     name = os.environ.get("GROGU_RELIABILITY_MODEL", "tiny")
     with warnings.catch_warnings():

@@ -22,12 +22,12 @@ def main() -> int:
     script, runs, out_dir = os.path.abspath(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     here = os.path.dirname(script)
     sys.path.insert(0, here)
+    import grogu_research.testing  # noqa: F401
     import torch  # noqa: F401
     import transformers  # noqa: F401
     from transformers import LlamaForCausalLM  # noqa: F401
 
     import grogu  # noqa: F401
-    import grogu.testing  # noqa: F401
 
     os.makedirs(out_dir, exist_ok=True)
     for run in range(runs):

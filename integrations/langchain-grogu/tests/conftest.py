@@ -7,9 +7,10 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from grogu_research import testing
 from langchain_core.documents import Document
 
-from grogu import get_engine, testing
+from grogu import get_engine
 
 #: Short answers keep the suite fast on a CPU; every component is configured with it.
 MAX_NEW_TOKENS = 8

@@ -17,16 +17,15 @@ ANSWER_TOKENS = 8  # short answers keep the tiny-model pipelines fast
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from grogu import testing
+    from grogu_research import testing
 
     return testing.embedded_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def llm(tokenizer):
+    from grogu_research import testing
     from llama_index.llms.huggingface import HuggingFaceLLM
-
-    from grogu import testing
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -51,7 +50,7 @@ def embed_model():
 
 @pytest.fixture(scope="session")
 def paragraphs():
-    from grogu import testing
+    from grogu_research import testing
 
     return testing.with_shared_data(testing.squad_paragraphs, 12, seed=3)
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 
+import grogu_research.testing
 import pytest
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import RetrieverQueryEngine
@@ -208,7 +209,9 @@ def test_legacy_callback_handler(index, llm, embed_model, questions, reference):
 
 def test_failure_is_recorded_not_raised(index, llm, embed_model, tokenizer, questions, attach, caplog):
     """A real failure: the scoring model's 256-token window cannot hold the long query."""
-    small = grogu.Engine(grogu.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu")
+    small = grogu.Engine(
+        grogu_research.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu"
+    )
     handler = attach(GroguInfluenceHandler(model=small, embedder=embed_model, sinks=[[]], max_new_tokens=TOKENS))
     engine = query_engine(index, llm)
     query = questions[11] + " Please explain in detail. " * 60

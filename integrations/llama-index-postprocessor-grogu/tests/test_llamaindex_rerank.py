@@ -9,6 +9,7 @@ import json
 import logging
 from typing import Any
 
+import grogu_research.testing
 import pytest
 from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
@@ -191,7 +192,9 @@ def test_async_equals_sync_and_concurrent_queries_share_batches(index, llm, ques
 
 def test_passthrough_keeps_every_node_in_order(index, llm, tokenizer, questions, caplog):
     """A real scoring failure: the target LLM's 256-token window cannot hold this long query."""
-    small = grogu.Engine(grogu.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu")
+    small = grogu.Engine(
+        grogu_research.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu"
+    )
     query = questions[0] + " Please explain in detail. " * 60
     retrieved = retrieve(index, query)
     before = [(n.node.node_id, n.score) for n in retrieved]

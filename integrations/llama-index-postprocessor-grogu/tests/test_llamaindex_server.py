@@ -6,12 +6,12 @@ server gave the chosen context, which is the answer the LLM itself gives for it.
 from __future__ import annotations
 
 import pytest
+from grogu_research import testing
 from llama_index.core import Document, VectorStoreIndex, get_response_synthesizer
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank, GroguSynthesizer
 
 import grogu
-from grogu import testing
 
 pytestmark = pytest.mark.slow  # a real llama-cpp-python server: not in the fast subset (-m 'not slow')
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import json
 
+import grogu_research.testing
 import pytest
+from grogu_research.testing import one_span as one
+from grogu_research.testing import parent_span as parent_of
+from grogu_research.testing import span_documents as documents
+from grogu_research.testing import traced
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode
 from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank
@@ -21,10 +26,6 @@ from opentelemetry.trace import StatusCode
 
 import grogu
 from grogu import tracing
-from grogu.testing import one_span as one
-from grogu.testing import parent_span as parent_of
-from grogu.testing import span_documents as documents
-from grogu.testing import traced
 
 K, TOKENS = 4, 8
 KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
@@ -108,7 +109,9 @@ def test_failed_scoring_sets_error_status_and_keeps_the_record(
     index, llm, tokenizer, embed_model, questions, attach, exporter
 ):
     """A real scoring failure: a target LLM whose 256-token window cannot hold this long query."""
-    small = grogu.Engine(grogu.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu")
+    small = grogu.Engine(
+        grogu_research.testing.tiny_model("llama", max_position_embeddings=256), tokenizer, device="cpu"
+    )
     query = questions[0] + " Please explain in detail. " * 60
     rerank = GroguRerank(top_n=2, model=small, on_error="passthrough", max_new_tokens=TOKENS, mode="document")
     records = []

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..retrieval import LangChainRetriever, LlamaIndexRetriever, from_framework
+
 
 @dataclass
 class Setup:
@@ -81,35 +83,23 @@ def read_queries(path: str) -> list[str]:
     return out
 
 
-def _from(obj: Any, prefix: str) -> bool:
-    return any(c.__module__.startswith(prefix) for c in type(obj).__mro__)
-
-
-def _retrieve(retriever: Any, query: str) -> list[dict[str, Any]]:
-    if _from(retriever, "llama_index"):
-        return [
-            {"text": n.node.get_content(), "id": n.node.node_id, "title": (n.node.metadata or {}).get("title")}
-            for n in retriever.retrieve(query)
-        ]
-    return [
-        {"text": d.page_content, "id": getattr(d, "id", None), "title": (d.metadata or {}).get("title")}
-        for d in retriever.invoke(query)
-    ]
-
-
 def from_retriever(name: str, retriever: Any, queries: Iterable[str], *, top_k: int | None = None) -> Setup:
     """A set-up from a LlamaIndex retriever, a LlamaIndex index (its ``as_retriever(similarity_top_k=top_k)``)
     or a LangChain retriever (``invoke``), run on each query."""
-    if _from(retriever, "llama_index") and hasattr(retriever, "as_retriever"):
+    if from_framework(retriever, "llama_index") and hasattr(retriever, "as_retriever"):
         retriever = retriever.as_retriever(**({} if top_k is None else {"similarity_top_k": top_k}))
-    if not (_from(retriever, "llama_index") and hasattr(retriever, "retrieve")) and not hasattr(retriever, "invoke"):
+    if from_framework(retriever, "llama_index") and hasattr(retriever, "retrieve"):
+        adapter: LlamaIndexRetriever | LangChainRetriever = LlamaIndexRetriever(retriever)
+    elif hasattr(retriever, "invoke"):
+        adapter = LangChainRetriever(retriever)
+    else:
         raise TypeError(
             f"{type(retriever).__name__} is neither a LlamaIndex retriever or index nor a LangChain "
             "retriever; write its results to a JSONL file of {'query', 'documents'} lines instead"
         )
     setup = Setup(name)
     for q in queries:
-        docs = _retrieve(retriever, q)
+        docs = adapter.records(q)
         setup.runs[q] = [document(d) for d in (docs if top_k is None else docs[:top_k])]
     return setup
 

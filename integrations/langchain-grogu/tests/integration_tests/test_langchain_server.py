@@ -6,6 +6,7 @@ the chosen documents, which is the answer the chat model itself gives for them."
 from __future__ import annotations
 
 import pytest
+from grogu_research import testing
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
@@ -13,7 +14,6 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_grogu import GroguRetriever
 
 import grogu
-from grogu import testing
 
 pytestmark = pytest.mark.slow  # a real llama-cpp-python server: not in the fast subset (-m 'not slow')
 

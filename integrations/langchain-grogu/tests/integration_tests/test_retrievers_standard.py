@@ -11,11 +11,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from grogu_research import testing
 from langchain_core.documents import Document
 from langchain_grogu import GroguRetriever
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from grogu import get_engine, testing
+from grogu import get_engine
 
 
 @lru_cache(maxsize=1)

@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from grogu_research.testing import one_span as one
+from grogu_research.testing import parent_span as parent_of
+from grogu_research.testing import span_documents as documents
+from grogu_research.testing import traced
 from langchain_classic.retrievers import ContextualCompressionRetriever
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import PromptTemplate
@@ -24,10 +28,6 @@ from openinference.semconv.trace import (
 from opentelemetry.trace import StatusCode
 
 from grogu import tracing
-from grogu.testing import one_span as one
-from grogu.testing import parent_span as parent_of
-from grogu.testing import span_documents as documents
-from grogu.testing import traced
 
 N, K = 8, 4
 PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")

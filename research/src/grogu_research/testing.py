@@ -1,0 +1,330 @@
+"""Helpers for tests, examples and benchmarks: tiny random models of real architectures, the
+packaged tokenizer, and the real data in ../shared/data. Nothing here reaches a model hub."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, Callable, TypeVar
+
+import torch
+
+T = TypeVar("T")
+#: ../shared/data as seen from a checkout of this repository (override with GROGU_SHARED_DATA).
+SHARED_DATA = os.environ.get(
+    "GROGU_SHARED_DATA",
+    os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data")),
+)
+
+
+def shared_data_path(*parts: str) -> str:
+    """Path under ../shared/data; FileNotFoundError saying where it looked when absent."""
+    path = os.path.join(SHARED_DATA, *parts)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"real data not found at {path}: clone the project next to ../shared or set GROGU_SHARED_DATA"
+        )
+    return path
+
+
+def embedded_tokenizer():
+    """The SmolLM2-135M-Instruct tokenizer (with its chat template) from the packaged GGUF."""
+    from transformers import AutoTokenizer
+
+    from grogu.models import DEFAULT_MODEL, embedded_path
+
+    path = embedded_path(DEFAULT_MODEL)
+    return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
+
+
+def tiny_model(arch: str = "llama", vocab_size: int = 49152, seed: int = 0, **overrides: Any):
+    """A 2-layer model of a real architecture ('llama', 'qwen2', 'gpt2', 'gemma3') with random weights,
+    peaked enough (initializer_range 0.4) that greedy decoding has no near-ties. 'gemma3' has a
+    sliding-window layer (window 16) and a full-attention layer, as Gemma 3 interleaves them."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab_size, initializer_range=0.4, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    if arch == "llama":
+        cfg = tf.LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            **common,
+        )
+        cls = tf.LlamaForCausalLM
+    elif arch == "qwen2":
+        cfg = tf.Qwen2Config(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            tie_word_embeddings=False,
+            **common,
+        )
+        cls = tf.Qwen2ForCausalLM
+    elif arch == "gpt2":
+        cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=1024, **common)
+        cls = tf.GPT2LMHeadModel
+    elif arch == "gemma3":
+        cfg = tf.Gemma3TextConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=4096,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"],
+            **common,
+        )
+        cls = tf.Gemma3ForCausalLM
+    else:
+        raise ValueError(f"unknown tiny architecture {arch!r}; use 'llama', 'qwen2', 'gpt2' or 'gemma3'")
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cls(cfg).eval()
+
+
+def save_tiny_model(path: str, arch: str = "llama", seed: int = 0) -> str:
+    """:func:`tiny_model` and the packaged tokenizer saved to the folder ``path`` (created), so that a
+    separate process (a grogu service replica, a Ray worker) loads exactly this model by its path."""
+    os.makedirs(path, exist_ok=True)
+    tiny_model(arch, seed=seed).save_pretrained(path)
+    embedded_tokenizer().save_pretrained(path)
+    return path
+
+
+@lru_cache(maxsize=2)
+def _squad(path: str) -> list[dict]:
+    with open(path) as f:
+        return json.load(f)["data"]
+
+
+def squad_paragraphs(n: int | None = None, seed: int = 0) -> list[dict]:
+    """SQuAD v1.1 dev paragraphs, each {'title', 'text', 'question', 'answers'} (first question);
+    n random ones (seeded) or all of them in file order."""
+    data = _squad(shared_data_path("squad-v1.1-dev", "dev-v1.1.json"))
+    paras = [
+        {
+            "title": a["title"].replace("_", " "),
+            "text": p["context"],
+            "question": p["qas"][0]["question"],
+            "answers": [x["text"] for x in p["qas"][0]["answers"]],
+            "qas": p["qas"],
+        }
+        for a in data
+        for p in a["paragraphs"]
+    ]
+    if n is None:
+        return paras
+    return random.Random(seed).sample(paras, n)
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaCppServer:
+    """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) as a child process on
+    loopback, serving a GGUF (default: the embedded SmolLM2) under ``alias``; a real inference server
+    for tests and benchmarks of :class:`grogu.ServerTarget`. Use as a context manager; ``url`` is its
+    base URL. ``api_key``: the key the server demands (none by default); ``logits_all=False`` starts it
+    without the log-probabilities grogu needs; ``chat_format``: llama-cpp-python's chat handler (default:
+    the GGUF's own chat template; ``"functionary"`` answers chat requests without log-probabilities)."""
+
+    def __init__(
+        self,
+        gguf: str | None = None,
+        alias: str | None = None,
+        *,
+        n_ctx: int = 2048,
+        threads: int = 1,
+        api_key: str | None = None,
+        logits_all: bool = True,
+        chat_format: str | None = None,
+        startup_s: float = 180.0,
+    ) -> None:
+        from grogu.models import DEFAULT_MODEL, embedded_path
+
+        self.gguf = gguf or embedded_path(DEFAULT_MODEL)
+        self.alias = alias or DEFAULT_MODEL
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.args = [
+            "--model",
+            self.gguf,
+            "--model_alias",
+            self.alias,
+            "--n_ctx",
+            str(n_ctx),
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--logits_all",
+            str(logits_all).lower(),
+            "--verbose",
+            "false",
+        ]
+        if api_key:
+            self.args += ["--api_key", api_key]
+        if chat_format:
+            self.args += ["--chat_format", chat_format]
+        self.api_key, self.startup_s, self.proc = api_key, startup_s, None
+
+    def __enter__(self) -> "LlamaCppServer":
+        import subprocess
+        import sys
+        import tempfile
+        import time
+        import urllib.request
+
+        if importlib_util_find("llama_cpp") is None:
+            raise ImportError(
+                "the llama-cpp-python server is not installed: pip install 'llama-cpp-python[server]' "
+                "(compiled at install; the README's test set-up command does it)"
+            )
+        # stderr to a file, not a pipe nobody reads while the server runs (a full pipe would stall it)
+        self._log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", *self.args],
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            text=True,
+        )
+        deadline = time.monotonic() + self.startup_s
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._log.seek(0)
+                raise RuntimeError(f"the llama-cpp-python server exited at start: {self._log.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(urllib.request.Request(self.url + "/models", headers=headers), timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.3)
+        self.__exit__()
+        raise TimeoutError(f"the llama-cpp-python server did not answer within {self.startup_s} s")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+
+
+def with_shared_data(load: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """In a test: ``load(*args, **kwargs)``, which reads ../shared/data. When the data is missing, a skip
+    with the reason on a developer's machine, but a failure under CI (``CI`` set), where every test must
+    run: a CI clone has ../shared beside it."""
+    import pytest
+
+    try:
+        return load(*args, **kwargs)
+    except FileNotFoundError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI runs with ../shared beside the clone)")
+        pytest.skip(str(exc))
+
+
+def reference_llama(gguf: str | None = None, n_ctx: int = 2048):
+    """llama.cpp in this process (``llama_cpp.Llama``, one thread as the server, all logits kept) on the GGUF a
+    :class:`LlamaCppServer` serves (default: the embedded SmolLM2): the reference for the numbers the
+    server returns."""
+    import llama_cpp
+
+    from grogu.models import DEFAULT_MODEL, embedded_path
+
+    return llama_cpp.Llama(
+        gguf or embedded_path(DEFAULT_MODEL),
+        n_ctx=n_ctx,
+        logits_all=True,
+        verbose=False,
+        n_threads=1,
+        n_threads_batch=1,
+    )
+
+
+@contextmanager
+def traced(instrumentor: Any = None):
+    """In a test: a real OpenTelemetry SDK ``TracerProvider`` with an in-memory exporter (yielded), set as
+    grogu's tracer provider, and ``instrumentor``'s (an OpenInference instrumentor, e.g. LangChain's or
+    LlamaIndex's), for the block only. Needs the test extra's ``opentelemetry-sdk``."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from grogu import tracing
+
+    exporter, provider = InMemorySpanExporter(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.set_tracer_provider(provider)
+    if instrumentor is not None:
+        instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield exporter
+    finally:
+        if instrumentor is not None:
+            instrumentor.uninstrument()
+        tracing.set_tracer_provider(None)
+
+
+def one_span(spans: Any, name: str) -> Any:
+    """The one finished span of that name (an assertion error when there are none or several)."""
+    (span,) = [s for s in spans if s.name == name]
+    return span
+
+
+def parent_span(span: Any, spans: Any) -> Any:
+    return next(s for s in spans if s.context.span_id == span.parent.span_id)
+
+
+def span_documents(attributes: Any, prefix: str) -> list[dict[str, Any]]:
+    """OpenInference's flattened documents under ``prefix`` (``reranker.input_documents`` ...) as dicts of
+    their id, content, score and metadata attributes."""
+    from openinference.semconv.trace import DocumentAttributes as D
+
+    fields = (D.DOCUMENT_ID, D.DOCUMENT_CONTENT, D.DOCUMENT_SCORE, D.DOCUMENT_METADATA)
+    n = len({k.split(".")[2] for k in attributes if k.startswith(prefix + ".")})
+    return [{field: attributes.get(f"{prefix}.{i}.{field}") for field in fields} for i in range(n)]
+
+
+def require_llama_cpp() -> None:
+    """In a test: skip when llama-cpp-python (the test server) is not installed, but fail under CI, where
+    the README's test set-up command installs it."""
+    import pytest
+
+    if importlib_util_find("llama_cpp") is None:
+        if os.environ.get("CI"):
+            pytest.fail("llama-cpp-python is not installed; the README's test set-up command installs it")
+        pytest.skip("llama-cpp-python is not installed")
+
+
+def importlib_util_find(name: str):
+    import importlib.util
+
+    return importlib.util.find_spec(name)
