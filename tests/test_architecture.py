@@ -133,6 +133,7 @@ LAYERS = [
             "grogu.influence",
             "grogu.acu",
             "grogu.seper",
+            "grogu.rerank_modes",
             "grogu.rerank",
         ],
     ),

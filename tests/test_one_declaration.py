@@ -1,10 +1,11 @@
-"""A new setting touches one file: a rerank setting grogu/rerank.py's ModeSettings, a setting both
-integrations share grogu/integration_settings.py's SharedSettings.
+"""A new setting or rerank mode touches one file: a rerank setting grogu/rerank.py's ModeSettings, a
+rerank mode grogu/rerank_modes.py's registry, a setting both integrations share
+grogu/integration_settings.py's SharedSettings.
 
-The test copies the package, adds one field to ModeSettings in the copy, and checks that every
-entry point takes the new setting by name: the scorer's rerank, the command line, the service's
-request body, and both integrations. A name that is not a setting stays an error everywhere. It
-then adds one field to SharedSettings, with its default and grogu's check, and checks that both
+The test copies the package, adds one field to ModeSettings and one mode to the registry in the copy,
+and checks that every entry point takes both by name: the scorer's rerank, the command line, the
+service's request body, and both integrations. A name that is not a setting stays an error everywhere.
+It then adds one field to SharedSettings, with its default and grogu's check, and checks that both
 integrations take it, default it and check it alike.
 """
 
@@ -19,6 +20,18 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 FIELD = """    probe_setting: int = _setting(7, "a setting added in one place")
 """
 ANCHOR = "    def __post_init__(self) -> None:\n"
+#: a probe mode: each document scored alone, the least useful first
+MODE = """
+
+class ReverseMode(RerankMode):
+    name = "reverse"
+
+    def order(self, settings, base, utility, scored, relevance):
+        return selection.order_by(utility)[::-1], {}
+
+
+register_mode(ReverseMode())
+"""
 
 SCRIPT = r"""
 import contextlib, io, sys
@@ -55,6 +68,16 @@ assert GroguRerank(model=scorer.target, probe_setting=3).settings.probe_setting 
 
 from langchain_grogu import GroguCompressor
 assert GroguCompressor(model=scorer.target, probe_setting=3).settings.probe_setting == 3
+
+# the new mode, everywhere by name
+docs = docs + ["Madrid is the capital of Spain."]
+best = [d.index for d in scorer.rerank("Capital of France?", docs, mode="document", top_n=None)]
+worst = [d.index for d in scorer.rerank("Capital of France?", docs, mode="reverse", top_n=None)]
+assert worst == best[::-1], (best, worst)
+assert build_parser().parse_args(["rerank", "--example", "--mode", "reverse"]).mode == "reverse"
+assert RerankRequest(query="q", documents=["d"], mode="reverse").mode_settings().mode == "reverse"
+assert GroguRerank(model=scorer.target, mode="reverse").settings.mode == "reverse"
+assert GroguCompressor(model=scorer.target, mode="reverse").settings.mode == "reverse"
 print("travelled")
 """
 
@@ -86,13 +109,15 @@ print("shared")
 """
 
 
-def test_a_new_setting_touches_one_file(tmp_path):
+def test_a_new_setting_or_mode_touches_one_file(tmp_path):
     src = os.path.join(tmp_path, "src")
     shutil.copytree(os.path.join(ROOT, "src", "grogu"), os.path.join(src, "grogu"))
     path = os.path.join(src, "grogu", "rerank.py")
     text = open(path, encoding="utf-8").read()
     assert text.count(ANCHOR) == 1
     open(path, "w", encoding="utf-8").write(text.replace(ANCHOR, FIELD + "\n" + ANCHOR))
+    path = os.path.join(src, "grogu", "rerank_modes.py")
+    open(path, "a", encoding="utf-8").write(MODE)
     changed = [
         os.path.relpath(os.path.join(d, f), src)
         for d, _, files in os.walk(os.path.join(src, "grogu"))
@@ -101,7 +126,7 @@ def test_a_new_setting_touches_one_file(tmp_path):
         and open(os.path.join(d, f), encoding="utf-8").read()
         != open(os.path.join(ROOT, "src", os.path.relpath(os.path.join(d, f), src)), encoding="utf-8").read()
     ]
-    assert changed == [os.path.join("grogu", "rerank.py")]
+    assert sorted(changed) == [os.path.join("grogu", "rerank.py"), os.path.join("grogu", "rerank_modes.py")]
     integrations = [
         os.path.join(ROOT, "integrations", "llama-index-postprocessor-grogu"),
         os.path.join(ROOT, "integrations", "langchain-grogu"),

@@ -6,7 +6,7 @@
 - 8 threads and 16 concurrent async callers get what sequential calls get; a cancelled async request
   does not break the ones after it; a forked child can use the async API.
 - Processes exit cleanly: scripts using the sync API, threads, the async API and a mix of both
-  (tests/reliability_scripts/), 10 runs each (each its own process, forked after the heavy imports
+  (tests/reliability_scripts/), 6 runs each (each its own process, forked after the heavy imports
   by run_many.py to keep the cost down) plus one fresh interpreter each, every one with exit status
   0 and no "terminate called" on stderr; and a process that ends with async requests still being
   scored exits cleanly too. (Before grogu's worker thread was joined at exit, async use could end
@@ -47,7 +47,7 @@ NAN, INF = float("nan"), float("inf")
 TOKENS = 8
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "reliability_scripts")
-RUNS_PER_SCRIPT = 10
+RUNS_PER_SCRIPT = 6
 
 
 @pytest.fixture(scope="module")
@@ -527,7 +527,7 @@ def _runs(script: str, env: dict, out_dir: str) -> list[tuple[str, int, str, str
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["sync_script.py", "threaded_script.py", "async_script.py", "mixed_script.py"])
 def test_scripts_exit_cleanly(script, saved_tokenizer, tmp_path):
-    """Each script (sync, threaded, async, mixed) run 10 times, each run its own process, plus once
+    """Each script (sync, threaded, async, mixed) run 6 times, each run its own process, plus once
     as a fresh ``python SCRIPT``; the runs one after another (one test per script, so parallel test
     workers share them out). Every run must print "ok" and exit with status 0, with no C++
     "terminate called" on stderr. GROGU_RELIABILITY_THREADS sets the scripts' torch threads (default 1,

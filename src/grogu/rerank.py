@@ -1,4 +1,5 @@
-"""Rerank modes: their settings, the contexts a mode scores (:func:`plan`) and what it keeps (:func:`decide`).
+"""Rerank settings (:class:`ModeSettings`), and the contexts a mode scores (:func:`plan`) and what it keeps
+(:func:`decide`), each asked of the mode's strategy in :data:`grogu.rerank_modes.MODES`.
 
 The one pipeline that runs them on a target, in process or in the service, is :mod:`grogu.rerank_pipeline`.
 """
@@ -12,8 +13,8 @@ from typing_extensions import TypedDict
 
 from . import selection
 from .checks import check_choice, check_float, check_int
-from .metrics import GROUNDED_METRICS, default_metric, metric_name
-from .results import GateVerdict
+from .metrics import default_metric, metric_name
+from .rerank_modes import MODES, Selection, doubt, gate_reading, mode_of, verdict
 
 #: the mode used when none is given (see README, "Which rerank mode")
 DEFAULT_MODE = "context"
@@ -53,7 +54,7 @@ class ModeSettings:
     object of reranking. The scorer, both integrations and the service hold one, built and checked
     here (:meth:`build`); a setting added here travels everywhere without further code."""
 
-    mode: str = _setting(DEFAULT_MODE, "rerank mode (see the README, 'Which rerank mode')", selection.RERANK_MODES)
+    mode: str = _setting(DEFAULT_MODE, "rerank mode (see the README, 'Which rerank mode')", MODES)
     weight: float = _setting(DEFAULT_WEIGHT, "fusion: weight of the utility rank (1 - weight: retrieval rank)")
     family: str = _setting(
         DEFAULT_FAMILY,
@@ -108,7 +109,7 @@ class ModeSettings:
     )
 
     def __post_init__(self) -> None:
-        selection.check_mode(self.mode)
+        check_choice("mode", self.mode, tuple(MODES))
         set_ = object.__setattr__  # frozen: the checked (normalised) values replace the given ones
         set_(self, "weight", selection.check_unit("weight", self.weight))
         check_choice("family", self.family, selection.CANDIDATE_FAMILIES)
@@ -163,8 +164,8 @@ class ModeSettings:
 
     def check_threshold(self, threshold: float | None) -> None:
         """A utility threshold needs per-document utilities, which the context mode does not compute."""
-        if threshold is not None and self.mode == "context":
-            raise ValueError("threshold applies to per-document utilities, which mode='context' does not compute")
+        if threshold is not None and not MODES[self.mode].per_document:
+            raise ValueError(f"threshold applies to per-document utilities, which mode={self.mode!r} does not compute")
 
 
 #: The rerank settings as keyword arguments of ``rerank`` / ``arerank`` (each optional; None keeps the value
@@ -182,59 +183,16 @@ def split_settings(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     return ({k: v for k, v in options.items() if k in names}, {k: v for k, v in options.items() if k not in names})
 
 
-@dataclass(kw_only=True)
-class Selection:
-    """What a rerank mode chose.
-
-    order: input indices of the documents to give the LLM, in that order. scores: per-document utility
-    (input order) where the mode scored documents alone, else None. fused: the fused score (fusion).
-    none: utility of no document at all (prune). candidates / candidate_scores: the contexts scored
-    (context mode), ``chosen`` the index of the one used, ``rule_scores`` each candidate's score under the
-    selection rule. context: the chosen context's score, with the answer the LLM gave while it was scored
-    (the pipeline's answer when the scoring prompt is its own). doubt: under ``gate="doubt"``, whether
-    the retriever's context was in doubt (False: only it was scored and it is kept); None without a gate.
-    gate: the verdict on the retriever's context (:class:`grogu.GateVerdict`), under either gate, where
-    the documents' texts were given.
-    """
-
-    mode: str
-    order: list[int]
-    scores: list[Any] | None = None
-    fused: list[float] | None = None
-    none: Any | None = None
-    candidates: list[list[int]] = field(default_factory=list)
-    candidate_scores: list[Any] = field(default_factory=list)
-    chosen: int | None = None
-    rule_scores: list[float] = field(default_factory=list)
-    doubt: bool | None = None
-    gate: GateVerdict | None = None
-
-    @property
-    def context(self) -> Any | None:
-        return self.candidate_scores[self.chosen] if self.chosen is not None else None
-
-
 def plan(settings: ModeSettings, base: list[int], top_n: int | None) -> list[list[int]]:
     """The contexts (lists of input indices) the mode needs scored, in one batch. ``base``: the input
     indices in retrieval order (best first)."""
-    if settings.mode == "context":
-        n = len(base) if top_n is None else top_n
-        return [
-            [base[i] for i in c] for c in selection.context_candidates(len(base), n, settings.family, settings.swaps)
-        ]
-    singles = [[i] for i in range(len(base))]
-    return singles + [[]] if settings.mode == "prune" else singles
+    return mode_of(settings).plan(settings, base, top_n)
 
 
 def plan_size(settings: ModeSettings, n_docs: int, top_n: int | None) -> tuple[int, int]:
     """(contexts, documents in them, an empty context counted as one) that :func:`plan` would return,
     computed arithmetically, before any candidate is built."""
-    if settings.mode == "context":
-        n = n_docs if top_n is None else top_n
-        count = selection.candidate_count(n_docs, n, settings.family, settings.swaps)
-        return count, count * max(min(n, n_docs), 1)
-    extra = 1 if settings.mode == "prune" else 0
-    return n_docs + extra, n_docs + extra
+    return mode_of(settings).size(settings, n_docs, top_n)
 
 
 def grounded_choice(settings: ModeSettings) -> bool:
@@ -242,44 +200,12 @@ def grounded_choice(settings: ModeSettings) -> bool:
     grounded statistics, :data:`grogu.metrics.GROUNDED_METRICS`): the context mode with such a
     ``context_metric``, under any rule. Then only the chosen context needs the ungrounded statistics
     (its reported score under the scorer's metric)."""
-    return settings.mode == "context" and settings.context_metric in GROUNDED_METRICS
+    return mode_of(settings).grounded_choice(settings)
 
 
 def gated(settings: ModeSettings, contexts: Sequence[Sequence[int]]) -> bool:
     """Whether the retriever's context is answered first, the others only in doubt (:func:`doubt`)."""
-    return settings.mode == "context" and settings.gate == "doubt" and len(contexts) > 1
-
-
-def gate_reading(settings: ModeSettings, first: Any, texts: Sequence[str] | None, context: Sequence[int]):
-    """(support, confidence) of the retriever's own context (``context``, scored as ``first``): the share of
-    its answer's words found in its documents (``texts``: each input document's text) and the answer's mean
-    token probability (1 / its perplexity). The gate (:func:`doubt`) compares them with its thresholds."""
-    if texts is None:
-        raise ValueError("gate 'doubt' reads the documents' texts; pass texts=")
-    [support] = selection.support_scores([first.answer], [" ".join(texts[i] for i in context)])
-    return float(support), -1.0 / _utility(first, "ppl")  # the ppl variant's utility is -perplexity
-
-
-def doubt(settings: ModeSettings, first: Any, texts: Sequence[str] | None, context: Sequence[int]) -> bool:
-    """Whether the retriever's context is in doubt (:func:`grogu.selection.doubtful` of :func:`gate_reading`)."""
-    support, confidence = gate_reading(settings, first, texts, context)
-    return selection.doubtful(support, confidence, settings.gate_support, settings.gate_confidence)
-
-
-def verdict(
-    settings: ModeSettings, scored: Sequence[Any], texts: Sequence[str], contexts: Sequence[Sequence[int]], chosen: int
-) -> GateVerdict:
-    """The verdict on the retriever's context (``contexts[0]``, ``scored[0]``) once ``chosen`` is known."""
-    support, confidence = gate_reading(settings, scored[0], texts, contexts[0])
-    reasons = selection.doubt_reasons(support, confidence, settings.gate_support, settings.gate_confidence)
-    return GateVerdict(
-        in_doubt=bool(reasons),
-        reasons=reasons,
-        support=support,
-        confidence=confidence,
-        candidates=len(scored),
-        changed=list(contexts[chosen]) != list(contexts[0]),
-    )
+    return mode_of(settings).gated(settings, contexts)
 
 
 def decide(
@@ -296,91 +222,7 @@ def decide(
     (the context mode's support reads them: the ``confidence_support`` rule and the gate need them, the
     support tie-break is skipped without them). Under a gate (:func:`gated`), ``scored`` may hold the
     first candidate alone when it is not in doubt."""
-    mode = settings.mode
-    if mode == "context":
-        if settings.context_metric == "auto":
-            raise ValueError("context_metric='auto' is chosen per target: decide on ModeSettings.for_target(...)")
-        if not contexts:
-            return Selection(mode=mode, order=[])
-        in_doubt = None
-        if gated(settings, contexts):
-            in_doubt = doubt(settings, scored[0], texts, contexts[0])
-            if not in_doubt:
-                return Selection(
-                    mode=mode,
-                    order=list(contexts[0]),
-                    candidates=[contexts[0]],
-                    candidate_scores=[scored[0]],
-                    chosen=0,
-                    doubt=False,
-                    gate=verdict(settings, scored[:1], texts, contexts, 0),
-                )
-        if len(scored) != len(contexts):
-            raise ValueError(f"{len(contexts)} candidate contexts but {len(scored)} scores")
-        answers = [s.answer for s in scored]
-        utilities = [_utility(s, settings.context_metric) for s in scored]
-        support = (
-            None
-            if texts is None
-            else selection.support_scores(answers, [" ".join(texts[i] for i in c) for c in contexts])
-        )
-        if support is None and settings.rule == "confidence_support":
-            raise ValueError("rule 'confidence_support' reads the documents' texts; pass texts=")
-        rule_scores = selection.selection_scores(
-            settings.rule,
-            utilities,
-            answers,
-            settings.context_metric,
-            settings.confidence_weight,
-            support,
-            settings.support_weight,
-        )
-        chosen = selection.choose_context(rule_scores, settings.margin)
-        if settings.supported and support is not None:
-            chosen = selection.prefer_supported(chosen, answers, support)
-        return Selection(
-            mode=mode,
-            order=list(contexts[chosen]),
-            candidates=contexts,
-            candidate_scores=list(scored),
-            chosen=chosen,
-            rule_scores=rule_scores,
-            doubt=in_doubt,
-            gate=None if texts is None else verdict(settings, scored, texts, contexts, chosen),
-        )
-    n_docs = len(base)
-    per_doc = list(scored[:n_docs])
-    utility = [s.score for s in per_doc]
-    fused = none = None
-    if mode == "document":
-        order = selection.order_by(utility)
-    elif mode == "fusion":
-        if relevance is None:
-            raise ValueError("fusion needs the retriever's relevance scores of the documents")
-        fused = selection.fuse(utility, relevance, settings.weight)
-        order = selection.order_by(fused)
-    else:  # prune: documents at least as useful as none, in retrieval order
-        none = scored[n_docs]
-        kept = selection.kept_relative_to_none(utility, none.score)
-        order = [i for i in base if kept[i]]
-    if threshold is not None:
-        order = [i for i in order if utility[i] >= threshold]
-    if top_n is not None:
-        order = order[:top_n]
-    return Selection(mode=mode, order=order, scores=per_doc, fused=fused, none=none)
-
-
-def _utility(scored: Any, metric: str) -> float:
-    """A scored context's utility under ``metric`` (its variants hold every metric the target gives)."""
-    variants = getattr(scored, "variants", None) or {}
-    if metric in variants:
-        return float(variants[metric])
-    if getattr(scored, "metric", None) == metric:
-        return float(scored.score)
-    raise ValueError(
-        f"the context mode compares candidates by context_metric={metric!r}, which this target does "
-        f"not give (it gives {sorted(variants) or [scored.metric]}); choose one of those"
-    )
+    return mode_of(settings).decide(settings, base, contexts, scored, top_n, threshold, relevance, texts)
 
 
 __all__ = [
@@ -395,5 +237,8 @@ __all__ = [
     "doubt",
     "verdict",
     "decide",
+    "plan_size",
+    "mode_of",
+    "MODES",
     "DEFAULT_MODE",
 ]

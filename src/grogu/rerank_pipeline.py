@@ -90,7 +90,7 @@ def plan(
     query, docs = check_query(query), check_documents(documents)
     if relevance is not None:
         relevance = check_relevance(relevance, len(docs))
-    elif settings.mode == "fusion":  # the retrieval order as ranks: the first document the most relevant
+    elif rerank.mode_of(settings).needs_relevance:  # the retrieval order as ranks: the first the most relevant
         relevance = [float(len(docs) - i) for i in range(len(docs))]
     base = list(range(len(docs))) if relevance is None else selection.order_by(relevance)
     return RerankPlan(
@@ -141,7 +141,7 @@ def finish(p: RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]
     """The ranked documents from the scores of the plan's answered contexts (all, or the first alone
     where the gate was calm)."""
     sel = rerank.decide(p.settings, p.base, p.contexts, scored, p.top_n, p.threshold, p.relevance, p.support_texts())
-    if sel.mode == "context":
+    if not rerank.mode_of(p.settings).per_document:  # one context chosen: every document carries its score
         ctx = sel.context
         fields = {k: v for k, v in vars(ctx).items() if k != "documents"} if ctx is not None else {}
         return [

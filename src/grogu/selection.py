@@ -27,7 +27,6 @@ from typing import Sequence
 
 from .checks import check_choice, check_float
 
-RERANK_MODES = ("document", "fusion", "context", "prune")
 #: how the context mode chooses among its candidates (see :func:`selection_scores`)
 SELECTION_RULES = ("confidence", "agreement", "combined", "confidence_support")
 #: candidate families of the context mode (see :func:`context_candidates`)
@@ -35,10 +34,6 @@ CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders", "swap_reversed", "swap_or
 #: when the context mode tries other candidates: on every query, or only when the retriever's own
 #: context is in doubt (see :func:`doubtful`)
 GATES = ("always", "doubt")
-
-
-def check_mode(mode: object) -> str:
-    return check_choice("mode", mode, RERANK_MODES)
 
 
 def check_unit(name: str, value: object) -> float:
@@ -287,9 +282,7 @@ def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margi
 
 __all__ = [
     "argmax",
-    "RERANK_MODES",
     "CANDIDATE_FAMILIES",
-    "check_mode",
     "rank_scores",
     "fuse",
     "order_by",

@@ -35,8 +35,8 @@ from ray import serve
 from .. import coalescer, metrics
 from ..acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
 from ..checks import check_query
+from ..rerank_modes import MODES
 from ..results import choose_layout
-from ..selection import RERANK_MODES
 from ..version import __version__
 from . import api, wire
 from .admission import PREFILL_COST, admit_budget, admit_rerank, influence_runs
@@ -98,7 +98,7 @@ class GroguService(ReplicaWork):
                 "batch_wait_s": c.batch_wait_s,
             },
             "metrics": sorted(metrics.METRICS),
-            "rerank_modes": list(RERANK_MODES),
+            "rerank_modes": list(MODES),
             "embedder": _public_name(c.embedder),
             "nli": _public_name(c.nli),
         }
