@@ -346,6 +346,7 @@ def test_the_hosted_openai_api_is_a_chat_target_without_a_request():
     tokenizer or vocabulary size the tail correction is "min"."""
     target = ServerTarget(HOSTED, "gpt-4o-mini", api_key="sk-test")
     assert target.api == "chat" and target.grounded_only and target.takes_messages and target.requests_sent == 0
+    assert target.capabilities == {"generate"}  # no teacher forcing: grounded-only
     assert isinstance(target, Target) and target.stop_token_ids == [] and target.max_context_tokens is None
     assert target.tokenizer is None and target.vocab_size is None and target.tail == "min"
     body = target._chat_body(ChatPrompt("Who wrote Hamlet?", "Be brief."), 7, None, 3)

@@ -308,9 +308,15 @@ def test_audit_through_the_server(server, served_scores, tmp_path):
     assert (out / "report.html").stat().st_size > 10_000
 
 
-def test_acu_needs_a_local_model(target):
+def test_acu_needs_a_local_model(target, tiny_engine):
+    """A server generates and teacher-forces; the next-token distribution is the in-process engine's alone."""
+    from grogu.acu import ACUScorer
+
+    assert target.capabilities == {"generate", "teacher_force"} and not hasattr(target, "next_token_logprobs")
+    assert tiny_engine.capabilities == {"generate", "teacher_force", "next_token"}
+    assert not hasattr(target, "model") and not hasattr(target, "dtype")  # no Engine attributes to pass for one
     with pytest.raises(ServerCapabilityError, match="ACU"):
-        target.next_token_logprobs([[1, 2, 3]])
+        ACUScorer(target)
 
 
 def test_log_probabilities_do_not_depend_on_k(server, target, served_scores):

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from .engine import get_engine
 from .models import DEFAULT_MODEL
 from .prompts import chat_ids, check_text
+from .target import NEXT_TOKEN, NEXT_TOKEN_MESSAGE, require
 
 #: stance of the evidence -> the label it should raise
 STANCES = {
@@ -108,7 +109,7 @@ class ACUScorer:
         _check_prompt("prompt_with", prompt_with, ("{claim}", "{evidence}"))
         _check_prompt("prompt_without", prompt_without, ("{claim}",))
         self.target = get_engine(model, device=device, dtype=dtype)
-        self.target.next_token_logprobs([])  # a target that cannot raises here, before its tokenizer is needed
+        require(self.target, NEXT_TOKEN, NEXT_TOKEN_MESSAGE)  # before its tokenizer is needed
         self.labels = list(labels)
         self.prompt_with, self.prompt_without = prompt_with, prompt_without
         self.label_tokens = {lab: self._variants(lab) for lab in self.labels}

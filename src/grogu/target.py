@@ -13,6 +13,19 @@ if TYPE_CHECKING:  # the result types only: this module imports nothing of grogu
     from .engine.types import Generation, TokenStats
 
 
+#: what a target can do (:attr:`Target.capabilities`)
+GENERATE = "generate"  # answers, with each generated token's log-probability and entropy
+TEACHER_FORCE = "teacher_force"  # the same statistics of a given answer (token_stats): the ungrounded pass
+NEXT_TOKEN = "next_token"  # the full next-token distribution (next_token_logprobs): ACU's label tokens
+CAPABILITIES = (GENERATE, TEACHER_FORCE, NEXT_TOKEN)
+#: why ACU cannot run on a target without NEXT_TOKEN
+NEXT_TOKEN_MESSAGE = (
+    "ACU needs the probabilities of given label tokens, which an inference server returns only when "
+    "they are among its top-k; score ACU with a model loaded in process (GROGU, Influence and SePer "
+    "work through the server)"
+)
+
+
 class ServerCapabilityError(ValueError):
     """The target (an LLM behind a server, or its settings) cannot give what a metric needs.
 
@@ -25,15 +38,19 @@ class Target(Protocol):
     """A target LLM that grogu can score.
 
     Attributes:
+        capabilities: what it can do, from :data:`CAPABILITIES`. Every target generates. Without
+            ``"teacher_force"`` it is grounded-only. ``next_token_logprobs`` exists only with ``"next_token"``.
         model_name: the name reported in results and records.
         tokenizer: the model's tokenizer, or None (a chat API given none).
         device: where it runs (``"server"`` for a server).
         max_context_tokens: the context window in tokens, or None when unknown.
         stop_token_ids: tokens that end an answer (empty when the server ends it).
-        grounded_only: True when it cannot teacher-force an answer: only grounded metrics work.
+        grounded_only: True when it cannot teacher-force an answer (no ``"teacher_force"``): only
+            grounded metrics work.
         takes_messages: True when prompts are chat messages, not token ids.
     """
 
+    capabilities: frozenset[str]
     model_name: str
     tokenizer: Any
     device: Any
@@ -65,10 +82,12 @@ class Target(Protocol):
         """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]``."""
         ...
 
-    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None) -> Any:
-        """Log-probabilities of the next token after each prompt (ACU's label tokens)."""
-        ...
-
     def require_teacher_forcing(self, what: str) -> None:
         """Raise a clear error when ``what`` needs teacher forcing and this target cannot do it."""
         ...
+
+
+def require(target: Any, capability: str, message: str) -> None:
+    """Raise :class:`ServerCapabilityError` with ``message`` when ``target`` lacks ``capability``."""
+    if capability not in target.capabilities:
+        raise ServerCapabilityError(message)

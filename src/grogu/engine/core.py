@@ -16,7 +16,7 @@ import torch
 
 from ..checks import check_continuations, check_positive_int, check_seed, check_temperature
 from ..models import DEFAULT_MODEL, load_model
-from ..target import Target
+from ..target import CAPABILITIES, Target
 from .config import NOT_GIVEN, Configured, EngineConfig, engine_config
 from .decode import Decoder, Sampling, row_generators
 from .drafting import PromptLookup
@@ -87,7 +87,9 @@ class Engine(Configured):
     )
     lookup_steps = _part_counter("decoder", "steps", "Decode forward passes run (diagnostics).")
     lookup_drafted = _part_counter("decoder", "drafted", "Drafted tokens fed to decode steps (diagnostics).")
-    #: an in-process model teacher-forces any answer, and its prompts are token ids
+    #: an in-process model generates, teacher-forces any answer and gives the full next-token distribution
+    capabilities = frozenset(CAPABILITIES)
+    #: it teacher-forces any answer, and its prompts are token ids
     grounded_only = False
     takes_messages = False
 

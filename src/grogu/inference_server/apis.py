@@ -52,13 +52,6 @@ OPENAI_HOSTS = ("api.openai.com",)
 CHAT_MAX_TOP_LOGPROBS = 20
 
 
-ACU_MESSAGE = (
-    "ACU needs the probabilities of given label tokens, which an inference server returns only when "
-    "they are among its top-k; score ACU with a model loaded in process (GROGU, Influence and SePer "
-    "work through the server)"
-)
-
-
 def is_hosted_openai(base_url: str) -> bool:
     """Whether ``base_url`` is the hosted OpenAI API."""
     return urlparse(base_url).hostname in OPENAI_HOSTS

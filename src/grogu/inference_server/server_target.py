@@ -34,8 +34,8 @@ import torch
 from ..checks import check_continuations, check_positive_int
 from ..engine.types import Generation, TokenStats
 from ..prompts import ChatPrompt
-from ..target import ServerCapabilityError
-from .apis import ACU_MESSAGE, APIS, CHAT_MAX_TOP_LOGPROBS, choose_api, is_hosted_openai, server_backend
+from ..target import GENERATE, TEACHER_FORCE, ServerCapabilityError
+from .apis import APIS, CHAT_MAX_TOP_LOGPROBS, choose_api, is_hosted_openai, server_backend
 from .http import Connection, ServerError, run
 from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES
 from .requests import RequestFormats
@@ -73,8 +73,8 @@ class ServerTarget(RequestFormats):
     """
 
     device = "server"
-    dtype = None
-    model = None
+    #: a completions API generates and teacher-forces (prompt log-probabilities); a chat API only generates
+    capabilities = frozenset({GENERATE, TEACHER_FORCE})
     #: True for a target that cannot teacher-force (``api="chat"``): only the grounded metrics work
     grounded_only = False
     #: True when prompts are :class:`grogu.prompts.ChatPrompt` messages (the server applies its chat template)
@@ -148,6 +148,7 @@ class ServerTarget(RequestFormats):
         self.api = api
         if api == "chat":
             self.grounded_only = self.takes_messages = True
+            self.capabilities = frozenset({GENERATE})
             if self.top_logprobs > CHAT_MAX_TOP_LOGPROBS:
                 raise ValueError(
                     f"top_logprobs must be at most {CHAT_MAX_TOP_LOGPROBS} with api='chat' (the "
@@ -300,9 +301,6 @@ class ServerTarget(RequestFormats):
         """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]`` from the server's prompt
         log-probabilities; all requests at once."""
         return run(self.atoken_stats(prompts, continuations))
-
-    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None):
-        raise ServerCapabilityError(ACU_MESSAGE)
 
     async def agenerate(
         self,
