@@ -46,3 +46,11 @@ def test_the_research_commands_live_in_their_own_package():
     assert not set(COMMANDS) & set(EXTRA_COMMANDS)
     args = build_parser().parse_args(["eval", "winrate", "--limit", "3"])
     assert (args.command, args.experiment, args.limit) == ("eval", "winrate", 3)
+
+
+def test_grogu_points_a_research_command_to_its_home(capsys):
+    from grogu.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval", "winrate"])
+    assert exit_.value.code == 2 and "grogu-research eval" in capsys.readouterr().err

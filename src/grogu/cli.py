@@ -24,9 +24,18 @@ from .cli_arguments import EXTRA_COMMANDS, build_parser
 from .cli_runners import iter_queries, other_metric, record_table
 from .rerank import ModeSettings
 
+#: the research harness's commands, which live in the grogu-research package (research/)
+RESEARCH_COMMANDS = ("eval", "rewrite-pairs", "train-rewriter")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    if given and given[0] in RESEARCH_COMMANDS:
+        parser.error(
+            f"'{given[0]}' belongs to the research harness: run 'grogu-research {given[0]}' "
+            "(pip install -e research, from a checkout of this repository)"
+        )
     args = parser.parse_args(argv)
     if args.command == "rerank":  # the settings together, as the Python API checks them: a usage error here
         try:
