@@ -254,6 +254,32 @@ def test_from_retriever_reads_langchain_and_llama_index():
         from_retriever("x", object(), [Q1])
 
 
+def test_cli_reports_bad_set_ups_before_loading_a_model(tmp_path, capsys):
+    """Bad input is a one-line error naming the file and line, found before any model loads (the model
+    named here does not exist, so reaching the loading would be another error)."""
+    from grogu.cli import main
+
+    good, other, bad = tmp_path / "good.jsonl", tmp_path / "other.jsonl", tmp_path / "bad.jsonl"
+    good.write_text(json.dumps({"query": Q1, "documents": [DOCS["canberra"]]}) + "\n")
+    other.write_text(json.dumps({"query": Q2, "documents": [DOCS["banana"]]}) + "\n")
+    bad.write_text(json.dumps({"query": Q1, "documents": []}) + "\n" + '{"query": "x", "documents": [}\n')
+    nowhere = str(tmp_path / "no-such-model")
+    cases = {
+        "bad.jsonl:2: not valid JSON": [f"--setup=a={good}", f"--setup=b={bad}"],
+        "set-up names must differ": [f"--setup=a={good}", f"--setup=a={good}"],
+        "no query was run by every set-up": [f"--setup=a={good}", f"--setup=b={other}"],
+    }
+    for message, setups in cases.items():
+        with pytest.raises(SystemExit) as exit_:
+            main(["audit", *setups, "--model", nowhere, "--out", str(tmp_path / "out"), "--quiet"])
+        assert message in str(exit_.value.code) and "\n" not in str(exit_.value.code), exit_.value.code
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(json.dumps({"query": Q1}) + "\n" + "{oops\n")
+    with pytest.raises(SystemExit, match="queries.jsonl:2: not valid JSON"):
+        main(["audit", f"--setup=a={good}", "--queries", str(queries), "--model", nowhere, "--quiet"])
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------ command line and report
 @pytest.fixture(scope="module")
 def cli_report(tmp_path_factory):

@@ -104,7 +104,7 @@ def _scorer(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from .aggregate import from_influence_logs
-    from .core import audit
+    from .core import audit, check_setups
     from .report import write_report
     from .setups import read_queries, read_setup
 
@@ -121,10 +121,24 @@ def run(args: argparse.Namespace) -> int:
             name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
             if not os.path.exists(path):
                 raise SystemExit(f"--setup {spec}: no file {path}")
-            setups.append(read_setup(path, name or None))
+            try:
+                setups.append(read_setup(path, name or None))
+            except (ValueError, TypeError) as e:
+                raise SystemExit(f"grogu audit: --setup {spec}: {e}") from None
     else:
         raise SystemExit("give --setup NAME=FILE (at least one), --example, or --logs FILE")
-    queries = read_queries(args.queries) if args.queries else None
+    try:  # every check that needs no model, before the model loads
+        queries = read_queries(args.queries) if args.queries else None
+        check_setups(setups, queries)
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"grogu audit: {e}") from None
+    most = max(len(docs) for s in setups for docs in s.runs.values())
+    if args.top_n is not None and args.top_n > most:
+        print(
+            f"grogu audit: --top-n {args.top_n} is more than any set-up retrieved for a query ({most}): "
+            "every retrieved document is scored",
+            file=sys.stderr,
+        )
     result = audit(
         _scorer(args),
         setups,

@@ -116,6 +116,18 @@ def _doc(d: dict[str, Any]) -> Any:
     return {"text": d["text"], "title": d["title"]} if d.get("title") else d["text"]
 
 
+def check_setups(setups: Sequence[Setup], queries: Sequence[str] | None = None) -> list[str]:
+    """The queries to audit (:func:`common_queries`), after checking the set-ups: distinct names, and at
+    least one query every set-up ran. Cheap: the command line runs it before it loads the model."""
+    names = [s.name for s in setups]
+    if len(set(names)) != len(names):
+        raise ValueError(f"set-up names must differ, got {names}")
+    qs = common_queries(setups, queries)
+    if not qs:
+        raise ValueError("no query was run by every set-up: check that the set-ups' files hold the same queries")
+    return qs
+
+
 def audit(
     scorer: Any,
     setups: Sequence[Setup],
@@ -141,12 +153,8 @@ def audit(
     if top_n is not None:
         top_n = check_positive_int("top_n", top_n)
     batch_size = check_positive_int("batch_size", batch_size)
+    qs = check_setups(setups, queries)
     names = [s.name for s in setups]
-    if len(set(names)) != len(names):
-        raise ValueError(f"set-up names must differ, got {names}")
-    qs = common_queries(setups, queries)
-    if not qs:
-        raise ValueError("no query was run by every set-up: check that the set-ups' files hold the same queries")
     contexts, texts = plan_contexts(setups, qs, top_n, documents)
     t0 = time.perf_counter()
     scored = score_contexts(scorer, contexts, texts, batch_size=batch_size, progress=progress)

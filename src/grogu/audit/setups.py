@@ -47,6 +47,14 @@ def document(raw: Any, where: str = "document") -> dict[str, Any]:
     return {"key": key, "text": text, "title": title if isinstance(title, str) else None}
 
 
+def _json(line: str, path: str, n: int) -> Any:
+    """Line ``n`` of the JSONL file ``path``, parsed; a ValueError naming the file, line and column."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{n}: not valid JSON ({e.msg}, column {e.colno})") from None
+
+
 def read_setup(path: str, name: str | None = None) -> Setup:
     """A set-up from a JSONL file of ``{"query", "documents"}`` objects (name: the file's stem by default).
     A query given twice keeps its first line."""
@@ -55,7 +63,7 @@ def read_setup(path: str, name: str | None = None) -> Setup:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            item = json.loads(line)
+            item = _json(line, path, n)
             if not isinstance(item, dict) or "query" not in item or "documents" not in item:
                 raise ValueError(f"{path}:{n}: each line needs 'query' and 'documents'")
             if not isinstance(item["documents"], list):
@@ -71,12 +79,14 @@ def read_queries(path: str) -> list[str]:
     """Queries from a JSONL file (``{"query"}`` objects or JSON strings) or a text file (one a line)."""
     out = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
             if path.endswith(".jsonl"):
-                item = json.loads(line)
+                item = _json(line, path, n)
+                if isinstance(item, dict) and "query" not in item:
+                    raise ValueError(f"{path}:{n}: a query object needs 'query'")
                 out.append(str(item["query"] if isinstance(item, dict) else item))
             else:
                 out.append(line)
