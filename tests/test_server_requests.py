@@ -43,6 +43,8 @@ class VllmCompletionRequest(_Forbid):
     top_k: Optional[int] = None
     min_p: Optional[float] = None
     repetition_penalty: Optional[float] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
     stop_token_ids: Optional[list[int]] = []
     skip_special_tokens: bool = True
     prompt_logprobs: Optional[int] = None
@@ -64,6 +66,8 @@ class SglangChatRequest(_Forbid):
     top_k: int = -1
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 class _Stub:
@@ -159,6 +163,7 @@ def test_vllm_generation_request_and_token_ids(vllm, tokenizer):
     VllmCompletionRequest(**body)  # every field one vLLM declares, with its type
     assert body["return_token_ids"] is True and body["prompt"] == [1, 2, 3]
     assert (body["repetition_penalty"], body["top_k"], body["min_p"]) == (1.0, -1, 0.0)  # not the model's defaults
+    assert (body["presence_penalty"], body["frequency_penalty"]) == (0.0, 0.0)  # nor its penalties
     assert body["stop_token_ids"] == target.stop_token_ids and body["temperature"] == 0.0
     # without token_ids the 'token_id:N' form still gives them; with neither, a clear error
     vllm.replies["/v1/completions"] = _completion(ids, token_ids=False)

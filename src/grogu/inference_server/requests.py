@@ -7,7 +7,8 @@ name the file and commit they were read from):
   ``choices[0].token_ids``; ``return_tokens_as_token_ids`` gives the ``token_id:N`` form as a fallback);
   ``prompt_logprobs`` for teacher forcing; the sampling fields a request leaves out are filled from the
   model's ``generation_config.json``, so the neutral ones are sent explicitly (``repetition_penalty``
-  1.0, ``top_k`` -1, ``min_p`` 0.0), and ``stop_token_ids``.
+  1.0, ``top_k`` -1, ``min_p`` 0.0, ``presence_penalty`` and ``frequency_penalty`` 0.0), and
+  ``stop_token_ids``.
 - llama-cpp-python: text prompts (its ``/v1/completions`` takes no token ids). The server adds the BOS
   token itself when the model's GGUF says so: the prompt's own leading BOS is then left out of the
   text, so that the model sees one BOS, as in process (found once per target, :meth:`_probe_bos`).
@@ -30,8 +31,11 @@ from .http import ServerError
 from .topk import topk_entropy
 
 STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+#: the penalties no server may fill in: vLLM takes them from the model's generation_config.json (or
+#: --override-generation-config) when a request leaves them out, llama.cpp from its command line
+NEUTRAL_PENALTIES = {"presence_penalty": 0.0, "frequency_penalty": 0.0}
 #: sampling fields that vLLM would otherwise fill from the model's generation_config.json
-NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "top_k": -1, "min_p": 0.0}
+NEUTRAL_SAMPLING = {"repetition_penalty": 1.0, "top_k": -1, "min_p": 0.0, **NEUTRAL_PENALTIES}
 
 
 @dataclass
@@ -51,7 +55,7 @@ class RequestFormats:
         if seed is not None:
             body["seed"] = int(seed)
         if "llama-cpp" in (self.api, self.backend):  # llama.cpp samples with these on by default
-            body.update(repeat_penalty=1.0, top_k=0 if temperature is not None else 1, min_p=0.0)
+            body.update(repeat_penalty=1.0, top_k=0 if temperature is not None else 1, min_p=0.0, **NEUTRAL_PENALTIES)
         elif self.api == "vllm" or self.backend in ("vllm", "sglang"):  # else from the model's generation_config
             body.update(NEUTRAL_SAMPLING)
         return body
