@@ -171,6 +171,12 @@ def test_vllm_generation_request_and_token_ids(vllm, tokenizer):
     vllm.replies["/v1/completions"] = _completion(ids, token_ids=False, token_text=True)
     with pytest.raises(ServerCapabilityError, match="returned neither the answer's token ids"):
         target.generate([[1, 2, 3]], 4)
+    # a server answering in another format (llama-server: logprobs.content) is an error, not an empty answer
+    other = _completion(ids)
+    other["choices"][0]["logprobs"] = {"content": [{"token": "x", "logprob": -0.5, "top_logprobs": []}]}
+    vllm.replies["/v1/completions"] = other
+    with pytest.raises(ServerCapabilityError, match="without the completions API's per-token log-probabilities"):
+        target.generate([[1, 2, 3]], 4)
     # sampled (ΔSePer): the neutral fields again, at temperature 1
     vllm.replies["/v1/completions"] = _completion(ids)
     target.generate([[1, 2, 3]], 4, temperature=1.0, seed=5)

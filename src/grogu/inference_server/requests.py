@@ -142,6 +142,14 @@ class RequestFormats:
                 f"the LLM server at {self.base_url} returned log-probabilities that do not match "
                 f"its tokens ({len(tokens)} tokens, {len(logprobs)} log-probabilities)"
             )
+        if not tokens and (choice.get("text") or "").strip():  # an answer without its statistics: never empty ones
+            if "content" not in lp:
+                raise self._no_logprobs()
+            raise ServerCapabilityError(
+                f"the LLM server at {self.base_url} answered {choice.get('text', '')[:40]!r} without the completions "
+                f"API's per-token log-probabilities (logprobs.tokens); got {sorted(lp) or 'none'}. llama.cpp's "
+                "llama-server answers in the chat format: use api='chat' (grounded-only) for it"
+            )
         steps = [Step(float(l), self._check_top(t)) for l, t in zip(logprobs, tops)]
         ids = None
         if self.api == "vllm":
