@@ -75,8 +75,6 @@ class ServerTarget(RequestFormats):
     device = "server"
     #: a completions API generates and teacher-forces (prompt log-probabilities); a chat API only generates
     capabilities = frozenset({GENERATE, TEACHER_FORCE})
-    #: True for a target that cannot teacher-force (``api="chat"``): only the grounded metrics work
-    grounded_only = False
     #: True when prompts are :class:`grogu.prompts.ChatPrompt` messages (the server applies its chat template)
     takes_messages = False
 
@@ -147,7 +145,7 @@ class ServerTarget(RequestFormats):
                     self._check_chat_settings(tokenizer, context_window, stop_token_ids)
         self.api = api
         if api == "chat":
-            self.grounded_only = self.takes_messages = True
+            self.takes_messages = True
             self.capabilities = frozenset({GENERATE})
             if self.top_logprobs > CHAT_MAX_TOP_LOGPROBS:
                 raise ValueError(
@@ -252,6 +250,11 @@ class ServerTarget(RequestFormats):
         return self._need_tokenizer("decoding token ids").decode(list(ids), skip_special_tokens=True).strip()
 
     # ------------------------------------------------------------------ the Target protocol's primitives
+    @property
+    def grounded_only(self) -> bool:
+        """True for a target that cannot teacher-force (``api="chat"``): only the grounded metrics work."""
+        return TEACHER_FORCE not in self.capabilities
+
     def require_teacher_forcing(self, what: str) -> None:
         """Raise for ``what`` on a grounded-only target: it needs teacher forcing, which a chat API
         cannot do. The error says what works through this target and which servers can."""
