@@ -77,12 +77,41 @@ def build_setups(pool: list[dict], questions: list[dict], seed: int, chunk_words
     dense = retrieve_all(DenseRetriever(texts, cache=True), qs, 5)
     for k in (1, 3, 5):
         setups[f"minilm-{k}"] = {q: [doc(t) for t in r[:k]] for q, r in zip(qs, dense)}
+    setups["minilm-2to4"] = {q: [doc(t) for t in r[1:4]] for q, r in zip(qs, dense)}  # the top one left out
     if chunk_words:
         cpool = chunks(pool, chunk_words)
         ctext = {c["text"]: c for c in cpool}
         got = retrieve_all(DenseRetriever([c["text"] for c in cpool], cache=True), qs, 3)
         setups[f"minilm-3-chunk{chunk_words}"] = {q: [doc(t, ctext) for t in r] for q, r in zip(qs, got)}
     return [Setup(name, runs) for name, runs in setups.items()]
+
+
+def records(summary: dict, questions: list[dict], data: str, model: str) -> list[dict]:
+    """One record per question: each set-up's (and no document's) answer, whether it holds a gold answer,
+    and every signal the audit read from it."""
+    by_q = {q["question"]: q for q in questions}
+    out = []
+    for r in summary["queries"]:
+        q = by_q[r["query"]]
+        cells = {"no documents": r["baseline"], **r["setups"]}
+        out.append(
+            {
+                "data": data,
+                "model": model,
+                "qid": q["qid"],
+                "question": q["question"],
+                "answers": q["answers"],
+                "setups": {
+                    s: {
+                        "answer": c["answer"],
+                        "correct": whole_words(c["answer"], q["answers"]),
+                        "signals": c["signals"],
+                    }
+                    for s, c in cells.items()
+                },
+            }
+        )
+    return out
 
 
 def pairwise(summary: dict, questions: list[dict]) -> tuple[list[dict], dict]:
@@ -95,7 +124,7 @@ def pairwise(summary: dict, questions: list[dict]) -> tuple[list[dict], dict]:
     names = list(summary["setups"])
     correct = {s: [whole_words(r["setups"][s]["answer"], golds[r["query"]]) for r in summary["queries"]] for s in names}
     acc = {s: sum(v) / len(v) for s, v in correct.items()}
-    util = {s: summary["setups"][s]["mean_utility"] for s in names}
+    util = {s: summary["setups"][s]["mean"] for s in names}
     comps = {(c["a"], c["b"]): c for c in summary["comparisons"]}
     pairs = []
     for a, b in itertools.combinations(names, 2):
@@ -183,7 +212,11 @@ def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default="squad", choices=("squad", "musique"))
+    p.add_argument("--data", default="squad", choices=("squad", "nq", "musique"))
+    p.add_argument("--split", default="held", choices=("tune", "held"))
+    p.add_argument("--data-file", default=None, help="nq: the nq-open-oracle.jsonl.gz file")
+    p.add_argument("--exclude", nargs="*", default=[], help="earlier samples' records (qid): left out")
+    p.add_argument("--signal", default=None, help="the audit's headline signal (default: its default)")
     p.add_argument("--questions", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="smollm2-135m-instruct")
@@ -194,16 +227,18 @@ def main() -> None:
     p.add_argument("--out", default="runs/audit_validation")
     args = p.parse_args()
     warnings.simplefilter("ignore")
-    from pipeline_accuracy import musique_questions, squad_questions
+    from pipeline_accuracy import excluded_ids, musique_questions, nq_questions, squad_questions
 
     import grogu
     from grogu import cli
 
-    pool, questions = (
-        squad_questions("held", args.questions, args.seed)
-        if args.data == "squad"
-        else musique_questions("all", args.questions)
-    )
+    exclude = excluded_ids(args.exclude)
+    if args.data == "squad":
+        pool, questions = squad_questions(args.split, args.questions, args.seed, exclude)
+    elif args.data == "nq":
+        pool, questions = nq_questions(args.split, args.questions, args.seed, args.data_file, exclude)
+    else:
+        pool, questions = musique_questions(args.split, args.questions)
     setups = build_setups(pool, questions, args.seed, args.chunk_words)
     os.makedirs(args.out, exist_ok=True)
     for s in setups:  # the set-ups as grogu audit reads them
@@ -243,6 +278,7 @@ def main() -> None:
             str(args.seed),
             "--out",
             report,
+            *(["--signal", args.signal] if args.signal else []),
             "--title",
             f"grogu audit: {args.data}, {len(queries)} questions",
         ]
@@ -250,8 +286,13 @@ def main() -> None:
     with open(os.path.join(report, "summary.json"), encoding="utf-8") as f:
         audited = json.load(f)
     pairs, summary = pairwise(audited, questions)
+    tag = f"{args.data}_{args.split}_{os.path.basename(args.model)}"
+    with open(os.path.join(args.out, f"records_{tag}.jsonl"), "w", encoding="utf-8") as f:
+        for rec in records(audited, questions, args.data, audited["model"]):
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     out = {
         "data": args.data,
+        "split": args.split,
         "model": audited["model"],
         "n": len(queries),
         "summary": summary,
@@ -260,7 +301,7 @@ def main() -> None:
         "timing": audited["timing"],
         "args": vars(args),
     }
-    with open(os.path.join(args.out, f"validation_{args.data}_{os.path.basename(args.model)}.json"), "w") as f:
+    with open(os.path.join(args.out, f"validation_{tag}.json"), "w") as f:
         json.dump(out, f, indent=1)
     print(f"{args.data}, {audited['model']}, n = {len(queries)}")
     print(f"{'set-up':<22}{'mean utility':>14}{'accuracy':>10}")

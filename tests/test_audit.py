@@ -220,7 +220,8 @@ def test_audit_reads_set_up_files_and_restricts_queries(tmp_path, scorer):
     setups = [read_setup(str(a)), read_setup(str(b), "other")]
     assert [s.name for s in setups] == ["a", "other"] and setups[0].runs[Q2][0]["title"] == "Everest"
     r = audit(scorer, setups, documents=False, progress=False, resamples=200)
-    assert [q["query"] for q in r.queries] == [Q1] and r.timing["contexts"] == 2 and r.documents == []
+    # Q1 with no document (the baseline, always scored), with canberra and with banana
+    assert [q["query"] for q in r.queries] == [Q1] and r.timing["contexts"] == 3 and r.documents == []
     with pytest.raises(ValueError, match="no query was run by every set-up"):
         audit(scorer, setups, queries=[Q2], progress=False)
     with pytest.raises(ValueError, match="names must differ"):

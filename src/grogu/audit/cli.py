@@ -17,6 +17,7 @@ import sys
 from importlib import resources
 
 from ..models import DEFAULT_MODEL
+from .signals import DEFAULT_SIGNAL, SIGNALS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,6 +50,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--min-count", type=POSITIVE_INT, default=2, help="retrievals before a document can be 'never useful'"
+    )
+    p.add_argument(
+        "--signal",
+        default=DEFAULT_SIGNAL,
+        choices=sorted(SIGNALS),
+        help=f"the headline signal (default {DEFAULT_SIGNAL}); every signal's mean is in summary.json",
     )
     p.add_argument("--batch-size", type=POSITIVE_INT, default=16, help="contexts per scorer call")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
@@ -104,7 +111,7 @@ def _scorer(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from .aggregate import from_influence_logs
-    from .core import audit, check_setups
+    from .core import BASELINE, audit, check_setups
     from .report import write_report
     from .setups import read_queries, read_setup
 
@@ -132,19 +139,13 @@ def run(args: argparse.Namespace) -> int:
         check_setups(setups, queries)
     except (ValueError, TypeError) as e:
         raise SystemExit(f"grogu audit: {e}") from None
-    most = max(len(docs) for s in setups for docs in s.runs.values())
-    if args.top_n is not None and args.top_n > most:
-        print(
-            f"grogu audit: --top-n {args.top_n} is more than any set-up retrieved for a query ({most}): "
-            "every retrieved document is scored",
-            file=sys.stderr,
-        )
     result = audit(
         _scorer(args),
         setups,
         queries=queries,
         top_n=args.top_n,
         documents=not args.no_documents,
+        signal=args.signal,
         batch_size=args.batch_size,
         min_count=args.min_count,
         seed=args.seed,
@@ -158,8 +159,12 @@ def run(args: argparse.Namespace) -> int:
         f"({t['contexts_per_s']:.2f} contexts/s)",
         file=sys.stderr,
     )
-    for rank, name in enumerate(result.ranking(), 1):
-        s = result.setups[name]
-        print(f"{rank}. {name:<20} mean utility {s['mean_utility']:+.4f}  [{s['low']:+.4f}, {s['high']:+.4f}]")
+    for w in result.settings["warnings"]:
+        print(f"grogu audit: warning: {w}", file=sys.stderr)
+    print(f"signal: {result.signal}, {SIGNALS[result.signal].meaning}")
+    rows = [(n, result.setups[n]) for n in result.ranking()] + [("(" + BASELINE + ")", result.baseline)]
+    for name, s in rows:
+        print(f"  {name:<22} {s['mean']:+.4f}  [{s['low']:+.4f}, {s['high']:+.4f}]")
+    print(result.verdict["headline"])
     print(f"report: {html}\nsummary: {js}")
     return 0

@@ -17,14 +17,19 @@ import itertools
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from ..checks import check_positive_int
-from . import aggregate, stats
+from ..checks import check_float, check_positive_int
+from ..version import __version__
+from . import aggregate, signals, stats
 from .setups import Setup, common_queries
 
 #: one context to score: (query, document keys in order); () is the query with no document
 ContextKey = tuple[str, tuple[str, ...]]
+
+#: the name the no-document baseline goes by in tables, charts and comparisons
+BASELINE = "no documents"
 
 
 @dataclass
@@ -48,19 +53,32 @@ class AuditResult:
     documents: list[dict[str, Any]]
     rank_curve: dict[str, list[dict[str, Any]]]
     timing: dict[str, float] = field(default_factory=dict)
+    signal: str = signals.DEFAULT_SIGNAL
+    baseline: dict[str, Any] = field(default_factory=dict)
+    against_none: list[stats.PairedComparison] = field(default_factory=list)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def ranking(self) -> list[str]:
-        """Set-up names, highest mean context utility first."""
-        return sorted(self.setup_names, key=lambda s: -self.setups[s]["mean_utility"])
+        """Set-up names, highest mean of the headline signal first."""
+        return sorted(self.setup_names, key=lambda s: -self.setups[s]["mean"])
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "metric": self.metric,
             "top_n": self.top_n,
+            "signal": self.signal,
+            "signal_meaning": signals.SIGNALS[self.signal].meaning,
+            "signal_unit": signals.SIGNALS[self.signal].unit,
+            "signals": {k: s.meaning for k, s in signals.SIGNALS.items()},
+            "settings": self.settings,
+            "verdict": self.verdict,
             "ranking": self.ranking(),
             "setups": self.setups,
+            "baseline": self.baseline,
             "comparisons": [c.as_dict() for c in self.comparisons],
+            "against_none": [c.as_dict() for c in self.against_none],
             "documents": self.documents,
             "rank_curve": self.rank_curve,
             "timing": self.timing,
@@ -75,8 +93,7 @@ def plan_contexts(
     texts: dict[str, dict[str, Any]] = {}
     keys: dict[ContextKey, None] = {}
     for q in queries:
-        if documents:
-            keys[(q, ())] = None
+        keys[(q, ())] = None  # the baseline
         for s in setups:
             docs = s.documents(q, top_n)
             texts.update({d["key"]: d for d in docs})
@@ -116,6 +133,38 @@ def _doc(d: dict[str, Any]) -> Any:
     return {"text": d["text"], "title": d["title"]} if d.get("title") else d["text"]
 
 
+def warnings_for(setups: Sequence[Setup], queries: Sequence[str], top_n: int | None) -> list[str]:
+    """What a reader of the report should know about its input: one set-up only, queries a set-up
+    retrieved nothing for, a ``top_n`` above what any set-up retrieved."""
+    out = []
+    if len(setups) == 1:
+        out.append("one set-up only: it is compared with no documents, not with another set-up")
+    for s in setups:
+        empty = sum(not s.runs[q] for q in queries)
+        if empty:
+            out.append(f"{s.name}: no document for {empty} of {len(queries)} queries (scored as no documents)")
+    most = max((len(s.runs[q]) for s in setups for q in queries), default=0)
+    if top_n is not None and top_n > most:
+        out.append(f"top-n {top_n} is more than any set-up retrieved ({most}): every retrieved document is scored")
+    return out
+
+
+def prompt_tokens(scorer: Any, query: str, docs: Sequence[Any]) -> int | None:
+    """Tokens of the grounded prompt the LLM reads for ``docs`` (None where the scorer does not say: a
+    remote one)."""
+    prompts = getattr(scorer, "prompts", None)
+    if prompts is None or not hasattr(prompts, "grounded_ids"):
+        return None
+    from ..checks import check_documents
+
+    ids = prompts.grounded_ids(query, check_documents(list(docs)))
+    return len(ids) if isinstance(ids, list) else None
+
+
+def _mean_or_none(xs: Sequence[Any]) -> float | None:
+    return sum(xs) / len(xs) if xs and all(x is not None for x in xs) else None
+
+
 def check_setups(setups: Sequence[Setup], queries: Sequence[str] | None = None) -> list[str]:
     """The queries to audit (:func:`common_queries`), after checking the set-ups: distinct names, and at
     least one query every set-up ran. Cheap: the command line runs it before it loads the model."""
@@ -135,9 +184,11 @@ def audit(
     queries: Sequence[str] | None = None,
     top_n: int | None = None,
     documents: bool = True,
+    signal: str = signals.DEFAULT_SIGNAL,
     batch_size: int = 16,
     min_count: int = 2,
     level: float = 0.95,
+    alpha: float = 0.05,
     resamples: int = 4000,
     seed: int = 0,
     progress: bool = True,
@@ -147,55 +198,108 @@ def audit(
 
     ``queries``: the queries to audit (default: every query all set-ups ran; a query one set-up lacks is
     left out). ``top_n``: documents per context (default: all each set-up retrieved). ``documents``: also
-    score each document alone and no document (per-document usefulness; k + 1 more contexts a query at
-    most). ``level``, ``resamples``, ``seed``: the paired-bootstrap intervals (:mod:`grogu.audit.stats`).
+    score each document alone (per-document usefulness; k more contexts a query at most). The query with
+    no document is always scored: it is the baseline every set-up is shown against. ``signal``: the
+    headline (:data:`grogu.audit.signals.SIGNALS`); every signal's mean is reported beside it.
+    ``level``, ``resamples``, ``seed``: the paired-bootstrap intervals; ``alpha``: the family-wise level of
+    the verdict (Holm's correction over all pairs; :func:`grogu.audit.stats.verdict`).
     """
     if top_n is not None:
         top_n = check_positive_int("top_n", top_n)
     batch_size = check_positive_int("batch_size", batch_size)
+    signal = signals.check_signal(signal)
+    alpha = check_float("alpha", alpha, minimum=0.0, maximum=1.0, min_inclusive=False, max_inclusive=False)
     qs = check_setups(setups, queries)
     names = [s.name for s in setups]
     contexts, texts = plan_contexts(setups, qs, top_n, documents)
     t0 = time.perf_counter()
     scored = score_contexts(scorer, contexts, texts, batch_size=batch_size, progress=progress)
     elapsed = time.perf_counter() - t0
+
+    def read(q: str, keys: tuple[str, ...]) -> tuple[Any, dict[str, float]]:
+        ctx = scored[(q, keys)]
+        return ctx, signals.signal_values(signals.readings(ctx, [texts[k]["text"] for k in keys]))
+
     rows, observations = [], []
     for q in qs:
-        none = scored[(q, ())].score if documents else None
-        row: dict[str, Any] = {"query": q, "none": none, "setups": {}}
+        none_ctx, none_signals = read(q, ())
+        row: dict[str, Any] = {
+            "query": q,
+            "none": none_ctx.score,
+            "baseline": {"value": none_signals[signal], "signals": none_signals, "answer": none_ctx.answer},
+            "setups": {},
+        }
         for s in setups:
             docs = s.documents(q, top_n)
-            ctx = scored[(q, tuple(d["key"] for d in docs))]
+            ctx, values = read(q, tuple(d["key"] for d in docs))
             given = []
             for rank, d in enumerate(docs, 1):
-                use = scored[(q, (d["key"],))].score - none if documents else None
+                use = scored[(q, (d["key"],))].score - none_ctx.score if documents else None
                 given.append({**d, "rank": rank, "usefulness": use})
                 observations.append(
                     aggregate.Observation(
                         key=d["key"], text=d["text"], title=d["title"], query=q, setup=s.name, rank=rank, value=use
                     )
                 )
-            row["setups"][s.name] = {"utility": ctx.score, "answer": ctx.answer, "documents": given}
+            row["setups"][s.name] = {
+                "value": values[signal],
+                "utility": ctx.score,
+                "signals": values,
+                "answer": ctx.answer,
+                "documents": given,
+                "prompt_tokens": prompt_tokens(scorer, q, [_doc(d) for d in docs]),
+            }
         rows.append(row)
+
+    def summarise(i: int, cells: list[dict[str, Any]]) -> dict[str, Any]:
+        values = [c["value"] for c in cells]
+        low, high = stats.bootstrap_interval(values, level=level, resamples=resamples, seed=seed + i)
+        return {
+            "n": len(values),
+            "mean": sum(values) / len(values),
+            "low": low,
+            "high": high,
+            "signals": {k: sum(c["signals"][k] for c in cells) / len(cells) for k in signals.SIGNALS},
+        }
+
     per_setup = {}
     for i, s in enumerate(setups):
-        values = [r["setups"][s.name]["utility"] for r in rows]
-        low, high = stats.bootstrap_interval(values, level=level, resamples=resamples, seed=seed + i)
-        per_setup[s.name] = {"n": len(values), "mean_utility": sum(values) / len(values), "low": low, "high": high}
-    order = sorted(names, key=lambda n: -per_setup[n]["mean_utility"])
-    comparisons = [
-        stats.compare(
-            a,
-            b,
-            [r["setups"][a]["utility"] for r in rows],
-            [r["setups"][b]["utility"] for r in rows],
-            level=level,
-            resamples=resamples,
-            seed=seed,
-        )
-        for a, b in itertools.combinations(order, 2)
+        cells = [r["setups"][s.name] for r in rows]
+        per_setup[s.name] = {
+            **summarise(i, cells),
+            "mean_utility": sum(c["utility"] for c in cells) / len(cells),
+            "documents_per_context": sum(len(c["documents"]) for c in cells) / len(cells),
+            "prompt_tokens": _mean_or_none([c["prompt_tokens"] for c in cells]),
+        }
+    baseline = {**summarise(len(setups), [r["baseline"] for r in rows]), "documents_per_context": 0.0}
+    order = sorted(names, key=lambda n: -per_setup[n]["mean"])
+    column = lambda name: [r["setups"][name]["value"] for r in rows]  # noqa: E731
+    opts = {"level": level, "resamples": resamples, "seed": seed}
+    comparisons = stats.judge(
+        [stats.compare(a, b, column(a), column(b), **opts) for a, b in itertools.combinations(order, 2)], alpha=alpha
+    )
+    against_none = [
+        stats.compare(s, BASELINE, column(s), [r["baseline"]["value"] for r in rows], **opts) for s in order
     ]
     model = getattr(scorer, "model_name", "?")
+    settings = {
+        "model": str(model),
+        "signal": signal,
+        "metric": str(getattr(scorer, "metric", "?")),
+        "answer_style": getattr(scorer, "answer_style", None),
+        "top_n": top_n,
+        "documents_per_context": {n: per_setup[n]["documents_per_context"] for n in names},
+        "per_document": documents,
+        "queries": len(qs),
+        "seed": seed,
+        "level": level,
+        "alpha": alpha,
+        "min_count": min_count,
+        "grogu_version": __version__,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "scoring_seconds": elapsed,
+        "warnings": warnings_for(setups, qs, top_n),
+    }
     return AuditResult(
         model=str(model),
         metric=str(getattr(scorer, "metric", "?")),
@@ -211,4 +315,9 @@ def audit(
             "seconds": elapsed,
             "contexts_per_s": len(contexts) / elapsed if elapsed > 0 else float("nan"),
         },
+        signal=signal,
+        baseline=baseline,
+        against_none=against_none,
+        settings=settings,
+        verdict=stats.verdict(names, {n: per_setup[n]["mean"] for n in names}, comparisons, alpha=alpha),
     )

@@ -24,7 +24,10 @@ class PairedComparison:
     ``mean_diff``: mean of a - b (the utility's unit, e.g. nats of KeyEntropy, negated).
     ``low`` / ``high``: the paired-bootstrap percentile interval of that mean at ``level``.
     ``p_value``: two-sided sign-flip permutation p-value of mean = 0 (``exact`` when every sign pattern
-    was enumerated). ``wins`` / ``losses``: queries where a is higher / lower than b.
+    was enumerated). ``wins`` / ``losses``: queries where a is higher / lower than b. ``sd``: the standard
+    deviation of the per-query differences. ``p_adjusted``: ``p_value`` after Holm's correction over the
+    pairs compared together (:func:`holm`); ``differs``: the adjusted p-value is below alpha *and* the
+    interval excludes 0 (both say the same). Both are set by :func:`judge`.
     """
 
     a: str
@@ -38,6 +41,9 @@ class PairedComparison:
     exact: bool
     wins: int
     losses: int
+    sd: float = math.nan
+    p_adjusted: float | None = None
+    differs: bool | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -105,6 +111,7 @@ def compare(
         exact=exact,
         wins=int(np.sum(d > 0)),
         losses=int(np.sum(d < 0)),
+        sd=float(d.std(ddof=1)) if d.size > 1 else math.nan,
     )
 
 
@@ -117,3 +124,117 @@ def exact_sign_test(wins: int, losses: int) -> float:
     k = min(wins, losses)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
     return min(1.0, 2.0 * tail)
+
+
+#: below this many queries the audit names no winner (the sign-flip test cannot reach p < 0.05 before 5)
+MIN_QUERIES = 10
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error over all the tests given), in input order."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    out, running = [0.0] * m, 0.0
+    for step, i in enumerate(order):
+        running = max(running, min(1.0, (m - step) * p_values[i]))
+        out[i] = running
+    return out
+
+
+def queries_needed(mean_diff: float, sd: float, *, alpha: float = 0.05, power: float = 0.8) -> int | None:
+    """About how many queries a paired difference of ``mean_diff`` with per-query spread ``sd`` needs to be
+    found at two-sided ``alpha`` with ``power`` (normal approximation: ((z_a + z_b) * sd / mean_diff)^2).
+    None when the difference is 0 or the spread unknown."""
+    from statistics import NormalDist
+
+    if not (math.isfinite(mean_diff) and math.isfinite(sd)) or mean_diff == 0:
+        return None
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    return max(2, math.ceil((z * sd / abs(mean_diff)) ** 2))
+
+
+def judge(comparisons: Sequence[PairedComparison], *, alpha: float = 0.05) -> list[PairedComparison]:
+    """The comparisons with Holm-adjusted p-values over all of them (``p_adjusted``) and ``differs``: the
+    adjusted p is below ``alpha`` and the interval excludes 0. Fewer than :data:`MIN_QUERIES` queries:
+    no pair differs."""
+    from dataclasses import replace
+
+    adjusted = holm([c.p_value for c in comparisons])
+    return [
+        replace(
+            c,
+            p_adjusted=p,
+            differs=bool(c.n >= MIN_QUERIES and p < alpha and (c.low > 0 or c.high < 0)),
+        )
+        for c, p in zip(comparisons, adjusted)
+    ]
+
+
+def verdict(
+    names: Sequence[str], means: dict[str, float], judged: Sequence[PairedComparison], *, alpha: float = 0.05
+) -> dict:
+    """What the statistics support, as plain data and one ``headline`` sentence.
+
+    ``top``: the set-ups no other one beats (a tie group when more than one); ``best``: the one set-up
+    that beats every other, else None; ``beats``: (winner, loser) pairs that differ; ``needed``: for the
+    pair with the largest observed difference among those that do not differ, about how many queries
+    that difference would need (:func:`queries_needed`, at alpha / the number of pairs)."""
+    order = sorted(names, key=lambda s: -means[s])
+    beats = []
+    for c in judged:
+        if c.differs:
+            beats.append((c.a, c.b) if c.mean_diff > 0 else (c.b, c.a))
+    beaten = {loser for _, loser in beats}
+    top = [s for s in order if s not in beaten]
+    best = top[0] if len(top) == 1 and sum(w == top[0] for w, _ in beats) == len(names) - 1 else None
+    open_pairs = [c for c in judged if not c.differs and math.isfinite(c.mean_diff) and c.mean_diff != 0]
+    largest = max(open_pairs, key=lambda c: abs(c.mean_diff) / c.sd if c.sd and c.sd > 0 else 0.0, default=None)
+    needed = None
+    if largest is not None:
+        needed = {
+            "a": largest.a,
+            "b": largest.b,
+            "mean_diff": largest.mean_diff,
+            "n": largest.n,
+            "queries": queries_needed(largest.mean_diff, largest.sd, alpha=alpha / max(1, len(judged))),
+        }
+    n = min((c.n for c in judged), default=0)
+    return {
+        "top": top,
+        "best": best,
+        "beats": beats,
+        "needed": needed,
+        "alpha": alpha,
+        "correction": f"Holm over {len(judged)} pairs",
+        "headline": _headline(names, top, best, beats, judged, needed, n),
+    }
+
+
+def _headline(names, top, best, beats, judged, needed, n) -> str:
+    if len(names) < 2:
+        return "One set-up: nothing to compare it with."
+    more = ""
+    if needed and needed["queries"]:
+        more = (
+            f" A difference the size of {needed['a']} against {needed['b']} ({needed['mean_diff']:+.3g}) "
+            f"would need about {needed['queries']} queries."
+        )
+    if n < MIN_QUERIES:
+        return f"Too few queries to tell set-ups apart ({n}; at least {MIN_QUERIES})." + more
+    if not beats:
+        return f"No set-up differs from another on these {n} queries (Holm-corrected)." + more
+    by_pair = {frozenset((c.a, c.b)): c for c in judged}
+    if best:
+        worst = max((by_pair[frozenset((best, s))] for s in names if s != best), key=lambda c: c.p_adjusted or 0.0)
+        return f"{best} beats every other set-up (Holm-corrected p ≤ {worst.p_adjusted:.2g}, {n} queries)."
+    lead = " and ".join(top) + (" tie" if len(top) > 1 else " leads")
+    parts = []
+    for w, loser in beats:
+        if w in top:
+            c = by_pair[frozenset((w, loser))]
+            d, lo, hi = (c.mean_diff, c.low, c.high) if c.a == w else (-c.mean_diff, -c.high, -c.low)
+            wins = c.wins if c.a == w else c.losses
+            parts.append(
+                f"{w} beats {loser}: {d:+.3g} [{lo:+.3g}, {hi:+.3g}], {wins} of {c.n} queries, p = {c.p_adjusted:.2g}"
+            )
+    return f"{lead}; " + "; ".join(parts) + " (Holm-corrected)."
