@@ -31,6 +31,10 @@ from grogu.audit import (
     write_report,
 )
 from grogu.audit.setups import document
+from grogu.audit.signals import SIGNALS, readings, signal_values
+from grogu.audit.stats import MIN_QUERIES, holm, judge, queries_needed, verdict
+from grogu.results import ContextScore
+from grogu.selection import support_scores
 from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 N = 4  # answer tokens of the tiny model
@@ -83,6 +87,94 @@ def test_compare_and_sign_test():
 
 
 # ------------------------------------------------------------------ aggregates
+def test_holm_adjusts_p_values_by_hand():
+    # sorted: 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised to the running 0.06
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0]) and holm([]) == []
+
+
+def test_queries_needed_by_hand():
+    # ((z_0.975 + z_0.8) * sd / d)^2 = (2.80158 * 1 / 0.5)^2 = 31.4 -> 32
+    assert queries_needed(0.5, 1.0) == 32
+    assert queries_needed(-0.5, 1.0) == 32  # the sign does not matter
+    assert queries_needed(5.0, 1.0) == MIN_QUERIES  # never below the minimum
+    assert queries_needed(0.0, 1.0) is None and queries_needed(0.5, float("nan")) is None
+
+
+def _judged(columns: dict, alpha: float = 0.05):
+    names = sorted(columns, key=lambda n: -sum(columns[n]))
+    pairs = [compare(a, b, columns[a], columns[b], resamples=500) for i, a in enumerate(names) for b in names[i + 1 :]]
+    return judge(pairs, alpha=alpha), {n: sum(v) / len(v) for n, v in columns.items()}
+
+
+def test_verdict_names_a_best_set_up_only_when_it_beats_every_other():
+    noise = [0.1, -0.1, 0.05, -0.05, 0.2, -0.2, 0.1, -0.1, 0.05, -0.05, 0.2, -0.2]  # sums to 0
+    cols = {"a": [2.0 + x for x in noise], "b": [0.0] * 12, "c": [0.01 + x / 2 for x in noise[::-1]]}
+    judged, means = _judged(cols)
+    by = {(c.a, c.b): c for c in judged}
+    # a against b or c: 12 of 12 queries higher, exact sign-flip p = 2 / 4096, times 3 (Holm's first step)
+    assert by[("a", "b")].p_value == pytest.approx(2 / 4096) and by[("a", "b")].p_adjusted == pytest.approx(6 / 4096)
+    assert by[("a", "b")].differs and by[("a", "c")].differs and not by[("c", "b")].differs  # c's mean is higher
+    v = verdict(list(cols), means, judged)
+    assert v["best"] == "a" and v["top"] == ["a"] and v["headline"].startswith("a beats every other set-up")
+    assert v["needed"]["a"] in ("b", "c") and v["needed"]["b"] in ("b", "c")  # the one pair left open
+
+
+def test_verdict_groups_set_ups_it_cannot_tell_apart():
+    noise = [0.1, -0.1, 0.05, -0.05, 0.2, -0.2, 0.1, -0.1, 0.05, -0.05, 0.2, -0.2]
+    cols = {"a": [2.0 + x for x in noise], "b": [2.0 - x for x in noise], "c": [0.0] * 12}
+    judged, means = _judged(cols)
+    v = verdict(list(cols), means, judged)
+    assert v["best"] is None and sorted(v["top"]) == ["a", "b"] and sorted(v["beats"]) == [("a", "c"), ("b", "c")]
+    assert " tie; " in v["headline"] and "beats c: +2 [" in v["headline"] and "12 of 12 queries" in v["headline"]
+
+
+def test_verdict_says_when_queries_are_too_few_or_nothing_differs():
+    cols = {"a": [1.0] * 6, "b": [0.0] * 6}  # every query agrees, but 6 queries
+    judged, means = _judged(cols)
+    assert not judged[0].differs  # p = 2/64 < 0.05, yet below MIN_QUERIES
+    assert verdict(list(cols), means, judged)["headline"].startswith("Too few queries")
+    flat = [0.3, -0.3] * 6
+    judged, means = _judged({"a": flat, "b": [0.0] * 12})
+    v = verdict(["a", "b"], means, judged)
+    assert v["beats"] == [] and v["headline"].startswith("No set-up differs")
+    # a pair whose p-value passes but whose interval touches 0 is not called a difference
+    c = compare("a", "b", [1.0] * 12, [0.0] * 12, resamples=100)
+    from dataclasses import replace
+
+    [j] = judge([replace(c, low=0.0)])
+    assert j.p_adjusted < 0.05 and not j.differs
+
+
+def test_signals_read_from_one_scored_context_by_hand():
+    ctx = ContextScore(
+        score=-1.2,
+        metric="key_entropy",
+        confidence=1.2,
+        answer="Canberra is the capital.",
+        n_tokens=5,
+        n_key_tokens=2,
+        variants={"key_entropy": -1.2, "ppl": -2.0},
+        answer_finished=True,
+        documents=[DOCS["canberra"]],
+    )
+    # answer words (articles dropped): canberra, is, capital; all in the document: support 1
+    r = readings(ctx, [DOCS["canberra"]])
+    assert r == {"utility": -1.2, "confidence": 0.5, "support": 1.0}
+    v = signal_values(r)
+    assert v == {
+        "utility": -1.2,
+        "confidence": 0.5,
+        "support": 1.0,
+        "confidence_support": pytest.approx(-0.2),
+        "settled": 1.0,
+    }
+    # with the Sydney paragraph only "is" is found: 1 of 3 words, below the gate's 0.8: not settled
+    v = signal_values(readings(ctx, [DOCS["sydney"]]))
+    assert v["support"] == pytest.approx(1 / 3) and v["settled"] == 0.0
+    assert signal_values(readings(ctx, []))["support"] == 0.0 and set(SIGNALS) == set(v)
+
+
 def _obs(key, query, setup, rank, value, utility=None):
     return Observation(
         key=key, text=f"text {key}", title=None, query=query, setup=setup, rank=rank, value=value, utility=utility
@@ -98,14 +190,20 @@ def test_document_table_and_rank_curve_on_hand_built_observations():
         _obs("B", "q2", "s", 1, -0.1),
         _obs("C", "q3", "t", 2, 0.0),
     ]
-    rows = {r["key"]: r for r in document_table(obs, min_count=2)}
-    a, b, c = rows["A"], rows["B"], rows["C"]
-    assert [r["key"] for r in document_table(obs)] == ["A", "B", "C"]  # most retrieved first
-    assert (a["n_retrieved"], a["n_queries"], a["setups"], a["n_useful"], a["n_harmful"]) == (3, 3, ["s", "t"], 2, 1)
+    # D: one query seen by two set-ups is one query, not two (its value alone is the same under both)
+    more = [_obs("D", "q1", "s", 1, -0.4), _obs("D", "q1", "t", 3, -0.4), _obs("D", "q2", "s", 1, -0.2)]
+    rows = {r["key"]: r for r in document_table(obs + more, min_count=2)}
+    a, b, c, d = rows["A"], rows["B"], rows["C"], rows["D"]
+    assert [r["key"] for r in document_table(obs + more)] == ["A", "D", "B", "C"]  # most queries, then retrievals
+    assert (a["n_retrieved"], a["n_queries"], a["setups"], a["n_positive"], a["n_negative"]) == (3, 3, ["s", "t"], 2, 1)
     assert a["mean_value"] == pytest.approx(0.2) and a["mean_rank"] == pytest.approx(4 / 3)
-    assert not a["never_useful"] and not a["harmful"]
-    assert b["mean_value"] == pytest.approx(-0.2) and b["never_useful"] and b["harmful"]
-    assert not c["never_useful"] and not c["harmful"]  # retrieved once: below min_count
+    # A's interval: bootstrap of (0.5, -0.1, 0.2) spans 0, so A is not flagged either way
+    assert a["low"] < 0 < a["high"] and not a["never_positive"] and not a["negative"]
+    assert b["mean_value"] == pytest.approx(-0.2) and b["never_positive"] and b["negative"]
+    assert b["high"] == pytest.approx(-0.1) and b["low"] == pytest.approx(-0.3)  # resampled means of (-0.3, -0.1)
+    assert (d["n_retrieved"], d["n_queries"], d["n_negative"]) == (3, 2, 2) and d["mean_value"] == pytest.approx(-0.3)
+    # below min_count queries: no interval and no flag
+    assert c["low"] is None and not c["never_positive"] and not c["negative"]
     curve = rank_curve(obs)
     assert curve["s"] == [
         {"rank": 1, "n": 2, "mean_value": pytest.approx(0.2), "useful_share": 0.5},
@@ -150,7 +248,7 @@ def test_aggregates_from_influence_log_records(tmp_path):
     assert (out["n_records"], out["n_observations"]) == (3, 4)  # the failed record adds nothing
     rows = {r["key"]: r for r in out["documents"]}
     assert rows["d1"]["mean_value"] == pytest.approx(0.3) and rows["d1"]["mean_utility"] == pytest.approx(-1.25)
-    assert rows["d1"]["mean_rank"] == pytest.approx(1.5) and rows["d2"]["never_useful"]
+    assert rows["d1"]["mean_rank"] == pytest.approx(1.5) and rows["d2"]["never_positive"]
     assert set(out["rank_curve"]) == {"x", "y"}
     html, js = write_report(out, str(tmp_path / "report"))
     page = open(html, encoding="utf-8").read()
@@ -180,11 +278,15 @@ def test_audit_scores_equal_the_scorers_one_at_a_time(scorer, result):
             texts = [d["text"] for d in s["documents"]]
             one = scorer.score_context(q, texts)
             assert s["utility"] == pytest.approx(one.score, abs=TOL) and s["answer"] == one.answer
+            [support] = support_scores([one.answer], [" ".join(texts)])
+            assert s["signals"]["support"] == support and s["value"] == s["signals"]["utility"] == s["utility"]
             for d in s["documents"]:
                 assert d["usefulness"] == pytest.approx(scorer.score_context(q, [d["text"]]).score - none, abs=TOL)
     good = [r["setups"]["good"]["utility"] for r in result.queries]
     bad = [r["setups"]["bad"]["utility"] for r in result.queries]
-    assert result.setups["good"]["mean_utility"] == pytest.approx(sum(good) / 2)
+    assert result.setups["good"]["mean_utility"] == result.setups["good"]["mean"] == pytest.approx(sum(good) / 2)
+    assert result.baseline["mean"] == pytest.approx(sum(r["none"] for r in result.queries) / 2)
+    assert [c.b for c in result.against_none] == ["no documents"] * 2
     [c] = result.comparisons
     sign = 1 if c.a == "good" else -1
     assert c.mean_diff == pytest.approx(sign * (sum(good) - sum(bad)) / 2)
@@ -196,15 +298,15 @@ def test_audit_aggregates_documents(result):
     rows = {r["key"]: r for r in result.documents}
     assert rows["banana"]["n_retrieved"] == 3 and rows["banana"]["setups"] == ["bad", "good"]
     assert rows["sydney"]["mean_rank"] == 2.0 and rows["canberra"]["n_retrieved"] == 1
-    uses = [
-        d["usefulness"]
+    uses = {
+        r["query"]: d["usefulness"]
         for r in result.queries
         for s in r["setups"].values()
         for d in s["documents"]
         if d["key"] == "banana"
-    ]
-    assert rows["banana"]["mean_value"] == pytest.approx(sum(uses) / 3)
-    assert rows["banana"]["harmful"] == (sum(uses) < 0)
+    }
+    assert rows["banana"]["mean_value"] == pytest.approx(sum(uses.values()) / 2)  # over its 2 queries
+    assert rows["banana"]["n_queries"] == 2 and rows["banana"]["n_retrieved"] == 3
     assert [p["rank"] for p in result.rank_curve["good"]] == [1, 2]
 
 
@@ -369,7 +471,9 @@ def test_report_renders_in_headless_chromium(chromium, cli_report):
     widths = [int(w) for w in re.findall(r'class="chart"[^>]*data-natural-width="(\d+)"', dom)]
     assert len(widths) == 4 and min(widths) > 200, widths
     rows = dict(re.findall(r'<table id="([\w-]+)"[^>]*data-rows="(\d+)"', dom))
-    assert int(rows["setups"]) == 2 and int(rows["comparisons"]) == 1 and int(rows["most-useful"]) >= 1
+    # two set-ups and the no-document baseline; banana, the one document seen for both queries, is listed
+    assert int(rows["setups"]) == 3 and int(rows["comparisons"]) == 1
+    assert int(rows.get("most-useful", 0)) + int(rows.get("least-useful", 0)) == 1
     assert len(re.findall(r'<details class="query"', dom)) == 2
     shot = cli_report / "shot.png"
     _browser(chromium, f"--screenshot={shot}", url)

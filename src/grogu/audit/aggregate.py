@@ -35,20 +35,32 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def document_table(observations: Iterable[Observation], *, min_count: int = 2) -> list[dict[str, Any]]:
-    """One row per document, most retrieved first: ``n_retrieved`` (query, set-up retrievals),
-    ``n_queries``, ``setups``, ``mean_rank``, ``mean_value``, ``n_useful`` (value > 0), ``n_harmful``
-    (value < 0), ``mean_utility``, and two flags: ``never_useful`` (retrieved at least ``min_count``
-    times and never of positive value) and ``harmful`` (mean value below 0: on average the document
-    makes the LLM less sure of its answer than no document does)."""
+def document_table(
+    observations: Iterable[Observation], *, min_count: int = 2, level: float = 0.95, seed: int = 0
+) -> list[dict[str, Any]]:
+    """One row per document, seen for the most queries first.
+
+    A document scored alone for a query has one value, however many set-ups retrieved it; so its values
+    are counted over distinct queries. ``n_retrieved``: (query, set-up) retrievals; ``n_queries``: distinct
+    queries; ``mean_value``: the mean over those queries; ``low`` / ``high``: its bootstrap interval, given
+    only from ``min_count`` queries on (else None). ``n_positive`` / ``n_negative``: queries where the
+    value is above / below 0. Flags, only from ``min_count`` queries on: ``never_positive`` (never above
+    0) and ``negative`` (the whole interval below 0)."""
+    from .stats import bootstrap_interval
+
     groups: dict[str, list[Observation]] = defaultdict(list)
     for o in observations:
         groups[o.key].append(o)
     rows = []
     for key, obs in groups.items():
-        values = [o.value for o in obs if o.value is not None and math.isfinite(o.value)]
+        per_query: dict[str, list[float]] = defaultdict(list)
+        for o in obs:
+            if o.value is not None and math.isfinite(o.value):
+                per_query[o.query].append(o.value)
+        values = [sum(v) / len(v) for v in per_query.values()]
         utilities = [o.utility for o in obs if o.utility is not None]
-        mean_value = _mean(values)
+        counted = len(values) >= min_count
+        low, high = bootstrap_interval(values, level=level, seed=seed) if counted else (None, None)
         rows.append(
             {
                 "key": key,
@@ -58,15 +70,17 @@ def document_table(observations: Iterable[Observation], *, min_count: int = 2) -
                 "n_queries": len({o.query for o in obs}),
                 "setups": sorted({o.setup for o in obs}),
                 "mean_rank": _mean([float(o.rank) for o in obs]),
-                "mean_value": mean_value,
-                "n_useful": sum(v > 0 for v in values),
-                "n_harmful": sum(v < 0 for v in values),
+                "mean_value": _mean(values),
+                "low": low,
+                "high": high,
+                "n_positive": sum(v > 0 for v in values),
+                "n_negative": sum(v < 0 for v in values),
                 "mean_utility": _mean(utilities),
-                "never_useful": len(obs) >= min_count and bool(values) and all(v <= 0 for v in values),
-                "harmful": mean_value is not None and mean_value < 0,
+                "never_positive": counted and all(v <= 0 for v in values),
+                "negative": counted and high is not None and high < 0,
             }
         )
-    rows.sort(key=lambda r: (-r["n_retrieved"], r["key"]))
+    rows.sort(key=lambda r: (-r["n_queries"], -r["n_retrieved"], r["key"]))
     return rows
 
 

@@ -31,73 +31,96 @@ def _figure(width: float, height: float) -> tuple[Any, Any]:
     return fig, ax
 
 
-def setup_chart(setups: dict[str, dict[str, Any]], order: Sequence[str], metric: str) -> str:
-    """Mean context utility per set-up (best on top) with its bootstrap interval."""
+#: the no-document baseline's colour in every chart
+BASELINE_COLOUR = "#718096"
+
+
+def colours(names: Sequence[str]) -> dict[str, str]:
+    """One colour per set-up, from its position in ``names`` (the set-ups as given), so a set-up keeps its
+    colour in every chart; the baseline is grey."""
+    palette = [c for c in PALETTE if c != BASELINE_COLOUR]
+    return {n: palette[i % len(palette)] for i, n in enumerate(names)}
+
+
+def setup_chart(
+    rows: dict[str, dict[str, Any]], order: Sequence[str], label: str, colour: dict[str, str], baseline: str
+) -> str:
+    """Mean signal per set-up (best on top) with its bootstrap interval; the baseline last, grey, with
+    a dashed line at its mean."""
     fig, ax = _figure(7.0, 0.5 + 0.45 * len(order))
     names = list(reversed(order))
-    means = [setups[n]["mean_utility"] for n in names]
-    err = [[m - setups[n]["low"] for n, m in zip(names, means)], [setups[n]["high"] - m for n, m in zip(names, means)]]
-    for i, n in enumerate(names):
+    for n in names:
+        r = rows[n]
         ax.errorbar(
-            [means[i]],
+            [r["mean"]],
             [n],
-            xerr=[[err[0][i]], [err[1][i]]],
+            xerr=[[r["mean"] - r["low"]], [r["high"] - r["mean"]]],
             fmt="o",
             markersize=8,
             capsize=5,
-            color=PALETTE[order.index(n) % len(PALETTE)],
+            color=colour.get(n, BASELINE_COLOUR),
         )
-    ax.set_xlabel(f"mean context utility ({metric}; higher = more useful to the LLM)")
-    ax.set_title("Retrieval set-ups: mean utility of the context, 95% bootstrap interval")
+    if baseline in rows:
+        ax.axvline(rows[baseline]["mean"], color=BASELINE_COLOUR, lw=1, ls="--")
+    ax.set_xlabel(label)
+    ax.set_title("Set-ups: mean per query, 95% bootstrap interval")
     ax.margins(y=0.3)
     return _png(fig)
 
 
-def difference_chart(comparisons: Sequence[dict[str, Any]], best: str) -> str:
-    """The best set-up's paired mean difference over each other set-up, with its interval."""
-    rows = [c for c in comparisons if c["a"] == best]
+def difference_chart(comparisons: Sequence[dict[str, Any]], lead: str, colour: dict[str, str]) -> str:
+    """The leading set-up's paired mean difference over each other set-up, with its interval; filled
+    where the pair differs (Holm-corrected p and interval agree), hollow where it does not."""
+    rows = []
+    for c in comparisons:
+        if lead in (c["a"], c["b"]):
+            flip = c["b"] == lead
+            other = c["a"] if flip else c["b"]
+            d, lo, hi = (-c["mean_diff"], -c["high"], -c["low"]) if flip else (c["mean_diff"], c["low"], c["high"])
+            rows.append((f"{lead} − {other}", d, lo, hi, bool(c.get("differs")), colour.get(other, BASELINE_COLOUR)))
     fig, ax = _figure(7.0, 0.6 + 0.45 * max(1, len(rows)))
-    labels = [f"{c['a']} − {c['b']}" for c in rows]
-    means = [c["mean_diff"] for c in rows]
-    err = [[c["mean_diff"] - c["low"] for c in rows], [c["high"] - c["mean_diff"] for c in rows]]
-    ax.errorbar(means, labels, xerr=err, fmt="o", color=PALETTE[0], capsize=4)
+    for label, d, lo, hi, differs, col in rows:
+        ax.errorbar(
+            [d], [label], xerr=[[d - lo], [hi - d]], fmt="o", color=col, capsize=4, mfc=col if differs else "white"
+        )
     ax.axvline(0.0, color="#444", lw=1, ls="--")
-    ax.set_xlabel("paired mean difference of context utility (interval excludes 0: a clear difference)")
-    ax.set_title(f"How much better {best} is, query by query")
+    ax.set_xlabel("paired mean difference (filled: a difference the statistics support)")
+    ax.set_title(f"{lead} against each other set-up, query by query")
     return _png(fig)
 
 
-def rank_chart(curve: dict[str, list[dict[str, Any]]], value_label: str) -> str:
+def rank_chart(curve: dict[str, list[dict[str, Any]]], value_label: str, colour: dict[str, str]) -> str:
     """Mean usefulness of the document at each retrieval rank, one line per set-up."""
     fig, ax = _figure(7.0, 3.6)
     ax.grid(axis="y", alpha=0.3)
-    for i, (setup, points) in enumerate(curve.items()):
+    for setup, points in curve.items():
         ax.plot(
             [p["rank"] for p in points],
             [p["mean_value"] for p in points],
             marker="o",
-            color=PALETTE[i % len(PALETTE)],
+            color=colour.get(setup, BASELINE_COLOUR),
             label=setup,
         )
     ax.axhline(0.0, color="#444", lw=1, ls="--")
     ax.set_xlabel("retrieval rank")
     ax.set_xticks(sorted({p["rank"] for points in curve.values() for p in points}))
     ax.set_ylabel(value_label)
-    ax.set_title("Usefulness against retrieval rank")
+    ax.set_title("Document alone against no document, by retrieval rank")
     ax.legend(frameon=False, fontsize=8)
     return _png(fig)
 
 
-def distribution_chart(queries: Sequence[dict[str, Any]], order: Sequence[str]) -> str:
-    """Per-query context utility of each set-up, as box plots."""
+def distribution_chart(columns: dict[str, Sequence[float]], order: Sequence[str], label: str) -> str:
+    """Each set-up's per-query values, as box plots (best on top)."""
     fig, ax = _figure(7.0, 0.6 + 0.5 * len(order))
     names = list(reversed(order))
-    data = [[q["setups"][n]["utility"] for q in queries] for n in names]
     import matplotlib
 
     new = tuple(int(x) for x in matplotlib.__version__.split(".")[:2]) >= (3, 10)
-    ax.boxplot(data, showmeans=True, **({"orientation": "horizontal"} if new else {"vert": False}))
+    ax.boxplot(
+        [columns[n] for n in names], showmeans=True, **({"orientation": "horizontal"} if new else {"vert": False})
+    )
     ax.set_yticks(range(1, len(names) + 1), names)
-    ax.set_xlabel("context utility per query")
+    ax.set_xlabel(label)
     ax.set_title("Spread over queries")
     return _png(fig)

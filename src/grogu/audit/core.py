@@ -285,6 +285,7 @@ def audit(
     settings = {
         "model": str(model),
         "signal": signal,
+        "setups": names,
         "metric": str(getattr(scorer, "metric", "?")),
         "answer_style": getattr(scorer, "answer_style", None),
         "top_n": top_n,

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..extras import require
 from . import charts
+from .core import BASELINE
 
 AUDIT_INSTALL = 'pip install "grogu[audit]"'
 
@@ -41,31 +42,45 @@ def page_data(summary: dict[str, Any]) -> dict[str, Any]:
     """What the template shows, from an audit summary (:meth:`AuditResult.as_dict`) or a log summary
     (:func:`grogu.audit.aggregate.from_influence_logs`, which has no set-ups)."""
     docs = summary.get("documents", [])
-    scored = [d for d in docs if d.get("mean_value") is not None]
-    value_label = (
-        "influence score" if summary.get("value") == "influence" else "usefulness (utility alone − no document)"
-    )
+    counted = [d for d in docs if d.get("low") is not None]  # seen for enough queries to have an interval
+    logs = summary.get("value") == "influence"
     data: dict[str, Any] = {
         "summary": summary,
-        "value_label": value_label,
+        "value_label": "influence score" if logs else "utility alone − no document",
+        "up_label": "answer rested on it" if logs else "LLM surer with it",
+        "down_label": "below 0" if logs else "LLM less sure with it",
         "charts": {},
-        # the upper and the lower half by mean value: no document in both tables
-        "most_useful": sorted(scored, key=lambda d: -d["mean_value"])[: min(MAX_DOCUMENTS, (len(scored) + 1) // 2)],
-        "least_useful": sorted(scored, key=lambda d: d["mean_value"])[: min(MAX_DOCUMENTS, len(scored) // 2)],
-        "never_useful": [d for d in docs if d["never_useful"]][:MAX_DOCUMENTS],
-        "n_never_useful": sum(d["never_useful"] for d in docs),
-        "n_harmful": sum(d["harmful"] for d in docs),
+        # a document with a mean below 0 is never listed among the most useful
+        "most_useful": sorted([d for d in counted if d["mean_value"] > 0], key=lambda d: -d["mean_value"])[
+            :MAX_DOCUMENTS
+        ],
+        "least_useful": sorted([d for d in counted if d["mean_value"] < 0], key=lambda d: d["mean_value"])[
+            :MAX_DOCUMENTS
+        ],
+        "never_positive": [d for d in docs if d["never_positive"]][:MAX_DOCUMENTS],
+        "n_never_positive": sum(d["never_positive"] for d in docs),
+        "n_negative": sum(d["negative"] for d in docs),
         "n_documents": len(docs),
+        "n_counted": len(counted),
         "queries": summary.get("queries", [])[:MAX_DRILLDOWN],
     }
     if summary.get("setups"):
         order = summary["ranking"]
-        data["charts"]["setups"] = charts.setup_chart(summary["setups"], order, summary["metric"])
-        data["charts"]["spread"] = charts.distribution_chart(summary["queries"], order)
+        baseline = BASELINE
+        colour = charts.colours(summary.get("settings", {}).get("setups") or sorted(summary["setups"]))
+        rows = {**summary["setups"], baseline: summary["baseline"]}
+        label = f"{summary['signal']} ({summary['signal_unit']}); higher is better"
+        data["baseline_name"] = baseline
+        data["charts"]["setups"] = charts.setup_chart(rows, [*order, baseline], label, colour, baseline)
+        columns = {n: [q["setups"][n]["value"] for q in summary["queries"]] for n in order}
+        columns[baseline] = [q["baseline"]["value"] for q in summary["queries"]]
+        data["charts"]["spread"] = charts.distribution_chart(columns, [*order, baseline], label)
         if len(order) > 1:
-            data["charts"]["differences"] = charts.difference_chart(summary["comparisons"], order[0])
+            data["charts"]["differences"] = charts.difference_chart(summary["comparisons"], order[0], colour)
+        data["colour"] = colour
     if summary.get("rank_curve"):
-        data["charts"]["rank"] = charts.rank_chart(summary["rank_curve"], value_label)
+        colour = data.get("colour") or charts.colours(sorted(summary["rank_curve"]))
+        data["charts"]["rank"] = charts.rank_chart(summary["rank_curve"], data["value_label"], colour)
     return data
 
 

@@ -143,14 +143,14 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 def queries_needed(mean_diff: float, sd: float, *, alpha: float = 0.05, power: float = 0.8) -> int | None:
     """About how many queries a paired difference of ``mean_diff`` with per-query spread ``sd`` needs to be
-    found at two-sided ``alpha`` with ``power`` (normal approximation: ((z_a + z_b) * sd / mean_diff)^2).
-    None when the difference is 0 or the spread unknown."""
+    found at two-sided ``alpha`` with ``power`` (normal approximation: ((z_a + z_b) * sd / mean_diff)^2),
+    at least :data:`MIN_QUERIES`. None when the difference is 0 or the spread unknown."""
     from statistics import NormalDist
 
     if not (math.isfinite(mean_diff) and math.isfinite(sd)) or mean_diff == 0:
         return None
     z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
-    return max(2, math.ceil((z * sd / abs(mean_diff)) ** 2))
+    return max(MIN_QUERIES, math.ceil((z * sd / abs(mean_diff)) ** 2))
 
 
 def judge(comparisons: Sequence[PairedComparison], *, alpha: float = 0.05) -> list[PairedComparison]:
