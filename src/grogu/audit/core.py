@@ -37,10 +37,14 @@ class AuditResult:
     """What :func:`audit` found (all JSON-ready through :meth:`as_dict`).
 
     ``queries``: per query, per set-up, the context given (``documents``: key, title, text, rank,
-    ``usefulness``), its ``utility`` and the LLM's ``answer``; ``none``: the no-document utility.
-    ``setups``: per set-up ``n``, ``mean_utility`` and its bootstrap interval. ``comparisons``: every
-    pair of set-ups (:class:`grogu.audit.stats.PairedComparison`, best mean first). ``documents`` and
-    ``rank_curve``: :mod:`grogu.audit.aggregate` over the documents' usefulness.
+    ``usefulness``), its headline ``value``, every signal, its ``utility`` and the LLM's ``answer``;
+    ``baseline``: the same for no document (``none``: its utility). ``setups``: per set-up ``n``, ``mean``
+    of the headline ``signal`` and its bootstrap interval, every signal's mean, documents and prompt
+    tokens per context. ``baseline``: the no-document row. ``comparisons``: every pair of set-ups
+    (:class:`grogu.audit.stats.PairedComparison`, Holm-adjusted); ``against_none``: each set-up against
+    no documents. ``verdict``: what the statistics support (:func:`grogu.audit.stats.verdict`).
+    ``settings``: the run's settings and warnings. ``documents`` and ``rank_curve``:
+    :mod:`grogu.audit.aggregate` over the documents' usefulness.
     """
 
     model: str
