@@ -216,6 +216,7 @@ def main() -> None:
     p.add_argument("--split", default="held", choices=("tune", "held"))
     p.add_argument("--data-file", default=None, help="nq: the nq-open-oracle.jsonl.gz file")
     p.add_argument("--exclude", nargs="*", default=[], help="earlier samples' records (qid): left out")
+    p.add_argument("--answer-style", default="short", choices=("short", "long"))
     p.add_argument("--signal", default=None, help="the audit's headline signal (default: its default)")
     p.add_argument("--questions", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
@@ -267,7 +268,7 @@ def main() -> None:
             *[f"--setup={s.name}={os.path.join(args.out, s.name + '.jsonl')}" for s in setups],
             "--no-documents",
             "--answer-style",
-            "short",
+            args.answer_style,
             "--model",
             args.model,
             "--device",
@@ -286,9 +287,10 @@ def main() -> None:
     with open(os.path.join(report, "summary.json"), encoding="utf-8") as f:
         audited = json.load(f)
     pairs, summary = pairwise(audited, questions)
-    tag = f"{args.data}_{args.split}_{os.path.basename(args.model)}"
+    tag = f"{args.data}_{args.split}_{os.path.basename(args.model)}" + ("_long" if args.answer_style == "long" else "")
     with open(os.path.join(args.out, f"records_{tag}.jsonl"), "w", encoding="utf-8") as f:
-        for rec in records(audited, questions, args.data, audited["model"]):
+        model_tag = audited["model"] + ("-long" if args.answer_style == "long" else "")
+        for rec in records(audited, questions, args.data, model_tag):
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     out = {
         "data": args.data,
