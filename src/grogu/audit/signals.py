@@ -74,7 +74,7 @@ SIGNALS: dict[str, Signal] = {
 }
 
 #: the audit's headline signal (chosen on tuning splits: docs/benchmarks.md, "Which signal the audit reports")
-DEFAULT_SIGNAL = "utility"
+DEFAULT_SIGNAL = "confidence_support"
 
 
 def signal_values(reading: dict[str, float]) -> dict[str, float]:
