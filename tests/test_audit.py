@@ -279,17 +279,23 @@ def test_audit_scores_equal_the_scorers_one_at_a_time(scorer, result):
             one = scorer.score_context(q, texts)
             assert s["utility"] == pytest.approx(one.score, abs=TOL) and s["answer"] == one.answer
             [support] = support_scores([one.answer], [" ".join(texts)])
-            assert s["signals"]["support"] == support and s["value"] == s["signals"]["utility"] == s["utility"]
+            # the default headline: utility + the share of the answer's words in its documents
+            assert s["signals"]["support"] == support and s["signals"]["utility"] == s["utility"]
+            assert s["value"] == s["signals"]["confidence_support"] == pytest.approx(s["utility"] + support)
             for d in s["documents"]:
                 assert d["usefulness"] == pytest.approx(scorer.score_context(q, [d["text"]]).score - none, abs=TOL)
     good = [r["setups"]["good"]["utility"] for r in result.queries]
     bad = [r["setups"]["bad"]["utility"] for r in result.queries]
-    assert result.setups["good"]["mean_utility"] == result.setups["good"]["mean"] == pytest.approx(sum(good) / 2)
+    values = [r["setups"]["good"]["value"] for r in result.queries]
+    assert result.setups["good"]["mean_utility"] == pytest.approx(sum(good) / 2)
+    assert result.setups["good"]["mean"] == pytest.approx(sum(values) / 2)
+    # no document: support 0, so the baseline's headline is its utility
     assert result.baseline["mean"] == pytest.approx(sum(r["none"] for r in result.queries) / 2)
     assert [c.b for c in result.against_none] == ["no documents"] * 2
     [c] = result.comparisons
     sign = 1 if c.a == "good" else -1
-    assert c.mean_diff == pytest.approx(sign * (sum(good) - sum(bad)) / 2)
+    bad_values = [r["setups"]["bad"]["value"] for r in result.queries]
+    assert c.mean_diff == pytest.approx(sign * (sum(values) - sum(bad_values)) / 2)
     assert result.queries[1]["setups"]["good"]["utility"] == result.queries[1]["setups"]["bad"]["utility"]
     assert result.ranking()[0] == c.a
 
