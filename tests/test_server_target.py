@@ -300,7 +300,7 @@ def test_audit_through_the_server(server, served_scores, tmp_path):
         == 0
     )
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["model"] == grogu.DEFAULT_MODEL and summary["timing"]["contexts"] == 2
+    assert summary["model"] == grogu.DEFAULT_MODEL and summary["timing"]["contexts"] == 3  # with no document
     for name, docs in setups.items():
         want = scorer.score_context(QUERY, docs)
         got = summary["queries"][0]["setups"][name]
