@@ -1,5 +1,5 @@
 """Builds the bundled ``grogu audit --example`` data (src/grogu/data/audit_example.json): a small corpus,
-eight questions and three retrieval set-ups over it — the packaged MiniLM's top 3, its top 1, and 3
+twelve questions and three retrieval set-ups over it — the packaged MiniLM's top 3, its top 1, and 3
 documents drawn at random (seed 0).
 
     python examples/audit_example_data.py
@@ -44,6 +44,10 @@ QUESTIONS = [
     "Who discovered penicillin?",
     "How long is the Nile?",
     "Who wrote Don Quixote?",
+    "Which planet is closest to the Sun?",
+    "Who first used insulin to treat diabetes?",
+    "How long is the Great Wall of China?",
+    "What is the second-highest mountain on Earth?",
 ]
 
 

@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a retrieval set-up: JSONL of {'query', 'documents'} lines (repeatable; NAME defaults to the file's stem)",
     )
     src.add_argument("--queries", default=None, help="audit only these queries (JSONL of {'query'} or one a line)")
-    src.add_argument("--example", action="store_true", help="the bundled example: three set-ups, eight queries")
+    src.add_argument("--example", action="store_true", help="the bundled example: three set-ups, twelve queries")
     src.add_argument(
         "--logs",
         nargs="+",
