@@ -372,7 +372,7 @@ def test_choose_api():
     assert choose_api("http://localhost:8000/v1", ["vllm"]) == "vllm"
     assert choose_api("http://h/v1", ["sglang"]) == "chat"  # no prompt log-probabilities: grounded-only
     assert choose_api("http://localhost:8000/v1", ["me"]) == "llama-cpp"  # llama-cpp-python
-    assert choose_api("http://localhost:8080/v1", ["llamacpp"]) == "chat"  # llama.cpp's llama-server
+    assert choose_api("http://localhost:8080/v1", ["llamacpp"]) == "llama-server"  # llama.cpp's llama-server
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""ServerTarget's requests and response parsing against vLLM's and SGLang's own protocol, where neither
-server runs here: each request body grogu sends is validated by a pydantic model transcribed from the
+"""ServerTarget's requests and response parsing against vLLM's, SGLang's and llama-server's own protocol,
+where none of these servers runs here: each request body grogu sends is validated by a pydantic model transcribed from the
 server's protocol class (unknown fields refused), and each answer is one the server's response class
 would build. A loopback HTTP stub records the bodies and answers with those responses.
 
@@ -8,7 +8,12 @@ Read from (fields transcribed, not the servers' code):
   (``CompletionRequest``, ``CompletionResponseChoice``: ``token_ids``, ``prompt_logprobs``);
 - SGLang ``python/sglang/srt/entrypoints/openai/protocol.py`` at commit 9b116dffe828b2dfa7ec0e4d061555b6c354b67a
   (``ModelCard.owned_by = "sglang"``, ``CompletionRequest`` without ``prompt_logprobs`` or
-  ``return_token_ids``, ``ChatCompletionRequest``, ``ChatCompletionTokenLogprob``)."""
+  ``return_token_ids``, ``ChatCompletionRequest``, ``ChatCompletionTokenLogprob``);
+- llama.cpp's ``llama-server`` as vendored in llama-cpp-python 0.3.36 (``vendor/llama.cpp/tools/server/``):
+  server-schema.cpp ``make_llama_cmpl_schema`` (the ``/completion`` fields, their types and hard limits),
+  server-task.cpp ``to_json_non_oaicompat``, ``to_json_oaicompat`` and ``probs_vector_to_json`` (the
+  answers), server-context.cpp ``get_res_model_info`` (``/v1/models``). The values against llama.cpp
+  itself: ``tests/test_server_llama_server.py``."""
 
 from __future__ import annotations
 
@@ -18,10 +23,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional, Union
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import grogu
-from grogu.inference_server import ServerCapabilityError, ServerTarget
+from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget
+from grogu.inference_server.llama_server import FORCE_BIAS, NEUTRAL
 from grogu.prompts import ChatPrompt
 
 
@@ -70,14 +76,115 @@ class SglangChatRequest(_Forbid):
     frequency_penalty: float = 0.0
 
 
+class LlamaServerCompletionRequest(_Forbid):
+    """llama-server ``/completion``: the fields grogu may send, with the schema's types (``field_num<int32_t>``
+    as int, ``field_num<float>`` as float, ``field_bool``, ``field_json``). ``Field`` bounds are the hard
+    limits (``set_hard_limits``: a value outside is an error); clamped ones (``set_limits``) are noted."""
+
+    model: Optional[str] = None  # not a schema field: the router (server-models.cpp) picks the model by it
+    prompt: list[int]  # server-common.cpp, tokenize_input_subprompt: token ids as given, no BOS added
+    n_predict: int = Field(-1, ge=-1)
+    n_probs: int = 0
+    return_tokens: bool = False
+    stream: bool = False
+    post_sampling_probs: bool = False
+    top_k: int = 40  # clamped to 0..INT32_MAX; 0 = disabled
+    top_p: float = 0.95  # clamped to 0..1
+    min_p: float = 0.05  # clamped to 0..1
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0  # clamped to 0..1
+    xtc_threshold: float = 0.1  # clamped to 0..1
+    typical_p: float = 1.0
+    temperature: float = 0.8  # clamped to 0..inf
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    repeat_last_n: int = Field(64, ge=0)
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = Field(2, ge=0)
+    dry_penalty_last_n: int = Field(64, ge=0)
+    mirostat: int = 0  # clamped to 0..2
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    adaptive_target: float = Field(-1.0, le=1.0)
+    adaptive_decay: float = Field(0.9, ge=0.0, le=0.99)
+    seed: Optional[int] = None
+    min_keep: int = Field(0, ge=0)
+    backend_sampling: bool = False
+    logit_bias: list[list[Union[int, float]]] = []  # [[token id, bias], ...]; an object is accepted too
+    ignore_eos: bool = False
+    n_indent: int = Field(0, ge=0)
+    t_max_predict_ms: int = Field(0, ge=-1)
+    samplers: list[str] = []  # common_sampler_types_from_names
+    grammar: Optional[str] = None  # alias of json_schema's field: a GBNF grammar string
+    grammar_lazy: bool = False
+
+    @field_validator("samplers")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:  # common/sampling.cpp, common_sampler_types_from_names
+        known = {"dry", "top_k", "top_p", "top_n_sigma", "typ_p", "min_p", "temperature", "xtc", "infill"}
+        assert set(names) <= known | {"penalties", "adaptive_p"}, names
+        return names
+
+
+def _llama_server_answer(ids: list[int], *, stop_type: str = "limit", entries: int | None = None) -> dict:
+    """A ``/completion`` answer (server-task.cpp, to_json_non_oaicompat): ``tokens`` (return_tokens) and one
+    ``completion_probabilities`` entry per token (probs_vector_to_json; ``entries`` keeps the first few only,
+    as when a token ends inside a UTF-8 character)."""
+    probs = [
+        {
+            "id": t,
+            "token": f"t{t}",
+            "bytes": list(f"t{t}".encode()),
+            "logprob": -0.25 * (i + 1),
+            "top_logprobs": [
+                {"id": t, "token": f"t{t}", "bytes": [116], "logprob": -0.25 * (i + 1)},
+                {"id": 7, "token": "z", "bytes": [122], "logprob": -3.0},
+            ],
+        }
+        for i, t in enumerate(ids)
+    ]
+    return {
+        "index": 0,
+        "content": "x" * len(ids),
+        "tokens": ids,
+        "id_slot": 0,
+        "stop": True,
+        "model": "m",
+        "tokens_predicted": len(ids),
+        "tokens_evaluated": 3,
+        "generation_settings": {},
+        "prompt": "",
+        "has_new_line": False,
+        "truncated": False,
+        "stop_type": stop_type,
+        "stopping_word": "",
+        "tokens_cached": 3 + len(ids),
+        "timings": {},
+        "completion_probabilities": probs[:entries] if entries is not None else probs,
+    }
+
+
 class _Stub:
     """A loopback server answering /v1/models and the completion routes with ``replies[path]``."""
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, **entry: Any) -> None:
         self.bodies: list[tuple[str, dict]] = []
         self.replies: dict[str, Any] = {}
         stub = self
-        models = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": owner, "max_model_len": 2048}]}
+        model = {"id": "m", "object": "model", "owned_by": owner, "max_model_len": 2048}
+        if owner == "llamacpp":  # server-context.cpp, get_res_model_info
+            model = {
+                "id": "m",
+                "aliases": [],
+                "object": "model",
+                "owned_by": owner,
+                "meta": {"n_vocab": 49280, "n_ctx": 4096},
+            }
+        models = {"object": "list", "data": [{**model, **entry}]}
 
         class Handler(BaseHTTPRequestHandler):
             def _send(self, data: Any) -> None:
@@ -175,8 +282,13 @@ def test_vllm_generation_request_and_token_ids(vllm, tokenizer):
     other = _completion(ids)
     other["choices"][0]["logprobs"] = {"content": [{"token": "x", "logprob": -0.5, "top_logprobs": []}]}
     vllm.replies["/v1/completions"] = other
-    with pytest.raises(ServerCapabilityError, match="without the completions API's per-token log-probabilities"):
+    with pytest.raises(ServerCapabilityError, match="without the completions API's .*Use api='llama-server'"):
         target.generate([[1, 2, 3]], 4)
+    other["choices"][0]["text"] = ""  # the end-of-turn token first: still the other format, still an error
+    with pytest.raises(ServerCapabilityError, match="Use api='llama-server'"):
+        target.generate([[1, 2, 3]], 4)
+    with pytest.raises(ServerCapabilityError, match="Use api='llama-server'"):  # teacher forcing too
+        target.token_stats([[1, 2, 3]], [[4]])
     # sampled (ΔSePer): the neutral fields again, at temperature 1
     vllm.replies["/v1/completions"] = _completion(ids)
     target.generate([[1, 2, 3]], 4, temperature=1.0, seed=5)
@@ -247,5 +359,108 @@ def test_sglang_is_scored_through_its_chat_api(tokenizer):
         assert (body["top_k"], body["min_p"], body["repetition_penalty"]) == (-1, 0.0, 1.0)
         with pytest.raises(ServerCapabilityError, match="teacher forcing"):
             target.token_stats([[1, 2]], [[3]])
+    finally:
+        stub.close()
+
+
+@pytest.fixture
+def llama_server():
+    stub = _Stub("llamacpp")
+    yield stub
+    stub.close()
+
+
+def test_llama_server_generation_request(llama_server, tokenizer):
+    """api="auto" takes llama-server's /completion (outside /v1) from owned_by "llamacpp": token ids, greedy,
+    every sampler field neutral; vocabulary and context window from /v1/models' meta; grounded-only."""
+    target = ServerTarget(llama_server.url, tokenizer=tokenizer, top_logprobs=2, retries=0)
+    assert (target.api, target.backend, target.grounded_only) == ("llama-server", "llama-server", True)
+    assert target.capabilities == {"generate"} and (target.vocab_size, target.max_context_tokens) == (49280, 4096)
+    ids = target.encode("Canberra is")
+    llama_server.replies["/completion"] = _llama_server_answer(ids + [2], stop_type="eos")
+    gen = target.generate([[1, 2, 3]], 4)[0]
+    assert gen.token_ids == ids and gen.text == "Canberra is" and gen.stop_token_id == 2
+    assert gen.logprob.tolist() == pytest.approx([-0.25 * (i + 1) for i in range(len(ids))])
+    assert gen.stop_logprob == pytest.approx(-0.25 * (len(ids) + 1)) and gen.stop_entropy > 0
+    path, body = llama_server.bodies[-1]
+    LlamaServerCompletionRequest(**body)
+    assert path == "/completion" and body["prompt"] == [1, 2, 3] and body["n_predict"] == 4
+    assert (body["n_probs"], body["return_tokens"], body["temperature"], body["top_k"]) == (2, True, 0.0, 1)
+    assert {k: body[k] for k in NEUTRAL} == NEUTRAL and body["samplers"] == ["top_k", "temperature"]
+    assert body["post_sampling_probs"] is False and body["repeat_last_n"] == 0 and "grammar" not in body
+    # stopped by the token limit: no stop token
+    llama_server.replies["/completion"] = _llama_server_answer(ids)
+    assert not target.generate([[1, 2, 3]], len(ids))[0].finished
+    # sampled (ΔSePer): the same neutral fields, the top-k sampler off
+    target.generate([[1, 2, 3]], 4, temperature=1.0, seed=5)
+    body = llama_server.bodies[-1][1]
+    LlamaServerCompletionRequest(**body)
+    assert (body["temperature"], body["top_k"], body["seed"]) == (1.0, 0, 5)
+    with pytest.raises(ServerCapabilityError, match="grammar_forcing=True"):
+        target.token_stats([[1, 2, 3]], [ids])
+    # a token ending inside a UTF-8 character has no entry: at the budget's end the answer stops before
+    # its character (what a smaller budget gives); inside the answer it is an error, not steps out of line
+    llama_server.replies["/completion"] = _llama_server_answer(ids, entries=len(ids) - 1)
+    gen = target.generate([[1, 2, 3]], len(ids))[0]
+    assert gen.token_ids == ids[:-1] and not gen.finished
+    inside = _llama_server_answer(ids)
+    del inside["completion_probabilities"][1]
+    llama_server.replies["/completion"] = inside
+    with pytest.raises(ServerCapabilityError, match="inside a UTF-8 character"):
+        target.generate([[1, 2, 3]], len(ids))
+
+
+def test_llama_server_grammar_forcing_request(llama_server, tokenizer):
+    """grammar_forcing=True: a token-id grammar forces the answer, n_predict its length; a trailing
+    end-of-turn token is left to the logit bias (a grammar refuses end-of-generation tokens)."""
+    target = ServerTarget(llama_server.url, tokenizer=tokenizer, top_logprobs=2, retries=0, grammar_forcing=True)
+    assert not target.grounded_only and target.capabilities == {"generate", "teacher_force"}
+    cont = [11, 12]
+    llama_server.replies["/completion"] = _llama_server_answer(cont)
+    st = target.token_stats([[1, 2, 3]], [cont])[0]
+    assert st.token_ids == cont and st.logprob.tolist() == pytest.approx([-0.25, -0.5])
+    body = llama_server.bodies[-1][1]
+    LlamaServerCompletionRequest(**body)
+    assert (body["grammar"], body["grammar_lazy"], body["n_predict"]) == ("root ::= <[11]> <[12]>", False, 2)
+    assert body["logit_bias"] == [] and body["temperature"] == 0.0 and body["top_k"] == 1
+    llama_server.replies["/completion"] = _llama_server_answer(cont + [2], stop_type="eos")
+    target.token_stats([[1, 2, 3]], [cont + [2]])
+    body = llama_server.bodies[-1][1]
+    LlamaServerCompletionRequest(**body)
+    assert (body["grammar"], body["logit_bias"], body["n_predict"]) == ("root ::= <[11]> <[12]>", [[2, FORCE_BIAS]], 3)
+    llama_server.replies["/completion"] = _llama_server_answer([2], stop_type="eos")
+    target.token_stats([[1, 2, 3]], [[2]])  # an empty answer: the end-of-turn token alone
+    assert llama_server.bodies[-1][1]["grammar"] == 'root ::= ""'
+    llama_server.replies["/completion"] = _llama_server_answer([11, 13])  # the grammar did not bind
+    with pytest.raises(ServerError, match="where the token grammar forces"):
+        target.token_stats([[1, 2, 3]], [cont])
+    with pytest.raises(ValueError, match="grammar_forcing applies to api='llama-server' only"):
+        ServerTarget(llama_server.url, tokenizer=tokenizer, api="vllm", grammar_forcing=True)
+
+
+def test_llama_server_chat_route_sends_every_neutral_field(llama_server, tokenizer):
+    """Through llama-server's chat endpoint (api="chat") the sampler fields pass through to its samplers
+    (server-common.cpp, oaicompat_chat_params_parse copies them): all sent neutral. Any other chat API
+    gets the OpenAI penalties at 0."""
+    target = ServerTarget(llama_server.url, api="chat", retries=0)
+    body = target._chat_body(ChatPrompt("Where?"), 5, None, None)
+    assert {k: body[k] for k in NEUTRAL} == NEUTRAL and (body["temperature"], body["top_k"]) == (0.0, 1)
+    other = _Stub("library")  # Ollama
+    try:
+        body = ServerTarget(other.url, api="chat", retries=0)._chat_body(ChatPrompt("Where?"), 5, None, None)
+        assert (body["presence_penalty"], body["frequency_penalty"], body["top_p"]) == (0.0, 0.0, 1.0)
+        assert "samplers" not in body and "repeat_penalty" not in body
+    finally:
+        other.close()
+
+
+def test_llama_server_model_name_without_a_tokenizer_falls_back_to_chat():
+    """llama-server's model id is the GGUF's file name by default: api="auto" without tokenizer= cannot load
+    one from it, says so and scores through the chat API (grounded-only)."""
+    stub = _Stub("llamacpp", id="qwen2.5-7b-instruct-q4_k_m.gguf")
+    try:
+        with pytest.warns(UserWarning, match="Pass tokenizer="):
+            target = ServerTarget(stub.url, retries=0)
+        assert target.api == "chat" and target.backend == "llama-server" and target.grounded_only
     finally:
         stub.close()

@@ -9,6 +9,11 @@ APIs (``api=``):
 - ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
   default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
   for the prompt's log-probabilities.
+- ``"llama-server"``: llama.cpp's own ``llama-server`` through its native ``/completion`` endpoint:
+  token-id prompts, greedy decoding with every sampler field sent neutral, each token's top-k with ids.
+  It returns no prompt log-probabilities. So it is grounded-only unless ``grammar_forcing=True``, which
+  teacher-forces an answer through a token-id grammar (off by default: it is not verified against a
+  real llama-server binary). Details: :mod:`grogu.inference_server.llama_server`.
 - ``"chat"``, grounded-only: ``/v1/chat/completions`` with the prompt as messages (an optional system
   message and one user message, the scorer's template text; the server applies its own chat template),
   ``logprobs: true``, ``top_logprobs: k`` (at most 20), ``temperature: 0`` and the answer budget as
@@ -25,27 +30,33 @@ APIs (``api=``):
   ``vocab_size`` is given. An empty answer (the end-of-turn token first) has no statistics a chat API
   returns, and scoring it is an error.
 
-``api="auto"`` (:func:`choose_api`) takes ``"vllm"`` or ``"llama-cpp"`` when ``/v1/models`` names
-vLLM or llama-cpp-python as the owner, and ``"chat"`` for SGLang, the hosted OpenAI API (no listing
-request is made there) and for any other owner (Ollama's ``"library"``, llama.cpp's ``llama-server``
-``"llamacpp"``, ...). A server that does return
-prompt log-probabilities behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or
-``"llama-cpp"`` given explicitly.
+``api="auto"`` (:func:`choose_api`) takes ``"vllm"``, ``"llama-cpp"`` or ``"llama-server"`` when
+``/v1/models`` names vLLM, llama-cpp-python or llama.cpp's ``llama-server`` (``"llamacpp"``) as the
+owner. It takes ``"chat"`` for SGLang, the hosted OpenAI API (no listing request is made there) and
+any other owner (Ollama's ``"library"``, ...). A server that does return prompt log-probabilities
+behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or ``"llama-cpp"`` given
+explicitly.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 from urllib.parse import urlparse
 
-APIS = ("vllm", "llama-cpp", "chat")
+APIS = ("vllm", "llama-cpp", "llama-server", "chat")
 #: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API).
-#: llama.cpp's own ``llama-server`` ("llamacpp") returns no prompt log-probabilities: it is not here (chat)
+#: llama.cpp's own ``llama-server`` ("llamacpp") is scored through its native /completion endpoint
 #: SGLang ("sglang") returns no prompt log-probabilities on its completions API: it is not here (chat,
 #: grounded-only). llama-cpp-python says "me", a generic value: /extras/tokenize confirms it on first use
-_OWNERS = {"vllm": "vllm", "sglang": "sglang", "me": "llama-cpp", "llama-cpp": "llama-cpp"}
-#: the servers whose completions API returns prompt log-probabilities (their api= name)
-_COMPLETIONS = ("vllm", "llama-cpp")
+_OWNERS = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "me": "llama-cpp",
+    "llama-cpp": "llama-cpp",
+    "llamacpp": "llama-server",
+}
+#: the servers grogu scores through their own completions endpoint with token ids (their api= name)
+_COMPLETIONS = ("vllm", "llama-cpp", "llama-server")
 #: hosts of the hosted OpenAI API (chat only; it wants ``max_completion_tokens``)
 OPENAI_HOSTS = ("api.openai.com",)
 #: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
@@ -58,11 +69,13 @@ def is_hosted_openai(base_url: str) -> bool:
 
 
 def choose_api(base_url: str, owners: Iterable[str]) -> str:
-    """The API flavour ``api="auto"`` takes for a server: ``"vllm"`` or ``"llama-cpp"`` when its models are
-    owned by vLLM or llama-cpp-python (their completions endpoints return prompt log-probabilities),
-    else ``"chat"``: SGLang (its completions API has no prompt log-probabilities: grounded-only), the
-    hosted OpenAI API, Ollama (owner ``"library"`` or a user's namespace), llama.cpp's ``llama-server``
-    (``"llamacpp"``) and any server grogu does not know, whose chat endpoint returns generated tokens'
+    """The API flavour ``api="auto"`` takes for a server.
+
+    ``"vllm"`` or ``"llama-cpp"`` when its models are owned by vLLM or llama-cpp-python (their
+    completions endpoints return prompt log-probabilities). ``"llama-server"`` for llama.cpp's
+    ``llama-server`` (``"llamacpp"``). Else ``"chat"``: SGLang (its completions API has no prompt
+    log-probabilities: grounded-only), the hosted OpenAI API, Ollama (owner ``"library"`` or a user's
+    namespace) and any server grogu does not know, whose chat endpoint returns generated tokens'
     log-probabilities only."""
     if is_hosted_openai(base_url):
         return "chat"
@@ -71,9 +84,43 @@ def choose_api(base_url: str, owners: Iterable[str]) -> str:
 
 
 def server_backend(owners: Iterable[str]) -> str | None:
-    """``"vllm"``, ``"sglang"`` or ``"llama-cpp"`` (llama-cpp-python) from the ``owned_by`` fields of a
-    server's ``/v1/models`` entries, else None."""
+    """``"vllm"``, ``"sglang"``, ``"llama-cpp"`` (llama-cpp-python) or ``"llama-server"`` (llama.cpp's own)
+    from the ``owned_by`` fields of a server's ``/v1/models`` entries, else None."""
     for owner in sorted(str(o).lower() for o in owners):
         if owner in _OWNERS:
             return _OWNERS[owner]
     return None
+
+
+def check_chat_settings(tokenizer: Any, context_window: Any, stop_token_ids: Any) -> None:
+    """Refuse the settings that do not apply to ``api="chat"``."""
+    if context_window is not None and tokenizer is None:
+        raise ValueError(
+            "context_window is used to cut documents to fit, which needs the model's tokenizer: "
+            "pass tokenizer= too, or leave context_window out (the server then refuses a prompt "
+            "that does not fit, with its own message)"
+        )
+    if stop_token_ids is not None:
+        raise ValueError(
+            "stop_token_ids do not apply to api='chat': the server ends the answer at the end of its chat turn"
+        )
+
+
+def no_teacher_forcing(target: str, api: str, what: str) -> str:
+    """Why ``what`` fails on a grounded-only target, what works through it, and how to get the rest."""
+    if api == "llama-server":
+        why = (
+            "llama-server returns no prompt log-probabilities, and teacher forcing through a token-id grammar "
+            "is off. Pass grammar_forcing=True to ServerTarget to turn it on (not verified against a real "
+            "llama-server binary; see grogu.inference_server.llama_server)"
+        )
+    else:
+        why = "a chat API returns log-probabilities of the tokens it generates only, no prompt log-probabilities"
+    return (
+        f"{what} needs teacher forcing (a given answer's log-probabilities under another prompt), which "
+        f"{target} cannot do: {why}. Through this target choose metric='entropy' or metric='ppl' "
+        "(UtilityScorer and the integrations' rerankers: the grounded answer's mean token entropy or "
+        "perplexity), InfluenceScorer with method='exact', 'ablation' or 'auto', or SePerScorer. For the "
+        "other metrics serve the model with vLLM (api='vllm') or llama-cpp-python's server "
+        "(api='llama-cpp'), whose completions endpoints return prompt log-probabilities"
+    )

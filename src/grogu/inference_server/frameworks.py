@@ -3,9 +3,11 @@
 The one place both integrations read a framework LLM's connection: LlamaIndex's ``OpenAILike`` and
 ``OpenAI`` (``api_base``, ``api_key``, ``model``, ``max_tokens``) and LangChain's ``ChatOpenAI`` and
 ``OpenAI`` (``openai_api_base``, ``openai_api_key``, ``model_name``, ``max_tokens``; no base URL means
-``OPENAI_BASE_URL`` or the hosted OpenAI API, as the ``openai`` client reads it). vLLM, SGLang and
-llama-cpp-python servers give a full target; the hosted OpenAI API, Ollama and other chat-only servers
-a grounded-only one (``api="chat"``: ``metric="entropy"`` or ``"ppl"``, see :mod:`grogu.inference_server.server_target`).
+``OPENAI_BASE_URL`` or the hosted OpenAI API, as the ``openai`` client reads it). vLLM and
+llama-cpp-python servers give a full target. llama.cpp's llama-server gives a grounded-only one unless
+``grammar_forcing=True`` is among the settings. SGLang, the hosted OpenAI API, Ollama and other chat-only
+servers give a grounded-only one (``api="chat"``: ``metric="entropy"`` or ``"ppl"``, see
+:mod:`grogu.inference_server.server_target`).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ def server_connection(llm: Any) -> dict[str, Any] | None:
 def target_from_llm(llm: Any, **settings: Any) -> ServerTarget | None:
     """The :class:`ServerTarget` of a framework LLM that calls an OpenAI-compatible server (its URL, model
     name and key; ``settings`` go to ServerTarget: ``api``, ``tokenizer``, ``top_logprobs``...), else None.
-    The hosted OpenAI API and servers grogu does not know as vLLM, SGLang or llama-cpp-python (Ollama...)
-    give a grounded-only chat target (``api="chat"``, :func:`grogu.inference_server.apis.choose_api`). One target
+    The hosted OpenAI API and servers grogu does not know as vLLM, SGLang, llama-cpp-python or llama-server
+    (Ollama...) give a grounded-only chat target (``api="chat"``, :func:`grogu.inference_server.apis.choose_api`). One target
     per (URL, model, key, settings) in a process."""
     conn = server_connection(llm)
     if conn is None:

@@ -98,13 +98,16 @@ class Connection:
         async with self.client() as client:
             return await self.request(client, "GET", path, None)
 
-    async def post_all(self, bodies: list[dict[str, Any]], path: str = "/completions") -> list[Any]:
-        """POST every body to ``path`` at once, at most ``max_concurrency`` in flight; the answers in order."""
+    async def post_all(
+        self, bodies: list[dict[str, Any]], path: str = "/completions", url: str | None = None
+    ) -> list[Any]:
+        """POST every body to ``path`` (or to the full ``url``) at once, at most ``max_concurrency`` in
+        flight; the answers in order."""
         sem = asyncio.Semaphore(self.max_concurrency)
         async with self.client() as client:
 
             async def one(body: dict[str, Any]) -> Any:
                 async with sem:
-                    return await self.request(client, "POST", path, body)
+                    return await self.request(client, "POST", path, body, url=url)
 
             return await asyncio.gather(*(one(b) for b in bodies))

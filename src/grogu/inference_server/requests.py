@@ -13,7 +13,9 @@ name the file and commit they were read from):
   token itself when the model's GGUF says so: the prompt's own leading BOS is then left out of the
   text, so that the model sees one BOS, as in process (found once per target, :meth:`_probe_bos`).
   ``echo`` with ``logprobs`` gives the prompt's log-probabilities.
-- chat: ``/v1/chat/completions`` with messages (grounded-only).
+- llama.cpp's ``llama-server``: its native ``/completion`` (:mod:`grogu.inference_server.llama_server`).
+- chat: ``/v1/chat/completions`` with messages (grounded-only). Every chat request carries the
+  penalties at 0 (:data:`NEUTRAL_PENALTIES`); llama-server's chat route gets all its sampler fields.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class RequestFormats:
             body.update(repeat_penalty=1.0, top_k=0 if temperature is not None else 1, min_p=0.0, **NEUTRAL_PENALTIES)
         elif self.api == "vllm" or self.backend in ("vllm", "sglang"):  # else from the model's generation_config
             body.update(NEUTRAL_SAMPLING)
+        else:  # any other chat API: the OpenAI fields a server may fill from its own defaults
+            body.update(NEUTRAL_PENALTIES)
         return body
 
     def _chat_body(
@@ -142,14 +146,10 @@ class RequestFormats:
                 f"the LLM server at {self.base_url} returned log-probabilities that do not match "
                 f"its tokens ({len(tokens)} tokens, {len(logprobs)} log-probabilities)"
             )
+        if not tokens and "content" in lp:  # llama-server's format: an error, never an empty answer
+            raise self._llama_server_format(choice.get("text") or "")
         if not tokens and (choice.get("text") or "").strip():  # an answer without its statistics: never empty ones
-            if "content" not in lp:
-                raise self._no_logprobs()
-            raise ServerCapabilityError(
-                f"the LLM server at {self.base_url} answered {choice.get('text', '')[:40]!r} without the completions "
-                f"API's per-token log-probabilities (logprobs.tokens); got {sorted(lp) or 'none'}. llama.cpp's "
-                "llama-server answers in the chat format: use api='chat' (grounded-only) for it"
-            )
+            raise self._no_logprobs()
         steps = [Step(float(l), self._check_top(t)) for l, t in zip(logprobs, tops)]
         ids = None
         if self.api == "vllm":
@@ -168,6 +168,13 @@ class RequestFormats:
             f"the LLM server at {self.base_url} returned neither the answer's token ids (return_token_ids) nor "
             f"its tokens as 'token_id:N' (return_tokens_as_token_ids), e.g. {tokens[:1]!r}; api='vllm' needs "
             "vLLM's completions API. For another server use api='chat' (grounded-only) or api='llama-cpp'"
+        )
+
+    def _llama_server_format(self, text: str) -> ServerCapabilityError:
+        return ServerCapabilityError(
+            f"the LLM server at {self.base_url} answered {text[:40]!r} as llama.cpp's llama-server does: without "
+            "the completions API's per-token log-probabilities (logprobs.tokens; it gives {'content': [...]}) "
+            "and without prompt log-probabilities. Use api='llama-server' for it"
         )
 
     def _parse_chat(self, data: Any) -> Generation:
@@ -214,6 +221,8 @@ class RequestFormats:
         n = len(cont)
         if self.api == "vllm":
             entries = choice.get("prompt_logprobs") or data.get("prompt_logprobs") or []
+            if not entries and (self.backend == "llama-server" or "content" in (choice.get("logprobs") or {})):
+                raise self._llama_server_format(choice.get("text") or "")
             entries = entries[len(prompt) : len(prompt) + n]
             if len(entries) != n:
                 raise ServerError(

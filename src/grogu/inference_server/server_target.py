@@ -3,10 +3,10 @@
 A :class:`ServerTarget` stands wherever grogu takes a model (``UtilityScorer``, ``InfluenceScorer``,
 ``SePerScorer``, both integrations, the command line). It implements :class:`grogu.target.Target`, as
 the engine does. The APIs it speaks, and what each can score: :mod:`grogu.inference_server.apis`.
-It has the engine's primitives —
-:meth:`generate` (the greedy grounded answer with each token's entropy and log-probability) and
-:meth:`token_stats` (the same answer's statistics teacher-forced under another prompt, through the
-server's prompt log-probabilities) — computed by HTTP requests to the server the pipeline already runs.
+It has the engine's primitives — :meth:`generate` (the greedy grounded answer with each token's entropy
+and log-probability) and :meth:`token_stats` (the same answer's statistics teacher-forced under another
+prompt, through the server's prompt log-probabilities or llama-server's token grammar) — computed by
+HTTP requests to the server the pipeline already runs.
 All the requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
 batching does the work (vLLM skips its prefix cache for requests with ``prompt_logprobs``: each
 teacher-forcing request encodes its whole prompt).
@@ -21,7 +21,7 @@ What is approximate: entropies are computed from the top-k log-probabilities the
 with a tail correction (:mod:`grogu.inference_server.topk`); log-probabilities of the answer tokens are exact
 (up to the server's numerics and quantisation). Whether a hosted API reports the log-probabilities of
 the untempered distribution when sampling (ΔSePer samples at temperature 1, where both agree) is the
-API's own; llama-cpp-python reports the untempered ones.
+API's own; llama-cpp-python and llama-server report the untempered ones.
 """
 
 from __future__ import annotations
@@ -35,17 +35,23 @@ from ..checks import check_continuations, check_positive_int
 from ..engine.types import Generation, TokenStats
 from ..prompts import ChatPrompt
 from ..target import GENERATE, TEACHER_FORCE, ServerCapabilityError
-from .apis import APIS, CHAT_MAX_TOP_LOGPROBS, choose_api, is_hosted_openai, server_backend
+from .apis import (
+    APIS,
+    CHAT_MAX_TOP_LOGPROBS,
+    check_chat_settings,
+    choose_api,
+    is_hosted_openai,
+    no_teacher_forcing,
+    server_backend,
+)
 from .http import Connection, ServerError, run
+from .llama_server import LlamaServerFormats, auto_tokenizer
 from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES
-from .requests import RequestFormats
 from .requests import Step as _Step
 from .topk import DEFAULT_TAIL, TAILS
 
-__all__ = ["APIS", "ServerTarget", "ServerCapabilityError", "ServerError", "choose_api"]
 
-
-class ServerTarget(RequestFormats):
+class ServerTarget(LlamaServerFormats):
     """A target LLM served by an inference server (see the module docstring).
 
     Args:
@@ -53,7 +59,11 @@ class ServerTarget(RequestFormats):
             missing).
         model: the served model name (default: the only model the server lists).
         api: ``"auto"`` (default: told from the server's ``/v1/models`` answer, see :func:`choose_api`),
-            ``"vllm"``, ``"llama-cpp"`` or ``"chat"`` (grounded-only, see the module docstring).
+            ``"vllm"``, ``"llama-cpp"``, ``"llama-server"`` or ``"chat"`` (grounded-only, see the module
+            docstring).
+        grammar_forcing: with ``api="llama-server"``, teacher-force answers through a token-id grammar.
+            Off by default: it is not verified against a real llama-server binary, and without it the
+            target is grounded-only (:mod:`grogu.inference_server.llama_server`).
         tokenizer: the model's tokenizer, or what :func:`grogu.models.load_tokenizer` loads one from (an
             embedded alias, a .gguf path, a directory, a hub id). Default: ``model``; with ``api="chat"``
             none (optional there: it gives the vocabulary size and cuts documents to ``context_window``).
@@ -63,10 +73,11 @@ class ServerTarget(RequestFormats):
         tail: the top-k entropy's tail correction, ``"uniform"``, ``"min"`` or ``"none"``. Default
             ``"uniform"``, or ``"min"`` when the vocabulary size is unknown (``api="chat"`` with neither
             ``tokenizer`` nor ``vocab_size``).
-        vocab_size: the model's vocabulary size, for the ``"uniform"`` tail (default: the tokenizer's).
-        context_window: the served context length in tokens (default: vLLM's ``max_model_len`` from
-            ``/v1/models``, else the tokenizer's ``model_max_length``, at most 8192... pass it); needs a
-            tokenizer.
+        vocab_size: the model's vocabulary size, for the ``"uniform"`` tail (default: llama-server's
+            ``meta.n_vocab``, else the tokenizer's).
+        context_window: the served context length in tokens (default: vLLM's ``max_model_len`` or
+            llama-server's ``meta.n_ctx`` from ``/v1/models``, else the tokenizer's ``model_max_length``,
+            at most 8192... pass it); needs a tokenizer.
         max_concurrency: most requests in flight at once (default 16).
         timeout: seconds for one request (default 120); retries: attempts after a connection error, a
             timeout, 429 or 5xx (default 4), with exponential backoff from ``backoff`` seconds.
@@ -95,6 +106,7 @@ class ServerTarget(RequestFormats):
         retries: int = 4,
         backoff: float = 0.5,
         stop_token_ids: Sequence[int] | None = None,
+        grammar_forcing: bool = False,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL of an OpenAI-compatible server, got {base_url!r}")
@@ -111,7 +123,7 @@ class ServerTarget(RequestFormats):
         if api == "auto" and self.hosted_openai:
             api = "chat"
         if api == "chat":
-            self._check_chat_settings(tokenizer, context_window, stop_token_ids)
+            check_chat_settings(tokenizer, context_window, stop_token_ids)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.http = Connection(
             self.base_url,
@@ -141,9 +153,17 @@ class ServerTarget(RequestFormats):
             self.backend = server_backend(owners)
             if api == "auto":
                 api = choose_api(self.base_url, owners)
+                if api == "llama-server" and tokenizer is None:  # its model name may not name a tokenizer
+                    tokenizer = auto_tokenizer(self.model_name)
+                    api = "llama-server" if tokenizer is not None else "chat"
                 if api == "chat":
-                    self._check_chat_settings(tokenizer, context_window, stop_token_ids)
+                    check_chat_settings(tokenizer, context_window, stop_token_ids)
         self.api = api
+        if grammar_forcing and api != "llama-server":
+            raise ValueError(f"grammar_forcing applies to api='llama-server' only; this target's api is {api!r}")
+        self.grammar_forcing = bool(grammar_forcing)
+        if api == "llama-server" and not self.grammar_forcing:
+            self.capabilities = frozenset({GENERATE})  # no prompt log-probabilities: grounded-only
         if api == "chat":
             self.takes_messages = True
             self.capabilities = frozenset({GENERATE})
@@ -159,7 +179,9 @@ class ServerTarget(RequestFormats):
 
             tokenizer = load_tokenizer(os.fspath(tokenizer))
         self.tokenizer = tokenizer
-        self.vocab_size = vocab_size if vocab_size is not None else (len(tokenizer) if tokenizer is not None else None)
+        if vocab_size is None:
+            vocab_size = self._served_meta("n_vocab") or (len(tokenizer) if tokenizer is not None else None)
+        self.vocab_size = vocab_size
         if tail is None:
             tail = DEFAULT_TAIL if self.vocab_size is not None else "min"
         if tail == "uniform" and self.vocab_size is None:
@@ -177,19 +199,6 @@ class ServerTarget(RequestFormats):
             raise ValueError("the tokenizer defines no end-of-sequence token; pass stop_token_ids=")
         self.max_context_tokens = context_window if context_window is not None else self._context_window()
         self.max_context_tokens = check_positive_int("context_window", self.max_context_tokens)
-
-    @staticmethod
-    def _check_chat_settings(tokenizer: Any, context_window: Any, stop_token_ids: Any) -> None:
-        if context_window is not None and tokenizer is None:
-            raise ValueError(
-                "context_window is used to cut documents to fit, which needs the model's tokenizer: "
-                "pass tokenizer= too, or leave context_window out (the server then refuses a prompt "
-                "that does not fit, with its own message)"
-            )
-        if stop_token_ids is not None:
-            raise ValueError(
-                "stop_token_ids do not apply to api='chat': the server ends the answer at the end of its chat turn"
-            )
 
     @property
     def requests_sent(self) -> int:
@@ -234,6 +243,8 @@ class ServerTarget(RequestFormats):
         for m in entries:
             if m.get("id") == self.model_name and isinstance(m.get("max_model_len"), int):
                 return m["max_model_len"]
+        if self._served_meta("n_ctx"):  # llama-server's context per slot
+            return self._served_meta("n_ctx")
         tok_max = getattr(self.tokenizer, "model_max_length", None)
         return int(tok_max) if isinstance(tok_max, int) and 0 < tok_max < 10**7 else 2048
 
@@ -252,23 +263,16 @@ class ServerTarget(RequestFormats):
     # ------------------------------------------------------------------ the Target protocol's primitives
     @property
     def grounded_only(self) -> bool:
-        """True for a target that cannot teacher-force (``api="chat"``): only the grounded metrics work."""
+        """True for a target that cannot teacher-force (``api="chat"``, or ``"llama-server"`` without
+        ``grammar_forcing``): only the grounded metrics work."""
         return TEACHER_FORCE not in self.capabilities
 
     def require_teacher_forcing(self, what: str) -> None:
         """Raise for ``what`` on a grounded-only target: it needs teacher forcing, which a chat API
-        cannot do. The error says what works through this target and which servers can."""
-        if not self.grounded_only:
-            return
-        raise ServerCapabilityError(
-            f"{what} needs teacher forcing (a given answer's log-probabilities under another prompt), which "
-            f"{self!r} cannot do: a chat API returns log-probabilities of the tokens it generates only, no "
-            "prompt log-probabilities. Through this target choose metric='entropy' or metric='ppl' "
-            "(UtilityScorer and the integrations' rerankers: the grounded answer's mean token entropy or "
-            "perplexity), InfluenceScorer with method='exact', 'ablation' or 'auto', or SePerScorer. For the "
-            "other metrics serve the model with vLLM (api='vllm') or llama-cpp-python's server "
-            "(api='llama-cpp'), whose completions endpoints return prompt log-probabilities"
-        )
+        cannot do (nor llama-server without ``grammar_forcing``). The error says what works through
+        this target and which servers can."""
+        if self.grounded_only:
+            raise ServerCapabilityError(no_teacher_forcing(repr(self), self.api, what))
 
     def _check_prompts(self, prompts: Sequence[Any]) -> list[Any]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
@@ -324,6 +328,8 @@ class ServerTarget(RequestFormats):
                 "/chat/completions",
             )
             return [self._parse_chat(r) for r in replies]
+        if self.api == "llama-server":
+            return await self._llama_server_generate(prompts, max_new_tokens, temperature, seeds)
         await self._probe_bos()
         replies = await self.http.post_all(
             [self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
@@ -377,7 +383,9 @@ class ServerTarget(RequestFormats):
         if todo:
             await self._probe_bos()
             await self._probe_echo(prompts[todo[0]])
-        replies = await self.http.post_all([self._forced_body(prompts[i], conts[i]) for i in todo])
+        replies = await self.http.post_all(
+            [self._forced_body(prompts[i], conts[i]) for i in todo], url=self._native_url()
+        )
         for i, data in zip(todo, replies):
             steps = self._parse_forced(data, prompts[i], conts[i])
             out[i] = TokenStats(
@@ -388,13 +396,4 @@ class ServerTarget(RequestFormats):
         return out
 
 
-__all__ = [
-    "ServerTarget",
-    "ServerError",
-    "ServerCapabilityError",
-    "APIS",
-    "choose_api",
-    "server_backend",
-    "is_hosted_openai",
-    "CHAT_MAX_TOP_LOGPROBS",
-]
+__all__ = ["ServerTarget", "ServerError", "ServerCapabilityError", "APIS", "choose_api", "server_backend"]
