@@ -1,19 +1,22 @@
 """Is the audit's reference-free verdict right? Its ranking of retrieval set-ups against the ranking by
-the target LLM's gold-answer accuracy, on SQuAD (or the MuSiQue sample), and its speed.
+the target LLM's gold-answer accuracy, on SQuAD, NQ-open (or the MuSiQue sample), and its speed.
 
-Set-ups over one pool of paragraphs (SQuAD dev: all 2,067; MuSiQue: its 1,890), differing in a known way:
-``random-3`` (3 paragraphs drawn at random, seeded), ``bm25-3`` (grogu_research BM25), ``minilm-1`` /
-``minilm-3`` / ``minilm-5`` (the packaged all-MiniLM-L6-v2, top 1 / 3 / 5) and, with ``--chunk-words N``,
-``minilm-3-chunkN`` (MiniLM top 3 over chunks of about N words, cut at sentence ends).
+Set-ups over one pool of paragraphs (SQuAD dev: all 2,067; NQ-open: every question's gold passage;
+MuSiQue: its 1,890), differing in a known way: ``random-3`` (3 paragraphs drawn at random, seeded),
+``bm25-3`` (grogu BM25), ``minilm-1`` / ``minilm-3`` / ``minilm-5`` (the packaged all-MiniLM-L6-v2, top
+1 / 3 / 5), ``minilm-2to4`` (its ranks 2-4: related passages, the top one left out) and, with
+``--chunk-words N``, ``minilm-3-chunkN`` (MiniLM top 3 over chunks of about N words, cut at sentence ends).
+``records_*.jsonl``: per question, each set-up's answer, whether it is right and every signal the audit
+read (``benchmarks/audit_signals.py`` judges the signals from them).
 
 The audit (:func:`grogu.audit.audit`, contexts only) scores each set-up's context per query. The answer
 the target LLM generates while a context is scored is its answer from that context, so the gold accuracy
 is read from the same run: a question is answered when a gold answer's normalised words occur, whole, in
 the normalised answer (short answer style: the answer is cut at its first sentence, so length cannot buy
 accuracy). For every pair of set-ups: the accuracy difference with McNemar's exact test on the discordant
-questions, and the audit's verdict (the sign of the mean utility difference) with its sign-flip p-value.
+questions, and the audit's verdict (the sign of the mean difference of its headline signal) with its sign-flip p-value.
 Agreement = the share of pairs with a significant accuracy difference (p < 0.05) where the audit's
-verdict has the same sign; Kendall's tau between the set-ups' mean utility and their accuracy.
+verdict has the same sign; Kendall's tau between the set-ups' mean signal and their accuracy.
 
 Speed: the first ``--speed-contexts`` contexts of the audit, in this run, computed naively (``grogu_research.naive``:
 generate, then two forward passes, one context at a time), scored one at a time
@@ -306,7 +309,7 @@ def main() -> None:
     with open(os.path.join(args.out, f"validation_{tag}.json"), "w") as f:
         json.dump(out, f, indent=1)
     print(f"{args.data}, {audited['model']}, n = {len(queries)}")
-    print(f"{'set-up':<22}{'mean utility':>14}{'accuracy':>10}")
+    print(f"{'set-up':<22}{'mean signal':>14}{'accuracy':>10}")
     for s in audited["ranking"]:
         print(f"{s:<22}{summary['mean_utility'][s]:>+14.4f}{summary['accuracy'][s]:>10.3f}")
     print(f"{'a':<20}{'b':<20}{'acc a':>7}{'acc b':>7}{'only a/b':>9}{'acc p':>8}{'util a-b':>10}{'util p':>8}  agree")
