@@ -370,7 +370,7 @@ def test_choose_api():
     assert choose_api(HOSTED, ["system"]) == "chat"
     assert choose_api("http://localhost:11434/v1", ["library"]) == "chat"  # Ollama
     assert choose_api("http://localhost:8000/v1", ["vllm"]) == "vllm"
-    assert choose_api("http://h/v1", ["sglang"]) == "chat"  # no prompt log-probabilities: grounded-only
+    assert choose_api("http://h/v1", ["sglang"]) == "sglang"  # its native /generate
     assert choose_api("http://localhost:8000/v1", ["me"]) == "llama-cpp"  # llama-cpp-python
     assert choose_api("http://localhost:8080/v1", ["llamacpp"]) == "llama-server"  # llama.cpp's llama-server
 

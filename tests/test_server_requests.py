@@ -9,6 +9,12 @@ Read from (fields transcribed, not the servers' code):
 - SGLang ``python/sglang/srt/entrypoints/openai/protocol.py`` at commit 9b116dffe828b2dfa7ec0e4d061555b6c354b67a
   (``ModelCard.owned_by = "sglang"``, ``CompletionRequest`` without ``prompt_logprobs`` or
   ``return_token_ids``, ``ChatCompletionRequest``, ``ChatCompletionTokenLogprob``);
+- SGLang 0.5.23 as released on PyPI: ``sglang/api/v1/api_types.py`` (``GenerateRequest``, the ``/generate``
+  contract, and ``SamplingParams``, which refuses unknown keys), ``srt/sampling/sampling_params.py``
+  (``SamplingParams.verify``: the ranges), ``srt/managers/tokenizer_manager.py``
+  (``detokenize_logprob_tokens``: ``[logprob, token_id, text]``) and
+  ``srt/managers/scheduler_components/logprob_result_processor.py`` (the prompt entries' offset). The
+  values against llama.cpp behind a transcribed stand-in: ``tests/test_server_sglang.py``;
 - llama.cpp's ``llama-server`` as vendored in llama-cpp-python 0.3.36 (``vendor/llama.cpp/tools/server/``):
   server-schema.cpp ``make_llama_cmpl_schema`` (the ``/completion`` fields, their types and hard limits),
   server-task.cpp ``to_json_non_oaicompat``, ``to_json_oaicompat`` and ``probs_vector_to_json`` (the
@@ -28,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 import grogu
 from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget
 from grogu.inference_server.llama_server import FORCE_BIAS, NEUTRAL
+from grogu.inference_server.sglang import NEUTRAL as SGLANG_NEUTRAL
 from grogu.prompts import ChatPrompt
 
 
@@ -74,6 +81,67 @@ class SglangChatRequest(_Forbid):
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+
+
+class SglangWatermark(_Forbid):
+    """sglang.api.v1.WatermarkRequestConfig (unknown keys refused)."""
+
+    enabled: Optional[bool] = None
+    key: Optional[str] = None
+    context_window: Optional[int] = None
+
+
+class SglangSamplingParams(_Forbid):
+    """sglang.api.v1.SamplingParams (api_types.py, ``decode_SamplingParams``: an unknown key is a 400),
+    with the ranges of srt/sampling/sampling_params.py, ``SamplingParams.verify``. ``choice`` is in the
+    contract but not in srt's ``SamplingParams`` (its constructor would refuse it): left out here."""
+
+    max_new_tokens: Optional[int] = Field(128, ge=0)  # 0: a prefill-only request (Req.is_prefill_only)
+    stop: Union[str, list[str], None] = None
+    stop_token_ids: Optional[list[int]] = None
+    stop_regex: Union[str, list[str], None] = None
+    temperature: Optional[float] = Field(1.0, ge=0.0)  # below 1e-6: greedy (top_k 1, __post_init__)
+    top_p: Optional[float] = Field(1.0, gt=0.0, le=1.0)
+    top_k: Optional[int] = 1 << 30  # -1 or at least 1
+    min_p: Optional[float] = Field(0.0, ge=0.0, le=1.0)
+    frequency_penalty: Optional[float] = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: Optional[float] = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: Optional[float] = Field(1.0, gt=0.0, le=2.0)
+    min_new_tokens: Optional[int] = Field(0, ge=0)
+    n: Optional[int] = 1
+    json_schema: Optional[str] = None
+    regex: Optional[str] = None
+    ebnf: Optional[str] = None
+    structural_tag: Optional[str] = None
+    ignore_eos: Optional[bool] = False
+    skip_special_tokens: Optional[bool] = True
+    spaces_between_special_tokens: Optional[bool] = True
+    no_stop_trim: Optional[bool] = False
+    stream_interval: Optional[int] = None
+    logit_bias: Optional[dict[str, float]] = None  # null reads as {}
+    sampling_seed: Optional[int] = None
+    custom_params: Optional[Any] = None
+    beam_width: Optional[int] = None
+    watermark: Optional[SglangWatermark] = None
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, k: Optional[int]) -> Optional[int]:
+        assert k is None or k == -1 or k >= 1, k
+        return k
+
+
+class SglangGenerateRequest(_Forbid):
+    """sglang.api.v1.GenerateRequest: the fields grogu may send, with the contract's types (it ignores
+    unknown keys; refused here, so that grogu sends none)."""
+
+    input_ids: Union[list[list[int]], list[int]]  # tokenizer_manager.py, _tokenize_one_request: as given
+    sampling_params: Union[list[SglangSamplingParams], SglangSamplingParams, None] = None
+    return_logprob: Union[list[bool], bool, None] = None
+    logprob_start_len: Union[list[int], int, None] = None  # -1: the generated tokens only
+    top_logprobs_num: Union[list[int], int, None] = None
+    return_text_in_logprobs: Optional[bool] = None
+    stream: Optional[bool] = False
 
 
 class LlamaServerCompletionRequest(_Forbid):
@@ -317,12 +385,113 @@ def test_vllm_teacher_forcing_request(vllm, tokenizer):
     assert body["prompt"] == prompt + cont and body["prompt_logprobs"] == 2 and body["repetition_penalty"] == 1.0
 
 
-def test_sglang_is_scored_through_its_chat_api(tokenizer):
-    """SGLang's completions API has no prompt log-probabilities: api='auto' takes its chat API
+def _sglang_answer(ids: list[int], finish: dict, *, prompt: list[int] | None = None, start: int = -1) -> dict:
+    """One item of a ``/generate`` answer: ``output_ids`` (the stop token kept), ``meta_info`` with
+    ``[logprob, token_id, text]`` triples (text null) and top-k triples; with ``prompt`` and ``start`` the
+    prompt's entries from ``start``, the first one's log-probability null (logprob_result_processor.py)."""
+    meta = {
+        "id": "r",
+        "finish_reason": finish,
+        "prompt_tokens": 3,
+        "weight_version": "default",
+        "completion_tokens": len(ids),
+        "cached_tokens": 0,
+        "output_token_logprobs": [[-0.25 * (i + 1), t, None] for i, t in enumerate(ids)],
+        "output_top_logprobs": [[[-0.25 * (i + 1), t, None], [-3.0, 7, None]] for i, t in enumerate(ids)],
+        "input_token_logprobs": [],
+        "input_top_logprobs": [],
+    }
+    if prompt is not None:
+        meta["input_token_logprobs"] = [[None if i == 0 else -0.5 * i, t, None] for i, t in enumerate(prompt[start:])]
+        meta["input_top_logprobs"] = [None] + [
+            [[-0.5 * i, t, None], [-3.0, 7, None]] for i, t in enumerate(prompt[start:]) if i
+        ]
+    return {"text": "x" * len(ids), "output_ids": ids, "meta_info": meta}
+
+
+def test_sglang_generation_request(tokenizer):
+    """api="auto" takes SGLang's /generate (outside /v1) from owned_by "sglang": token ids in a batch,
+    greedy, every SamplingParams field sent neutral; top-k by id; the stop token's statistics kept."""
+    stub = _Stub("sglang")
+    try:
+        target = ServerTarget(stub.url, tokenizer=tokenizer, top_logprobs=2, retries=0)
+        assert (target.api, target.backend, target.grounded_only) == ("sglang", "sglang", False)
+        assert target.capabilities == {"generate", "teacher_force"} and target.max_context_tokens == 2048
+        ids = target.encode("Canberra is")
+        stop = {"type": "stop", "matched": target.end_of_turn}
+        stub.replies["/generate"] = [_sglang_answer(ids + [target.end_of_turn], stop), _sglang_answer(ids[:1], {})]
+        gen, cut = target.generate([[1, 2, 3], [4, 5]], 4)
+        assert gen.token_ids == ids and gen.text == "Canberra is" and gen.stop_token_id == target.end_of_turn
+        assert gen.logprob.tolist() == pytest.approx([-0.25 * (i + 1) for i in range(len(ids))])
+        assert gen.stop_logprob == pytest.approx(-0.25 * (len(ids) + 1)) and not cut.finished
+        path, body = stub.bodies[-1]
+        SglangGenerateRequest(**body)
+        assert path == "/generate" and body["input_ids"] == [[1, 2, 3], [4, 5]] and body["logprob_start_len"] == -1
+        assert (body["return_logprob"], body["top_logprobs_num"], body["return_text_in_logprobs"]) == (True, 2, False)
+        for params in body["sampling_params"]:
+            assert {k: params[k] for k in SGLANG_NEUTRAL} == SGLANG_NEUTRAL
+            assert (params["temperature"], params["max_new_tokens"], params["sampling_seed"]) == (0.0, 4, None)
+            assert params["stop_token_ids"] == target.stop_token_ids
+            assert set(params) == set(SglangSamplingParams.model_fields)  # every field, none unknown
+        with pytest.raises(ValueError, match="Extra inputs"):  # SGLang refuses an unknown key (a 400)
+            SglangSamplingParams(**{**body["sampling_params"][0], "seed": 5})
+        # sampled (ΔSePer): one seed per item, as sampling_seed; 20 prompts go out in two batches
+        stub.replies["/generate"] = [_sglang_answer(ids, {"type": "length", "length": 4})] * 16
+        sent = len(stub.bodies)
+        with pytest.raises(ServerError, match="answered a batch of 4"):
+            target.generate([[1, 2, 3]] * 20, 4, temperature=1.0, seed=5)
+        bodies = [b for _, b in stub.bodies[sent:]]
+        assert sorted(len(b["input_ids"]) for b in bodies) == [4, 16]
+        seeds = sorted(p["sampling_seed"] for b in bodies for p in b["sampling_params"])
+        assert seeds == list(range(5, 25)) and all(p["temperature"] == 1.0 for p in bodies[0]["sampling_params"])
+        # a stop string of the server's (never sent by grogu) and an aborted item are errors
+        stub.replies["/generate"] = [_sglang_answer(ids, {"type": "stop", "matched": "\n\n"})]
+        with pytest.raises(ServerCapabilityError, match="stop string"):
+            target.generate([[1, 2, 3]], 4)
+        stub.replies["/generate"] = [_sglang_answer([], {"type": "abort", "message": "too long"})]
+        with pytest.raises(ServerError, match="aborted a request: too long"):
+            target.generate([[1, 2, 3]], 4)
+    finally:
+        stub.close()
+
+
+def test_sglang_teacher_forcing_request(tokenizer):
+    """prompt + answer as input_ids, logprob_start_len the prompt's last position, max_new_tokens 0: the
+    answer's statistics are input_token_logprobs[1:], checked against the forced ids."""
+    stub = _Stub("sglang")
+    try:
+        target = ServerTarget(stub.url, tokenizer=tokenizer, top_logprobs=2, retries=0)
+        prompts, conts = [[1, 2, 3], [4, 5]], [[11, 12], [13]]
+        length = {"type": "length", "length": 0}
+        stub.replies["/generate"] = [
+            _sglang_answer([], length, prompt=p + c, start=len(p) - 1) for p, c in zip(prompts, conts)
+        ]
+        first, second = target.token_stats(prompts, conts)
+        assert first.token_ids == [11, 12] and first.logprob.tolist() == pytest.approx([-0.5, -1.0])
+        assert second.token_ids == [13] and second.logprob.tolist() == pytest.approx([-0.5])
+        body = stub.bodies[-1][1]
+        SglangGenerateRequest(**body)
+        assert body["input_ids"] == [[1, 2, 3, 11, 12], [4, 5, 13]] and body["logprob_start_len"] == [2, 1]
+        for params in body["sampling_params"]:
+            assert {k: params[k] for k in SGLANG_NEUTRAL} == SGLANG_NEUTRAL
+            assert (params["max_new_tokens"], params["temperature"]) == (0, 0.0)
+        # the self-check: log-probabilities returned for other ids than the forced ones
+        stub.replies["/generate"] = [_sglang_answer([], length, prompt=[1, 2, 3, 11, 99], start=2)]
+        with pytest.raises(ServerError, match="where grogu forced"):
+            target.token_stats([[1, 2, 3]], [[11, 12]])
+        stub.replies["/generate"] = [_sglang_answer([], length)]  # no prompt log-probabilities at all
+        with pytest.raises(ServerCapabilityError, match="no prompt log-probabilities in SGLang's form"):
+            target.token_stats([[1, 2, 3]], [[11, 12]])
+    finally:
+        stub.close()
+
+
+def test_sglang_chat_route_stays_available(tokenizer):
+    """api="chat" given explicitly (a proxy in front of SGLang) scores through SGLang's chat API
     (grounded-only), with SGLang's sampling fields sent as neutral values."""
     stub = _Stub("sglang")
     try:
-        target = ServerTarget(stub.url, tokenizer=tokenizer, retries=0, top_logprobs=2)
+        target = ServerTarget(stub.url, tokenizer=tokenizer, retries=0, top_logprobs=2, api="chat")
         assert target.api == "chat" and target.grounded_only and target.backend == "sglang"
         content = [
             {

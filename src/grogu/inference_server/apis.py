@@ -4,8 +4,11 @@ APIs (``api=``):
 
 - ``"vllm"``: vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts,
   ``return_tokens_as_token_ids`` and ``prompt_logprobs`` (start vLLM with ``--max-logprobs`` at least
-  ``top_logprobs``); bodies and parsing in :mod:`grogu.inference_server.requests`. SGLang's completions API
-  returns no prompt log-probabilities: ``api="auto"`` scores it through ``"chat"`` (grounded-only).
+  ``top_logprobs``); bodies and parsing in :mod:`grogu.inference_server.requests`.
+- ``"sglang"``: SGLang's native ``/generate`` endpoint: token-id prompts, greedy decoding with every
+  sampling field sent neutral, each token's top-k with ids, and teacher forcing through its prompt
+  log-probabilities (``logprob_start_len``). Its OpenAI completions API returns no prompt
+  log-probabilities. Not verified against a real SGLang server. Details: :mod:`grogu.inference_server.sglang`.
 - ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
   default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
   for the prompt's log-probabilities.
@@ -30,10 +33,11 @@ APIs (``api=``):
   ``vocab_size`` is given. An empty answer (the end-of-turn token first) has no statistics a chat API
   returns, and scoring it is an error.
 
-``api="auto"`` (:func:`choose_api`) takes ``"vllm"``, ``"llama-cpp"`` or ``"llama-server"`` when
-``/v1/models`` names vLLM, llama-cpp-python or llama.cpp's ``llama-server`` (``"llamacpp"``) as the
-owner. It takes ``"chat"`` for SGLang, the hosted OpenAI API (no listing request is made there) and
-any other owner (Ollama's ``"library"``, ...). A server that does return prompt log-probabilities
+``api="auto"`` (:func:`choose_api`) takes ``"vllm"``, ``"llama-cpp"``, ``"llama-server"`` or ``"sglang"``
+when ``/v1/models`` names vLLM, llama-cpp-python, llama.cpp's ``llama-server`` (``"llamacpp"``) or SGLang as
+the owner. It takes ``"chat"`` for the hosted OpenAI API (no listing request is made there) and any
+other owner (Ollama's ``"library"``, ...). ``api="chat"`` given explicitly still reaches SGLang's chat
+API (for a proxy in front of it). A server that does return prompt log-probabilities
 behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or ``"llama-cpp"`` given
 explicitly.
 """
@@ -43,11 +47,11 @@ from __future__ import annotations
 from typing import Any, Iterable
 from urllib.parse import urlparse
 
-APIS = ("vllm", "llama-cpp", "llama-server", "chat")
+APIS = ("vllm", "llama-cpp", "llama-server", "sglang", "chat")
 #: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API).
-#: llama.cpp's own ``llama-server`` ("llamacpp") is scored through its native /completion endpoint
-#: SGLang ("sglang") returns no prompt log-probabilities on its completions API: it is not here (chat,
-#: grounded-only). llama-cpp-python says "me", a generic value: /extras/tokenize confirms it on first use
+#: llama.cpp's own ``llama-server`` ("llamacpp") is scored through its native /completion endpoint, SGLang
+#: ("sglang") through its native /generate. llama-cpp-python says "me", a generic value: /extras/tokenize
+#: confirms it on first use
 _OWNERS = {
     "vllm": "vllm",
     "sglang": "sglang",
@@ -56,7 +60,7 @@ _OWNERS = {
     "llamacpp": "llama-server",
 }
 #: the servers grogu scores through their own completions endpoint with token ids (their api= name)
-_COMPLETIONS = ("vllm", "llama-cpp", "llama-server")
+_COMPLETIONS = ("vllm", "llama-cpp", "llama-server", "sglang")
 #: hosts of the hosted OpenAI API (chat only; it wants ``max_completion_tokens``)
 OPENAI_HOSTS = ("api.openai.com",)
 #: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
@@ -73,10 +77,9 @@ def choose_api(base_url: str, owners: Iterable[str]) -> str:
 
     ``"vllm"`` or ``"llama-cpp"`` when its models are owned by vLLM or llama-cpp-python (their
     completions endpoints return prompt log-probabilities). ``"llama-server"`` for llama.cpp's
-    ``llama-server`` (``"llamacpp"``). Else ``"chat"``: SGLang (its completions API has no prompt
-    log-probabilities: grounded-only), the hosted OpenAI API, Ollama (owner ``"library"`` or a user's
-    namespace) and any server grogu does not know, whose chat endpoint returns generated tokens'
-    log-probabilities only."""
+    ``llama-server`` (``"llamacpp"``), ``"sglang"`` for SGLang (its native ``/generate``). Else
+    ``"chat"``: the hosted OpenAI API, Ollama (owner ``"library"`` or a user's namespace) and any server
+    grogu does not know, whose chat endpoint returns generated tokens' log-probabilities only."""
     if is_hosted_openai(base_url):
         return "chat"
     backend = server_backend(owners)
@@ -121,6 +124,6 @@ def no_teacher_forcing(target: str, api: str, what: str) -> str:
         f"{target} cannot do: {why}. Through this target choose metric='entropy' or metric='ppl' "
         "(UtilityScorer and the integrations' rerankers: the grounded answer's mean token entropy or "
         "perplexity), InfluenceScorer with method='exact', 'ablation' or 'auto', or SePerScorer. For the "
-        "other metrics serve the model with vLLM (api='vllm') or llama-cpp-python's server "
-        "(api='llama-cpp'), whose completions endpoints return prompt log-probabilities"
+        "other metrics serve the model with vLLM (api='vllm'), SGLang (api='sglang') or llama-cpp-python's "
+        "server (api='llama-cpp'), which return prompt log-probabilities"
     )

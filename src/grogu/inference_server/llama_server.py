@@ -105,17 +105,17 @@ def token_grammar(ids: Sequence[int]) -> str:
     return "root ::= " + (" ".join(f"<[{int(t)}]>" for t in ids) or '""')
 
 
-def auto_tokenizer(model_name: str) -> Any:
-    """The tokenizer named by a llama-server model's name, or None (with a warning) when it does not load."""
+def auto_tokenizer(model_name: str, server: str = "llama-server") -> Any:
+    """The tokenizer named by a served model's name, or None (with a warning) when it does not load."""
     from ..models import load_tokenizer
 
     try:
         return load_tokenizer(model_name)
     except (ValueError, OSError) as exc:  # a GGUF file name (llama-server's default model id) is not found here
         warnings.warn(
-            f"llama-server serves {model_name!r}, a name grogu cannot load a tokenizer from ({exc}). It is "
-            "scored through its chat API (grounded-only). Pass tokenizer= (the GGUF's path or its hub id) "
-            "to score it through /completion (api='llama-server')",
+            f"{server} serves {model_name!r}, a name grogu cannot load a tokenizer from ({exc}). It is "
+            "scored through its chat API (grounded-only). Pass tokenizer= (a path or a hub id) "
+            f"to score it through its native endpoint (api={server!r})",
             stacklevel=3,
         )
         return None
@@ -249,11 +249,15 @@ class LlamaServerFormats(RequestFormats):
         return ids, steps
 
     def _llama_server_generation(self, data: Any) -> Generation:
-        """A ``/completion`` answer, ended at its first stop token (greedy decoding is causal, so the cut
-        is exact) or at the end-of-generation token the server stopped on."""
+        """A ``/completion`` answer (:meth:`_stopped_generation`)."""
         ids, steps = self._llama_server_steps(data, generated=True)
+        return self._stopped_generation(ids, steps, data.get("stop_type") == "eos")
+
+    def _stopped_generation(self, ids: list[int], steps: list[Step], on_stop: bool) -> Generation:
+        """Generated ids ended at their first stop token (greedy decoding is causal, so the cut is exact),
+        or at the last token when the server says it stopped on an end-of-generation token (``on_stop``)."""
         cut = next((i for i, t in enumerate(ids) if t in self.stop_token_ids), None)
-        if cut is None and data.get("stop_type") == "eos" and ids:
+        if cut is None and on_stop and ids:
             cut = len(ids) - 1
         if cut is None:
             return self._generation(ids, steps, "length")
@@ -262,7 +266,7 @@ class LlamaServerFormats(RequestFormats):
         gen.stop_entropy, gen.stop_logprob = self._entropy(steps[cut].top), steps[cut].logprob
         return gen
 
-    async def _llama_server_generate(
+    async def _native_generate(
         self, prompts: list[list[int]], max_new_tokens: int, temperature: float | None, seeds: list[int | None]
     ) -> list[Generation]:
         bodies = [self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]

@@ -45,13 +45,14 @@ from .apis import (
     server_backend,
 )
 from .http import Connection, ServerError, run
-from .llama_server import LlamaServerFormats, auto_tokenizer
+from .llama_server import auto_tokenizer
 from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES
 from .requests import Step as _Step
+from .sglang import SglangFormats
 from .topk import DEFAULT_TAIL, TAILS
 
 
-class ServerTarget(LlamaServerFormats):
+class ServerTarget(SglangFormats):
     """A target LLM served by an inference server (see the module docstring).
 
     Args:
@@ -59,8 +60,8 @@ class ServerTarget(LlamaServerFormats):
             missing).
         model: the served model name (default: the only model the server lists).
         api: ``"auto"`` (default: told from the server's ``/v1/models`` answer, see :func:`choose_api`),
-            ``"vllm"``, ``"llama-cpp"``, ``"llama-server"`` or ``"chat"`` (grounded-only, see the module
-            docstring).
+            ``"vllm"``, ``"llama-cpp"``, ``"llama-server"``, ``"sglang"`` or ``"chat"`` (grounded-only, see
+            the module docstring).
         grammar_forcing: with ``api="llama-server"``, teacher-force answers through a token-id grammar.
             Off by default: it is not verified against a real llama-server binary, and without it the
             target is grounded-only (:mod:`grogu.inference_server.llama_server`).
@@ -153,9 +154,9 @@ class ServerTarget(LlamaServerFormats):
             self.backend = server_backend(owners)
             if api == "auto":
                 api = choose_api(self.base_url, owners)
-                if api == "llama-server" and tokenizer is None:  # its model name may not name a tokenizer
-                    tokenizer = auto_tokenizer(self.model_name)
-                    api = "llama-server" if tokenizer is not None else "chat"
+                if api in ("llama-server", "sglang") and tokenizer is None:  # the name may name no tokenizer
+                    tokenizer = auto_tokenizer(self.model_name, api)
+                    api = api if tokenizer is not None else "chat"
                 if api == "chat":
                     check_chat_settings(tokenizer, context_window, stop_token_ids)
         self.api = api
@@ -328,8 +329,8 @@ class ServerTarget(LlamaServerFormats):
                 "/chat/completions",
             )
             return [self._parse_chat(r) for r in replies]
-        if self.api == "llama-server":
-            return await self._llama_server_generate(prompts, max_new_tokens, temperature, seeds)
+        if self.api in ("llama-server", "sglang"):
+            return await self._native_generate(prompts, max_new_tokens, temperature, seeds)
         await self._probe_bos()
         replies = await self.http.post_all(
             [self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
@@ -383,11 +384,8 @@ class ServerTarget(LlamaServerFormats):
         if todo:
             await self._probe_bos()
             await self._probe_echo(prompts[todo[0]])
-        replies = await self.http.post_all(
-            [self._forced_body(prompts[i], conts[i]) for i in todo], url=self._native_url()
-        )
-        for i, data in zip(todo, replies):
-            steps = self._parse_forced(data, prompts[i], conts[i])
+        forced = await self._forced_steps([prompts[i] for i in todo], [conts[i] for i in todo])
+        for i, steps in zip(todo, forced):
             out[i] = TokenStats(
                 conts[i],
                 torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32),
