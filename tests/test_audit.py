@@ -33,9 +33,9 @@ from grogu.audit import (
 from grogu.audit.setups import document
 from grogu.audit.signals import SIGNALS, readings, signal_values
 from grogu.audit.stats import MIN_QUERIES, holm, judge, queries_needed, verdict
+from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 from grogu.results import ContextScore
 from grogu.selection import support_scores
-from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 N = 4  # answer tokens of the tiny model
 TOL = 1e-4
@@ -285,7 +285,6 @@ def test_audit_scores_equal_the_scorers_one_at_a_time(scorer, result):
             for d in s["documents"]:
                 assert d["usefulness"] == pytest.approx(scorer.score_context(q, [d["text"]]).score - none, abs=TOL)
     good = [r["setups"]["good"]["utility"] for r in result.queries]
-    bad = [r["setups"]["bad"]["utility"] for r in result.queries]
     values = [r["setups"]["good"]["value"] for r in result.queries]
     assert result.setups["good"]["mean_utility"] == pytest.approx(sum(good) / 2)
     assert result.setups["good"]["mean"] == pytest.approx(sum(values) / 2)
