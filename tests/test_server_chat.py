@@ -17,6 +17,7 @@ alike; the remaining differences are float32 rounding.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ from grogu.inference_server import (
     ServerError,
     ServerTarget,
     choose_api,
+    sampling_differences,
     target_from_llm,
     topk_entropy,
 )
@@ -394,3 +396,41 @@ def test_a_completion_template_cannot_be_sent_as_messages():
     target = ServerTarget(HOSTED, "gpt-4o-mini", api_key="sk-test")
     with pytest.raises(ValueError, match="cannot be sent as messages"):
         grogu.UtilityScorer(target, metric="entropy", template=grogu.PromptTemplate(chat=False))
+
+
+def test_sampling_differences_read_from_real_framework_llms():
+    """The framework LLM's own sampling settings, as its requests send them: LlamaIndex's OpenAILike
+    defaults to temperature 0.1, LangChain's ChatOpenAI leaves it unset (the server's default)."""
+    from langchain_openai import ChatOpenAI
+    from llama_index.llms.openai_like import OpenAILike
+
+    url = "http://127.0.0.1:9/v1"
+    assert sampling_differences(OpenAILike(api_base=url, model="m", api_key="x")) == {"temperature": 0.1}
+    greedy = OpenAILike(
+        api_base=url, model="m", api_key="x", temperature=0.0, additional_kwargs={"extra_body": {"repeat_penalty": 1.0}}
+    )
+    assert sampling_differences(greedy) == {}
+    assert sampling_differences(ChatOpenAI(base_url=url, model="m", api_key="x")) == {"temperature": None}
+    skewed = ChatOpenAI(
+        base_url=url,
+        model="m",
+        api_key="x",
+        temperature=0,
+        frequency_penalty=0.5,
+        model_kwargs={"top_p": 0.9},
+        extra_body={"repetition_penalty": 1.05, "max_tokens": 8},
+    )
+    assert sampling_differences(skewed) == {"frequency_penalty": 0.5, "top_p": 0.9, "repetition_penalty": 1.05}
+
+
+def test_target_from_llm_warns_once_when_the_llm_does_not_decode_greedily(monkeypatch):
+    from langchain_openai import ChatOpenAI
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    hot = ChatOpenAI(model="gpt-4o-mini", api_key="sk-warn-test", temperature=0.7)  # the hosted API: no request
+    with pytest.warns(UserWarning, match=r"does not decode greedily \(temperature=0.7\)"):
+        target = target_from_llm(hot)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same target again: no second warning
+        assert target_from_llm(hot) is target
+        target_from_llm(ChatOpenAI(model="gpt-4o-mini", api_key="sk-warn-test-2", temperature=0))

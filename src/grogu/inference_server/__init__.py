@@ -2,7 +2,7 @@
 OpenAI, Ollama): :class:`ServerTarget`."""
 
 from .apis import APIS, choose_api
-from .frameworks import server_connection, target_from_llm
+from .frameworks import sampling_differences, server_connection, target_from_llm
 from .server_target import ServerCapabilityError, ServerError, ServerTarget
 from .topk import DEFAULT_TAIL, TAILS, topk_entropy
 
@@ -16,5 +16,6 @@ __all__ = [
     "topk_entropy",
     "server_connection",
     "target_from_llm",
+    "sampling_differences",
     "choose_api",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any
 
 from .server_target import ServerTarget
@@ -56,12 +57,63 @@ def server_connection(llm: Any) -> dict[str, Any] | None:
     }
 
 
+#: greedy, neutral decoding: each sampling field a framework LLM may carry, and the values that leave it
+#: off (None: not sent, so the server's default applies; for ``temperature`` that is not greedy)
+_NEUTRAL = {
+    "temperature": (0, 0.0),
+    "top_p": (None, 1, 1.0),
+    "top_k": (None, -1, 0),
+    "min_p": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "presence_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "repeat_penalty": (None, 1, 1.0),
+}
+#: where LlamaIndex (``additional_kwargs``) and LangChain (``model_kwargs``, ``extra_body``) keep fields
+#: the request carries besides their own attributes
+_EXTRA_FIELDS = ("additional_kwargs", "model_kwargs", "extra_body")
+
+
+def sampling_differences(llm: Any) -> dict[str, Any]:
+    """The sampling settings of a framework LLM that are not greedy and neutral, as its requests will send
+    them: its own attributes, and what ``additional_kwargs`` / ``model_kwargs`` / ``extra_body`` add.
+    An unset ``temperature`` counts: the server's default then applies."""
+    seen: dict[str, Any] = {}
+    for name in _NEUTRAL:
+        if hasattr(llm, name):
+            seen[name] = getattr(llm, name)
+    for field in _EXTRA_FIELDS:
+        extra = getattr(llm, field, None)
+        if isinstance(extra, dict):
+            seen.update({k: v for k, v in extra.items() if k in _NEUTRAL})
+            if isinstance(extra.get("extra_body"), dict):
+                seen.update({k: v for k, v in extra["extra_body"].items() if k in _NEUTRAL})
+    seen.setdefault("temperature", None)
+    return {k: v for k, v in seen.items() if not any(v is n or (n is not None and v == n) for n in _NEUTRAL[k])}
+
+
+def _warn_sampling(llm: Any, conn: dict[str, Any]) -> None:
+    differ = sampling_differences(llm)
+    if differ:
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(differ.items()))
+        warnings.warn(
+            f"{type(llm).__name__} for {conn['model']} at {conn['base_url']} does not decode greedily ({shown}). "
+            "grogu scores the greedy answer, so the pipeline's answer may differ from the scored one. "
+            "Set temperature=0 and neutral penalties on the LLM; see docs/usage.md, 'LLMs behind an "
+            "inference server'.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def target_from_llm(llm: Any, **settings: Any) -> ServerTarget | None:
     """The :class:`ServerTarget` of a framework LLM that calls an OpenAI-compatible server (its URL, model
-    name and key; ``settings`` go to ServerTarget: ``api``, ``tokenizer``, ``top_logprobs``...), else None.
-    The hosted OpenAI API and servers grogu does not know as vLLM, SGLang, llama-cpp-python or llama-server
-    (Ollama...) give a grounded-only chat target (``api="chat"``, :func:`grogu.inference_server.apis.choose_api`). One target
-    per (URL, model, key, settings) in a process."""
+        name and key; ``settings`` go to ServerTarget: ``api``, ``tokenizer``, ``top_logprobs``...), else None.
+        The hosted OpenAI API and servers grogu does not know as vLLM, SGLang, llama-cpp-python or llama-server
+        (Ollama...) give a grounded-only chat target (``api="chat"``, :func:`grogu.inference_server.apis.choose_api`). One target
+        per (URL, model, key, settings) in a process. When the target is made, a warning names the LLM's sampling
+    settings that are not greedy and neutral (:func:`sampling_differences`): the pipeline's answer would then
+    not be the one grogu scores."""
     conn = server_connection(llm)
     if conn is None:
         return None
@@ -69,7 +121,8 @@ def target_from_llm(llm: Any, **settings: Any) -> ServerTarget | None:
     with _LOCK:  # one target per server, model and settings in a process (its tokenizer is loaded once)
         if key not in _TARGETS:
             _TARGETS[key] = ServerTarget(conn["base_url"], conn["model"], api_key=conn["api_key"], **settings)
+            _warn_sampling(llm, conn)  # once per target
         return _TARGETS[key]
 
 
-__all__ = ["server_connection", "target_from_llm"]
+__all__ = ["server_connection", "target_from_llm", "sampling_differences"]
