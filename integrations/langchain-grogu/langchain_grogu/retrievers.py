@@ -67,6 +67,10 @@ class GroguRetriever(GroguScoring, BaseRetriever):
         from ``qa_prompt`` with the documents joined by blank lines; so it does, when given, where no
         scored answer exists (no documents retrieved, or scoring failed with ``on_error="passthrough"``),
         and without it that is a ValueError rather than an empty answer.
+
+        The two agree only when ``llm`` decodes greedily: ``temperature=0``, neutral penalties, and a
+        server that adds none (vLLM ``--generation-config vllm``, SGLang ``--sampling-defaults openai``,
+        or the fields in ``extra_body``). grogu warns once when it sees the LLM's settings differ.
         """
         reuse = self.mode == "context" and self.qa_prompt is not None
         if not reuse and (llm is None or self.qa_prompt is None):

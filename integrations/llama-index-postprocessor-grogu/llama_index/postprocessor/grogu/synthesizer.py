@@ -37,6 +37,11 @@ class GroguSynthesizer(BaseSynthesizer):
                                                 response_synthesizer=GroguSynthesizer(synth))
         ```
     ``reused`` counts the answers returned without generating.
+
+    The reused answer is greedy. It is the synthesizer's own only when the LLM decodes greedily too:
+    ``temperature=0`` and neutral penalties, and a served model whose server adds none (vLLM
+    ``--generation-config vllm``, SGLang ``--sampling-defaults openai``, or the fields in
+    ``additional_kwargs``). grogu warns once when it sees the LLM's own settings differ.
     """
 
     def __init__(self, synthesizer: BaseSynthesizer) -> None:
