@@ -251,6 +251,39 @@ def with_shared_data(load: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         pytest.skip(str(exc))
 
 
+def gguf_with_flags(path: str, gguf: str | None = None, **flags: bool) -> str:
+    """A copy of a GGUF (default: the embedded SmolLM2) written to ``path`` with boolean metadata set:
+    ``gguf_with_flags(p, add_bos_token=True)`` sets ``tokenizer.ggml.add_bos_token``. Tensors and every
+    other field are copied as they are (gguf-py's gguf_new_metadata.py does the same)."""
+    import gguf as g
+
+    from grogu.models import DEFAULT_MODEL, embedded_path
+
+    reader = g.GGUFReader(gguf or embedded_path(DEFAULT_MODEL), "r")
+    arch = reader.fields[g.Keys.General.ARCHITECTURE].contents()
+    writer = g.GGUFWriter(path, arch=arch, endianess=reader.endianess)
+    if g.Keys.General.ALIGNMENT in reader.fields:
+        writer.data_alignment = reader.fields[g.Keys.General.ALIGNMENT].contents()
+    new = {f"tokenizer.ggml.{name}": bool(value) for name, value in flags.items()}
+    for field in reader.fields.values():
+        if field.name == g.Keys.General.ARCHITECTURE or field.name.startswith("GGUF.") or field.name in new:
+            continue
+        kind = field.types[0]
+        sub = field.types[-1] if kind == g.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+    for key, value in new.items():
+        writer.add_bool(key, value)
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.close()
+    return path
+
+
 def reference_llama(gguf: str | None = None, n_ctx: int = 2048):
     """llama.cpp in this process (``llama_cpp.Llama``, one thread as the server, all logits kept) on the GGUF a
     :class:`LlamaCppServer` serves (default: the embedded SmolLM2): the reference for the numbers the

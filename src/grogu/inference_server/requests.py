@@ -9,10 +9,9 @@ name the file and commit they were read from):
   model's ``generation_config.json``, so the neutral ones are sent explicitly (``repetition_penalty``
   1.0, ``top_k`` -1, ``min_p`` 0.0, ``presence_penalty`` and ``frequency_penalty`` 0.0), and
   ``stop_token_ids``.
-- llama-cpp-python: text prompts (its ``/v1/completions`` takes no token ids). The server adds the BOS
-  token itself when the model's GGUF says so: the prompt's own leading BOS is then left out of the
-  text, so that the model sees one BOS, as in process (found once per target, :meth:`_probe_bos`).
-  ``echo`` with ``logprobs`` gives the prompt's log-probabilities.
+- llama-cpp-python: text prompts (its ``/v1/completions`` takes no token ids). What the server adds to
+  them (a BOS, an EOS) and the check that it reads each prompt as grogu's ids:
+  :mod:`grogu.inference_server.bos`. ``echo`` with ``logprobs`` gives the prompt's log-probabilities.
 - llama.cpp's ``llama-server``: its native ``/completion`` (:mod:`grogu.inference_server.llama_server`).
 - chat: ``/v1/chat/completions`` with messages (grounded-only). Every chat request carries the
   penalties at 0 (:data:`NEUTRAL_PENALTIES`); llama-server's chat route gets all its sampler fields.
@@ -29,6 +28,7 @@ import torch
 from ..engine.types import UNKNOWN_TOKEN_ID, Generation
 from ..prompts import ChatPrompt
 from ..target import ServerCapabilityError
+from .bos import LlamaCppPrompts
 from .http import ServerError
 from .topk import topk_entropy
 
@@ -48,7 +48,7 @@ class Step:
     top: list[float]
 
 
-class RequestFormats:
+class RequestFormats(LlamaCppPrompts):
     """Request bodies and response parsing of :class:`~grogu.inference_server.ServerTarget` (its mixin: the
     attributes used here are the target's)."""
 
@@ -252,13 +252,10 @@ class RequestFormats:
                 f"{n}-token answer (is logits_all on?)"
             )
         pieces = tokens[end - n : end]
-        # the server re-tokenises the text: its token count must be ours (a BOS it adds may come on top),
-        # or the last n positions are not the answer's. (Pieces of a character split over byte tokens
-        # come back empty, so the text itself cannot be compared.)
+        # the server re-tokenises the text: its ids are checked against ours before (_check_round_trip),
+        # and its count must be ours here too, or the last n positions are not the answer's
         counted = (data.get("usage") or {}).get("prompt_tokens")
-        bos = getattr(self.tokenizer, "bos_token_id", None)
-        added = 1 if self._server_bos and (not prompt or prompt[0] != bos) else 0  # a BOS the prompt lacks
-        if isinstance(counted, int) and counted != len(prompt) + n + added:
+        if isinstance(counted, int) and counted != len(prompt) + n:
             raise ServerError(
                 f"the LLM server at {self.base_url} tokenised the prompt into {counted} tokens, "
                 f"the tokenizer given to grogu into {len(prompt) + n}; pass the served model's "
@@ -279,41 +276,6 @@ class RequestFormats:
                 )
             steps.append(Step(float(top[piece]), values))
         return steps
-
-    def _prompt_text(self, ids: list[int]) -> str:
-        """A token-id prompt as llama-cpp-python's text prompt: without its leading BOS when the server
-        adds one itself (:meth:`_probe_bos`), so that the model reads exactly ``ids``."""
-        ids = list(ids)
-        if self._server_bos and ids and ids[0] == getattr(self.tokenizer, "bos_token_id", None):
-            ids = ids[1:]
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
-
-    async def _probe_bos(self) -> None:
-        """Whether llama-cpp-python adds a BOS token to a text prompt (the GGUF's ``add_bos_token``):
-        its ``/extras/tokenize`` reads a text as a completion prompt is read. Asked once per target."""
-        if self.api != "llama-cpp" or self._server_bos is not None:
-            return
-        bos = getattr(self.tokenizer, "bos_token_id", None)
-        if not isinstance(bos, int):
-            self._server_bos = False
-            return
-        probe = "Hello world"
-        try:
-            async with self.http.client() as client:
-                data = await self.http.request(
-                    client,
-                    "POST",
-                    "",
-                    {"input": probe, "model": self.model_name},
-                    url=self.base_url[: -len("/v1")] + "/extras/tokenize",
-                )
-        except ServerError as exc:  # owned_by "me" is generic: another server may say it too
-            raise ServerCapabilityError(
-                f"the LLM server at {self.base_url} has no llama-cpp-python /extras/tokenize route ({exc}); "
-                "api='llama-cpp' needs llama-cpp-python's server: pass api='vllm' or api='chat' for another"
-            ) from exc
-        theirs = [int(t) for t in data.get("tokens", [])]
-        self._server_bos = theirs[:1] == [bos] and theirs[1:] == self.encode(probe)
 
     async def _probe_echo(self, prompt: list[int]) -> None:
         """Whether llama-cpp-python's echo reports each prompt position's distribution at the token it
@@ -336,15 +298,11 @@ class RequestFormats:
         """llama-cpp-python: the token ids of each answer text as the server reads it after its prompt
         (``/extras/tokenize`` of prompt + answer, the prompt's own tokens taken off), so that the answer
         echoed back under another prompt ending the same way has exactly these tokens."""
-        root = self.base_url[: -len("/v1")]
         sem = asyncio.Semaphore(self.http.max_concurrency)
 
         async def tokens(client: Any, text: str) -> list[int]:
             async with sem:
-                data = await self.http.request(
-                    client, "POST", "", {"input": text, "model": self.model_name}, url=root + "/extras/tokenize"
-                )
-            return [int(t) for t in data["tokens"]]
+                return await self._server_tokens(client, text)
 
         async with self.http.client() as client:
             out = []

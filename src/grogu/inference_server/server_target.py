@@ -137,7 +137,7 @@ class ServerTarget(SglangFormats):
         )
         self._models = None
         self._echo_shift: int | None = None
-        self._server_bos: bool | None = None  # llama-cpp-python adds a BOS to text prompts (probed once)
+        self._server_bos: bool | None = None  # llama-cpp-python adds a BOS to text prompts (bos.py, probed once)
         self.model_name = model if model is not None else self._only_model()
         if not isinstance(self.model_name, str) or not self.model_name:
             raise ValueError(f"model must be the served model's name, got {model!r}")
@@ -331,7 +331,7 @@ class ServerTarget(SglangFormats):
             return [self._parse_chat(r) for r in replies]
         if self.api in ("llama-server", "sglang"):
             return await self._native_generate(prompts, max_new_tokens, temperature, seeds)
-        await self._probe_bos()
+        await self._prepare_prompts(prompts)  # llama-cpp-python: its BOS, and each prompt's round trip
         replies = await self.http.post_all(
             [self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
         )
@@ -382,7 +382,7 @@ class ServerTarget(SglangFormats):
         empty = torch.zeros(0, dtype=torch.float32)
         out: list[TokenStats] = [TokenStats([], empty, empty) for _ in conts]
         if todo:
-            await self._probe_bos()
+            await self._prepare_prompts([prompts[i] + conts[i] for i in todo])
             await self._probe_echo(prompts[todo[0]])
         forced = await self._forced_steps([prompts[i] for i in todo], [conts[i] for i in todo])
         for i, steps in zip(todo, forced):
