@@ -149,3 +149,21 @@ def test_a_server_that_appends_an_eos_is_refused(eos_server):
         target.generate([prompt], BUDGET)
     with pytest.raises(ServerCapabilityError, match="add_eos_token"):
         target.token_stats([prompt], [target.encode(" Canberra")])
+
+
+@pytest.fixture(scope="module")
+def sep_server(tmp_path_factory):
+    testing.require_llama_cpp()
+    path = str(tmp_path_factory.mktemp("gguf") / "smol-sep.gguf")
+    with testing.LlamaCppServer(testing.gguf_with_flags(path, seperator_token_id=2)) as srv:
+        yield srv
+
+
+def test_a_server_that_appends_a_sep_is_refused(sep_server):
+    """A vocabulary with a SEP token: llama-cpp-python's completions append it to every text prompt, and
+    /extras/tokenize does not show it. The probe's one-token completion counts one prompt token more."""
+    target = ServerTarget(sep_server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=K, retries=1)
+    assert server_tokens(sep_server, PROBE) == target.encode(PROBE)  # no BOS, no EOS shown
+    prompt = PromptBuilder.for_target(target, BUDGET).ungrounded_ids(QUERY)
+    with pytest.raises(ServerCapabilityError, match="appends a token to every prompt .not shown by /extras/tokenize"):
+        target.generate([prompt], BUDGET)

@@ -251,10 +251,11 @@ def with_shared_data(load: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         pytest.skip(str(exc))
 
 
-def gguf_with_flags(path: str, gguf: str | None = None, **flags: bool) -> str:
-    """A copy of a GGUF (default: the embedded SmolLM2) written to ``path`` with boolean metadata set:
-    ``gguf_with_flags(p, add_bos_token=True)`` sets ``tokenizer.ggml.add_bos_token``. Tensors and every
-    other field are copied as they are (gguf-py's gguf_new_metadata.py does the same)."""
+def gguf_with_flags(path: str, gguf: str | None = None, **flags: bool | int) -> str:
+    """A copy of a GGUF (default: the embedded SmolLM2) written to ``path`` with tokenizer metadata set:
+    ``gguf_with_flags(p, add_bos_token=True)`` sets ``tokenizer.ggml.add_bos_token``; an int value is
+    written as a uint32 (a token id). Tensors and every other field are copied as they are (gguf-py's
+    gguf_new_metadata.py does the same)."""
     import gguf as g
 
     from grogu.models import DEFAULT_MODEL, embedded_path
@@ -264,7 +265,7 @@ def gguf_with_flags(path: str, gguf: str | None = None, **flags: bool) -> str:
     writer = g.GGUFWriter(path, arch=arch, endianess=reader.endianess)
     if g.Keys.General.ALIGNMENT in reader.fields:
         writer.data_alignment = reader.fields[g.Keys.General.ALIGNMENT].contents()
-    new = {f"tokenizer.ggml.{name}": bool(value) for name, value in flags.items()}
+    new = {f"tokenizer.ggml.{name}": value for name, value in flags.items()}
     for field in reader.fields.values():
         if field.name == g.Keys.General.ARCHITECTURE or field.name.startswith("GGUF.") or field.name in new:
             continue
@@ -272,7 +273,10 @@ def gguf_with_flags(path: str, gguf: str | None = None, **flags: bool) -> str:
         sub = field.types[-1] if kind == g.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
     for key, value in new.items():
-        writer.add_bool(key, value)
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        else:
+            writer.add_uint32(key, int(value))
     for t in reader.tensors:
         writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
     writer.write_header_to_file()

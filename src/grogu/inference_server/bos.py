@@ -85,9 +85,9 @@ class LlamaCppPrompts:
         rest = theirs[1:] if server_bos else theirs
         ends = {t for t in (getattr(self.tokenizer, "eos_token_id", None), *self.stop_token_ids) if isinstance(t, int)}
         if (rest and rest[-1] in ends) or (isinstance(counted, int) and counted > len(theirs)):
-            appended = rest[-1] if rest and rest[-1] in ends else None
+            seen = f"id {rest[-1]}, last" if rest and rest[-1] in ends else "not shown by /extras/tokenize"
             raise ServerCapabilityError(
-                f"the LLM server at {self.base_url} appends a token to every prompt (id {appended}; it reads "
+                f"the LLM server at {self.base_url} appends a token to every prompt ({seen}: it reads "
                 f"{PROBE!r} as {theirs}, {counted} prompt tokens in a completion): the served GGUF's "
                 "tokenizer.ggml.add_eos_token is true, or its vocabulary has a SEP token. The model would "
                 "read each prompt with an end token after it, so grogu cannot score through it. Set the flag "
