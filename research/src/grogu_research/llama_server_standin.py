@@ -30,13 +30,12 @@ Not transcribed (a request asking for them gets a 400): streaming, stop strings,
 from __future__ import annotations
 
 import ctypes
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
+
+from .standin import RequestError, StandIn
 
 INT32_MAX = 2**31 - 1
 #: common/common.h, common_params_sampling: the values a request's fields start from (no command line)
@@ -82,10 +81,6 @@ CLAMPS = {
 HARD = {"n_predict": (-1, INT32_MAX), "repeat_last_n": (0, INT32_MAX), "min_keep": (0, INT32_MAX)}
 
 
-class RequestError(ValueError):
-    """A request llama-server refuses (400, ``invalid_request_error``)."""
-
-
 def validate_utf8(text: bytes) -> int:
     """server-common.cpp, validate_utf8: the length of ``text`` without a cut-off multi-byte character."""
     n = len(text)
@@ -105,67 +100,22 @@ def _logarithm(p: np.float32) -> float:
     return float(np.finfo(np.float32).min) if p == 0 else float(np.log(p))
 
 
-class LlamaServerStandIn:
+class LlamaServerStandIn(StandIn):
     """The stand-in on loopback (use as a context manager). ``url`` ends with ``/v1``, as a user would
     give llama-server's; ``bodies`` records each POST as (path, body)."""
 
-    def __init__(self, gguf: str | None = None, alias: str | None = None, *, n_ctx: int = 2048) -> None:
-        import llama_cpp
+    not_found = {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+    #: the completion routes: whether each answers in the OpenAI format
+    routes = {"/completion": False, "/completions": False, "/v1/completions": True}
 
-        from grogu.models import DEFAULT_MODEL, embedded_path
+    def get(self, path: str) -> Any:
+        return self.models() if path in ("/models", "/v1/models") else None
 
-        self.gguf = gguf or embedded_path(DEFAULT_MODEL)
-        self.alias = alias or DEFAULT_MODEL
-        self.llm = llama_cpp.Llama(
-            self.gguf, n_ctx=n_ctx, logits_all=True, verbose=False, n_threads=1, n_threads_batch=1
-        )
-        self.vocab = self.llm._model.vocab
-        self.bodies: list[tuple[str, dict]] = []
-        self._lock = threading.Lock()  # one slot: one request decodes at a time
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.complete(body, oaicompat=self.routes[path]) if path in self.routes else None
 
-    # ------------------------------------------------------------------ HTTP
-    def __enter__(self) -> "LlamaServerStandIn":
-        standin = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, status: int, data: Any) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self) -> None:  # noqa: N802
-                if self.path in ("/models", "/v1/models"):
-                    return self._send(200, standin.models())
-                self._send(404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}})
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                standin.bodies.append((self.path, body))
-                routes = {"/completion": False, "/completions": False, "/v1/completions": True}
-                if self.path not in routes:
-                    return self._send(
-                        404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
-                    )
-                try:
-                    self._send(200, standin.complete(body, oaicompat=routes[self.path]))
-                except RequestError as exc:
-                    self._send(400, {"error": {"code": 400, "message": str(exc), "type": "invalid_request_error"}})
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.llm.close()
+    def bad_request(self, message: str) -> dict[str, Any]:
+        return {"error": {"code": 400, "message": message, "type": "invalid_request_error"}}
 
     def models(self) -> dict[str, Any]:
         """server-context.cpp, get_res_models (its "data" list: get_res_model_info)."""

@@ -26,13 +26,12 @@ Not transcribed (a request asking for them gets a 400): streaming, grammars, sto
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 import numpy as np
+
+from .standin import RequestError, StandIn
 
 #: srt/sampling/sampling_params.py, SamplingParams: the API fields and their defaults
 DEFAULTS: dict[str, Any] = {
@@ -66,10 +65,6 @@ DEFAULTS: dict[str, Any] = {
 }
 #: api_types.py, decode_SamplingParams: the keys the contract knows (``choice`` too)
 CONTRACT_KEYS = set(DEFAULTS) | {"choice"}
-
-
-class RequestError(ValueError):
-    """A request SGLang refuses (400)."""
 
 
 def sampling(raw: dict[str, Any]) -> dict[str, Any]:
@@ -119,65 +114,21 @@ def sampling(raw: dict[str, Any]) -> dict[str, Any]:
     return p
 
 
-class SglangStandIn:
+class SglangStandIn(StandIn):
     """The stand-in on loopback (use as a context manager). ``url`` ends with ``/v1``, as a user would give
-    SGLang's OpenAI base URL; ``bodies`` records each POST as (path, body)."""
+    SGLang's OpenAI base URL; ``bodies`` records each POST as (path, body). A 400's body is
+    http_server.py's ``_create_error_response``."""
 
     def __init__(self, gguf: str | None = None, alias: str | None = None, *, n_ctx: int = 2048) -> None:
-        import llama_cpp
-
-        from grogu.models import DEFAULT_MODEL, embedded_path
-
-        self.gguf = gguf or embedded_path(DEFAULT_MODEL)
-        self.alias = alias or DEFAULT_MODEL
-        self.llm = llama_cpp.Llama(
-            self.gguf, n_ctx=n_ctx, logits_all=True, verbose=False, n_threads=1, n_threads_batch=1
-        )
-        self.vocab = self.llm._model.vocab
+        super().__init__(gguf, alias, n_ctx=n_ctx)
         self.eos = {self.llm.token_eos()}
-        self.bodies: list[tuple[str, dict]] = []
         self.tamper: Callable[[dict[str, Any]], None] | None = None
-        self._lock = threading.Lock()
 
-    def __enter__(self) -> "SglangStandIn":
-        standin = self
+    def get(self, path: str) -> Any:
+        return self.models() if path == "/v1/models" else None
 
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, status: int, data: Any) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self) -> None:  # noqa: N802
-                if self.path == "/v1/models":
-                    return self._send(200, standin.models())
-                self._send(404, {"detail": "Not Found"})
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                standin.bodies.append((self.path, body))
-                if self.path != "/generate":
-                    return self._send(404, {"detail": "Not Found"})
-                try:
-                    self._send(200, standin.generate(body))
-                except RequestError as exc:  # http_server.py, _create_error_response
-                    self._send(400, {"error": {"message": str(exc)}})
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.llm.close()
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.generate(body) if path == "/generate" else None
 
     def models(self) -> dict[str, Any]:
         """http_server.py, available_models (protocol.py, ModelList of ModelCard)."""
