@@ -183,6 +183,7 @@ def test_sliding_window_model_batched_equals_one_at_a_time():
     prompts.append(prompts[1][:40] + [5, 6, 7, 8, 9])  # the same length as prompts[1], sharing 40 tokens
     got = engine.generate(prompts, 24)
     assert engine.lookup_drafted == 0
+    assert engine.prefill.retained == []  # its caches cannot be continued later: none is kept
     for g, p in zip(got, prompts):
         ref = greedy_generate(model, p, 24, [1], 0)
         assert g.token_ids + ([g.stop_token_id] if g.stop_token_id is not None else []) == ref
@@ -199,6 +200,55 @@ def test_sliding_window_model_batched_equals_one_at_a_time():
     for row, p in zip(nxt, prompts):
         ref = torch.log_softmax(model(input_ids=torch.tensor([p])).logits[0, -1].float(), -1)
         torch.testing.assert_close(row, ref, atol=TOL, rtol=0)
+
+
+def test_a_later_call_continues_an_earlier_prompts_cache(tiny_engine, monkeypatch):
+    """A doubtful query's other candidates keep the first documents in place: the second call encodes
+    only what they do not share with the first prompt, and every answer equals the one computed alone."""
+    monkeypatch.setattr(tiny_engine.prefill, "retained", [])
+    query, docs = _docs(5, 7)
+    pb = PromptBuilder(tiny_engine.tokenizer, tiny_engine.max_context_tokens, 8)
+    first = pb.grounded_ids(query, docs[:3])
+    others = [pb.grounded_ids(query, [docs[0], docs[1], d]) for d in docs[3:]] + [pb.grounded_ids(query, docs[2::-1])]
+    tiny_engine.generate([first], 8)
+    assert [e.tokens for e in tiny_engine.prefill.retained] == [first]
+    shared = common_prefix(first, others[0])
+    assert shared == common_prefix(first, others[1]) > 20
+    before = tiny_engine.prefill_tokens
+    gens = tiny_engine.generate(others, 8)
+    encoded = tiny_engine.prefill_tokens - before
+    monkeypatch.setattr(tiny_engine, "config", replace(tiny_engine.config, retain_prefix_tokens=0))
+    monkeypatch.setattr(tiny_engine.prefill, "retained", [])
+    tiny_engine.generate([first], 8)
+    before = tiny_engine.prefill_tokens
+    fresh = tiny_engine.generate(others, 8)
+    assert tiny_engine.prefill_tokens - before - encoded == shared  # the shared documents, encoded once, not again
+    assert tiny_engine.prefill.retained == []
+    for g, f, row in zip(gens, fresh, others):
+        (alone,) = tiny_engine.generate([row], 8)
+        for other in (f, alone):
+            assert g.token_ids == other.token_ids
+            torch.testing.assert_close(g.entropy, other.entropy, atol=TOL, rtol=0)
+            torch.testing.assert_close(g.logprob, other.logprob, atol=TOL, rtol=0)
+
+
+def test_kept_prompts_stay_within_their_budget(tiny_engine, monkeypatch):
+    """At most retain_prefix_tokens are kept, the latest first; a kept prompt that a newer one starts
+    with is dropped; a bad budget is refused."""
+    monkeypatch.setattr(tiny_engine.prefill, "retained", [])
+    query, docs = _docs(4, 9)
+    pb = PromptBuilder(tiny_engine.tokenizer, tiny_engine.max_context_tokens, 8)
+    prompts = [pb.grounded_ids(query, [d]) for d in docs]
+    budget = len(prompts[-1]) + len(prompts[-2])
+    monkeypatch.setattr(tiny_engine, "config", replace(tiny_engine.config, retain_prefix_tokens=budget))
+    for p in prompts:
+        tiny_engine.generate([p], 4)
+    kept = [e.tokens for e in tiny_engine.prefill.retained]
+    assert kept == prompts[-2:] and sum(map(len, kept)) <= budget
+    tiny_engine.generate([prompts[-1] + [5, 6, 7]], 4)  # starts with the latest kept prompt: that one goes,
+    assert [e.tokens for e in tiny_engine.prefill.retained] == [prompts[-1] + [5, 6, 7]]  # and the oldest for room
+    with pytest.raises(ValueError, match="retain_prefix_tokens"):
+        EngineConfig(retain_prefix_tokens=-1)
 
 
 def test_token_stats_different_prompts(tiny_engine):
@@ -297,7 +347,8 @@ def test_bad_prompts(tiny_engine):
 
 def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine, monkeypatch):
     # Influence Score rows: the full context, each leave-one-out, each single document
-    monkeypatch.setattr(tiny_engine, "config", replace(tiny_engine.config, min_batch_fill=0.0))  # one batch
+    # one batch; no prompt kept from earlier calls, so the count is the batch's own prefix tree
+    monkeypatch.setattr(tiny_engine, "config", replace(tiny_engine.config, min_batch_fill=0.0, retain_prefix_tokens=0))
     query, docs = _docs(5, 5)
     pb = PromptBuilder(tiny_engine.tokenizer, tiny_engine.max_context_tokens, 8)
     rows = [pb.grounded_ids(query, docs)]

@@ -48,6 +48,8 @@ def test_context_candidates_families():
     assert len(selection.context_candidates(5, 3, "all")) == 10
     assert selection.context_candidates(5, 3, "orders") == [[0, 1, 2], [2, 1, 0], [0, 2, 1]]
     assert selection.context_candidates(5, 3, "swap_reversed") == [[0, 1, 2], [0, 1, 3], [0, 1, 4], [2, 1, 0]]
+    assert selection.context_candidates(5, 3, "reversed") == [[0, 1, 2], [2, 1, 0]]
+    assert selection.context_candidates(1, 3, "reversed") == [[0]]
     assert selection.context_candidates(5, 3, "swap_orders") == [
         [0, 1, 2],
         [0, 1, 3],

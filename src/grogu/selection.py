@@ -30,7 +30,7 @@ from .checks import check_choice, check_float
 #: how the context mode chooses among its candidates (see :func:`selection_scores`)
 SELECTION_RULES = ("confidence", "agreement", "combined", "confidence_support")
 #: candidate families of the context mode (see :func:`context_candidates`)
-CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders", "swap_reversed", "swap_orders")
+CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders", "reversed", "swap_reversed", "swap_orders")
 #: when the context mode tries other candidates: on every query, or only when the retriever's own
 #: context is in doubt (see :func:`doubtful`)
 GATES = ("always", "doubt")
@@ -92,6 +92,7 @@ def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int
     - ``drop``: every n-subset of the top n+1 in retrieval order (each top-n member dropped in turn).
     - ``all``: every n-subset of all documents in retrieval order.
     - ``orders``: the top-n as given, reversed, and in LongContextReorder's order.
+    - ``reversed``: the top-n as given, then reversed (one more candidate: the cheapest order change).
     - ``swap_reversed``: the ``swap`` candidates, then the top-n reversed (small LLMs read the end of
       their context most: another order of the same documents can change the answer).
     - ``swap_orders``: each ``swap`` candidate as given, then each reversed.
@@ -110,6 +111,8 @@ def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int
         out = swapped + [base[::-1]]
     elif family == "swap_orders":
         out = swapped + [c[::-1] for c in swapped]
+    elif family == "reversed":
+        out = [base, base[::-1]]
     elif family == "drop":
         out = [list(c) for c in itertools.combinations(range(min(n_docs, n + 1)), n)]
     elif family == "all":
@@ -142,6 +145,8 @@ def candidate_count(n_docs: int, top_n: int, family: str = "swap", swaps: int = 
         return swapped + (n > 1)
     if family == "swap_orders":
         return swapped * (2 if n > 1 else 1)
+    if family == "reversed":
+        return 1 + (n > 1)
     if family == "drop":
         return math.comb(min(n_docs, n + 1), n)
     if family == "all":

@@ -37,6 +37,9 @@ class EngineConfig:
         max_batch_tokens: most padded tokens in one forward pass (65,536 on GPU, 16,384 on CPU).
         logits_budget_mb: most memory (MiB) for the logits of one teacher-forced batch.
         min_shared_prefix: fewest prompt tokens a shared prefix must save to be worth encoding once.
+        retain_prefix_tokens: most prompt tokens whose KV cache is kept after a batch is encoded for
+            decoding, for later calls to continue (a doubtful query's other candidates continue its
+            first answer's documents); 0 keeps none. Models whose caches cannot be stacked keep none.
         group_overhead_tokens: what one more prefix group costs (its extra forward calls), counted in
             tokens when a batch is split into groups (256 on GPU, 32 on CPU).
         min_batch_fill: a row shorter than this fraction of its batch's widest row starts a new batch
@@ -57,6 +60,7 @@ class EngineConfig:
     max_batch_tokens: int | None = None
     logits_budget_mb: int = 256
     min_shared_prefix: int = 8
+    retain_prefix_tokens: int = 4096
     group_overhead_tokens: int | None = None
     min_batch_fill: float = 0.5
     prompt_lookup: int | None = None
@@ -86,6 +90,7 @@ def _validated(c: EngineConfig) -> dict[str, Any]:
             out[name] = check_positive_int(name, getattr(c, name))
     out["logits_budget_mb"] = check_positive_int("logits_budget_mb", c.logits_budget_mb)
     out["min_shared_prefix"] = check_int("min_shared_prefix", c.min_shared_prefix, minimum=0)
+    out["retain_prefix_tokens"] = check_int("retain_prefix_tokens", c.retain_prefix_tokens, minimum=0)
     if c.prompt_lookup is not None:
         out["prompt_lookup"] = check_int("prompt_lookup", c.prompt_lookup, minimum=0)
     out["prompt_lookup_min_ngram"] = check_int("prompt_lookup_min_ngram", c.prompt_lookup_min_ngram, minimum=1)
@@ -158,6 +163,7 @@ class Configured:
     max_batch_size = _setting("max_batch_size")
     max_batch_tokens = _setting("max_batch_tokens")
     min_shared_prefix = _setting("min_shared_prefix")
+    retain_prefix_tokens = _setting("retain_prefix_tokens")
     group_overhead_tokens = _setting("group_overhead_tokens")
     min_batch_fill = _setting("min_batch_fill")
     prompt_lookup = _setting("prompt_lookup")

@@ -10,13 +10,17 @@ form a group is plain logic on token lists, in :mod:`grogu.engine.prefixtree`.
 - :meth:`~PrefixPrefill.for_decoding`: a :class:`PrefilledBatch`, the groups stacked into one cache
   with room reserved for the answer, which is what the decode loop (:mod:`grogu.engine.decode`) starts
   from.
+
+Prompts encoded for decoding are kept for later calls (``retain_prefix_tokens`` of them, the latest
+first): a later prompt that starts the same way continues their cache. A doubtful query's other
+candidates keep its first documents in place, so they continue the first answer's prompt.
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -77,6 +81,7 @@ class PrefixPrefill:
         self.encoded_tokens = 0
         self._cache_takes_config = "config" in inspect.signature(DynamicCache.__init__).parameters
         self._stackable: bool | None = None  # found on first use (it takes a forward pass)
+        self.retained: list[_StoredPrefix] = []  # prompts kept for later calls, the latest last
 
     def _new_cache(self):
         from transformers import DynamicCache
@@ -111,18 +116,24 @@ class PrefixPrefill:
 
     # ------------------------------------------------------------------ one group
     def _encode_group(
-        self, seqs: list[list[int]], logits_to_keep: int, prefix: int, stored: list[_StoredPrefix] | None = None
+        self,
+        seqs: list[list[int]],
+        logits_to_keep: int,
+        prefix: int,
+        stored: list[_StoredPrefix] | None = None,
+        kept: Sequence[_StoredPrefix] = (),
     ) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Encode rows whose first ``prefix`` tokens are equal: the prefix once (its cache repeated for
         every row), then each row's rest right-aligned with padding masked. ``stored``: prefixes already
         encoded (rows in token order); the longest agreement is continued rather than recomputed, this
         group's prefix is added, and the prefixes no later group can agree with better are dropped.
+        ``kept``: prefixes kept from earlier calls (:attr:`retained`), continued likewise, never dropped here.
         Returns (logits [rows, logits_to_keep, vocab], cache, attention mask [rows, prefix + rest])."""
         n, dev = len(seqs), self.device
         cache, done = self._new_cache(), 0
         head = seqs[0][:prefix]
-        if prefix and stored:
-            best = max(stored, key=lambda e: common_prefix(e.tokens, head))
+        if prefix and (stored or kept):
+            best = max([*(stored or ()), *kept], key=lambda e: common_prefix(e.tokens, head))
             done = common_prefix(best.tokens, head)
             for i, (k, v) in enumerate(best.layers if done else []):  # cache layers only ever concatenate and
                 cache.update(k[..., :done, :], v[..., :done, :], i)  # index, so stored tensors stay intact
@@ -188,27 +199,72 @@ class PrefixPrefill:
             if n > 1
             else [PrefixGroup([0], 0)]
         )
+        retained = list(self.retained) if config.retain_prefix_tokens and self.stackable else []
         if len(groups) > 1 and self.stackable:
             stored: list[_StoredPrefix] = []  # the prefixes encoded so far, continued by later groups
             for rows, prefix in groups:
-                yield EncodedGroup(rows, *self._encode_group([seqs[i] for i in rows], logits_to_keep, prefix, stored))
+                group = [seqs[i] for i in rows]
+                yield EncodedGroup(rows, *self._encode_group(group, logits_to_keep, prefix, stored, retained))
             return
         common = 0  # one group: the prefix common to all rows
+        cap = max(0, min(min(limits), min(lens)))
         if n > 1:
-            common = max(0, min(min(limits), min(lens), *(common_prefix(seqs[0], s) for s in seqs[1:])))
+            common = min(cap, *(common_prefix(seqs[0], s) for s in seqs[1:]))
             if (n - 1) * common < config.min_shared_prefix:
                 common = 0
-        yield EncodedGroup(list(range(n)), *self._encode_group(seqs, logits_to_keep, common))
+        elif retained:  # one row: its prefix from an earlier call, when that saves more than a forward call
+            reuse = min(cap, max(common_prefix(e.tokens, seqs[0]) for e in retained))
+            if reuse >= max(config.min_shared_prefix, config.group_overhead_tokens or 0):
+                common = reuse
+        yield EncodedGroup(list(range(n)), *self._encode_group(seqs, logits_to_keep, common, None, retained))
 
     def for_decoding(self, seqs: list[list[int]], room: int, config: EngineConfig) -> PrefilledBatch:
         """Encode a batch for decoding (:meth:`encode`, the last position's logits): several groups'
         caches are left-padded to one width (padding masked) and stacked (:func:`stack_groups`), so
         decoding runs over the whole batch at once; the cache has room for ``room`` more positions."""
         groups = list(self.encode(seqs, 1, config))
+        if config.retain_prefix_tokens and self.stackable:
+            self._retain(seqs, groups, config.retain_prefix_tokens)
         batch = groups[0] if len(groups) == 1 else stack_groups(groups, len(seqs), room)
         reserve(batch.cache, room)  # a cache not stacked from groups (those have their room already)
         last_pos = torch.tensor([len(s) for s in seqs], device=self.device) - 1  # [rows]
         return PrefilledBatch(batch.logits, batch.cache, batch.attention, last_pos)
+
+    def _retain(self, seqs: list[list[int]], groups: list[EncodedGroup], budget: int) -> None:
+        """Keep each one-row group's prompt (and each group's shared prefix) for later calls, the latest
+        last, at most ``budget`` tokens in all; a kept prompt another one starts with is dropped."""
+        new = []
+        for g in groups:
+            width = g.attention.shape[1]
+            if len(g.rows) == 1:
+                tokens = seqs[g.rows[0]]
+                layers = [(layer.keys, layer.values) for layer in g.cache.layers]
+            else:  # the group's shared prefix: the leading slots every row attends to
+                shared = int(g.attention.min(0).values.cumprod(0).sum())
+                rows = [seqs[i] for i in g.rows]
+                shared = min(shared, min(common_prefix(rows[0], r) for r in rows))
+                if shared < 1:
+                    continue
+                tokens = rows[0][:shared]
+                layers = [
+                    (layer.keys[:1, :, :shared].clone(), layer.values[:1, :, :shared].clone())
+                    for layer in g.cache.layers
+                ]
+            if len(tokens) <= budget and width >= len(tokens):
+                new.append(
+                    _StoredPrefix(
+                        list(tokens), [(k[..., : len(tokens), :], v[..., : len(tokens), :]) for k, v in layers]
+                    )
+                )
+        kept = self.retained + new
+        kept = [
+            e
+            for i, e in enumerate(kept)
+            if not any(common_prefix(e.tokens, f.tokens) == len(e.tokens) for f in kept[i + 1 :])
+        ]
+        while kept and sum(len(e.tokens) for e in kept) > budget:
+            kept.pop(0)
+        self.retained = kept
 
     def logits(
         self, seqs: list[list[int]], logits_to_keep: int, config: EngineConfig, limits: list[int] | None = None
