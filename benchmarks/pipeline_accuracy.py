@@ -54,6 +54,7 @@ import math
 import os
 import random
 import re
+import socket
 import string
 import sys
 import time
@@ -498,7 +499,40 @@ def collect(args) -> None:
 
 def latency(args) -> None:
     """Each mode's GroguRerank in a real LlamaIndex query engine, timed per query (postprocess only), and
-    the whole query with GroguSynthesizer (context mode) against the plain synthesizer."""
+    the whole query with GroguSynthesizer (context mode) against the plain synthesizer.
+
+    ``--via service``: grogu scores through a local ``grogu serve`` app (one replica of one CPU), the
+    pipeline's LLM in process. ``--via llama-cpp-server``: the pipeline's LLM and grogu's scoring both
+    go to llama-cpp-python's server (one thread) serving the embedded GGUF."""
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        if args.via == "llama-cpp-server":
+            from grogu_research.testing import LlamaCppServer
+
+            args.server = stack.enter_context(LlamaCppServer(n_ctx=4096)).url
+        _latency(args, stack)
+
+
+def local_service(stack) -> str:
+    """A local grogu service (Ray Serve, one replica of one CPU) on the default model; its URL."""
+    import ray
+    from ray import serve
+
+    from grogu.serve.service import ServeConfig, build_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    stack.callback(ray.shutdown)
+    stack.callback(serve.shutdown)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(ServeConfig(model=DEFAULT_MODEL, device="cpu"), num_replicas=1, num_cpus=1), route_prefix="/")
+    return f"http://127.0.0.1:{port}"
+
+
+def _latency(args, stack) -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     import statistics
@@ -539,7 +573,7 @@ def latency(args) -> None:
         index.as_retriever(similarity_top_k=3), llm=llm, response_synthesizer=synth
     )
     settings = json.load(open(args.settings))
-    reranks = {}
+    reranks, service_url = {}, None
     for name, s in settings.items():
         mode, k = name.split("@")
         if int(k) != args.top_k or mode == "retriever":
@@ -557,9 +591,11 @@ def latency(args) -> None:
         elif s.get("metric"):
             kw["metric"] = s["metric"]
         qa = synth if s.get("prompt", "pipe") == "pipe" else None
+        if args.via == "service" and service_url is None:
+            service_url = local_service(stack)
         reranks[name] = GroguRerank(
             top_n=3,
-            model=llm,
+            model=service_url if args.via == "service" else llm,
             mode=mode,
             qa_template=qa,
             max_new_tokens=args.max_new_tokens if qa is not None else 64,
@@ -693,12 +729,25 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
 
         return run
 
-    for name in runs:
+    for name in runs:  # in process: the engine calls are timed; through the service the whole query only
         scorer = reranks[name].scorer
-        scorer.answer_contexts = timed("answer", scorer.answer_contexts)
-        scorer.force_answers = timed("force", scorer.force_answers)
+        if hasattr(scorer, "answer_contexts"):
+            scorer.answer_contexts = timed("answer", scorer.answer_contexts)
+            scorer.force_answers = timed("force", scorer.force_answers)
     records = open(args.records, "w") if args.records else None
+
+    def cold() -> None:
+        """Each timed query starts cold: no prompt of another arm's query kept by grogu's engine, and
+        llama-cpp-python's server (which continues its last prompt) sent an unrelated one."""
+        for r in reranks.values():
+            drop = getattr(getattr(r.scorer, "target", None), "drop_kept_prompts", None)
+            if drop is not None:
+                drop()
+        if args.server:
+            llm.complete("Say hello.")
+
     for q in questions:
+        cold()
         t0 = time.perf_counter()
         answer = str(plain_engine.query(q["question"]))
         plain.append(time.perf_counter() - t0)
@@ -707,23 +756,29 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
             plain_answer_tokens.append(len(tokenizer(answer, add_special_tokens=False)["input_ids"]) + 1)
             row["plain_answer_tokens"] = plain_answer_tokens[-1]
         for name, engine in engines.items():
-            scoring = reranks[name].scorer.target
-            before = (scoring.prefill_tokens, scoring.lookup_steps)
+            scoring = getattr(reranks[name].scorer, "target", None)
+            counted = hasattr(scoring, "prefill_tokens")  # an in-process engine counts its work
+            before = (scoring.prefill_tokens, scoring.lookup_steps) if counted else (0, 0)
             clock["answer"].clear()
             clock["force"].clear()
+            cold()
             t0 = time.perf_counter()
-            engine.query(q["question"])
+            response = engine.query(q["question"])
             s = time.perf_counter() - t0
             answers = list(clock["answer"])
+            gate = response.source_nodes[0].node.metadata["grogu"]["context"].get("gate") or {}
             run = {
                 "s": round(s, 4),
                 "ratio": round(s / plain[-1], 4),
-                "doubt": len(answers) > 1,  # a gated query in doubt answers twice: its first candidate, then the rest
+                # in doubt: the other candidates were answered after the first (in process: a second answer call)
+                "doubt": len(answers) > 1
+                if counted
+                else bool(gate.get("in_doubt")) and reranks[name].settings.gate == "doubt",
                 "answer_first_s": round(answers[0], 4) if answers else 0.0,
                 "answer_rest_s": round(sum(answers[1:]), 4),
                 "force_s": round(sum(clock["force"]), 4),
-                "encoded": scoring.prefill_tokens - before[0],
-                "steps": scoring.lookup_steps - before[1],
+                "encoded": scoring.prefill_tokens - before[0] if counted else None,
+                "steps": scoring.lookup_steps - before[1] if counted else None,
             }
             run["other_s"] = round(s - run["answer_first_s"] - run["answer_rest_s"] - run["force_s"], 4)
             runs[name].append(run)
@@ -761,12 +816,16 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
             "mean s: first answer / other answers / teacher forcing / rest": [
                 round(mean(x[k] for x in r), 3) for k in ("answer_first_s", "answer_rest_s", "force_s", "other_s")
             ],
-            "prompt tokens encoded, median (mean)": [
+        }
+        if r and r[0]["encoded"] is not None:
+            out[name]["prompt tokens encoded, median (mean)"] = [
                 med(x["encoded"] for x in r),
                 round(mean(x["encoded"] for x in r)),
-            ],
-            "decode steps, median (mean)": [med(x["steps"] for x in r), round(mean(x["steps"] for x in r), 1)],
-        }
+            ]
+            out[name]["decode steps, median (mean)"] = [
+                med(x["steps"] for x in r),
+                round(mean(x["steps"] for x in r), 1),
+            ]
     print(json.dumps(out, indent=1))
 
 
@@ -933,6 +992,13 @@ def main() -> None:
     lat.add_argument("--data-file", default=None)
     lat.add_argument("--exclude", nargs="*", default=[])
     lat.add_argument("--records", default=None, help="--whole-only: one JSON line per question (per-query costs)")
+    lat.add_argument(
+        "--via",
+        choices=["process", "service", "llama-cpp-server"],
+        default="process",
+        help="where grogu scores: in process, through a local grogu service, or (with the pipeline's LLM) "
+        "through llama-cpp-python's server",
+    )
     lat.add_argument(
         "--whole-only",
         action="store_true",

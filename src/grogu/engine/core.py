@@ -288,6 +288,12 @@ class Engine(Configured):
                 )
         return [res[i] for i in range(len(prompts))]
 
+    def drop_kept_prompts(self) -> None:
+        """Forget the prompts kept for later calls (``retain_prefix_tokens``): the next call encodes its
+        prompts whole, as the first call of a process does (a benchmark timing each query cold)."""
+        with self._lock:
+            self.prefill.retained = []
+
     def require_teacher_forcing(self, what: str) -> None:
         """Nothing to raise: an in-process model teacher-forces any answer."""
 
