@@ -746,6 +746,9 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
         if args.server:
             llm.complete("Say hello.")
 
+    if args.via != "process":  # a service builds its scorer and a server warms up on the first request
+        for engine in [plain_engine, *engines.values()]:
+            engine.query(questions[0]["question"])
     for q in questions:
         cold()
         t0 = time.perf_counter()
@@ -827,6 +830,41 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
                 round(mean(x["steps"] for x in r), 1),
             ]
     print(json.dumps(out, indent=1))
+
+
+def cost_table(args) -> None:
+    """A Markdown table from ``latency --whole-only --records`` files: per file, calm and doubtful queries
+    apart, mean seconds of the plain query and of each part of the arm's query, its ratio of means,
+    and the mean prompt tokens encoded and decode steps (in process only)."""
+    import statistics
+
+    print(
+        "| records | queries | plain | first answer | other answers | teacher forcing | rest | ratio of means "
+        "| prompt tokens encoded | decode steps |\n|" + "---|" * 10
+    )
+    for path in args.records:
+        rows = [json.loads(line) for line in open(path)]
+        for doubt in (False, True):
+            part = [r for r in rows if r[args.arm]["doubt"] == doubt]
+            if not part:
+                continue
+            arm = [r[args.arm] for r in part]
+
+            def mean(key, xs=arm):
+                vals = [x[key] for x in xs if x.get(key) is not None]
+                return statistics.mean(vals) if vals else None
+
+            plain = statistics.mean(r["plain_s"] for r in part)
+            cells = [mean(k) for k in ("answer_first_s", "answer_rest_s", "force_s", "other_s")]
+            enc, steps = mean("encoded"), mean("steps")
+            print(
+                f"| {os.path.basename(path)} | {'in doubt' if doubt else 'calm'} ({len(part)}) | {plain:.2f} | "
+                + " | ".join(
+                    "–" if c is None or (doubt is False and i == 1) else f"{c:.2f}" for i, c in enumerate(cells)
+                )
+                + f" | {mean('s') / plain:.2f}× | {'–' if enc is None else f'{enc:,.0f}'} | "
+                f"{'–' if steps is None else f'{steps:.1f}'} |"
+            )
 
 
 def langchain_arm(args) -> None:
@@ -1035,8 +1073,13 @@ def main() -> None:
     ch.add_argument("--settings", default=None, help="settings to save the chosen one beside")
     ch.add_argument("--save-settings", default=None)
     ch.add_argument("--top", type=int, default=5, help="print this many of the ranked settings")
+    ct = sub.add_parser("cost-table", help="where the time goes, calm and doubtful queries apart, from --records")
+    ct.add_argument("records", nargs="+")
+    ct.add_argument("--arm", default="selective@5")
     args = parser.parse_args()
-    if args.cmd == "choose":
+    if args.cmd == "cost-table":
+        cost_table(args)
+    elif args.cmd == "choose":
         from pipeline_modes import choose
 
         choose(args)

@@ -217,8 +217,10 @@ def test_a_later_call_continues_an_earlier_prompts_cache(tiny_engine, monkeypatc
     before = tiny_engine.prefill_tokens
     gens = tiny_engine.generate(others, 8)
     encoded = tiny_engine.prefill_tokens - before
+    assert tiny_engine.prefill.retained
+    tiny_engine.drop_kept_prompts()
+    assert tiny_engine.prefill.retained == []
     monkeypatch.setattr(tiny_engine, "config", replace(tiny_engine.config, retain_prefix_tokens=0))
-    monkeypatch.setattr(tiny_engine.prefill, "retained", [])
     tiny_engine.generate([first], 8)
     before = tiny_engine.prefill_tokens
     fresh = tiny_engine.generate(others, 8)
