@@ -55,6 +55,21 @@ def test_qa_template_renders_exactly_the_prompt_the_llm_reads(llm, synthesizer, 
     assert got == expected
 
 
+def test_scored_elsewhere_the_prompt_is_still_the_one_the_pipelines_llm_reads(llm, synthesizer, index):
+    """Scored on the service, a server or a model by name (no LLM object), grogu renders the QA prompt
+    for the synthesizer's own LLM: its chat version here, and its answer budget, so that the answer
+    scored is the synthesizer's and GroguSynthesizer reuses it."""
+    from llama_index.postprocessor.grogu.options import scoring_prompt
+
+    own = template_from_llama_index(synthesizer, llm)
+    assert template_from_llama_index(synthesizer) == own
+    engine = RetrieverQueryEngine.from_args(index.as_retriever(), llm=llm, response_synthesizer=synthesizer)
+    assert template_from_llama_index(engine) == own
+    completion = synthesizer.get_prompts()["text_qa_template"].select(None)  # what a reader-less render gave
+    assert template_from_llama_index(completion) != own
+    assert scoring_prompt(synthesizer, None, "context", None, None) == (own, llm.max_new_tokens)
+
+
 def test_context_mode_answer_is_the_synthesizers_answer(index, llm, synthesizer, pipe_scorer, questions):
     for query in questions[:3]:
         retrieved = index.as_retriever(similarity_top_k=K).retrieve(query)

@@ -13,7 +13,7 @@ from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PR
 import grogu
 from grogu.scorer import DEFAULT_MAX_NEW_TOKENS
 
-from .prompts import template_from_llama_index
+from .prompts import source_llm, template_from_llama_index
 from .utils import answer_budget
 
 
@@ -50,7 +50,9 @@ def scoring_prompt(
     if qa_template is not None:
         if template is not None:
             raise ValueError("give template (grogu's prompt text) or qa_template (the pipeline's prompt), not both")
-        template = template_from_llama_index(qa_template, llm)
-        if max_new_tokens is None and answer_budget(llm) is not None:
-            max_new_tokens = answer_budget(llm)  # the answer the LLM gives, so GroguSynthesizer can reuse it
+        # scored on a name, a server or the service, the prompt is still read by the pipeline's own LLM
+        reader = llm if llm is not None else source_llm(qa_template)
+        template = template_from_llama_index(qa_template, reader)
+        if max_new_tokens is None and answer_budget(reader) is not None:
+            max_new_tokens = answer_budget(reader)  # the answer the LLM gives, so GroguSynthesizer can reuse it
     return template, DEFAULT_MAX_NEW_TOKENS[answer_style] if max_new_tokens is None else max_new_tokens

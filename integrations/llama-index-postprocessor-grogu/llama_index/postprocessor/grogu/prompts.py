@@ -28,16 +28,23 @@ def text_qa_prompt(source: Any) -> BasePromptTemplate:
     )
 
 
+def source_llm(source: Any) -> Optional[Any]:
+    """The LLM a response synthesizer or query engine answers with; None for a prompt or another object."""
+    synthesizer = getattr(source, "_response_synthesizer", source)
+    return getattr(synthesizer, "_llm", None)
+
+
 def template_from_llama_index(source: Any, llm: Optional[Any] = None) -> grogu.PromptTemplate:
     """A grogu template that renders exactly what ``llm`` reads through ``source``'s QA prompt.
 
     ``source``: a query engine, a response synthesizer or a prompt template (a selector prompt is
-    resolved for ``llm``: LlamaIndex's default has a chat and a completion version). The context is the
+    resolved for ``llm``: LlamaIndex's default has a chat and a completion version). Without ``llm``,
+    a synthesizer's or query engine's own LLM, which is what reads the prompt. The context is the
     nodes' LLM text joined by blank lines, as the compact synthesizer packs it.
     """
     prompt = text_qa_prompt(source)
     if isinstance(prompt, SelectorPromptTemplate):
-        prompt = prompt.select(llm)
+        prompt = prompt.select(llm if llm is not None else source_llm(source))
     variables = set(getattr(prompt, "template_vars", []) or [])
     missing = {"context_str", "query_str"} - variables if variables else set()
     if missing:
