@@ -855,7 +855,9 @@ def cost_table(args) -> None:
                 return statistics.mean(vals) if vals else None
 
             plain = statistics.mean(r["plain_s"] for r in part)
-            cells = [mean(k) for k in ("answer_first_s", "answer_rest_s", "force_s", "other_s")]
+            remote = all(x.get("encoded") is None for x in arm)  # through a service or server: the whole query only
+            keys = ("answer_first_s", "answer_rest_s", "force_s", "other_s")
+            cells = [None] * 4 if remote and not any(mean(k) for k in keys[:3]) else [mean(k) for k in keys]
             enc, steps = mean("encoded"), mean("steps")
             print(
                 f"| {os.path.basename(path)} | {'in doubt' if doubt else 'calm'} ({len(part)}) | {plain:.2f} | "
