@@ -601,6 +601,10 @@ def _latency(args, stack) -> None:
             max_new_tokens=args.max_new_tokens if qa is not None else 64,
             **kw,
         )
+    for r in reranks.values():  # prompts kept between calls: an engine setting, off by default
+        target = getattr(r.scorer, "target", None)
+        if hasattr(target, "retain_prefix_tokens"):
+            target.retain_prefix_tokens = args.retain_prefix_tokens
     if args.whole_only:
         return whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reranks)
     times: dict[str, list[float]] = {name: [] for name in reranks}
@@ -1032,6 +1036,12 @@ def main() -> None:
     lat.add_argument("--data-file", default=None)
     lat.add_argument("--exclude", nargs="*", default=[])
     lat.add_argument("--records", default=None, help="--whole-only: one JSON line per question (per-query costs)")
+    lat.add_argument(
+        "--retain-prefix-tokens",
+        type=int,
+        default=0,
+        help="the in-process engine's retain_prefix_tokens (prompts kept for later calls; 0: the default)",
+    )
     lat.add_argument(
         "--via",
         choices=["process", "service", "llama-cpp-server"],

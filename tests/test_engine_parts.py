@@ -36,7 +36,7 @@ def test_defaults_per_device():
         max_batch_tokens=16384,
         logits_budget_mb=256,
         min_shared_prefix=8,
-        retain_prefix_tokens=4096,
+        retain_prefix_tokens=0,
         group_overhead_tokens=32,
         min_batch_fill=0.5,
         prompt_lookup=0,

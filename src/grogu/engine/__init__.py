@@ -14,9 +14,10 @@ once, as a prefix tree (rows grouped by common prefix, each group's prefix conti
 earlier groups' prefixes: the chat-template header; the whole prompt when k answers are
 teacher-forced under one ungrounded prompt; documents 1..i-1 for the i-th leave-one-out prompt of the
 Influence Score), the rest of each row following with padding masked out and position ids that
-continue its own prefix, and the groups' caches stacked to decode together; prompts encoded for
-decoding are kept (``retain_prefix_tokens``), so a later call that starts the same way continues their
-cache (a doubtful query's swap candidates after its first answer); greedy decoding can
+continue its own prefix, and the groups' caches stacked to decode together; with
+``retain_prefix_tokens`` set, prompts encoded for decoding are kept, so a later call that starts the
+same way continues their cache (a doubtful query's swap candidates after its first answer); greedy
+decoding can
 take prompt-lookup drafts (verified, so the answer is unchanged); finished rows leave the decode batch; entropies are computed in float32 on chunks, never on a
 float32 [batch, seq, vocab] tensor of the whole prompt; on out-of-memory a batch is split in two
 and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`grogu.prompts`.

@@ -11,9 +11,9 @@ form a group is plain logic on token lists, in :mod:`grogu.engine.prefixtree`.
   with room reserved for the answer, which is what the decode loop (:mod:`grogu.engine.decode`) starts
   from.
 
-Prompts encoded for decoding are kept for later calls (``retain_prefix_tokens`` of them, the latest
-first): a later prompt that starts the same way continues their cache. A doubtful query's other
-candidates keep its first documents in place, so they continue the first answer's prompt.
+With ``retain_prefix_tokens`` > 0 (off by default), prompts encoded for decoding are kept for later
+calls, the latest first: a later prompt that starts the same way continues their cache. A doubtful
+query's other candidates keep its first documents in place, so they continue the first answer's prompt.
 """
 
 from __future__ import annotations
