@@ -43,7 +43,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import sys
 import time
 import warnings
@@ -57,6 +56,7 @@ from pipeline_accuracy import (  # noqa: E402
     excluded_ids,
     hotpotqa_dev_questions,
     judgeable,
+    local_service,
     nq_questions,
     squad_questions,
 )
@@ -215,15 +215,12 @@ def service(args) -> None:
     (``ServerTarget``), on the same top 5 of each question, one arm after the other."""
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    import ray
     from grogu_research.testing import LlamaCppServer
     from llama_index.core.schema import NodeWithScore, TextNode
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import GroguRerank
-    from ray import serve
 
     import grogu
-    from grogu.serve.service import ServeConfig, build_app
 
     pool, questions = load(args.data, args.questions, args.data_file)
     store = vector_store(pool, args.cache_dir, args.data)
@@ -239,16 +236,7 @@ def service(args) -> None:
     with contextlib.ExitStack() as stack:
         arms = {"in_process": GroguRerank(model=llm, top_n=3)}
         if "service" in wanted:  # one local Ray, one replica of 1 CPU
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            stack.callback(ray.shutdown)
-            stack.callback(serve.shutdown)
-            serve.start(http_options={"host": "127.0.0.1", "port": port})
-            config = ServeConfig(model="smollm2-135m-instruct", device="cpu")
-            serve.run(build_app(config, num_replicas=1, num_cpus=1), name="entry", route_prefix="/")
-            url = f"http://127.0.0.1:{port}"
+            url = local_service(stack)
             arms["service"] = GroguRerank(model=url, top_n=3, max_new_tokens=args.max_new_tokens)
         if "served" in wanted:  # llama-cpp-python's server, one thread
             served = stack.enter_context(LlamaCppServer(n_ctx=4096))
