@@ -4,8 +4,14 @@ server's protocol class (unknown fields refused), and each answer is one the ser
 would build. A loopback HTTP stub records the bodies and answers with those responses.
 
 Read from (fields transcribed, not the servers' code):
-- vLLM ``vllm/entrypoints/openai/completion/protocol.py`` at commit d5dba2d7b0ab9b98096560c69db7126b54b14d79
-  (``CompletionRequest``, ``CompletionResponseChoice``: ``token_ids``, ``prompt_logprobs``);
+- vLLM 0.33.0 as released on PyPI: ``vllm/entrypoints/openai/completion/protocol.py`` (``CompletionRequest``,
+  ``CompletionLogProbs``, ``CompletionResponseChoice``, ``CompletionResponse``). Its base, ``OpenAIBaseModel`` in
+  ``vllm/entrypoints/serve/engine/protocol.py``, keeps unknown fields and only logs them (debug level).
+  ``vllm/sampling_params.py`` (``SamplingParams._verify_args``): the ranges. The answers:
+  ``vllm/entrypoints/openai/completion/serving.py`` (``request_output_to_completion_response``,
+  ``_create_completion_logprobs``) and ``vllm/entrypoints/generate/base/serving.py``
+  (``format_token_id_placeholder``: ``token_id:N``; ``completion_top_logprobs_limit``: logprobs + 1 entries;
+  ``clamp_prompt_logprobs``). ``vllm/logprobs.py``: the prompt's entries (the first one null);
 - SGLang ``python/sglang/srt/entrypoints/openai/protocol.py`` at commit 9b116dffe828b2dfa7ec0e4d061555b6c354b67a
   (``ModelCard.owned_by = "sglang"``, ``CompletionRequest`` without ``prompt_logprobs`` or
   ``return_token_ids``, ``ChatCompletionRequest``, ``ChatCompletionTokenLogprob``);
@@ -26,16 +32,18 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import grogu
-from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget
+from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 from grogu.inference_server.llama_server import FORCE_BIAS, NEUTRAL
 from grogu.inference_server.sglang import NEUTRAL as SGLANG_NEUTRAL
 from grogu.prompts import ChatPrompt
+
+NonNegInt = Annotated[int, Field(ge=0)]  # vLLM's prompt token ids
 
 
 class _Forbid(BaseModel):
@@ -43,26 +51,41 @@ class _Forbid(BaseModel):
 
 
 class VllmCompletionRequest(_Forbid):
-    """vLLM CompletionRequest: the fields grogu may send, with vLLM's types."""
+    """vLLM 0.33.0 CompletionRequest (protocol.py): the fields grogu may send, with vLLM's types. vLLM itself
+    keeps an unknown field and ignores it; refused here, so that grogu sends none. ``Field`` bounds are
+    the protocol's and ``SamplingParams._verify_args``'s (a value outside is a 400)."""
 
     model: Optional[str] = None
-    prompt: Union[list[int], str, None] = None
+    prompt: Union[list[NonNegInt], list[list[NonNegInt]], str, list[str], None] = None
     echo: Optional[bool] = False
-    logprobs: Optional[int] = None
-    max_tokens: Optional[int] = 16
-    seed: Optional[int] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
+    logprobs: Optional[int] = None  # at most the server's --max-logprobs (20 by default)
+    max_tokens: Optional[int] = 16  # null reads as 16; 0 only with echo
+    seed: Optional[int] = Field(None, ge=-(2**63), le=2**63 - 1)
+    temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
+    top_k: Optional[int] = Field(None, ge=-1)  # 0 or -1: off ("quietly accept -1 as disabled, but prefer 0")
+    min_p: Optional[float] = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: Optional[float] = Field(None, gt=0.0)
+    presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
     stop_token_ids: Optional[list[int]] = []
-    skip_special_tokens: bool = True
-    prompt_logprobs: Optional[int] = None
-    return_tokens_as_token_ids: Optional[bool] = None
+    skip_special_tokens: Optional[bool] = None  # None: the generation config's, else True
+    prompt_logprobs: Optional[int] = None  # at most --max-logprobs; not with stream
+    return_tokens_as_token_ids: Optional[bool] = None  # None: the server's --return-tokens-as-token-ids
     return_token_ids: Optional[bool] = None
+    logprob_token_ids: Optional[list[NonNegInt]] = Field(None, max_length=128)  # needs logprobs set
+    ignore_eos: bool = False  # also keeps the generation config's eos_token_id out of stop_token_ids
+
+    @field_validator("logprobs", "prompt_logprobs")
+    @classmethod
+    def _count(cls, k: Optional[int]) -> Optional[int]:  # check_logprobs: "a positive value or -1"
+        assert k is None or k >= 0 or k == -1, k
+        return k
+
+    @model_validator(mode="after")
+    def _budget(self) -> "VllmCompletionRequest":  # to_sampling_params: echo with 0 tokens asks for 1
+        assert self.max_tokens is None or self.max_tokens >= 1 or (self.echo and self.max_tokens == 0)
+        return self
 
 
 class SglangChatRequest(_Forbid):
@@ -269,7 +292,8 @@ class _Stub:
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 stub.bodies.append((self.path, body))
-                self._send(stub.replies[self.path])
+                reply = stub.replies[self.path]
+                self._send(reply(body) if callable(reply) else reply)  # a callable answers each body
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -292,38 +316,86 @@ def tokenizer():
 
 @pytest.fixture
 def vllm():
-    stub = _Stub("vllm")
+    # models/serving.py, show_available_models: ModelCard with root, max_model_len and one ModelPermission
+    stub = _Stub("vllm", created=1, root="m", parent=None, permission=[])
     yield stub
     stub.close()
 
 
-def _completion(ids: list[int], *, token_ids: bool = True, token_text: bool = False) -> dict:
-    """A vLLM CompletionResponse: ``token_ids`` with return_token_ids; tokens as 'token_id:N' with
-    return_tokens_as_token_ids (or as text, as a server without it answers)."""
+def _prompt_logprobs(ids: list[int], top: dict[int, float]) -> list:
+    """``prompt_logprobs`` as vLLM answers it (vllm/logprobs.py, ``create_prompt_logprobs`` and
+    ``append_logprobs_for_next_position``): null for the first token; then one object per token, keyed
+    by token id (JSON text, never 'token_id:N'), the prompt's own token first with its true rank, then the
+    top k with ranks 1..k (a token in both appears once). ``top`` gives each position's own
+    log-probability ``top[id]`` (rank 1 when it is the highest), else -0.25 per position."""
+    out: list = [None]
+    for i, t in enumerate(ids[1:]):
+        own = top.get(t, -0.25 * (i + 1))
+        ranked = sorted({t: own, 7: -3.0, 8: -3.5}.items(), key=lambda kv: -kv[1])
+        entry = {str(t): {"logprob": own, "rank": [k for k, _ in ranked].index(t) + 1, "decoded_token": f"t{t}"}}
+        for rank, (k, v) in enumerate(ranked[:2], 1):  # prompt_logprobs=2
+            entry[str(k)] = {"logprob": v, "rank": rank, "decoded_token": f"t{k}"}
+        out.append(entry)
+    return out
+
+
+def _completion(
+    ids: list[int],
+    *,
+    prompt: tuple[int, ...] = (1, 2, 3),
+    logprobs: int | None = 2,
+    token_ids: bool = True,
+    token_text: bool = False,
+    finish: str = "length",
+    stop_reason: int | None = None,
+    prompt_logprobs: list | None = None,
+) -> dict:
+    """A vLLM 0.33 CompletionResponse for one prompt, every field as ``model_dump`` writes it
+    (serving.py, ``request_output_to_completion_response``). ``token_ids`` and ``prompt_token_ids`` come
+    with return_token_ids. ``logprobs`` (the request's) gives ``choices[0].logprobs``
+    (``_create_completion_logprobs``): tokens as 'token_id:N' with return_tokens_as_token_ids, else as text
+    (``token_text``); the sampled token first in each top_logprobs object, at most logprobs + 1 entries;
+    text_offset the running length of those strings. Null without logprobs. A stop token (``finish``
+    "stop") stays in ``token_ids``: the EOS with stop_reason null, another stop_token_ids entry with its id
+    (v1/core/sched/utils.py, ``check_stop``)."""
     tokens = [f"t{t}" if token_text else f"token_id:{t}" for t in ids]
+    offsets = [sum(len(tok) for tok in tokens[:i]) for i in range(len(tokens))]
+    lp = None
+    if logprobs is not None:
+        alternatives = [f"t{k}" if token_text else f"token_id:{k}" for k in (7, 8)]
+        lp = {
+            "text_offset": offsets,
+            "token_logprobs": [-0.5] * len(ids),
+            "tokens": tokens,
+            "top_logprobs": [  # the sampled token (rank 1 here), then the top k in rank order
+                {tok: -0.5, **dict(list(zip([tok, *alternatives], (-0.5, -1.5, -2.5)))[:logprobs])} for tok in tokens
+            ],
+        }
     choice = {
         "index": 0,
         "text": "x" * len(ids),
-        "finish_reason": "length",
-        "stop_reason": None,
-        "logprobs": {
-            "text_offset": list(range(len(ids))),
-            "token_logprobs": [-0.5] * len(ids),
-            "tokens": tokens,
-            "top_logprobs": [{tok: -0.5, "token_id:7": -1.5} for tok in tokens],
-        },
-        "prompt_logprobs": None,
-        "prompt_token_ids": None,
+        "logprobs": lp,
+        "finish_reason": finish,
+        "stop_reason": stop_reason,
+        "token_ids": ids if token_ids else None,
+        "prompt_logprobs": prompt_logprobs,
+        "prompt_token_ids": list(prompt) if token_ids else None,
+        "routed_experts": None,
+        "weight_versions": None,
     }
-    if token_ids:
-        choice["token_ids"] = ids
+    usage = {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(ids), "completion_tokens": len(ids)}
     return {
         "id": "cmpl-1",
         "object": "text_completion",
         "created": 1,
         "model": "m",
         "choices": [choice],
-        "usage": {"prompt_tokens": 3, "total_tokens": 3 + len(ids), "completion_tokens": len(ids)},
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": None},
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
@@ -333,13 +405,22 @@ def test_vllm_generation_request_and_token_ids(vllm, tokenizer):
     ids = target.encode("Canberra is")
     vllm.replies["/v1/completions"] = _completion(ids)
     gen = target.generate([[1, 2, 3]], 4)[0]
-    assert gen.token_ids == ids
+    assert gen.token_ids == ids and not gen.finished
     path, body = vllm.bodies[-1]
     VllmCompletionRequest(**body)  # every field one vLLM declares, with its type
-    assert body["return_token_ids"] is True and body["prompt"] == [1, 2, 3]
+    assert body["return_token_ids"] is True and body["prompt"] == [1, 2, 3] and body["logprobs"] == 2
+    assert body["return_tokens_as_token_ids"] is True and body["skip_special_tokens"] is False
+    assert body["ignore_eos"] is True  # grogu's stop tokens alone, not the generation config's eos list too
     assert (body["repetition_penalty"], body["top_k"], body["min_p"]) == (1.0, -1, 0.0)  # not the model's defaults
     assert (body["presence_penalty"], body["frequency_penalty"]) == (0.0, 0.0)  # nor its penalties
-    assert body["stop_token_ids"] == target.stop_token_ids and body["temperature"] == 0.0
+    assert body["stop_token_ids"] == target.stop_token_ids and (body["temperature"], body["top_p"]) == (0.0, 1.0)
+    # ended by the EOS: vLLM keeps it in token_ids (stop_reason null); grogu takes it off
+    vllm.replies["/v1/completions"] = _completion(ids + [target.end_of_turn], finish="stop")
+    gen = target.generate([[1, 2, 3]], 8)[0]
+    assert gen.token_ids == ids and gen.finished and gen.stop_token_id == target.end_of_turn
+    other_stop = min(set(target.stop_token_ids) - {target.end_of_turn})  # <|endoftext|>: stop_reason its id
+    vllm.replies["/v1/completions"] = _completion(ids + [other_stop], finish="stop", stop_reason=other_stop)
+    assert target.generate([[1, 2, 3]], 8)[0].token_ids == ids
     # without token_ids the 'token_id:N' form still gives them; with neither, a clear error
     vllm.replies["/v1/completions"] = _completion(ids, token_ids=False)
     assert target.generate([[1, 2, 3]], 4)[0].token_ids == ids
@@ -368,21 +449,64 @@ def test_vllm_generation_request_and_token_ids(vllm, tokenizer):
 def test_vllm_teacher_forcing_request(vllm, tokenizer):
     target = ServerTarget(vllm.url, tokenizer=tokenizer, top_logprobs=2, retries=0)
     prompt, cont = [1, 2, 3], [11, 12]
-    reply = _completion([5])
-    # prompt_logprobs: list[dict[int, Logprob] | None] (Logprob: logprob, rank, decoded_token), JSON keys as text
-    reply["choices"][0]["prompt_logprobs"] = [None] + [
-        {
-            str(t): {"logprob": -0.25 * (i + 1), "rank": 1, "decoded_token": "a"},
-            "7": {"logprob": -3.0, "rank": 2, "decoded_token": "b"},
-        }
-        for i, t in enumerate(prompt[1:] + cont)
-    ]
+    # what vLLM answers this request: no logprobs or token_ids asked for, so both null; prompt_logprobs
+    # (list[dict[int, Logprob] | None]) from the first prompt token on, 12 outside the top 2 (three entries)
+    entries = _prompt_logprobs(prompt + cont, {11: -0.75, 12: -5.0})
+    reply = _completion([5], prompt=tuple(prompt + cont), logprobs=None, token_ids=False, prompt_logprobs=entries)
+    assert entries[0] is None and len(entries[-1]) == 3 and entries[-1]["12"]["rank"] == 3
     vllm.replies["/v1/completions"] = reply
     st = target.token_stats([prompt], [cont])[0]
-    assert st.token_ids == cont and st.logprob.tolist() == pytest.approx([-0.75, -1.0])
+    assert st.token_ids == cont and st.logprob.tolist() == pytest.approx([-0.75, -5.0])
+    # the entropy of the top k alone: not of the forced token vLLM adds when it ranks below them
+    top2 = topk_entropy([-3.0, -3.5], target.vocab_size, target.tail)
+    assert float(st.entropy[1]) == pytest.approx(top2, abs=1e-6)
     body = vllm.bodies[-1][1]
     VllmCompletionRequest(**body)
-    assert body["prompt"] == prompt + cont and body["prompt_logprobs"] == 2 and body["repetition_penalty"] == 1.0
+    assert body["prompt"] == prompt + cont and body["prompt_logprobs"] == 2 and body["max_tokens"] == 1
+    assert "logprobs" not in body and "echo" not in body and body["repetition_penalty"] == 1.0
+    assert (body["temperature"], body["top_k"], body["presence_penalty"]) == (0.0, -1, 0.0)
+
+
+def _value(prompt: list[int], token: int) -> float:
+    """The log-probability the stubs give ``token`` after ``prompt`` (differs by both)."""
+    return -0.5 - token / 100 - len(prompt) / 1000
+
+
+def test_vllm_next_tokens_in_one_request(vllm, tokenizer):
+    """ACU's label tokens: one logprob_token_ids request per prompt (vLLM 0.33); an older vLLM ignores the
+    field, and grogu teacher-forces each token through prompt_logprobs instead. The same values."""
+    target = ServerTarget(vllm.url, tokenizer=tokenizer, top_logprobs=2, retries=0)
+    prompts, cols = [[1, 2, 3], [1, 2, 3, 4]], [11, 12, 13]
+    want = [[_value(p, t) for t in cols] for p in prompts]
+
+    def new_vllm(body: dict) -> dict:  # the sampled token first, then every asked id (generate/base/serving.py)
+        reply = _completion([5], prompt=tuple(body["prompt"]), logprobs=1)
+        asked = {f"token_id:{t}": _value(body["prompt"], t) for t in body["logprob_token_ids"]}
+        reply["choices"][0]["logprobs"]["top_logprobs"][0] = {"token_id:5": -0.1, **asked}
+        return reply
+
+    vllm.replies["/v1/completions"] = new_vllm
+    assert target.next_token_logprobs(prompts, token_ids=cols).tolist() == [pytest.approx(w) for w in want]
+    assert len(vllm.bodies) == 2
+    for body, p in zip(sorted((b for _, b in vllm.bodies), key=lambda b: len(b["prompt"])), prompts):
+        VllmCompletionRequest(**body)
+        assert (body["prompt"], body["logprob_token_ids"], body["max_tokens"], body["logprobs"]) == (p, cols, 1, 1)
+        assert body["temperature"] == 0.0 and body["ignore_eos"] is True
+
+    def old_vllm(body: dict) -> dict:  # the field ignored: no asked ids; prompt_logprobs when asked
+        if "prompt_logprobs" not in body:
+            return _completion([5], prompt=tuple(body["prompt"]), logprobs=1)
+        *prompt, token = body["prompt"]
+        entries = _prompt_logprobs(body["prompt"], {token: _value(prompt, token)})
+        return _completion([5], prompt=tuple(body["prompt"]), logprobs=None, token_ids=False, prompt_logprobs=entries)
+
+    vllm.bodies.clear()
+    vllm.replies["/v1/completions"] = old_vllm
+    assert target.next_token_logprobs(prompts, token_ids=cols).tolist() == [pytest.approx(w) for w in want]
+    forced = [b for _, b in vllm.bodies if "prompt_logprobs" in b]
+    assert len(vllm.bodies) == 2 + 6 and sorted(b["prompt"] for b in forced) == sorted(
+        p + [t] for p in prompts for t in cols
+    )
 
 
 def _sglang_answer(ids: list[int], finish: dict, *, prompt: list[int] | None = None, start: int = -1) -> dict:
@@ -416,7 +540,7 @@ def test_sglang_generation_request(tokenizer):
     try:
         target = ServerTarget(stub.url, tokenizer=tokenizer, top_logprobs=2, retries=0)
         assert (target.api, target.backend, target.grounded_only) == ("sglang", "sglang", False)
-        assert target.capabilities == {"generate", "teacher_force"} and target.max_context_tokens == 2048
+        assert target.capabilities == {"generate", "teacher_force", "next_token"} and target.max_context_tokens == 2048
         ids = target.encode("Canberra is")
         stop = {"type": "stop", "matched": target.end_of_turn}
         stub.replies["/generate"] = [_sglang_answer(ids + [target.end_of_turn], stop), _sglang_answer(ids[:1], {})]
@@ -583,7 +707,7 @@ def test_llama_server_grammar_forcing_request(llama_server, tokenizer):
     """grammar_forcing=True: a token-id grammar forces the answer, n_predict its length; a trailing
     end-of-turn token is left to the logit bias (a grammar refuses end-of-generation tokens)."""
     target = ServerTarget(llama_server.url, tokenizer=tokenizer, top_logprobs=2, retries=0, grammar_forcing=True)
-    assert not target.grounded_only and target.capabilities == {"generate", "teacher_force"}
+    assert not target.grounded_only and target.capabilities == {"generate", "teacher_force", "next_token"}
     cont = [11, 12]
     llama_server.replies["/completion"] = _llama_server_answer(cont)
     st = target.token_stats([[1, 2, 3]], [cont])[0]

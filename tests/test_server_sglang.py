@@ -94,7 +94,11 @@ def stats(rows: list[np.ndarray], cont: list[int], vocab: int, tail: str) -> tup
 
 def test_told_from_its_models_listing(target, server):
     assert (target.api, target.backend, target.grounded_only) == ("sglang", "sglang", False)
-    assert target.max_context_tokens == server.llm.n_ctx() and target.capabilities == {"generate", "teacher_force"}
+    assert target.max_context_tokens == server.llm.n_ctx() and target.capabilities == {
+        "generate",
+        "teacher_force",
+        "next_token",
+    }
 
 
 def test_generation_is_llama_cpp_greedy(target, reference, prompts, server):
@@ -170,3 +174,34 @@ def test_the_self_check_fires_on_other_ids(target, server, prompts):
             target.token_stats([ungrounded], [target.encode("Canberra.")])
     finally:
         server.tamper = None
+
+
+def test_acu_through_sglang_equals_llama_cpp_by_hand(target, reference):
+    """ACU's label-token probabilities by one-token teacher forcing equal llama.cpp's next-token
+    log-softmax in process, for label tokens far outside the top k too; ACU follows from them by hand."""
+    from grogu.acu import ACUScorer
+
+    scorer = ACUScorer(target)
+    claim, evidence = "Canberra is the capital of Australia.", "Canberra has been the capital since 1913."
+    got = scorer.score_batch([(claim, evidence, "SUPPORTS"), (claim, "Sydney is the capital.", "REFUTES")])
+    p = {}
+    for key, text in (
+        ("with0", scorer.prompt_with.format(claim=claim, evidence=evidence)),
+        ("with1", scorer.prompt_with.format(claim=claim, evidence="Sydney is the capital.")),
+        ("without", scorer.prompt_without.format(claim=claim)),
+    ):
+        row = forced_steps(reference, scorer._prompt(text), [0])[0]
+        ranks = np.argsort(-row)
+        assert max(int(np.where(ranks == t)[0][0]) for ts in scorer.label_tokens.values() for t in ts) > K
+        p[key] = {lab: float(sum(np.exp(row[t]) for t in ts)) for lab, ts in scorer.label_tokens.items()}
+
+    def by_hand(w: dict, wo: dict, raised: str) -> float:
+        dp = {t: (w[t] - wo[t]) / (1 - wo[t]) if w[t] >= wo[t] else (w[t] - wo[t]) / wo[t] for t in w}
+        return sum(dp[t] if t == raised else -dp[t] for t in dp) / len(dp)
+
+    for res, key, raised in zip(got, ("with0", "with1"), ("True", "False")):
+        assert res.raised == raised
+        for lab in scorer.labels:
+            assert res.p_with[lab] == pytest.approx(p[key][lab], abs=ATOL)
+            assert res.p_without[lab] == pytest.approx(p["without"][lab], abs=ATOL)
+        assert res.acu == pytest.approx(by_hand(p[key], p["without"], raised), abs=1e-3)

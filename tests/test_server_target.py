@@ -308,15 +308,40 @@ def test_audit_through_the_server(server, served_scores, tmp_path):
     assert (out / "report.html").stat().st_size > 10_000
 
 
-def test_acu_needs_a_local_model(target, tiny_engine):
-    """A server generates and teacher-forces; the next-token distribution is the in-process engine's alone."""
+def test_acu_through_the_server_equals_llama_cpp_by_hand(server, reference, tiny_engine):
+    """ACU's label-token probabilities by one-token teacher forcing equal llama.cpp's next-token log-softmax
+    in process, for label tokens far outside the top k too; ACU follows from them by hand. A fresh target:
+    its echo probe sees a forced answer after which the model stops at once (it read the wrong entry)."""
     from grogu.acu import ACUScorer
 
-    assert target.capabilities == {"generate", "teacher_force"} and not hasattr(target, "next_token_logprobs")
-    assert tiny_engine.capabilities == {"generate", "teacher_force", "next_token"}
+    target = ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=K, retries=1)
+    assert target.capabilities == tiny_engine.capabilities == {"generate", "teacher_force", "next_token"}
     assert not hasattr(target, "model") and not hasattr(target, "dtype")  # no Engine attributes to pass for one
-    with pytest.raises(ServerCapabilityError, match="ACU"):
-        ACUScorer(target)
+    scorer = ACUScorer(target)
+    claim, evidence = "Canberra is the capital of Australia.", "Canberra has been the capital since 1913."
+    got = scorer.score(claim, evidence, "SUPPORTS")
+    p = {}
+    for key, text in (
+        ("with", scorer.prompt_with.format(claim=claim, evidence=evidence)),
+        ("without", scorer.prompt_without.format(claim=claim)),
+    ):
+        ids = scorer._prompt(text)
+        reference.reset()
+        reference.eval(ids)
+        row = torch.log_softmax(torch.tensor(np.asarray(reference.scores[len(ids) - 1]), dtype=torch.float64), -1)
+        rank = {int(t): r for r, t in enumerate(torch.argsort(row, descending=True).tolist())}
+        assert max(rank[t] for ts in scorer.label_tokens.values() for t in ts) > K
+        p[key] = {lab: float(sum(row[t].exp() for t in ts)) for lab, ts in scorer.label_tokens.items()}
+    dp = {}
+    for lab in scorer.labels:
+        w, wo = p["with"][lab], p["without"][lab]
+        assert got.p_with[lab] == pytest.approx(w, abs=2e-4) and got.p_without[lab] == pytest.approx(wo, abs=2e-4)
+        dp[lab] = (w - wo) / (1 - wo) if w >= wo else (w - wo) / wo
+    assert got.acu == pytest.approx((dp["True"] - dp["None"] - dp["False"]) / 3, abs=1e-3)
+    with pytest.raises(ServerCapabilityError, match="token_ids"):
+        target.next_token_logprobs([ids])  # the whole distribution is not a server's
+    with pytest.raises(ValueError, match="token_ids"):
+        target.next_token_logprobs([ids], token_ids=[target.vocab_size])
 
 
 def test_log_probabilities_do_not_depend_on_k(server, target, served_scores):

@@ -16,13 +16,14 @@ if TYPE_CHECKING:  # the result types only: this module imports nothing of grogu
 #: what a target can do (:attr:`Target.capabilities`)
 GENERATE = "generate"  # answers, with each generated token's log-probability and entropy
 TEACHER_FORCE = "teacher_force"  # the same statistics of a given answer (token_stats): the ungrounded pass
-NEXT_TOKEN = "next_token"  # the full next-token distribution (next_token_logprobs): ACU's label tokens
+NEXT_TOKEN = "next_token"  # given next tokens' log-probabilities (next_token_logprobs): ACU's label tokens
 CAPABILITIES = (GENERATE, TEACHER_FORCE, NEXT_TOKEN)
 #: why ACU cannot run on a target without NEXT_TOKEN
 NEXT_TOKEN_MESSAGE = (
-    "ACU needs the probabilities of given label tokens, which an inference server returns only when "
-    "they are among its top-k; score ACU with a model loaded in process (GROGU, Influence and SePer "
-    "work through the server)"
+    "ACU needs the probabilities of given label tokens, which a chat API returns only when they are among "
+    "its top-k; score ACU with a model loaded in process, or through a server that teacher-forces (vLLM, "
+    "SGLang, llama-cpp-python's server, llama-server with grammar_forcing=True). GROGU's entropy and "
+    "perplexity, Influence and SePer work through this target"
 )
 
 
@@ -39,7 +40,7 @@ class Target(Protocol):
 
     Attributes:
         capabilities: what it can do, from :data:`CAPABILITIES`. Every target generates. Without
-            ``"teacher_force"`` it is grounded-only. ``next_token_logprobs`` exists only with ``"next_token"``.
+            ``"teacher_force"`` it is grounded-only. ``next_token_logprobs`` works only with ``"next_token"``.
         model_name: the name reported in results and records.
         tokenizer: the model's tokenizer, or None (a chat API given none).
         device: where it runs (``"server"`` for a server).

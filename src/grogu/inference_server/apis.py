@@ -17,6 +17,10 @@ APIs (``api=``):
   It returns no prompt log-probabilities. So it is grounded-only unless ``grammar_forcing=True``, which
   teacher-forces an answer through a token-id grammar (off by default: it is not verified against a
   real llama-server binary). Details: :mod:`grogu.inference_server.llama_server`.
+- ``"ollama"``, grounded-only: Ollama's native ``/api/chat``, the prompt as messages, with every sampler
+  option pinned neutral (its OpenAI route cannot set ``repeat_penalty`` or ``top_k``, so a Modelfile's
+  apply there) and ``truncate: false`` (a prompt that does not fit is an error, not silently cut).
+  Otherwise as ``"chat"`` below. Details: :mod:`grogu.inference_server.ollama`.
 - ``"chat"``, grounded-only: ``/v1/chat/completions`` with the prompt as messages (an optional system
   message and one user message, the scorer's template text; the server applies its own chat template),
   ``logprobs: true``, ``top_logprobs: k`` (at most 20), ``temperature: 0`` and the answer budget as
@@ -35,8 +39,8 @@ APIs (``api=``):
 
 ``api="auto"`` (:func:`choose_api`) takes ``"vllm"``, ``"llama-cpp"``, ``"llama-server"`` or ``"sglang"``
 when ``/v1/models`` names vLLM, llama-cpp-python, llama.cpp's ``llama-server`` (``"llamacpp"``) or SGLang as
-the owner. It takes ``"chat"`` for the hosted OpenAI API (no listing request is made there) and any
-other owner (Ollama's ``"library"``, ...). ``api="chat"`` given explicitly still reaches SGLang's chat
+the owner. Another owner gets one ``/api/version`` request: ``"ollama"`` when Ollama answers it. It takes
+``"chat"`` for the hosted OpenAI API (no listing request is made there) and any other server. ``api="chat"`` given explicitly still reaches SGLang's chat
 API (for a proxy in front of it). A server that does return prompt log-probabilities
 behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or ``"llama-cpp"`` given
 explicitly.
@@ -47,7 +51,9 @@ from __future__ import annotations
 from typing import Any, Iterable
 from urllib.parse import urlparse
 
-APIS = ("vllm", "llama-cpp", "llama-server", "sglang", "chat")
+APIS = ("vllm", "llama-cpp", "llama-server", "sglang", "ollama", "chat")
+#: the APIs that take chat messages and generate only (grounded-only)
+CHAT_APIS = ("chat", "ollama")
 #: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API).
 #: llama.cpp's own ``llama-server`` ("llamacpp") is scored through its native /completion endpoint, SGLang
 #: ("sglang") through its native /generate. llama-cpp-python says "me", a generic value: /extras/tokenize
@@ -78,8 +84,9 @@ def choose_api(base_url: str, owners: Iterable[str]) -> str:
     ``"vllm"`` or ``"llama-cpp"`` when its models are owned by vLLM or llama-cpp-python (their
     completions endpoints return prompt log-probabilities). ``"llama-server"`` for llama.cpp's
     ``llama-server`` (``"llamacpp"``), ``"sglang"`` for SGLang (its native ``/generate``). Else
-    ``"chat"``: the hosted OpenAI API, Ollama (owner ``"library"`` or a user's namespace) and any server
-    grogu does not know, whose chat endpoint returns generated tokens' log-probabilities only."""
+    ``"chat"``: the hosted OpenAI API and any server grogu does not know (Ollama is told by
+    ``/api/version``, in :class:`~grogu.inference_server.ServerTarget`), whose chat endpoint returns
+    generated tokens' log-probabilities only."""
     if is_hosted_openai(base_url):
         return "chat"
     backend = server_backend(owners)
@@ -96,7 +103,7 @@ def server_backend(owners: Iterable[str]) -> str | None:
 
 
 def check_chat_settings(tokenizer: Any, context_window: Any, stop_token_ids: Any) -> None:
-    """Refuse the settings that do not apply to ``api="chat"``."""
+    """Refuse the settings that do not apply to ``api="chat"`` or ``"ollama"``."""
     if context_window is not None and tokenizer is None:
         raise ValueError(
             "context_window is used to cut documents to fit, which needs the model's tokenizer: "

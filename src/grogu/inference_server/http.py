@@ -94,9 +94,9 @@ class Connection:
                 ) from exc
         raise AssertionError("unreachable")
 
-    async def get(self, path: str) -> Any:
+    async def get(self, path: str, url: str | None = None) -> Any:
         async with self.client() as client:
-            return await self.request(client, "GET", path, None)
+            return await self.request(client, "GET", path, None, url=url)
 
     async def post_all(
         self, bodies: list[dict[str, Any]], path: str = "/completions", url: str | None = None

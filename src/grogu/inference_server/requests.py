@@ -95,6 +95,9 @@ class RequestFormats(LlamaCppPrompts):
                 return_tokens_as_token_ids=True,
                 skip_special_tokens=False,
                 stop_token_ids=list(self.stop_token_ids),
+                # grogu's stop tokens alone: vLLM otherwise adds the generation config's eos_token_id list
+                # (vllm/sampling_params.py, update_from_generation_config), which grogu's may lack
+                ignore_eos=True,
             )
         else:
             body.update(prompt=self._prompt_text(prompt))
@@ -112,7 +115,7 @@ class RequestFormats(LlamaCppPrompts):
         return topk_entropy(top, self.vocab_size or 0, self.tail)
 
     def _no_logprobs(self) -> ServerCapabilityError:
-        if self.api == "chat":
+        if self.api in ("chat", "ollama"):
             return ServerCapabilityError(
                 f"the LLM server at {self.base_url} answered the chat request without log-probabilities (it "
                 f"ignored logprobs=true, top_logprobs={self.top_logprobs}); grogu needs each generated token's "
@@ -132,7 +135,8 @@ class RequestFormats(LlamaCppPrompts):
             float(v["logprob"]) if isinstance(v, dict) else float(v)
             for v in (top.values() if isinstance(top, dict) else top)
         ]
-        return values
+        # the k largest: vLLM adds the sampled or forced token to its top k when it ranks below (k + 1 entries)
+        return sorted(values, reverse=True)[: self.top_logprobs]
 
     def _parse_generation(self, data: Any) -> tuple[str, str | None, list[Step], list[int] | None]:
         """(text, finish_reason, per-token steps, token ids when the server gives them)."""
@@ -272,7 +276,9 @@ class RequestFormats(LlamaCppPrompts):
             if piece not in top:
                 raise ServerCapabilityError(
                     f"the forced answer token {piece!r} is not among the server's top {self.top_logprobs} "
-                    "log-probabilities at its position, so its log-probability is unknown; raise top_logprobs"
+                    "log-probabilities at its position, so its log-probability is unknown (llama-cpp-python's echo "
+                    "is one position off without a BOS). Raise top_logprobs, or serve the model with vLLM, "
+                    "SGLang or llama-server, which report any forced token's log-probability"
                 )
             steps.append(Step(float(top[piece]), values))
         return steps
@@ -288,10 +294,13 @@ class RequestFormats(LlamaCppPrompts):
         body = {**self._forced_body(prompt, []), "prompt": self._prompt_text(prompt) + text}
         forced = (await self.http.post_all([body]))[0]
         lp = forced["choices"][0]["logprobs"]
-        if not steps or len(lp.get("token_logprobs") or []) < 3:
+        logprobs = lp.get("token_logprobs") or []
+        # the forced token's entry: the last one before those generated after it (none when the model stops)
+        at = len(logprobs) - int((forced.get("usage") or {}).get("completion_tokens", 1)) - 1
+        if not steps or at < 2:
             self._echo_shift = 0
             return
-        same = abs(float(lp["token_logprobs"][-2]) - steps[0].logprob) < 1e-3
+        same = abs(float(logprobs[at]) - steps[0].logprob) < 1e-3
         self._echo_shift = 0 if same else 1
 
     async def _answer_ids(self, items: list[tuple[list[int], str]]) -> list[list[int]]:

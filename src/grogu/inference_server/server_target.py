@@ -34,9 +34,10 @@ import torch
 from ..checks import check_continuations, check_positive_int
 from ..engine.types import Generation, TokenStats
 from ..prompts import ChatPrompt
-from ..target import GENERATE, TEACHER_FORCE, ServerCapabilityError
+from ..target import GENERATE, NEXT_TOKEN, TEACHER_FORCE, ServerCapabilityError
 from .apis import (
     APIS,
+    CHAT_APIS,
     CHAT_MAX_TOP_LOGPROBS,
     check_chat_settings,
     choose_api,
@@ -45,14 +46,16 @@ from .apis import (
     server_backend,
 )
 from .http import Connection, ServerError, run
-from .llama_server import auto_tokenizer
+from .listing import ServedModels
+from .next_token import ForcedNextToken
+from .ollama import OllamaFormats
 from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES
 from .requests import Step as _Step
 from .sglang import SglangFormats
 from .topk import DEFAULT_TAIL, TAILS
 
 
-class ServerTarget(SglangFormats):
+class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
     """A target LLM served by an inference server (see the module docstring).
 
     Args:
@@ -60,8 +63,8 @@ class ServerTarget(SglangFormats):
             missing).
         model: the served model name (default: the only model the server lists).
         api: ``"auto"`` (default: told from the server's ``/v1/models`` answer, see :func:`choose_api`),
-            ``"vllm"``, ``"llama-cpp"``, ``"llama-server"``, ``"sglang"`` or ``"chat"`` (grounded-only, see
-            the module docstring).
+            ``"vllm"``, ``"llama-cpp"``, ``"llama-server"``, ``"sglang"``, ``"ollama"`` or ``"chat"`` (both
+            grounded-only, see :mod:`grogu.inference_server.apis`).
         grammar_forcing: with ``api="llama-server"``, teacher-force answers through a token-id grammar.
             Off by default: it is not verified against a real llama-server binary, and without it the
             target is grounded-only (:mod:`grogu.inference_server.llama_server`).
@@ -85,8 +88,9 @@ class ServerTarget(SglangFormats):
     """
 
     device = "server"
-    #: a completions API generates and teacher-forces (prompt log-probabilities); a chat API only generates
-    capabilities = frozenset({GENERATE, TEACHER_FORCE})
+    #: a completions API generates and teacher-forces (prompt log-probabilities), and so gives given next
+    #: tokens' log-probabilities (:mod:`.next_token`); a chat API only generates
+    capabilities = frozenset({GENERATE, TEACHER_FORCE, NEXT_TOKEN})
     #: True when prompts are :class:`grogu.prompts.ChatPrompt` messages (the server applies its chat template)
     takes_messages = False
 
@@ -123,7 +127,7 @@ class ServerTarget(SglangFormats):
         self.hosted_openai = is_hosted_openai(self.base_url)
         if api == "auto" and self.hosted_openai:
             api = "chat"
-        if api == "chat":
+        if api in CHAT_APIS:
             check_chat_settings(tokenizer, context_window, stop_token_ids)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.http = Connection(
@@ -143,34 +147,19 @@ class ServerTarget(SglangFormats):
             raise ValueError(f"model must be the served model's name, got {model!r}")
         #: the server behind the URL when its /v1/models names it ("vllm", "sglang", "llama-cpp"), else None
         self.backend: str | None = None
-        if not self.hosted_openai:  # the hosted API: no listing request (an unknown model is an error on first use)
-            entries = self.served_models()
-            served = [m.get("id") for m in entries]
-            if self.model_name not in served:  # some servers (llama-cpp-python) answer for any name
-                raise ValueError(
-                    f"the LLM server at {self.base_url} does not serve model {self.model_name!r}; it serves {served}"
-                )
-            owners = [str(m.get("owned_by", "")) for m in entries]
-            self.backend = server_backend(owners)
-            if api == "auto":
-                api = choose_api(self.base_url, owners)
-                if api in ("llama-server", "sglang") and tokenizer is None:  # the name may name no tokenizer
-                    tokenizer = auto_tokenizer(self.model_name, api)
-                    api = api if tokenizer is not None else "chat"
-                if api == "chat":
-                    check_chat_settings(tokenizer, context_window, stop_token_ids)
+        api, tokenizer = self._resolve_api(api, tokenizer, context_window, stop_token_ids)
         self.api = api
         if grammar_forcing and api != "llama-server":
             raise ValueError(f"grammar_forcing applies to api='llama-server' only; this target's api is {api!r}")
         self.grammar_forcing = bool(grammar_forcing)
         if api == "llama-server" and not self.grammar_forcing:
             self.capabilities = frozenset({GENERATE})  # no prompt log-probabilities: grounded-only
-        if api == "chat":
+        if api in CHAT_APIS:
             self.takes_messages = True
             self.capabilities = frozenset({GENERATE})
             if self.top_logprobs > CHAT_MAX_TOP_LOGPROBS:
                 raise ValueError(
-                    f"top_logprobs must be at most {CHAT_MAX_TOP_LOGPROBS} with api='chat' (the "
+                    f"top_logprobs must be at most {CHAT_MAX_TOP_LOGPROBS} with api={api!r} (the "
                     f"OpenAI chat API's range, which Ollama follows), got {self.top_logprobs}"
                 )
         elif tokenizer is None:
@@ -223,32 +212,6 @@ class ServerTarget(SglangFormats):
         eos = self.tokenizer.eos_token_id
         return int(eos) if eos in self.stop_token_ids else self.stop_token_ids[0]
 
-    def served_models(self) -> list[dict[str, Any]]:
-        """The server's ``/v1/models`` entries."""
-        if self._models is None:
-            data = run(self.http.get("/models"))
-            self._models = list(data.get("data", [])) if isinstance(data, dict) else []
-        return self._models
-
-    def _only_model(self) -> str:
-        ids = [m.get("id") for m in self.served_models()]
-        if len(ids) != 1:
-            raise ValueError(f"the server at {self.base_url} serves {ids}; pass model= to choose one")
-        return ids[0]
-
-    def _context_window(self) -> int:
-        try:
-            entries = [] if self.hosted_openai else self.served_models()
-        except ServerError:
-            entries = []
-        for m in entries:
-            if m.get("id") == self.model_name and isinstance(m.get("max_model_len"), int):
-                return m["max_model_len"]
-        if self._served_meta("n_ctx"):  # llama-server's context per slot
-            return self._served_meta("n_ctx")
-        tok_max = getattr(self.tokenizer, "model_max_length", None)
-        return int(tok_max) if isinstance(tok_max, int) and 0 < tok_max < 10**7 else 2048
-
     # ------------------------------------------------------------------ text helpers (as the Engine)
     def _need_tokenizer(self, what: str) -> Any:
         if self.tokenizer is None:
@@ -278,10 +241,10 @@ class ServerTarget(SglangFormats):
     def _check_prompts(self, prompts: Sequence[Any]) -> list[Any]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise TypeError("prompts must be a list of prompts (render them with grogu.prompts.PromptBuilder)")
-        if self.api == "chat":
+        if self.api in CHAT_APIS:
             if not all(isinstance(p, ChatPrompt) for p in prompts):
                 raise TypeError(
-                    "a ServerTarget with api='chat' takes grogu.prompts.ChatPrompt messages (the server "
+                    f"a ServerTarget with api={self.api!r} takes grogu.prompts.ChatPrompt messages (the server "
                     "applies the chat template); PromptBuilder.for_target(target, ...) renders them"
                 )
             return list(prompts)
@@ -329,6 +292,10 @@ class ServerTarget(SglangFormats):
                 "/chat/completions",
             )
             return [self._parse_chat(r) for r in replies]
+        if self.api == "ollama":  # its native /api/chat, at the server root
+            bodies = [self._ollama_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
+            replies = await self.http.post_all(bodies, url=self.base_url[: -len("/v1")] + "/api/chat")
+            return [self._parse_chat(self._ollama_as_chat(r)) for r in replies]
         if self.api in ("llama-server", "sglang"):
             return await self._native_generate(prompts, max_new_tokens, temperature, seeds)
         await self._prepare_prompts(prompts)  # llama-cpp-python: its BOS, and each prompt's round trip
