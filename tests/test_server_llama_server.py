@@ -1,6 +1,7 @@
 """grogu.ServerTarget with api="llama-server" against llama.cpp itself.
 
-No llama-server binary runs here. The server is :class:`grogu_research.llama_server_standin.LlamaServerStandIn`:
+No llama-server binary runs in the tests (one built from the same llama.cpp is checked by hand:
+``benchmarks/llama_server_real.py``). The server is :class:`grogu_research.llama_server_standin.LlamaServerStandIn`:
 llama-server's ``/completion``, ``/v1/completions`` and ``/v1/models`` over HTTP, transcribed from
 llama.cpp as vendored in llama-cpp-python 0.3.36, decoding with llama.cpp in this process on the embedded
 SmolLM2 GGUF. Teacher forcing goes through the real GBNF token grammar (``llama_sampler_init_grammar``).
@@ -48,7 +49,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def target(server):
-    return ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=K, retries=0, grammar_forcing=True)
+    return ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=K, retries=0)  # forcing by default
 
 
 @pytest.fixture(scope="module")
@@ -173,11 +174,11 @@ def test_scores_and_every_request_body(target, reference, server):
 
 
 def test_grounded_only_without_grammar_forcing(server):
-    target = ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=K, retries=0)
+    target = ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=K, retries=0, grammar_forcing=False)
     assert target.grounded_only and target.capabilities == {"generate"}
     scorer = grogu.UtilityScorer(target, max_new_tokens=BUDGET)  # the grounded metric
     assert all(np.isfinite(s.score) for s in scorer.score(QUERY, DOCS))
-    with pytest.raises(ServerCapabilityError, match="grammar_forcing=True"):
+    with pytest.raises(ServerCapabilityError, match="grammar_forcing at its default"):
         grogu.UtilityScorer(target, metric="key_entropy")
 
 

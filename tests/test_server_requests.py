@@ -278,9 +278,11 @@ class _Stub:
         models = {"object": "list", "data": [{**model, **entry}]}
 
         class Handler(BaseHTTPRequestHandler):
-            def _send(self, data: Any) -> None:
+            def _send(self, data: Any, body: Any = None, status: int = 200) -> None:
+                if isinstance(data, int):  # _send(status, body)
+                    status, data = data, body
                 raw = json.dumps(data).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(raw)))
                 self.end_headers()
@@ -293,7 +295,8 @@ class _Stub:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 stub.bodies.append((self.path, body))
                 reply = stub.replies[self.path]
-                self._send(reply(body) if callable(reply) else reply)  # a callable answers each body
+                reply = reply(body) if callable(reply) else reply  # a callable answers each body
+                self._send(*reply) if isinstance(reply, tuple) else self._send(reply)  # (status, body)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -665,8 +668,9 @@ def llama_server():
 
 def test_llama_server_generation_request(llama_server, tokenizer):
     """api="auto" takes llama-server's /completion (outside /v1) from owned_by "llamacpp": token ids, greedy,
-    every sampler field neutral; vocabulary and context window from /v1/models' meta; grounded-only."""
-    target = ServerTarget(llama_server.url, tokenizer=tokenizer, top_logprobs=2, retries=0)
+    every sampler field neutral; vocabulary and context window from /v1/models' meta; grounded-only with
+    grammar_forcing=False."""
+    target = ServerTarget(llama_server.url, tokenizer=tokenizer, top_logprobs=2, retries=0, grammar_forcing=False)
     assert (target.api, target.backend, target.grounded_only) == ("llama-server", "llama-server", True)
     assert target.capabilities == {"generate"} and (target.vocab_size, target.max_context_tokens) == (49280, 4096)
     ids = target.encode("Canberra is")
@@ -689,7 +693,7 @@ def test_llama_server_generation_request(llama_server, tokenizer):
     body = llama_server.bodies[-1][1]
     LlamaServerCompletionRequest(**body)
     assert (body["temperature"], body["top_k"], body["seed"]) == (1.0, 0, 5)
-    with pytest.raises(ServerCapabilityError, match="grammar_forcing=True"):
+    with pytest.raises(ServerCapabilityError, match="grammar_forcing at its default"):
         target.token_stats([[1, 2, 3]], [ids])
     # a token ending inside a UTF-8 character has no entry: at the budget's end the answer stops before
     # its character (what a smaller budget gives); inside the answer it is an error, not steps out of line
@@ -704,9 +708,9 @@ def test_llama_server_generation_request(llama_server, tokenizer):
 
 
 def test_llama_server_grammar_forcing_request(llama_server, tokenizer):
-    """grammar_forcing=True: a token-id grammar forces the answer, n_predict its length; a trailing
-    end-of-turn token is left to the logit bias (a grammar refuses end-of-generation tokens)."""
-    target = ServerTarget(llama_server.url, tokenizer=tokenizer, top_logprobs=2, retries=0, grammar_forcing=True)
+    """By default a token-id grammar forces the answer, n_predict its length; a trailing end-of-turn token
+    is left to the logit bias (a grammar refuses end-of-generation tokens)."""
+    target = ServerTarget(llama_server.url, tokenizer=tokenizer, top_logprobs=2, retries=0)
     assert not target.grounded_only and target.capabilities == {"generate", "teacher_force", "next_token"}
     cont = [11, 12]
     llama_server.replies["/completion"] = _llama_server_answer(cont)
@@ -726,6 +730,11 @@ def test_llama_server_grammar_forcing_request(llama_server, tokenizer):
     assert llama_server.bodies[-1][1]["grammar"] == 'root ::= ""'
     llama_server.replies["/completion"] = _llama_server_answer([11, 13])  # the grammar did not bind
     with pytest.raises(ServerError, match="where the token grammar forces"):
+        target.token_stats([[1, 2, 3]], [cont])
+    # a llama.cpp without token-id grammars: llama-server's own 400 (seen on the real binary for a bad grammar)
+    refused = {"error": {"code": 400, "message": "Failed to initialize samplers: failed to parse grammar"}}
+    llama_server.replies["/completion"] = (400, {**refused, "type": "invalid_request_error"})
+    with pytest.raises(ServerCapabilityError, match="grammar_forcing=False"):
         target.token_stats([[1, 2, 3]], [cont])
     with pytest.raises(ValueError, match="grammar_forcing applies to api='llama-server' only"):
         ServerTarget(llama_server.url, tokenizer=tokenizer, api="vllm", grammar_forcing=True)

@@ -22,7 +22,7 @@ CAPABILITIES = (GENERATE, TEACHER_FORCE, NEXT_TOKEN)
 NEXT_TOKEN_MESSAGE = (
     "ACU needs the probabilities of given label tokens, which a chat API returns only when they are among "
     "its top-k; score ACU with a model loaded in process, or through a server that teacher-forces (vLLM, "
-    "SGLang, llama-cpp-python's server, llama-server with grammar_forcing=True). GROGU's entropy and "
+    "SGLang, llama-cpp-python's server, llama-server). GROGU's entropy and "
     "perplexity, Influence and SePer work through this target"
 )
 

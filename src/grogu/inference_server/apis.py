@@ -14,9 +14,8 @@ APIs (``api=``):
   for the prompt's log-probabilities.
 - ``"llama-server"``: llama.cpp's own ``llama-server`` through its native ``/completion`` endpoint:
   token-id prompts, greedy decoding with every sampler field sent neutral, each token's top-k with ids.
-  It returns no prompt log-probabilities. So it is grounded-only unless ``grammar_forcing=True``, which
-  teacher-forces an answer through a token-id grammar (off by default: it is not verified against a
-  real llama-server binary). Details: :mod:`grogu.inference_server.llama_server`.
+  It returns no prompt log-probabilities. So grogu teacher-forces an answer through a token-id grammar
+  (``grammar_forcing``, on by default; ``False`` makes the target grounded-only). Details: :mod:`grogu.inference_server.llama_server`.
 - ``"ollama"``, grounded-only: Ollama's native ``/api/chat``, the prompt as messages, with every sampler
   option pinned neutral (its OpenAI route cannot set ``repeat_penalty`` or ``top_k``, so a Modelfile's
   apply there) and ``truncate: false`` (a prompt that does not fit is an error, not silently cut).
@@ -121,8 +120,8 @@ def no_teacher_forcing(target: str, api: str, what: str) -> str:
     if api == "llama-server":
         why = (
             "llama-server returns no prompt log-probabilities, and teacher forcing through a token-id grammar "
-            "is off. Pass grammar_forcing=True to ServerTarget to turn it on (not verified against a real "
-            "llama-server binary; see grogu.inference_server.llama_server)"
+            "was switched off (grammar_forcing=False). Leave grammar_forcing at its default to turn it on "
+            "(see grogu.inference_server.llama_server)"
         )
     else:
         why = "a chat API returns log-probabilities of the tokens it generates only, no prompt log-probabilities"

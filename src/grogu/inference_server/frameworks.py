@@ -4,9 +4,9 @@ The one place both integrations read a framework LLM's connection: LlamaIndex's 
 ``OpenAI`` (``api_base``, ``api_key``, ``model``, ``max_tokens``) and LangChain's ``ChatOpenAI`` and
 ``OpenAI`` (``openai_api_base``, ``openai_api_key``, ``model_name``, ``max_tokens``; no base URL means
 ``OPENAI_BASE_URL`` or the hosted OpenAI API, as the ``openai`` client reads it). vLLM, SGLang and
-llama-cpp-python servers give a full target. llama.cpp's llama-server gives a grounded-only one unless
-``grammar_forcing=True`` is among the settings. The hosted OpenAI API, Ollama and other chat-only
-servers give a grounded-only one (``api="chat"``: ``metric="entropy"`` or ``"ppl"``, see
+llama-cpp-python servers and llama.cpp's llama-server (teacher forcing by a token grammar) give a full
+target. The hosted OpenAI API, Ollama (``api="ollama"``) and other chat-only servers give a grounded-only
+one (``api="chat"``: ``metric="entropy"`` or ``"ppl"``, see
 :mod:`grogu.inference_server.server_target`).
 """
 

@@ -332,6 +332,12 @@ class RequestFormats(LlamaCppPrompts):
         low = text.lower()
         if resp.status_code == 401 or resp.status_code == 403:
             return ServerError(f"the LLM server at {url} refused the API key ({resp.status_code}): {text}")
+        if self.api == "llama-server" and "grammar" in low:
+            return ServerCapabilityError(
+                f"llama-server at {url} refused the token grammar grogu forces answers with ({text}). A llama.cpp "
+                "without token-id grammars (<[id]>) does that: update llama-server, or pass grammar_forcing=False "
+                "(grounded-only)"
+            )
         if "context" in low and any(w in low for w in ("exceed", "maximum", "too long", "length", "window")):
             cut = (
                 "grogu cut the documents with the tokenizer given, whose count differs from the server's: "

@@ -65,9 +65,9 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         api: ``"auto"`` (default: told from the server's ``/v1/models`` answer, see :func:`choose_api`),
             ``"vllm"``, ``"llama-cpp"``, ``"llama-server"``, ``"sglang"``, ``"ollama"`` or ``"chat"`` (both
             grounded-only, see :mod:`grogu.inference_server.apis`).
-        grammar_forcing: with ``api="llama-server"``, teacher-force answers through a token-id grammar.
-            Off by default: it is not verified against a real llama-server binary, and without it the
-            target is grounded-only (:mod:`grogu.inference_server.llama_server`).
+        grammar_forcing: with ``api="llama-server"``, teacher-force answers through a token-id grammar
+            (default: on there; exact against llama.cpp in process on a real llama-server). ``False``
+            makes that target grounded-only (:mod:`grogu.inference_server.llama_server`).
         tokenizer: the model's tokenizer, or what :func:`grogu.models.load_tokenizer` loads one from (an
             embedded alias, a .gguf path, a directory, a hub id). Default: ``model``; with ``api="chat"``
             none (optional there: it gives the vocabulary size and cuts documents to ``context_window``).
@@ -111,7 +111,7 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         retries: int = 4,
         backoff: float = 0.5,
         stop_token_ids: Sequence[int] | None = None,
-        grammar_forcing: bool = False,
+        grammar_forcing: bool | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL of an OpenAI-compatible server, got {base_url!r}")
@@ -151,7 +151,7 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         self.api = api
         if grammar_forcing and api != "llama-server":
             raise ValueError(f"grammar_forcing applies to api='llama-server' only; this target's api is {api!r}")
-        self.grammar_forcing = bool(grammar_forcing)
+        self.grammar_forcing = api == "llama-server" and grammar_forcing is not False
         if api == "llama-server" and not self.grammar_forcing:
             self.capabilities = frozenset({GENERATE})  # no prompt log-probabilities: grounded-only
         if api in CHAT_APIS:
