@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build llama.cpp's llama-server from the llama.cpp that llama-cpp-python 0.3.36 vendors, so the server
 # and the in-process reference (llama_cpp.Llama) run the same llama.cpp. Same CPU flags as the README's
-# test set-up (AVX2, no llamafile). About 8 minutes on 2 cores. Needs cmake and a C++ compiler.
+# test set-up (AVX2, no llamafile). About 5 minutes on 2 cores (4 min 49 s, download included). Needs cmake and a C++ compiler.
 #   bash benchmarks/build_llama_server.sh /tmp/llama-server-build
 #   -> /tmp/llama-server-build/bin/llama-server (pass it to benchmarks/llama_server_real.py --binary)
 set -euo pipefail

@@ -89,7 +89,7 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
         "--server-api",
         default="auto",
         choices=("auto", *APIS),
-        help="the server's API ('chat': a chat API, grounded-only metrics entropy/ppl)",
+        help="the server's API ('chat' and 'ollama': chat APIs, grounded-only metrics entropy/ppl)",
     )
     g.add_argument("--top-logprobs", type=POSITIVE_INT, default=20, help="alternatives per token the server returns")
     g.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY)")
