@@ -10,6 +10,7 @@ de-quantised weights) the answers and rankings agree where quantisation does not
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import warnings
 
@@ -308,7 +309,7 @@ def test_audit_through_the_server(server, served_scores, tmp_path):
     assert (out / "report.html").stat().st_size > 10_000
 
 
-def test_acu_through_the_server_equals_llama_cpp_by_hand(server, reference, tiny_engine):
+def test_acu_through_the_server_equals_llama_cpp_by_hand(server, reference, tiny_engine, capsys):
     """ACU's label-token probabilities by one-token teacher forcing equal llama.cpp's next-token log-softmax
     in process, for label tokens far outside the top k too; ACU follows from them by hand. A fresh target:
     its echo probe sees a forced answer after which the model stops at once (it read the wrong entry)."""
@@ -338,6 +339,16 @@ def test_acu_through_the_server_equals_llama_cpp_by_hand(server, reference, tiny
         assert got.p_with[lab] == pytest.approx(w, abs=2e-4) and got.p_without[lab] == pytest.approx(wo, abs=2e-4)
         dp[lab] = (w - wo) / (1 - wo) if w >= wo else (w - wo) / wo
     assert got.acu == pytest.approx((dp["True"] - dp["None"] - dp["False"]) / 3, abs=1e-3)
+    from grogu.cli import main  # grogu acu --server URL: the same value
+
+    capsys.readouterr()
+    assert (
+        main(
+            ["acu", "--claim", claim, "--evidence", evidence, "--stance", "SUPPORTS", "--server", server.url, "--json"]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["acu"] == pytest.approx(got.acu, abs=1e-3)
     with pytest.raises(ServerCapabilityError, match="token_ids"):
         target.next_token_logprobs([ids])  # the whole distribution is not a server's
     with pytest.raises(ValueError, match="token_ids"):
@@ -394,7 +405,7 @@ def test_log_probabilities_switched_off_is_a_clear_error():
     "kwargs, message",
     [
         (dict(base_url="localhost:8000"), "http"),
-        (dict(api="ollama"), "api must be"),
+        (dict(api="tgi"), "api must be"),
         (dict(tail="gauss"), "tail must be"),
         (dict(top_logprobs=0), "top_logprobs"),
         (dict(timeout=float("nan")), "timeout"),

@@ -202,6 +202,7 @@ def _add_metric_commands(sub: Any) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--json", action="store_true")
+    add_server_arguments(p)  # a server that teacher-forces (vLLM, SGLang, llama.cpp)
 
 
 def _common(p: argparse.ArgumentParser, max_new_tokens: int) -> None:

@@ -84,7 +84,7 @@ def other_metric(args: argparse.Namespace) -> int:
             items = [{"claim": args.claim, "evidence": args.evidence, "stance": args.stance}]
         else:
             raise SystemExit("give --claim, --evidence and --stance, or --items FILE")
-        scorer = ACUScorer(args.model, device=args.device, dtype=args.dtype)
+        scorer = ACUScorer(batch.target_of(args), device=args.device, dtype=args.dtype)  # --server: one that forces
         results = scorer.score_batch([(it["claim"], it["evidence"], it["stance"]) for it in items])
         for it, r in zip(items, results):
             _print_rows(
