@@ -14,6 +14,7 @@ silently not apply.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -120,7 +121,17 @@ def greedy_rows(llm, ids: list[int], stops: set[int]) -> tuple[list[int], list[n
 
 
 def test_told_by_its_version_route(server, target):
+    """api="auto" takes Ollama from /api/version; a Modelfile that bends greedy answers is named once."""
     assert (target.api, target.backend) == ("ollama", "ollama")
+    with pytest.warns(UserWarning, match="presence_penalty=1.5, repeat_penalty=1.5"):
+        ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, retries=0)
+    kept, server.modelfile = server.modelfile, {"temperature": 0.7, "repeat_penalty": 1.5, "repeat_last_n": 0}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no penalty window: nothing to name
+            ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, retries=0)
+    finally:
+        server.modelfile = kept
     assert target.grounded_only and target.takes_messages and target.capabilities == {"generate"}
     server.version = "0.12.10"  # before log-probabilities came to /api/chat
     try:

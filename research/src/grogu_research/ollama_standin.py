@@ -4,7 +4,8 @@ No Ollama server runs here. The tests of ``ServerTarget(api="ollama")`` talk to 
 server on loopback whose routes, request fields and answers are transcribed from Ollama v0.33.0-rc2
 (``api/types.go``, ``server/routes.go``, ``server/prompt.go``, ``llm/llama_server.go``):
 
-- routes ``/api/version`` (``{"version"}``), ``/v1/models`` (owner ``"library"``) and ``/api/chat``;
+- routes ``/api/version`` (``{"version"}``), ``/v1/models`` (owner ``"library"``), ``/api/show`` (the
+  Modelfile's ``parameters``) and ``/api/chat``;
 - ``ChatRequest``: unknown top-level keys ignored (Go's decoder); ``top_logprobs`` outside 0..20 a 400;
   ``stream`` true unless sent false (only false is transcribed here);
 - ``options`` over the Modelfile's parameters (``modelfile=``) over ``DefaultOptions``; an unknown option
@@ -91,7 +92,16 @@ class OllamaStandIn(StandIn):
         return None
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
+        if path == "/api/show":
+            return self.show(body)
         return self.chat(body) if path == "/api/chat" else None
+
+    def show(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """routes.go, ShowHandler: the Modelfile's parameters as ``%-30s %#v`` lines (the rest left out)."""
+        if (body.get("model") or body.get("name")) != self.alias:
+            return None
+        lines = [f"{k:<30} {json.dumps(v)}" for k, v in self.modelfile.items()]
+        return {"parameters": "\n".join(lines), "details": {"format": "gguf"}, "capabilities": ["completion"]}
 
     def options(self, raw: Any) -> dict[str, Any]:
         """DefaultOptions, then the Modelfile's parameters, then the request's (Options.FromMap)."""

@@ -22,6 +22,9 @@ that source (``grogu_research.ollama_standin``). What grogu relies on:
 - ``/api/version`` answers ``{"version": ...}``: ``api="auto"`` tells Ollama by it. Log-probabilities
   came in 0.12.11.
 
+- ``/api/show`` gives the Modelfile's ``parameters``. When they bend a greedy answer (penalties,
+  ``typical_p``), grogu warns once: a pipeline's requests through ``/v1`` apply them.
+
 Limits: ``num_ctx`` is not sent (a request that changes it reloads the model). A Modelfile's ``stop``
 strings still end answers. With context shift on (Ollama's default), an answer that reaches the end
 of the context window continues after dropping old tokens; grogu's answer budgets are far below that.
@@ -30,10 +33,12 @@ A thinking model thinks unless the pipeline says otherwise, and grogu scores wha
 
 from __future__ import annotations
 
+import json
+import warnings
 from typing import Any
 
 from ..prompts import ChatPrompt
-from .http import ServerError
+from .http import ServerError, run
 
 #: every sampler option of Ollama's ``Options`` (api/types.go) at the value that switches it off;
 #: ``temperature``, ``num_predict`` and ``seed`` are set per request
@@ -49,6 +54,30 @@ NEUTRAL: dict[str, Any] = {
 }
 #: the first Ollama version whose /api/chat returns log-probabilities
 MIN_VERSION = (0, 12, 11)
+#: Modelfile parameters that bend a greedy answer (llama.cpp's chain: penalties and typical sampling come
+#: before the temperature; top-k, top-p and min-p always keep the top token), at their neutral values
+BENDS_GREEDY = {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "typical_p": 1.0}
+
+
+def modelfile_parameters(text: Any) -> dict[str, Any]:
+    """``/api/show``'s ``parameters`` (one ``key value`` line each, Go's ``%#v`` of the value) as a dict."""
+    out: dict[str, Any] = {}
+    for line in text.splitlines() if isinstance(text, str) else []:
+        key, _, value = line.strip().partition(" ")
+        try:
+            out[key] = json.loads(value.strip())
+        except ValueError:
+            out[key] = value.strip()
+    return out
+
+
+def greedy_benders(params: dict[str, Any]) -> dict[str, Any]:
+    """The Modelfile parameters that make a greedy answer differ from the plain argmax one."""
+    if params.get("repeat_last_n") == 0:  # no penalty window: the penalties do nothing
+        params = {k: v for k, v in params.items() if not k.endswith("penalty")}
+    return {
+        k: params[k] for k, off in BENDS_GREEDY.items() if isinstance(params.get(k), (int, float)) and params[k] != off
+    }
 
 
 def parse_version(text: Any) -> tuple[int, ...] | None:
@@ -65,6 +94,27 @@ def parse_version(text: Any) -> tuple[int, ...] | None:
 
 class OllamaFormats:
     """Ollama's request bodies and answers (the target's mixin; the attributes used are the target's)."""
+
+    def _warn_modelfile(self) -> None:
+        """Warn once when the served model's Modelfile sets parameters that bend a greedy answer. grogu
+        pins them off; a pipeline's own requests through ``/v1`` cannot (``repeat_penalty``, ``typical_p``),
+        so its answer may then differ from the one grogu scores."""
+        root = self.base_url[: -len("/v1")]  # type: ignore[attr-defined]
+        try:
+            shown = run(self.http.post_all([{"model": self.model_name}], url=root + "/api/show"))[0]  # type: ignore[attr-defined]
+        except ServerError:
+            return
+        bends = greedy_benders(modelfile_parameters(shown.get("parameters") if isinstance(shown, dict) else None))
+        if bends:
+            listed = ", ".join(f"{k}={v}" for k, v in sorted(bends.items()))
+            warnings.warn(
+                f"Ollama's Modelfile of {self.model_name!r} sets {listed}. grogu's requests switch them off, but "  # type: ignore[attr-defined]
+                "a pipeline's requests through /v1 apply them (it cannot set repeat_penalty or typical_p), so "
+                "its answer may differ from the one grogu scores. Send them neutral from the pipeline (Ollama's "
+                "native API: options) or serve a Modelfile without them",
+                UserWarning,
+                stacklevel=4,
+            )
 
     def _ollama_body(self, prompt: ChatPrompt, max_new_tokens: int, temperature: float | None, seed: int | None):
         options: dict[str, Any] = {**NEUTRAL, "temperature": 0.0 if temperature is None else float(temperature)}
@@ -103,4 +153,12 @@ class OllamaFormats:
         }
 
 
-__all__ = ["NEUTRAL", "MIN_VERSION", "OllamaFormats", "parse_version"]
+__all__ = [
+    "NEUTRAL",
+    "MIN_VERSION",
+    "BENDS_GREEDY",
+    "OllamaFormats",
+    "parse_version",
+    "modelfile_parameters",
+    "greedy_benders",
+]

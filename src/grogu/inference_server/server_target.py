@@ -149,6 +149,8 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         self.backend: str | None = None
         api, tokenizer = self._resolve_api(api, tokenizer, context_window, stop_token_ids)
         self.api = api
+        if api == "ollama":
+            self._warn_modelfile()
         if grammar_forcing and api != "llama-server":
             raise ValueError(f"grammar_forcing applies to api='llama-server' only; this target's api is {api!r}")
         self.grammar_forcing = api == "llama-server" and grammar_forcing is not False
