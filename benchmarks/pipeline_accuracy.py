@@ -503,7 +503,8 @@ def latency(args) -> None:
 
     ``--via service``: grogu scores through a local ``grogu serve`` app (one replica of one CPU), the
     pipeline's LLM in process. ``--via llama-cpp-server``: the pipeline's LLM and grogu's scoring both
-    go to llama-cpp-python's server (one thread) serving the embedded GGUF."""
+    go to llama-cpp-python's server (one thread) serving the embedded GGUF. ``--via llama-server``: the
+    same on llama.cpp's own llama-server (``--llama-server-binary``; one slot, one thread, its defaults)."""
     import contextlib
 
     with contextlib.ExitStack() as stack:
@@ -511,6 +512,13 @@ def latency(args) -> None:
             from grogu_research.testing import LlamaCppServer
 
             args.server = stack.enter_context(LlamaCppServer(n_ctx=4096)).url
+        if args.via == "llama-server":
+            from grogu_research.llama_server_binary import LlamaServerBinary
+
+            from grogu.models import embedded_path
+
+            gguf = embedded_path(DEFAULT_MODEL)
+            args.server = stack.enter_context(LlamaServerBinary(gguf, binary=args.llama_server_binary, n_ctx=4096)).url
         _latency(args, stack)
 
 
@@ -1044,11 +1052,12 @@ def main() -> None:
     )
     lat.add_argument(
         "--via",
-        choices=["process", "service", "llama-cpp-server"],
+        choices=["process", "service", "llama-cpp-server", "llama-server"],
         default="process",
         help="where grogu scores: in process, through a local grogu service, or (with the pipeline's LLM) "
-        "through llama-cpp-python's server",
+        "through llama-cpp-python's server or llama.cpp's llama-server",
     )
+    lat.add_argument("--llama-server-binary", default=None, help="--via llama-server: its path ($GROGU_LLAMA_SERVER)")
     lat.add_argument(
         "--whole-only",
         action="store_true",
