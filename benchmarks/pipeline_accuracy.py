@@ -504,7 +504,8 @@ def latency(args) -> None:
     ``--via service``: grogu scores through a local ``grogu serve`` app (one replica of one CPU), the
     pipeline's LLM in process. ``--via llama-cpp-server``: the pipeline's LLM and grogu's scoring both
     go to llama-cpp-python's server (one thread) serving the embedded GGUF. ``--via llama-server``: the
-    same on llama.cpp's own llama-server (``--llama-server-binary``; one slot, one thread, its defaults)."""
+    same on llama.cpp's own llama-server (``--llama-server-binary``; ``--llama-server-slots`` slots of 4,096
+    tokens, one thread, its defaults otherwise)."""
     import contextlib
 
     with contextlib.ExitStack() as stack:
@@ -518,7 +519,16 @@ def latency(args) -> None:
             from grogu.models import embedded_path
 
             gguf = embedded_path(DEFAULT_MODEL)
-            args.server = stack.enter_context(LlamaServerBinary(gguf, binary=args.llama_server_binary, n_ctx=4096)).url
+            # --cache-ram 0: no prompt states kept in memory between requests, so that each timed query
+            # starts cold (by default 8 GiB of them are kept: the plain query's prompt then served grogu's)
+            srv = LlamaServerBinary(
+                gguf,
+                binary=args.llama_server_binary,
+                n_ctx=4096 * args.llama_server_slots,
+                slots=args.llama_server_slots,
+                extra=["--cache-ram", "0"],
+            )
+            args.server = stack.enter_context(srv).url
         _latency(args, stack)
 
 
@@ -1058,6 +1068,7 @@ def main() -> None:
         "through llama-cpp-python's server or llama.cpp's llama-server",
     )
     lat.add_argument("--llama-server-binary", default=None, help="--via llama-server: its path ($GROGU_LLAMA_SERVER)")
+    lat.add_argument("--llama-server-slots", type=int, default=1, help="--via llama-server: its slots (-np)")
     lat.add_argument(
         "--whole-only",
         action="store_true",

@@ -34,7 +34,8 @@ def llama_server_path(binary: str | None = None) -> str:
 
 
 class LlamaServerBinary:
-    """``llama-server -m GGUF`` on a free loopback port, one slot, one thread; ``url`` is its base URL.
+    """``llama-server -m GGUF`` on a free loopback port, ``slots`` slots (1), ``threads`` threads (1); ``url`` is
+    its base URL.
 
     Use as a context manager. ``alias`` is the served model name (default: the GGUF's file name, as
     llama-server lists it)."""
@@ -47,13 +48,14 @@ class LlamaServerBinary:
         alias: str | None = None,
         n_ctx: int = 2048,
         threads: int = 1,
+        slots: int = 1,
         startup_s: float = 180.0,
         extra: list[str] | None = None,
     ) -> None:
         self.binary = llama_server_path(binary)
         self.gguf, self.port = gguf, free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.args = ["-m", gguf, "--host", "127.0.0.1", "--port", str(self.port), "-c", str(n_ctx), "-np", "1"]
+        self.args = ["-m", gguf, "--host", "127.0.0.1", "--port", str(self.port), "-c", str(n_ctx), "-np", str(slots)]
         self.args += ["-t", str(threads), "-tb", str(threads), "--no-webui", "--no-warmup"]
         if alias:
             self.args += ["--alias", alias]
