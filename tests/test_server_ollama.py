@@ -141,6 +141,8 @@ def test_told_by_its_version_route(server, target):
         server.version = "0.33.0"
     with pytest.raises(ValueError, match="top_logprobs"):
         ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=21, retries=0)
+    with pytest.raises(ValueError, match="needs an Ollama server"):  # no request is sent there
+        ServerTarget("https://api.openai.com/v1", "gpt-4o-mini", api="ollama")
 
 
 def test_greedy_answer_is_llama_cpps_despite_the_modelfile(server, target, reference):

@@ -54,6 +54,8 @@ class ServedModels:
         resolved (:func:`~grogu.inference_server.apis.choose_api`; ``"ollama"`` when ``/api/version``
         answers as Ollama does)."""
         if self.hosted_openai:  # no listing request (an unknown model is an error on first use)
+            if api == "ollama":
+                raise ValueError(f"api='ollama' needs an Ollama server, not the hosted OpenAI API at {self.base_url}")
             return api, tokenizer
         entries = self.served_models()
         served = [m.get("id") for m in entries]
