@@ -13,7 +13,10 @@ the same GGUF: the same llama.cpp. Per context (a SQuAD question and its paragra
 
 Flash attention is set alike on both sides (``--flash-attn``; off by default, llama-cpp-python's own
 default; llama-server's is ``auto``). The reference encodes a prompt as llama-server does: for a model
-with sliding-window attention (Gemma 3) the last 4 tokens in a batch of their own (:func:`eval_prompt`).
+with sliding-window attention (Gemma 3) the last 4 tokens in a batch of their own. llama-server stops a
+prompt's batch 4 tokens before its end there, to save a context checkpoint (server-context.cpp,
+``checkpoint_offsets``; prompts shorter than 4 + n_ubatch). Quantised kernels round a 4-token batch
+otherwise than a longer one (up to 0.2 on Gemma 3's Q4_K_M).
 The pass rule, fixed before any run: every greedy answer identical, and every log-probability within
 1e-3 (the forced ones included). Per-context records and a summary go to ``--out``.
 
@@ -37,6 +40,7 @@ import numpy as np
 import torch
 from grogu_research.experiments.common.data import squad_questions
 from grogu_research.llama_server_binary import LlamaServerBinary
+from grogu_research.testing import greedy_stepwise, stepwise_rows
 
 import grogu
 from grogu.acu import ACUScorer
@@ -59,44 +63,6 @@ def gguf_of(model: str) -> tuple[str, str]:
     return path, path
 
 
-def eval_prompt(llm, prompt: list[int], split: int) -> None:
-    """Encode ``prompt`` as llama-server does: in one batch, or, for a model with sliding-window attention
-    (``split`` 4), all but the last 4 tokens first, then those 4. llama-server stops a prompt's batch 4
-    tokens before its end there, to save a context checkpoint (server-context.cpp, ``checkpoint_offsets``;
-    prompts shorter than 4 + n_ubatch). Quantised kernels round a 4-token batch otherwise than a longer
-    one (up to 0.2 on Gemma 3's Q4_K_M)."""
-    llm.reset()
-    if split and len(prompt) > split:
-        llm.eval(prompt[:-split])
-        llm.eval(prompt[-split:])
-    else:
-        llm.eval(prompt)
-
-
-def rows_stepwise(llm, prompt: list[int], cont: list[int], split: int = 0) -> list[np.ndarray]:
-    """llama.cpp's log-softmax (float64) before each token of ``cont``: the prompt as the server encodes
-    it, then one token a step, as llama-server decodes (forced tokens included)."""
-    eval_prompt(llm, prompt, split)
-    rows = []
-    for t in cont:
-        x = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        rows.append(x - np.logaddexp.reduce(x))
-        llm.eval([t])
-    return rows
-
-
-def greedy(llm, prompt: list[int], stops: list[int], budget: int, split: int = 0) -> list[int]:
-    """llama.cpp's greedy answer (the highest logit a step), the stop token included when reached."""
-    eval_prompt(llm, prompt, split)
-    ids: list[int] = []
-    while len(ids) < budget:
-        ids.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-        if ids[-1] in stops or len(ids) == budget:
-            break
-        llm.eval([ids[-1]])
-    return ids
-
-
 def entropies(rows: list[np.ndarray], vocab: int, tail: str) -> list[float]:
     return [topk_entropy(torch.topk(torch.from_numpy(r), K).values.tolist(), vocab, tail) for r in rows]
 
@@ -107,9 +73,9 @@ def one_context(target: ServerTarget, llm, scorer, acu: ACUScorer, q: dict, text
     t0 = time.perf_counter()
     gen = target.generate([grounded], budget)[0]
     t_gen = time.perf_counter() - t0
-    ref_ids = greedy(llm, grounded, target.stop_token_ids, budget, split)
+    ref_ids, rows = greedy_stepwise(llm, grounded, target.stop_token_ids, budget, split)
     answer = ref_ids[:-1] if ref_ids and ref_ids[-1] in target.stop_token_ids else ref_ids
-    rows = rows_stepwise(llm, grounded, answer, split)
+    rows = rows[: len(answer)]
     ref_lp = [float(r[t]) for r, t in zip(rows, answer)]
     rec: dict = {"qid": q["id"], "answer": gen.text, "same_answer": gen.token_ids == answer, "tokens": len(answer)}
     if rec["same_answer"]:
@@ -120,14 +86,13 @@ def one_context(target: ServerTarget, llm, scorer, acu: ACUScorer, q: dict, text
     t0 = time.perf_counter()
     st = target.token_stats([ungrounded], [cont])[0]
     t_forced = time.perf_counter() - t0
-    frows = rows_stepwise(llm, ungrounded, cont, split)
+    frows = stepwise_rows(llm, ungrounded, cont, split)
     rec["forced_logprob_max_diff"] = float(np.max(np.abs(st.logprob.numpy() - [r[t] for r, t in zip(frows, cont)])))
     fent = entropies(frows, target.vocab_size, target.tail)
     rec["forced_entropy_max_diff"] = float(np.max(np.abs(st.entropy.numpy() - fent)))
     cols = [t for lab in acu.labels for t in acu.label_tokens[lab]]
     got = target.next_token_logprobs([ungrounded], token_ids=cols)[0].numpy()
-    last = rows_stepwise(llm, ungrounded, [cols[0]], split)[0]
-    rec["next_logprob_max_diff"] = float(np.max(np.abs(got - last[cols])))
+    rec["next_logprob_max_diff"] = float(np.max(np.abs(got - frows[0][cols])))  # after the query-only prompt
     rec["seconds"] = {"generate": round(t_gen, 3), "forced": round(t_forced, 3)}
     return rec
 

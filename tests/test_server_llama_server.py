@@ -65,19 +65,6 @@ def prompts(target):
     return scorer.prompts.grounded_ids(QUERY, [grogu.Document(DOCS[0])]), scorer.prompts.ungrounded_ids(QUERY)
 
 
-def decode_steps(llm, prompt: list[int], cont: list[int]) -> list[np.ndarray]:
-    """The log-softmax (float64) of the raw logits before each token of ``cont``: the prompt in one batch,
-    then one token a step."""
-    llm.reset()
-    llm.eval(prompt)
-    rows = []
-    for t in cont:
-        logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        rows.append(logits - np.logaddexp.reduce(logits))
-        llm.eval([t])
-    return rows
-
-
 def stats(rows: list[np.ndarray], cont: list[int], vocab: int, tail: str) -> tuple[list[float], list[float]]:
     """(top-K entropy with ``tail``, log-probability) of each token."""
     ent = [topk_entropy(torch.topk(torch.from_numpy(r), K).values.tolist(), vocab, tail) for r in rows]
@@ -103,7 +90,7 @@ def test_generation_is_llama_cpp_greedy(target, reference, prompts):
     answer = ids[:-1] if ids[-1] in target.stop_token_ids else ids
     assert gen.token_ids == answer and len(answer) > 3 and "Canberra" in gen.text
     assert gen.finished == (ids[-1] in target.stop_token_ids) and gen.stop_token_id in (None, ids[-1])
-    rows = decode_steps(reference, grounded, ids)
+    rows = testing.stepwise_rows(reference, grounded, ids)
     ent, lp = stats(rows, ids, target.vocab_size, target.tail)
     np.testing.assert_allclose(gen.logprob.numpy(), lp[: len(answer)], atol=ATOL)
     np.testing.assert_allclose(gen.entropy.numpy(), ent[: len(answer)], atol=ATOL)
@@ -120,7 +107,7 @@ def test_grammar_forcing_gives_the_models_own_distribution(target, reference, pr
     _, ungrounded = prompts
     cont = target.encode("Sydney is the capital of Australia.") + [target.end_of_turn]
     st, eot = target.token_stats([ungrounded, ungrounded], [cont, [target.end_of_turn]])
-    rows = decode_steps(reference, ungrounded, cont)
+    rows = testing.stepwise_rows(reference, ungrounded, cont)
     ent, lp = stats(rows, cont, target.vocab_size, target.tail)
     assert st.token_ids == cont
     np.testing.assert_allclose(st.logprob.numpy(), lp, atol=ATOL)
@@ -129,7 +116,7 @@ def test_grammar_forcing_gives_the_models_own_distribution(target, reference, pr
     assert any(forced_off_greedy)  # the grammar bound tokens the model would not pick
     assert all(e > 0.01 for e in st.entropy.tolist())  # whole distributions, never the grammar's one token
     # an empty answer: the end-of-turn token alone, first under the prompt
-    (row,) = decode_steps(reference, ungrounded, [target.end_of_turn])
+    (row,) = testing.stepwise_rows(reference, ungrounded, [target.end_of_turn])
     assert eot.token_ids == [target.end_of_turn] and float(eot.logprob[0]) == pytest.approx(
         row[target.end_of_turn], abs=ATOL
     )
@@ -164,7 +151,7 @@ def test_scores_and_every_request_body(target, reference, server):
     for s in scores:
         d = s.details
         cont = d.token_ids if d.token_ids else [target.end_of_turn]
-        _, lp = stats(decode_steps(reference, ungrounded, cont), cont, target.vocab_size, target.tail)
+        _, lp = stats(testing.stepwise_rows(reference, ungrounded, cont), cont, target.vocab_size, target.tail)
         np.testing.assert_allclose(np.asarray(d.ungrounded_logprob), lp, atol=ATOL)
     assert min(range(3), key=lambda i: scores[i].score) == 2  # the off-topic document last
     bodies = [b for path, b in server.bodies if path == "/completion"]

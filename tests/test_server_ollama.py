@@ -104,22 +104,6 @@ def prompt_ids(target: ServerTarget, prompt: ChatPrompt) -> list[int]:
     return list(target.tokenizer.encode(text, add_special_tokens=False))
 
 
-def greedy_rows(llm, ids: list[int], stops: set[int]) -> tuple[list[int], list[np.ndarray]]:
-    """llama.cpp's greedy answer over the raw logits (the end token included when reached) and the
-    log-softmax (float64) before each of its tokens."""
-    llm.reset()
-    llm.eval(ids)
-    out, rows = [], []
-    while len(out) < BUDGET:
-        x = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        rows.append(x - np.logaddexp.reduce(x))
-        out.append(int(np.argmax(x)))
-        if out[-1] in stops:
-            break
-        llm.eval([out[-1]])
-    return out, rows
-
-
 def test_told_by_its_version_route(server, target):
     """api="auto" takes Ollama from /api/version; a Modelfile that bends greedy answers is named once."""
     assert (target.api, target.backend) == ("ollama", "ollama")
@@ -151,7 +135,7 @@ def test_greedy_answer_is_llama_cpps_despite_the_modelfile(server, target, refer
     scorer = grogu.UtilityScorer(target, metric="entropy", max_new_tokens=BUDGET)
     prompt = scorer.prompts.grounded_ids(QUERY, [grogu.Document(DOCS[0])])
     gen = target.generate([prompt], BUDGET)[0]
-    ids, rows = greedy_rows(reference, prompt_ids(target, prompt), server.eog)
+    ids, rows = testing.greedy_stepwise(reference, prompt_ids(target, prompt), server.eog, BUDGET)
     answer = [t for t in ids if t not in server.eog]
     assert gen.text == reference.detokenize(answer).decode().strip() and "Canberra" in gen.text
     assert gen.finished == (ids[-1] in server.eog) and len(gen.tokens) == len(answer)

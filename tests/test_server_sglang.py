@@ -68,17 +68,6 @@ def _log_softmax(logits) -> np.ndarray:
     return x - np.logaddexp.reduce(x)
 
 
-def decode_steps(llm, prompt: list[int], cont: list[int]) -> list[np.ndarray]:
-    """The log-softmax before each token of ``cont``: the prompt in one batch, then one token a step."""
-    llm.reset()
-    llm.eval(prompt)
-    rows = []
-    for t in cont:
-        rows.append(_log_softmax(llm.scores[llm.n_tokens - 1]))
-        llm.eval([t])
-    return rows
-
-
 def forced_steps(llm, prompt: list[int], cont: list[int]) -> list[np.ndarray]:
     """The log-softmax before each token of ``cont``, prompt and answer in one batch (a prefill)."""
     llm.reset()
@@ -115,7 +104,7 @@ def test_generation_is_llama_cpp_greedy(target, reference, prompts, server):
     answer = ids[:-1] if ids[-1] in target.stop_token_ids else ids
     assert gen.token_ids == answer and len(answer) > 3 and "Canberra" in gen.text
     assert gen.finished == (ids[-1] in target.stop_token_ids) and gen.stop_token_id in (None, ids[-1])
-    ent, lp = stats(decode_steps(reference, grounded, ids), ids, target.vocab_size, target.tail)
+    ent, lp = stats(testing.stepwise_rows(reference, grounded, ids), ids, target.vocab_size, target.tail)
     np.testing.assert_allclose(gen.logprob.numpy(), lp[: len(answer)], atol=ATOL)
     np.testing.assert_allclose(gen.entropy.numpy(), ent[: len(answer)], atol=ATOL)
     if gen.finished:
@@ -150,7 +139,9 @@ def test_scores_are_llama_cpps_statistics(target, reference):
     for doc, s in zip(DOCS, scores):
         d = s.details
         grounded = scorer.prompts.grounded_ids(QUERY, [grogu.Document(doc)])
-        _, lp = stats(decode_steps(reference, grounded, d.token_ids), d.token_ids, target.vocab_size, target.tail)
+        _, lp = stats(
+            testing.stepwise_rows(reference, grounded, d.token_ids), d.token_ids, target.vocab_size, target.tail
+        )
         np.testing.assert_allclose(np.asarray(d.grounded_logprob), lp, atol=ATOL)
         cont = d.token_ids if d.token_ids else [target.end_of_turn]
         ent, lp = stats(forced_steps(reference, ungrounded, cont), cont, target.vocab_size, target.tail)

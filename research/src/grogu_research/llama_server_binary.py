@@ -3,22 +3,19 @@
 The binary is built from the llama.cpp that llama-cpp-python 0.3.36 vendors
 (``benchmarks/build_llama_server.sh``), so the server and the in-process reference
 (``llama_cpp.Llama``) run the same llama.cpp. Its path comes from ``binary=`` or the
-``GROGU_LLAMA_SERVER`` environment variable.
+``GROGU_LLAMA_SERVER`` environment variable. The command-line defaults that could bend greedy
+decoding (top-k 40, min-p 0.05, ...) stay as llama.cpp sets them: grogu's requests override each one.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
-import time
 import urllib.request
-from typing import Any
 
+from .child_server import ChildServer
 from .testing import free_port
 
-#: the command-line defaults that could bend greedy decoding stay as llama.cpp sets them (top-k 40,
-#: min-p 0.05, ...): every request grogu sends overrides them, which is part of what is checked
+#: the environment variable that names the binary
 ENV = "GROGU_LLAMA_SERVER"
 
 
@@ -33,12 +30,12 @@ def llama_server_path(binary: str | None = None) -> str:
     return path
 
 
-class LlamaServerBinary:
+class LlamaServerBinary(ChildServer):
     """``llama-server -m GGUF`` on a free loopback port, ``slots`` slots (1), ``threads`` threads (1); ``url`` is
-    its base URL.
+    its base URL. Use as a context manager. ``alias`` is the served model name (default: the GGUF's path,
+    as llama-server lists it); ``extra``: more arguments."""
 
-    Use as a context manager. ``alias`` is the served model name (default: the GGUF's file name, as
-    llama-server lists it)."""
+    name = "llama-server"
 
     def __init__(
         self,
@@ -60,40 +57,13 @@ class LlamaServerBinary:
         if alias:
             self.args += ["--alias", alias]
         self.args += list(extra or [])
-        self.startup_s, self.proc = startup_s, None
+        self.startup_s = startup_s
 
-    def __enter__(self) -> "LlamaServerBinary":
-        self._log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([self.binary, *self.args], stdout=self._log, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + self.startup_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited at start: {self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url[: -len("/v1")] + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.3)
-        self.__exit__()
-        raise TimeoutError(f"llama-server did not answer within {self.startup_s} s: {self.log_tail()}")
+    def command(self) -> list[str]:
+        return [self.binary, *self.args]
 
-    def log_tail(self, n: int = 2000) -> str:
-        self._log.flush()
-        self._log.seek(0)
-        return self._log.read()[-n:]
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if getattr(self, "_log", None) is not None:
-            self._log.close()
-            self._log = None
+    def ready_request(self) -> urllib.request.Request:
+        return urllib.request.Request(self.url[: -len("/v1")] + "/health")
 
 
 __all__ = ["LlamaServerBinary", "llama_server_path", "ENV"]

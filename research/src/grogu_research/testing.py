@@ -12,6 +12,8 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
+from .child_server import ChildServer
+
 T = TypeVar("T")
 #: ../shared/data as seen from a checkout of this repository (override with GROGU_SHARED_DATA).
 SHARED_DATA = os.environ.get(
@@ -139,13 +141,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LlamaCppServer:
+class LlamaCppServer(ChildServer):
     """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) as a child process on
     loopback, serving a GGUF (default: the embedded SmolLM2) under ``alias``; a real inference server
     for tests and benchmarks of :class:`grogu.ServerTarget`. Use as a context manager; ``url`` is its
     base URL. ``api_key``: the key the server demands (none by default); ``logits_all=False`` starts it
     without the log-probabilities grogu needs; ``chat_format``: llama-cpp-python's chat handler (default:
     the GGUF's own chat template; ``"functionary"`` answers chat requests without log-probabilities)."""
+
+    name = "the llama-cpp-python server"
 
     def __init__(
         self,
@@ -191,50 +195,24 @@ class LlamaCppServer:
             self.args += ["--chat_format", chat_format]
         self.api_key, self.startup_s, self.proc = api_key, startup_s, None
 
-    def __enter__(self) -> "LlamaCppServer":
-        import subprocess
+    def command(self) -> list[str]:
         import sys
-        import tempfile
-        import time
+
+        return [sys.executable, "-m", "llama_cpp.server", *self.args]
+
+    def ready_request(self) -> Any:
         import urllib.request
 
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return urllib.request.Request(self.url + "/models", headers=headers)
+
+    def __enter__(self) -> "LlamaCppServer":
         if importlib_util_find("llama_cpp") is None:
             raise ImportError(
                 "the llama-cpp-python server is not installed: pip install 'llama-cpp-python[server]' "
                 "(compiled at install; the README's test set-up command does it)"
             )
-        # stderr to a file, not a pipe nobody reads while the server runs (a full pipe would stall it)
-        self._log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", *self.args],
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-            text=True,
-        )
-        deadline = time.monotonic() + self.startup_s
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self._log.seek(0)
-                raise RuntimeError(f"the llama-cpp-python server exited at start: {self._log.read()[-2000:]}")
-            try:
-                with urllib.request.urlopen(urllib.request.Request(self.url + "/models", headers=headers), timeout=2):
-                    return self
-            except OSError:
-                time.sleep(0.3)
-        self.__exit__()
-        raise TimeoutError(f"the llama-cpp-python server did not answer within {self.startup_s} s")
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except Exception:
-                self.proc.kill()
-                self.proc.wait()
-        if getattr(self, "_log", None) is not None:
-            self._log.close()
+        return super().__enter__()
 
 
 def with_shared_data(load: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -304,6 +282,52 @@ def reference_llama(gguf: str | None = None, n_ctx: int = 2048):
         n_threads=1,
         n_threads_batch=1,
     )
+
+
+def _eval_prompt(llm, prompt: list[int], split: int) -> None:
+    llm.reset()
+    if split and len(prompt) > split:
+        llm.eval(prompt[:-split])
+        llm.eval(prompt[-split:])
+    else:
+        llm.eval(prompt)
+
+
+def _log_softmax_last(llm) -> Any:
+    import numpy as np
+
+    x = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+    return x - np.logaddexp.reduce(x)
+
+
+def stepwise_rows(llm, prompt: list[int], cont: list[int], split: int = 0) -> list[Any]:
+    """llama.cpp's log-softmax (float64) before each token of ``cont``, decoded as a server decodes: the
+    prompt in one batch, then one token a step. ``split`` > 0 encodes the prompt's last ``split`` tokens
+    in a batch of their own, as llama-server does for a sliding-window model (quantised kernels round a
+    small batch otherwise)."""
+    _eval_prompt(llm, prompt, split)
+    rows = []
+    for t in cont:
+        rows.append(_log_softmax_last(llm))
+        llm.eval([t])
+    return rows
+
+
+def greedy_stepwise(llm, prompt: list[int], stops: Any, budget: int, split: int = 0) -> tuple[list[int], list[Any]]:
+    """llama.cpp's greedy answer over the raw logits (its stop token included when reached) and the
+    log-softmax before each of its tokens, decoded as :func:`stepwise_rows` decodes."""
+    import numpy as np
+
+    _eval_prompt(llm, prompt, split)
+    ids: list[int] = []
+    rows = []
+    while len(ids) < budget:
+        rows.append(_log_softmax_last(llm))
+        ids.append(int(np.argmax(rows[-1])))
+        if ids[-1] in stops or len(ids) == budget:
+            break
+        llm.eval([ids[-1]])
+    return ids, rows
 
 
 @contextmanager

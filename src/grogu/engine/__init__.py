@@ -17,9 +17,9 @@ Influence Score), the rest of each row following with padding masked out and pos
 continue its own prefix, and the groups' caches stacked to decode together; with
 ``retain_prefix_tokens`` set, prompts encoded for decoding are kept, so a later call that starts the
 same way continues their cache (a doubtful query's swap candidates after its first answer); greedy
-decoding can
-take prompt-lookup drafts (verified, so the answer is unchanged); finished rows leave the decode batch; entropies are computed in float32 on chunks, never on a
-float32 [batch, seq, vocab] tensor of the whole prompt; on out-of-memory a batch is split in two
+decoding can take prompt-lookup drafts (verified, so the answer is unchanged); finished rows leave the
+decode batch; entropies are computed in float32 on chunks, never on a float32 [batch, seq, vocab]
+tensor of the whole prompt; on out-of-memory a batch is split in two
 and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`grogu.prompts`.
 
 Thread safety: one re-entrant lock serialises the model work, so any number of threads can share an

@@ -15,7 +15,8 @@ APIs (``api=``):
 - ``"llama-server"``: llama.cpp's own ``llama-server`` through its native ``/completion`` endpoint:
   token-id prompts, greedy decoding with every sampler field sent neutral, each token's top-k with ids.
   It returns no prompt log-probabilities. So grogu teacher-forces an answer through a token-id grammar
-  (``grammar_forcing``, on by default; ``False`` makes the target grounded-only). Details: :mod:`grogu.inference_server.llama_server`.
+  (``grammar_forcing``, on by default; ``False`` makes the target grounded-only). Details:
+  :mod:`grogu.inference_server.llama_server`.
 - ``"ollama"``, grounded-only: Ollama's native ``/api/chat``, the prompt as messages, with every sampler
   option pinned neutral (its OpenAI route cannot set ``repeat_penalty`` or ``top_k``, so a Modelfile's
   apply there) and ``truncate: false`` (a prompt that does not fit is an error, not silently cut).
@@ -39,8 +40,8 @@ APIs (``api=``):
 ``api="auto"`` (:func:`choose_api`) takes ``"vllm"``, ``"llama-cpp"``, ``"llama-server"`` or ``"sglang"``
 when ``/v1/models`` names vLLM, llama-cpp-python, llama.cpp's ``llama-server`` (``"llamacpp"``) or SGLang as
 the owner. Another owner gets one ``/api/version`` request: ``"ollama"`` when Ollama answers it. It takes
-``"chat"`` for the hosted OpenAI API (no listing request is made there) and any other server. ``api="chat"`` given explicitly still reaches SGLang's chat
-API (for a proxy in front of it). A server that does return prompt log-probabilities
+``"chat"`` for the hosted OpenAI API (no listing request is made there) and any other server.
+``api="chat"`` given explicitly still reaches SGLang's chat API (for a proxy in front of it). A server that does return prompt log-probabilities
 behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or ``"llama-cpp"`` given
 explicitly.
 """

@@ -18,8 +18,8 @@ Read from llama.cpp as vendored in llama-cpp-python 0.3.36 (``tools/server/``, `
 - ``/v1/models`` entries are owned by ``"llamacpp"``. Their ``meta.n_vocab`` and ``meta.n_ctx`` give the
   vocabulary size and the context window (server-context.cpp, ``get_res_model_info``).
 
-Teacher forcing (``grammar_forcing``, on by default; ``False`` makes the target grounded-only): a GBNF grammar names the answer's token ids
-(``root ::= <[a]> <[b]> ...``; src/llama-grammar.cpp, ``parse_token``). With ``n_predict`` the answer's
+Teacher forcing (``grammar_forcing``, on by default; ``False`` makes the target grounded-only): a GBNF
+grammar names the answer's token ids (``root ::= <[a]> <[b]> ...``; src/llama-grammar.cpp, ``parse_token``). With ``n_predict`` the answer's
 length, the server decodes exactly the answer. Each step still reports the model's unconstrained
 distribution (above). A grammar cannot name an end-of-generation token: it refuses one until the grammar
 is complete, then allows those only (``llama_grammar_apply_impl``). So a trailing end-of-turn token is

@@ -21,7 +21,6 @@ that source (``grogu_research.ollama_standin``). What grogu relies on:
 - ``done_reason`` is ``"stop"`` (end of turn) or ``"length"`` (``num_predict`` reached).
 - ``/api/version`` answers ``{"version": ...}``: ``api="auto"`` tells Ollama by it. Log-probabilities
   came in 0.12.11.
-
 - ``/api/show`` gives the Modelfile's ``parameters``. When they bend a greedy answer (penalties,
   ``typical_p``), grogu warns once: a pipeline's requests through ``/v1`` apply them.
 

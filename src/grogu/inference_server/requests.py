@@ -28,6 +28,7 @@ import torch
 from ..engine.types import UNKNOWN_TOKEN_ID, Generation
 from ..prompts import ChatPrompt
 from ..target import ServerCapabilityError
+from .apis import CHAT_APIS
 from .bos import LlamaCppPrompts
 from .http import ServerError
 from .topk import topk_entropy
@@ -115,7 +116,7 @@ class RequestFormats(LlamaCppPrompts):
         return topk_entropy(top, self.vocab_size or 0, self.tail)
 
     def _no_logprobs(self) -> ServerCapabilityError:
-        if self.api in ("chat", "ollama"):
+        if self.api in CHAT_APIS:
             return ServerCapabilityError(
                 f"the LLM server at {self.base_url} answered the chat request without log-probabilities (it "
                 f"ignored logprobs=true, top_logprobs={self.top_logprobs}); grogu needs each generated token's "
