@@ -43,6 +43,7 @@ def test_defaults_per_device():
         prompt_lookup_ngram=3,
         prompt_lookup_min_ngram=2,
         entropy_chunk_rows=64,
+        cuda_graphs=False,
         cpu_linear="auto",
         cpu_linear_pack_limit_mb=2048,
     )
@@ -54,6 +55,7 @@ def test_defaults_per_device():
             256,
             4,
         )
+        assert gpu.cuda_graphs is True
         assert dataclasses.replace(gpu, **DEVICE_DEFAULTS["cpu"]) == CPU  # nothing else depends on the device
     assert EngineConfig().resolved(torch.device("cpu")) == CPU
     # settings given are kept; resolving twice changes nothing

@@ -22,9 +22,11 @@ from ..checks import check_choice, check_float, check_int, check_positive_int
 from .kernels import LINEAR_BACKENDS
 
 #: the defaults of the device-dependent settings (those an EngineConfig leaves None), per device type
-DEVICE_DEFAULTS: dict[str, dict[str, int]] = {
-    "cuda": dict(max_batch_size=64, max_batch_tokens=65536, group_overhead_tokens=256, prompt_lookup=4),
-    "cpu": dict(max_batch_size=32, max_batch_tokens=16384, group_overhead_tokens=32, prompt_lookup=0),
+DEVICE_DEFAULTS: dict[str, dict[str, int | bool]] = {
+    "cuda": dict(
+        max_batch_size=64, max_batch_tokens=65536, group_overhead_tokens=256, prompt_lookup=4, cuda_graphs=True
+    ),
+    "cpu": dict(max_batch_size=32, max_batch_tokens=16384, group_overhead_tokens=32, prompt_lookup=0, cuda_graphs=False),
 }
 
 
@@ -53,6 +55,10 @@ class EngineConfig:
         prompt_lookup_ngram: longest n-gram matched to find a draft.
         prompt_lookup_min_ngram: shortest n-gram matched (1-gram matches draft mostly noise).
         entropy_chunk_rows: logit rows turned into float32 entropies at a time (bounds the float32 copy).
+        cuda_graphs: on a CUDA device, greedy decode steps are captured once per batch as a CUDA graph
+            and replayed (:mod:`grogu.engine.decode`): a step then costs the GPU's time rather than the
+            host's launches of a forward pass (True on GPU; meaningless on a CPU). A capture that fails
+            is logged and decoding goes on without graphs.
         cpu_linear: kernels of the linear layers on a CPU (:mod:`grogu.engine.kernels`): 'auto', 'onednn'
             or 'default'; ignored on a GPU. Read when the engine is built.
         cpu_linear_pack_limit_mb: oneDNN weights are re-laid-out once (a copy beside the model's) when
@@ -70,6 +76,7 @@ class EngineConfig:
     prompt_lookup_ngram: int = 3
     prompt_lookup_min_ngram: int = 2
     entropy_chunk_rows: int = 64
+    cuda_graphs: bool | None = None
     cpu_linear: str = "auto"
     cpu_linear_pack_limit_mb: int = 2048
 
@@ -105,6 +112,10 @@ def _validated(c: EngineConfig) -> dict[str, Any]:
         out["group_overhead_tokens"] = check_int("group_overhead_tokens", c.group_overhead_tokens, minimum=0)
     out["min_batch_fill"] = check_float("min_batch_fill", c.min_batch_fill, minimum=0.0, maximum=1.0)
     out["entropy_chunk_rows"] = check_positive_int("entropy_chunk_rows", c.entropy_chunk_rows)
+    if c.cuda_graphs is not None:
+        if not isinstance(c.cuda_graphs, bool):
+            raise ValueError(f"cuda_graphs must be True, False or None, got {c.cuda_graphs!r}")
+        out["cuda_graphs"] = c.cuda_graphs
     out["cpu_linear_pack_limit_mb"] = check_int("cpu_linear_pack_limit_mb", c.cpu_linear_pack_limit_mb, minimum=0)
     return out
 
@@ -173,6 +184,7 @@ class Configured:
     prompt_lookup_ngram = _setting("prompt_lookup_ngram")
     prompt_lookup_min_ngram = _setting("prompt_lookup_min_ngram")
     entropy_chunk_rows = _setting("entropy_chunk_rows")
+    cuda_graphs = _setting("cuda_graphs")
 
     @property
     def logits_budget_bytes(self) -> int:

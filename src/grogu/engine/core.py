@@ -87,6 +87,7 @@ class Engine(Configured):
     )
     lookup_steps = _part_counter("decoder", "steps", "Decode forward passes run (diagnostics).")
     lookup_drafted = _part_counter("decoder", "drafted", "Drafted tokens fed to decode steps (diagnostics).")
+    cuda_graphs_captured = _part_counter("decoder", "graphs", "CUDA graphs of decode steps captured (diagnostics).")
     #: an in-process model generates, teacher-forces any answer and gives the full next-token distribution
     capabilities = frozenset(CAPABILITIES)
     #: it teacher-forces any answer, and its prompts are token ids
@@ -344,6 +345,7 @@ class Engine(Configured):
             sampling=sampling,
             drafter=drafter,
             entropy_chunk_rows=config.entropy_chunk_rows,
+            cuda_graphs=config.cuda_graphs,
         )
 
     @torch.inference_mode()

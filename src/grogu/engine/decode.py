@@ -1,22 +1,42 @@
 """The decode loop: from a prefilled batch (:class:`~grogu.engine.prefill.PrefilledBatch`) to one
 answer per row, greedy with optional prompt-lookup drafts (:mod:`grogu.engine.drafting`), or sampled
 (:class:`Sampling`); each answer token's entropy and log-probability are read from the decode steps
-themselves."""
+themselves.
+
+A decode step is device work only: the forward pass, the choice of each position's token, its entropy
+and log-probability, how many drafted tokens the model accepted, and where each row's cache ends. One
+small tensor then comes back to the host (one synchronisation a step), which keeps the answers, checks
+stop tokens and proposes the next drafts. Because a step reads nothing back before its end, on a GPU it
+can be captured once as a CUDA graph and replayed: a step then costs the GPU's time, not the Python
+and kernel launches of a forward pass of the model (``cuda_graphs``).
+
+Two ways to feed a step, chosen by the cache the prefill made:
+
+- slots (:class:`_SlotFeed`): every layer is a :class:`~grogu.engine.kvcache.ReservedLayer`. Each row
+  writes its step at its own slots, right after the tokens it kept, so a rejected draft is overwritten
+  and rows may advance by different counts; a 4-D mask says which slots each fed position sees (the
+  row's prompt without its padding, its answer so far, itself and the positions fed before it).
+- appending (:class:`_AppendFeed`): any other cache (sliding-window or recurrent layers, whose rows are
+  one length with no padding): one token a step, appended, with transformers' own masks.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
 from .drafting import PromptLookup
+from .kvcache import SLOT_MASKS, attention_kind, slot_layers
 from .prefill import PrefilledBatch
-from .prefixtree import common_prefix
 from .stats import entropy_logprob
 from .types import Generation
 
+logger = logging.getLogger("grogu.engine")
 
 @dataclass(frozen=True)
 class Sampling:
@@ -59,6 +79,8 @@ class Decoder:
     Attributes:
         steps: decode forward passes run so far (diagnostics; may be reset).
         drafted: drafted tokens fed so far (diagnostics; may be reset).
+        graphs: CUDA graphs captured so far (diagnostics; may be reset).
+        graphs_failed: the error of a CUDA graph capture that failed; decoding then stays eager (None: none failed).
     """
 
     def __init__(
@@ -69,7 +91,9 @@ class Decoder:
         self.pad_token_id = pad_token_id
         self.stop_token_ids = frozenset(stop_token_ids)
         self.detokenize = detokenize
-        self.steps = self.drafted = 0
+        self.steps = self.drafted = self.graphs = 0
+        self.graphs_failed: str | None = None
+        self._stream: Any = None  # the side stream graphed decoding runs on (made once)
 
     @torch.inference_mode()
     def decode(
@@ -81,123 +105,315 @@ class Decoder:
         sampling: Sampling | None = None,
         drafter: PromptLookup | None = None,
         entropy_chunk_rows: int = 64,
+        cuda_graphs: bool = False,
     ) -> list[Generation]:
-        """Decode a batch from ``start`` (whose cache must have room for ``max_new_tokens`` plus
-        ``drafter.max_draft`` positions; its tensors are consumed): ``histories[i]`` is row i's prompt,
+        """Decode a batch from ``start`` (its tensors are consumed; a slot cache needs room for
+        ``max_new_tokens`` plus ``drafter.max_draft`` positions): ``histories[i]`` is row i's prompt,
         where ``drafter`` looks for drafts. Greedy (``sampling`` None) with a drafter, each step feeds
-        every row its pending token plus up to ``drafter.max_draft`` drafted tokens, keeps the drafted
-        tokens the model itself would have chosen (so the answer is exactly the greedy one) and masks
-        the cache slots of rejected drafts out. Entropies and log-probabilities (float32, chunks of
-        ``entropy_chunk_rows`` rows) are read at the positions that produced each kept token. Rows
-        leave the batch when they finish."""
+        every row its pending token plus up to ``drafter.max_draft`` drafted tokens and keeps the
+        drafted tokens the model itself would have chosen (so the answer is exactly the greedy one).
+        Entropies and log-probabilities (float32, chunks of ``entropy_chunk_rows`` rows) are those of
+        the positions that produced each kept token. ``cuda_graphs``: on a CUDA device, greedy decoding
+        over a slot cache replays each step as a CUDA graph (captured after one eager step, captured
+        again when the batch shrinks to half)."""
+        slots = slot_layers(start.cache) is not None and attention_kind(self.model) in SLOT_MASKS
+        if drafter is not None and (not slots or sampling is not None or drafter.max_draft < 1):
+            drafter = None
+        width = 1 + (drafter.max_draft if drafter is not None else 0)
+        if slots:
+            feed: _SlotFeed | _AppendFeed = _SlotFeed(self.model, start, width, self.pad_token_id, entropy_chunk_rows)
+        else:
+            feed = _AppendFeed(self.model, start, self.pad_token_id, entropy_chunk_rows)
+        graphed = (
+            cuda_graphs and slots and sampling is None and self.device.type == "cuda" and self.graphs_failed is None
+        )
+        with contextlib.ExitStack() as stack:
+            stepper = None
+            if graphed:
+                if self._stream is None:
+                    self._stream = torch.cuda.Stream(device=self.device)
+                stepper = _GraphedSteps(self, self._stream)
+                stack.callback(stepper.close)
+                stack.enter_context(torch.cuda.stream(self._stream))  # the whole loop: one stream
+            return self._loop(start, feed, stepper, histories, max_new_tokens, sampling, drafter)
+
+    def _loop(self, start, feed, stepper, histories, max_new_tokens, sampling, drafter) -> list[Generation]:
         n = len(histories)
-        logits, cache, attention, last_pos = start.logits, start.cache, start.attention, start.last_pos
-        rows = torch.arange(n, device=self.device)  # [active]: the batch row of each active row
-        state = _Answers(histories)
-        drafts: list[list[int]] = [[] for _ in range(n)]  # the drafted tokens fed with each active row
-        fed_step = False  # False for the prefill's logits, True after a decode forward
+        state = _Answers(histories, drafter)
+        rows = list(range(n))  # the answer of each row of the feed
+        alive = [True] * n
+        packed = feed.first(start.logits)  # the prefill's logits choose each row's first token
+        logits = start.logits
         while True:
-            # logits: [active, 1 + D, vocab]; position j scores the token after (pending, draft[:j])
-            active = rows.tolist()
-            choice = self._choose(logits, sampling, active)
-            accepted = [common_prefix(c, d) for c, d in zip(choice, drafts)]  # drafted tokens the model chose
-            keep, pending = self._keep(state, logits, choice, accepted, active, max_new_tokens, entropy_chunk_rows)
-            if drafts and max(map(len, drafts)):
-                # cache slots of the rejected drafts (and of draft padding) never count again
-                width = 1 + max(map(len, drafts))
-                valid = (
-                    torch.arange(width, device=self.device)[None] <= torch.tensor(accepted, device=self.device)[:, None]
-                )
-                attention[:, -width:] = valid.to(attention.dtype)
-            if fed_step:  # the pending token and the accepted drafts are now in the cache
-                last_pos = last_pos + torch.tensor([a + 1 for a in accepted], device=last_pos.device)
-            if not any(keep):
+            values = packed.tolist()  # the one synchronisation of a step
+            if sampling is not None:
+                chosen, chosen_lp = self._sample(logits, sampling, rows, alive)
+            pending: list[int] = []
+            for j, (r, v) in enumerate(zip(rows, values)):
+                if not alive[j]:
+                    pending.append(self.pad_token_id)
+                    continue
+                w = (len(v) - 1) // 3  # the positions this step fed
+                accepted = int(v[-1])
+                keep = True
+                for p in range(accepted + 1):
+                    token, lp = (chosen[j], chosen_lp[j]) if sampling is not None else (int(v[p]), v[2 * w + p])
+                    keep = state.add(r, token, v[w + p], lp, self.stop_token_ids, max_new_tokens)
+                    if not keep:
+                        break
+                alive[j] = keep
+                pending.append(chosen[j] if sampling is not None else int(v[accepted]))
+            feed.advanced(values, alive_before=feed.alive_fed)
+            if not any(alive):
                 break
-            if not all(keep):
-                idx = torch.tensor([j for j, k in enumerate(keep) if k], device=self.device)
-                cache.batch_select_indices(idx)
-                attention, last_pos, rows = attention[idx], last_pos[idx], rows[idx]
-                pending = [t for t, k in zip(pending, keep) if k]
+            live = [j for j, a in enumerate(alive) if a]
+            if len(live) < len(rows) and (stepper is None or len(live) <= len(rows) // 2):
+                feed.select(live)  # finished rows leave the batch (a graph's batch: once it is half empty)
+                rows, pending, alive = [rows[j] for j in live], [pending[j] for j in live], [True] * len(live)
+                if stepper is not None:
+                    stepper.reset()
             drafts = [
-                drafter.propose(state.history[r], max_new_tokens - len(state.tokens[r]) - 1)
-                if drafter is not None
-                else []
-                for r in rows.tolist()
+                state.propose(r, max_new_tokens - len(state.tokens[r]) - 1) if a and drafter is not None else []
+                for r, a in zip(rows, alive)
             ]
-            logits, attention = self._feed(pending, drafts, cache, attention, last_pos)
-            fed_step = True
+            feed.set_inputs(pending, drafts, alive)
+            if stepper is not None:
+                packed = stepper.step(feed)
+                if stepper.failed:  # captured nothing: the rest of this decode runs eagerly
+                    stepper = None
+            else:
+                packed, logits = feed.step()
+            self.steps += 1
+            self.drafted += sum(map(len, drafts))
         return state.generations(self.detokenize)
 
     @staticmethod
-    def _choose(logits: torch.Tensor, sampling: Sampling | None, active: list[int]) -> list:
-        """Per active row, the token chosen at each fed position (greedy), or one sample at the first."""
-        if sampling is None:
-            return logits.argmax(-1).tolist()
-        probs = torch.softmax(logits[:, 0].float() / sampling.temperature, dim=-1).cpu()  # [active, vocab]
-        return [torch.multinomial(probs[j], 1, generator=sampling.generators[r]).tolist() for j, r in enumerate(active)]
+    def _sample(
+        logits: torch.Tensor, sampling: Sampling, rows: list[int], alive: list[bool]
+    ) -> tuple[list[int], list[float]]:
+        """One sampled token per row at the first fed position, with its log-probability under the
+        untempered model (rows no longer alive: none drawn)."""
+        first = logits[:, 0].float()  # [rows, vocab]
+        probs = torch.softmax(first / sampling.temperature, dim=-1).cpu()
+        logp = torch.log_softmax(first, dim=-1).cpu()
+        tokens = [
+            int(torch.multinomial(probs[j], 1, generator=sampling.generators[r])) if a else -1
+            for j, (r, a) in enumerate(zip(rows, alive))
+        ]
+        return tokens, [float(logp[j, t]) if t >= 0 else 0.0 for j, t in enumerate(tokens)]
 
-    def _keep(
-        self,
-        state: "_Answers",
-        logits: torch.Tensor,
-        choice: list,
-        accepted: list[int],
-        active: list[int],
-        max_new_tokens: int,
-        chunk_rows: int,
-    ) -> tuple[list[bool], list[int]]:
-        """Append each row's kept tokens with their statistics (read only at the kept positions); returns
-        which rows go on and each row's pending token (its last chosen one)."""
-        pick_row = torch.tensor([j for j, a in enumerate(accepted) for _ in range(a + 1)], device=self.device)
-        pick_pos = torch.tensor([p for a in accepted for p in range(a + 1)], device=self.device)
-        picked = torch.tensor(
-            [choice[j][p] for j, a in enumerate(accepted) for p in range(a + 1)], device=self.device
-        )  # [kept]
-        entropy, logp = entropy_logprob(logits[pick_row, pick_pos], chunk_rows)  # [kept], [kept, vocab]
-        tok_lp = logp.gather(1, picked[:, None])[:, 0].tolist()
-        entropy = entropy.tolist()
-        keep, pending, cursor = [], [], 0
-        for j, (r, a) in enumerate(zip(active, accepted)):
-            alive = True
-            for p in range(a + 1):
-                if alive:
-                    alive = state.add(
-                        r, choice[j][p], entropy[cursor + p], tok_lp[cursor + p], self.stop_token_ids, max_new_tokens
-                    )
-            cursor += a + 1
-            keep.append(alive)
-            pending.append(choice[j][a])
-        return keep, pending
 
-    def _feed(
-        self, pending: list[int], drafts: list[list[int]], cache, attention: torch.Tensor, last_pos: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decode forward: every row's pending token and its draft, padded to the widest; returns the
-        logits [active, 1 + D, vocab] and the attention mask grown by the fed slots [active, width + 1 + D]."""
-        width = 1 + max(map(len, drafts))
-        ids = torch.full((len(pending), width), self.pad_token_id, dtype=torch.long)  # [active, 1 + D]
-        fed = torch.zeros((len(pending), width), dtype=torch.long)  # [active, 1 + D]
-        for j, (t, d) in enumerate(zip(pending, drafts)):
-            ids[j, : 1 + len(d)] = torch.tensor([t, *d], dtype=torch.long)
-            fed[j, : 1 + len(d)] = 1
-        ids, fed = ids.to(self.device), fed.to(self.device)
-        attention = torch.cat([attention, fed], dim=1)
-        positions = last_pos[:, None] + 1 + torch.arange(width, device=self.device)[None]  # [active, 1 + D]
-        out = self.model(
-            input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
-        )
-        self.steps += 1
-        self.drafted += sum(map(len, drafts))
-        return out.logits, attention
+def _outcome(
+    logits: torch.Tensor,
+    fed: torch.Tensor | None,
+    drafted: torch.Tensor | None,
+    chunk_rows: int,
+    offsets: torch.Tensor,
+) -> torch.Tensor:
+    """Device-side reading of a step's logits [rows, W, vocab]: per row the greedy token of each position,
+    its entropy and log-probability (float32), and how many of the drafted tokens (``fed[:, 1:]``, the
+    first ``drafted[j]`` of them real) the model chose; packed as float64 [rows, 3W + 1] (exact for
+    token ids) so that one copy brings it all to the host."""
+    b, w, v = logits.shape
+    flat = logits.reshape(b * w, v)
+    choice = flat.argmax(-1)  # [rows * W]
+    entropy, logp = entropy_logprob(flat, choice, chunk_rows)  # [rows * W] each
+    choice = choice.view(b, w)
+    if w > 1 and fed is not None:
+        agree = (choice[:, :-1] == fed[:, 1:]) & (offsets[None, : w - 1] < drafted[:, None])  # [rows, W - 1]
+        accepted = agree.long().cumprod(-1).sum(-1)  # [rows]
+    else:
+        accepted = torch.zeros(b, dtype=torch.long, device=logits.device)
+    return torch.cat(
+        [choice.double(), entropy.view(b, w).double(), logp.view(b, w).double(), accepted[:, None].double()], dim=1
+    )
+
+
+class _SlotFeed:
+    """Decode steps over a slot cache (see the module docstring): the inputs of a step (token ids, the
+    number of drafted tokens and whether the row is alive) in one device tensor the host writes; each
+    row's filled slots and last position in device tensors that the step itself advances."""
+
+    def __init__(self, model: Any, start: PrefilledBatch, width: int, pad_token_id: int, chunk_rows: int) -> None:
+        self.model, self.cache, self.width, self.chunk_rows = model, start.cache, width, chunk_rows
+        self.layers = slot_layers(start.cache)
+        rows, prompt = start.attention.shape
+        dev = start.attention.device
+        self.capacity = min(layer.capacity for layer in self.layers)
+        self.seen = torch.ones(rows, self.capacity, dtype=torch.bool, device=dev)  # [rows, capacity]
+        self.seen[:, :prompt] = start.attention.bool()  # a prompt's padding is never seen
+        self.fill = torch.full((rows,), prompt, dtype=torch.long, device=dev)  # [rows]: the first free slot
+        self.last_pos = start.last_pos.clone()  # [rows]: the position id of the last cached token
+        self.inputs = torch.full((rows, width + 2), pad_token_id, dtype=torch.long, device=dev)
+        self.index = torch.zeros(rows, width, dtype=torch.long, device=dev)  # [rows, W]: slots written
+        self.slots = torch.arange(self.capacity, device=dev)
+        self.offsets = torch.arange(width, device=dev)
+        self.float_mask = attention_kind(model) == "eager"
+        self.dtype = start.logits.dtype
+        self.host_fill = [prompt] * rows  # the host's copy of ``fill``, for the eager steps' read limit
+        self.alive_fed: list[bool] = [False] * rows
+        self.pad_token_id = pad_token_id
+        self._bind()
+
+    def _bind(self) -> None:
+        for layer in self.layers:
+            layer.write_index = self.index
+
+    def first(self, logits: torch.Tensor) -> torch.Tensor:
+        return _outcome(logits, None, None, self.chunk_rows, self.offsets)
+
+    def set_inputs(self, pending: list[int], drafts: list[list[int]], alive: list[bool]) -> None:
+        w, pad = self.width, self.pad_token_id
+        rows = [[t, *d, *[pad] * (w - 1 - len(d)), len(d), int(a)] for t, d, a in zip(pending, drafts, alive)]
+        self.inputs.copy_(torch.tensor(rows, dtype=torch.long))
+        self.alive_fed = list(alive)
+
+    def step(self, limit: int | None = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step on the current inputs (device work only); returns (packed outcome, logits).
+        ``limit``: slots attention reads; -1: just past the fullest row (eager), None: all (a graph)."""
+        w = self.width
+        if limit == -1:
+            limit = min(self.capacity, max(self.host_fill) + w)
+        ids, drafted, alive = self.inputs[:, :w], self.inputs[:, w], self.inputs[:, w + 1]
+        torch.add(self.fill[:, None], self.offsets[None], out=self.index)  # [rows, W]: the slots written
+        positions = self.last_pos[:, None] + 1 + self.offsets[None]  # [rows, W]
+        span = self.capacity if limit is None else limit
+        for layer in self.layers:
+            layer.limit = limit
+        mask = (self.slots[None, None, :span] <= self.index[:, :, None]) & self.seen[:, None, :span]  # [rows, W, span]
+        mask = mask[:, None]  # [rows, 1, W, span]
+        if self.float_mask:
+            mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(
+                ~mask, torch.finfo(self.dtype).min
+            )
+        logits = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache, use_cache=True
+        ).logits  # [rows, W, vocab]
+        packed = _outcome(logits, ids, drafted, self.chunk_rows, self.offsets)
+        advance = (packed[:, -1].long() + 1) * alive  # the pending token and the accepted drafts
+        self.fill += advance
+        self.last_pos += advance
+        return packed, logits
+
+    def advanced(self, values: list[list[float]], alive_before: list[bool]) -> None:
+        """The host's copy of ``fill`` follows the step just read back."""
+        if any(alive_before):
+            for j, v in enumerate(values):
+                if alive_before[j]:
+                    self.host_fill[j] += int(v[-1]) + 1
+
+    def select(self, keep: list[int]) -> None:
+        idx = torch.tensor(keep, device=self.fill.device)
+        for layer in self.layers:
+            layer.batch_select_indices(idx)
+        self.seen, self.fill, self.last_pos = self.seen[idx], self.fill[idx], self.last_pos[idx]
+        self.inputs, self.index = self.inputs[idx], self.index[idx]
+        self.host_fill = [self.host_fill[j] for j in keep]
+        self.alive_fed = [self.alive_fed[j] for j in keep]
+        self._bind()
+
+
+class _AppendFeed:
+    """Decode steps over a cache of other layers (sliding-window, recurrent): rows of one length without
+    padding, one token a step appended, transformers' own masks from a 2-D attention mask."""
+
+    width = 1
+
+    def __init__(self, model: Any, start: PrefilledBatch, pad_token_id: int, chunk_rows: int) -> None:
+        self.model, self.cache, self.chunk_rows = model, start.cache, chunk_rows
+        self.attention, self.last_pos = start.attention, start.last_pos.clone()
+        self.inputs = torch.full((len(self.last_pos), 3), pad_token_id, dtype=torch.long, device=self.last_pos.device)
+        self.offsets = torch.arange(1, device=self.last_pos.device)
+        self.alive_fed: list[bool] = [False] * len(self.last_pos)
+
+    def first(self, logits: torch.Tensor) -> torch.Tensor:
+        return _outcome(logits, None, None, self.chunk_rows, self.offsets)
+
+    def set_inputs(self, pending: list[int], drafts: list[list[int]], alive: list[bool]) -> None:
+        self.inputs.copy_(torch.tensor([[t, 0, int(a)] for t, a in zip(pending, alive)], dtype=torch.long))
+        self.alive_fed = list(alive)
+
+    def step(self, limit: int | None = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = self.inputs[:, :1]
+        self.attention = torch.cat([self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=self.attention,
+            position_ids=self.last_pos[:, None] + 1,
+            past_key_values=self.cache,
+            use_cache=True,
+        ).logits  # [rows, 1, vocab]
+        self.last_pos += 1
+        return _outcome(logits, None, None, self.chunk_rows, self.offsets), logits
+
+    def advanced(self, values: list[list[float]], alive_before: list[bool]) -> None:
+        pass
+
+    def select(self, keep: list[int]) -> None:
+        idx = torch.tensor(keep, device=self.last_pos.device)
+        self.cache.batch_select_indices(idx)
+        self.attention, self.last_pos, self.inputs = self.attention[idx], self.last_pos[idx], self.inputs[idx]
+        self.alive_fed = [self.alive_fed[j] for j in keep]
+
+
+class _GraphedSteps:
+    """Decode steps of one batch as a CUDA graph: the first step after (re)starting runs eagerly (it
+    also warms the kernels up), the next one is captured, and every later one replays the graph. All of
+    it runs on one side stream, as CUDA graphs require. A capture that fails is logged once per decoder
+    and the decode goes on eagerly (``failed``)."""
+
+    def __init__(self, decoder: Decoder, stream: Any) -> None:
+        self.decoder = decoder
+        self.stream = stream
+        self.stream.wait_stream(torch.cuda.current_stream(decoder.device))  # the prefill's work comes first
+        self.graph: Any = None
+        self.out: torch.Tensor | None = None
+        self.warm = False
+        self.failed = False
+
+    def reset(self) -> None:
+        """The batch changed shape: the next step runs eagerly, the one after it is captured again."""
+        self.graph, self.out, self.warm = None, None, False
+
+    def step(self, feed: _SlotFeed) -> torch.Tensor:
+        """One step on ``feed``'s inputs (the caller is on :attr:`stream`); its packed outcome."""
+        if self.graph is not None:
+            self.graph.replay()
+            return self.out
+        if not self.warm:
+            self.warm = True
+            return feed.step(None)[0]
+        graph = torch.cuda.CUDAGraph()
+        try:
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                out = feed.step(None)[0]
+            finally:
+                graph.capture_end()
+        except Exception as exc:  # noqa: BLE001 - any capture error: decode on without graphs
+            self.failed = True
+            self.decoder.graphs_failed = f"{type(exc).__name__}: {exc}"
+            logger.warning("grogu engine: CUDA graph capture failed (%s); decoding without graphs", exc)
+            self.stream.synchronize()
+            return feed.step(None)[0]
+        self.graph, self.out = graph, out
+        self.decoder.graphs += 1
+        graph.replay()
+        return out
+
+    def close(self) -> None:
+        """The default stream waits for this one; the graph and its memory are let go."""
+        torch.cuda.current_stream(self.decoder.device).wait_stream(self.stream)
+        self.graph = self.out = None
 
 
 class _Answers:
     """The answers of a decoding batch so far: per row its tokens, their entropies and log-probabilities,
-    the stop token with its statistics, and the prompt plus answer (for prompt-lookup drafts)."""
+    the stop token with its statistics, and (with a drafter) an index of the prompt plus answer."""
 
-    def __init__(self, seqs: list[list[int]]) -> None:
+    def __init__(self, seqs: list[list[int]], drafter: PromptLookup | None = None) -> None:
         n = len(seqs)
-        self.history = [list(s) for s in seqs]
+        self.lookups = [drafter.index(list(s)) for s in seqs] if drafter is not None else None
         self.tokens: list[list[int]] = [[] for _ in range(n)]
         self.ents: list[list[float]] = [[] for _ in range(n)]
         self.lps: list[list[float]] = [[] for _ in range(n)]
@@ -209,10 +425,14 @@ class _Answers:
             self.stops[r] = (token, entropy, logprob)
             return False
         self.tokens[r].append(token)
-        self.history[r].append(token)
+        if self.lookups is not None:
+            self.lookups[r].append([token])
         self.ents[r].append(entropy)
         self.lps[r].append(logprob)
         return len(self.tokens[r]) < max_new_tokens
+
+    def propose(self, r: int, budget: int) -> list[int]:
+        return self.lookups[r].propose(budget)
 
     def generations(self, detokenize: Callable[[list[int]], str]) -> list[Generation]:
         out = []

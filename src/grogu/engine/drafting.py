@@ -37,13 +37,45 @@ class PromptLookup:
     def propose(self, history: list[int], budget: int | None = None) -> list[int]:
         """At most ``budget`` (and ``max_draft``) tokens that followed the latest earlier copy of the
         history's last n-gram, in the prompt or the answer so far; [] when nothing matches."""
-        budget = self.max_draft if budget is None else min(budget, self.max_draft)
-        end = len(history)
+        return self.index(history).propose(budget)
+
+    def index(self, history: list[int]) -> "LookupIndex":
+        """An index of ``history`` that proposes drafts as :meth:`propose` does, and grows with the
+        answer (:meth:`LookupIndex.append`) at a constant cost per token: the decode loop's form."""
+        return LookupIndex(self, history)
+
+
+class LookupIndex:
+    """One row's history (prompt, then answer) with, per n-gram length, the latest end of each n-gram
+    but the history's last: a draft is one dictionary lookup per length, not a scan of the history."""
+
+    def __init__(self, lookup: PromptLookup, history: list[int]) -> None:
+        self.lookup = lookup
+        self.history: list[int] = []
+        self._sizes = range(lookup.max_ngram, lookup.min_ngram - 1, -1) if lookup.max_draft else range(0)
+        self._ends: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self._sizes}
+        self.append(history)
+
+    def append(self, tokens: list[int]) -> None:
+        """The history grows by ``tokens``."""
+        h = self.history
+        for t in tokens:
+            s = len(h) - 1  # the n-grams ending at the old last token become earlier copies
+            for n in self._sizes:
+                if s >= n - 1:
+                    self._ends[n][tuple(h[s - n + 1 : s + 1])] = s
+            h.append(t)
+
+    def propose(self, budget: int | None = None) -> list[int]:
+        """At most ``budget`` (and ``max_draft``) tokens that followed the latest earlier copy of the
+        history's last n-gram, the longest n first; [] when nothing matches."""
+        budget = self.lookup.max_draft if budget is None else min(budget, self.lookup.max_draft)
+        h, end = self.history, len(self.history)
         if budget < 1:
             return []
-        for n in range(min(self.max_ngram, end - 1), self.min_ngram - 1, -1):
-            pattern, last = history[end - n :], history[-1]
-            for s in range(end - 2, n - 2, -1):  # s: the last token of an earlier copy of the pattern
-                if history[s] == last and history[s - n + 1 : s + 1] == pattern:
-                    return history[s + 1 : s + 1 + budget]
+        for n in self._sizes:
+            if n <= end - 1:
+                s = self._ends[n].get(tuple(h[end - n :]))
+                if s is not None:
+                    return h[s + 1 : s + 1 + budget]
         return []

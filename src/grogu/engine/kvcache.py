@@ -1,48 +1,83 @@
-"""A decode-time KV cache layer with room reserved for the answer.
+"""A decode-time KV cache layer with room reserved for the answer, written slot by slot.
 
 transformers' ``DynamicLayer`` appends each decode step's keys and values with ``torch.cat``, which
 copies the whole cache of every layer at every step (and allocates it anew). :class:`ReservedLayer`
-keeps the same tensors in a buffer with spare room along the sequence axis, so a step writes only its
-new slots and attention reads a view; outputs are bit-identical. On SmolLM2-135M (CPU, 10 rows of
-~250 tokens) this made a decode step about 8 % faster.
+keeps the same tensors in one buffer with spare room along the sequence axis, zero-filled (a masked
+slot must still hold finite numbers: attention multiplies it by a zero weight).
+
+It writes in one of two ways:
+
+- appending (``write_index`` None), as ``DynamicLayer`` does: a step's slots follow the filled part,
+  and attention reads a view of it;
+- at given slots (``write_index``, a [batch, width] tensor of slot numbers on the device, which the
+  decode loop (:mod:`grogu.engine.decode`) updates in place): each row writes its step where its own
+  answer ends, over the slots of drafts it rejected, so rows need not advance alike; attention reads
+  the first ``limit`` slots (the whole buffer when ``limit`` is None), the decode loop's mask saying
+  which of them each row sees. Nothing in this path reads a number back to the host, so a decode step
+  can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers.cache_utils import DynamicLayer
+
+#: attention implementations whose 4-D masks the decode loop writes for a slot cache (a boolean mask for
+#: SDPA, an additive float one for eager attention); a model with another keeps its rows one length
+#: (:attr:`grogu.engine.prefill.PrefixPrefill.stackable`)
+SLOT_MASKS = ("sdpa", "eager")
+
+
+def attention_kind(model: Any) -> str:
+    """The model's attention implementation as transformers names it ('sdpa', 'eager', ...)."""
+    return str(getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager")
 
 
 class ReservedLayer(DynamicLayer):
     """A ``DynamicLayer`` whose keys and values ([batch, heads, seq, dim]) live in a buffer with room
-    for ``extra`` more positions; it grows (doubling the room) if a step needs more."""
+    for ``extra`` more positions (zero-filled); it grows (doubling the room) if an appending step needs more.
+
+    Attributes:
+        write_index: None (append), or a [batch, width] long tensor: the slot of each row's each new position.
+        limit: with ``write_index``, how many slots attention reads (None: the whole buffer).
+    """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, extra: int) -> None:
         self._k = self._v = None  # before the base class assigns keys/values = None
         self._n = 0
+        self.write_index: torch.Tensor | None = None
+        self.limit: int | None = None
         super().__init__()
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         self._fill(keys, values, extra)
 
     @classmethod
     def of_buffers(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> "ReservedLayer":
-        """A layer over ready buffers whose first ``length`` positions are filled (the rest is room)."""
+        """A layer over ready buffers whose first ``length`` positions are filled (the rest is room,
+        which must hold finite numbers)."""
         layer = cls(keys[:, :, :0], values[:, :, :0], 0)  # empty, then adopt the buffers without copying
         layer._k, layer._v, layer._n = keys, values, length
         return layer
 
     def _fill(self, keys: torch.Tensor, values: torch.Tensor, extra: int) -> None:
         b, h, s, _ = keys.shape
-        k = keys.new_empty(b, h, s + extra, keys.shape[-1])
-        v = values.new_empty(b, values.shape[1], s + extra, values.shape[-1])
+        k = keys.new_zeros(b, h, s + extra, keys.shape[-1])
+        v = values.new_zeros(b, values.shape[1], s + extra, values.shape[-1])
         k[:, :, :s] = keys
         v[:, :, :s] = values
         self._k, self._v, self._n = k, v, s
 
+    @property
+    def capacity(self) -> int:
+        """Slots in the buffer, filled or not."""
+        return self._k.shape[-2]
+
     # keys / values read as views of the filled part; the base class assigns None to them on init
     @property
     def keys(self) -> torch.Tensor | None:
-        return None if self._k is None else self._k[:, :, : self._n]
+        return None if self._k is None else self._k[:, :, : self._visible()]
 
     @keys.setter
     def keys(self, value: torch.Tensor | None) -> None:
@@ -51,14 +86,24 @@ class ReservedLayer(DynamicLayer):
 
     @property
     def values(self) -> torch.Tensor | None:
-        return None if self._v is None else self._v[:, :, : self._n]
+        return None if self._v is None else self._v[:, :, : self._visible()]
 
     @values.setter
     def values(self, value: torch.Tensor | None) -> None:
         if value is not None:
             raise AttributeError("ReservedLayer values are written through update()")
 
+    def _visible(self) -> int:
+        if self.write_index is None:
+            return self._n
+        return self._k.shape[-2] if self.limit is None else self.limit
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.write_index is not None:  # each row's slots, read from the device
+            index = self.write_index[:, None, :, None]  # [batch, 1, width, 1]
+            self._k.scatter_(2, index.expand_as(key_states), key_states)
+            self._v.scatter_(2, index.expand(*value_states.shape), value_states)
+            return self.keys, self.values
         s = key_states.shape[-2]
         if self._n + s > self._k.shape[-2]:
             self._fill(self.keys, self.values, max(s, self._k.shape[-2]))
@@ -98,3 +143,9 @@ def reserve(cache, extra: int) -> None:
             and layer.keys.dim() == 4
         ):
             layers[i] = ReservedLayer(layer.keys, layer.values, extra)
+
+
+def slot_layers(cache) -> list[ReservedLayer] | None:
+    """The cache's layers when every one is a :class:`ReservedLayer` (it can be written slot by slot), else None."""
+    layers = list(getattr(cache, "layers", None) or [])
+    return layers if layers and all(type(layer) is ReservedLayer for layer in layers) else None

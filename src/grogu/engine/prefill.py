@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from .config import EngineConfig
-from .kvcache import ReservedLayer, reserve
+from .kvcache import SLOT_MASKS, ReservedLayer, attention_kind, reserve
 from .prefixtree import PrefixGroup, common_prefix, prefix_groups
 
 
@@ -95,7 +95,9 @@ class PrefixPrefill:
         Sliding-window layers (Gemma 2/3, Mistral) count their window in cache slots, not in token
         positions, so a padding slot or a rejected draft inside the window hides a real token, and a
         recurrent layer reads padding as input: for those models a batch must hold rows of one length
-        only (their prefix is still shared, as one group) and decoding must use no drafts."""
+        only (their prefix is still shared, as one group) and decoding must use no drafts. So must a
+        model whose attention implementation takes no 4-D mask (flash attention: only 'sdpa' and
+        'eager' do), as the decode loop writes each row's slots and masks itself."""
         if self._stackable is None:
             from transformers.cache_utils import DynamicLayer
 
@@ -108,9 +110,13 @@ class PrefixPrefill:
                     logits_to_keep=1,
                 )
             layers = getattr(cache, "layers", None)
-            self._stackable = bool(layers) and all(
-                type(layer) is DynamicLayer and isinstance(getattr(layer, "keys", None), torch.Tensor)
-                for layer in layers
+            self._stackable = (
+                bool(layers)
+                and all(
+                    type(layer) is DynamicLayer and isinstance(getattr(layer, "keys", None), torch.Tensor)
+                    for layer in layers
+                )
+                and attention_kind(self.model) in SLOT_MASKS
             )
         return self._stackable
 
@@ -298,6 +304,7 @@ def stack_groups(groups: list[EncodedGroup], n: int, room: int = 0) -> EncodedGr
             out[idx, ..., width - s : width, :] = t
             if s < width:  # padding slots are masked, but must hold finite numbers
                 out[idx, ..., : width - s, :] = 0
+        out[..., width:, :] = 0  # so must the room a decode step reads before writing it
         return out
 
     for l in range(len(cache.layers)):

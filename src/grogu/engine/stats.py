@@ -11,16 +11,19 @@ import torch
 from .types import TokenStats
 
 
-def entropy_logprob(logits: torch.Tensor, chunk_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(entropy, log-softmax) of ``logits`` ([rows, vocab], any float dtype) in float32, computed
-    ``chunk_rows`` rows at a time: entropy [rows], log-softmax [rows, vocab]."""
-    ents, logps = [], []
+def entropy_logprob(
+    logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(entropy, log-probability of ``tokens``) of ``logits`` ([rows, vocab], any float dtype) in
+    float32, computed ``chunk_rows`` rows at a time: entropy [rows], the log-probability of
+    ``tokens[i]`` (a [rows] long tensor on the logits' device) under row i [rows]."""
+    ents, lps = [], []
     for start in range(0, logits.shape[0], chunk_rows):
         logp = torch.log_softmax(logits[start : start + chunk_rows].float(), dim=-1)  # [chunk, vocab]
         # p * log p with 0 * log 0 = 0: clamping -inf to the float minimum keeps the product finite
         ents.append(-(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1))
-        logps.append(logp)
-    return torch.cat(ents), torch.cat(logps)
+        lps.append(logp.gather(1, tokens[start : start + chunk_rows, None])[:, 0])
+    return torch.cat(ents), torch.cat(lps)
 
 
 def continuation_stats(
@@ -31,7 +34,7 @@ def continuation_stats(
     tokens. Entropies and log-probabilities come back on the CPU."""
     out = []
     for logits, cont in zip(row_logits, continuations):
-        entropy, logp = entropy_logprob(logits[-len(cont) :], chunk_rows)  # [c], [c, vocab]
-        target = torch.tensor(cont, device=logp.device)  # [c]
-        out.append(TokenStats(list(cont), entropy.cpu(), logp.gather(1, target[:, None])[:, 0].cpu()))
+        target = torch.tensor(cont, device=logits.device)  # [c]
+        entropy, logp = entropy_logprob(logits[-len(cont) :], target, chunk_rows)  # [c], [c]
+        out.append(TokenStats(list(cont), entropy.cpu(), logp.cpu()))
     return out
