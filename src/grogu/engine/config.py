@@ -26,7 +26,9 @@ DEVICE_DEFAULTS: dict[str, dict[str, int | bool]] = {
     "cuda": dict(
         max_batch_size=64, max_batch_tokens=65536, group_overhead_tokens=256, prompt_lookup=4, cuda_graphs=True
     ),
-    "cpu": dict(max_batch_size=32, max_batch_tokens=16384, group_overhead_tokens=32, prompt_lookup=0, cuda_graphs=False),
+    "cpu": dict(
+        max_batch_size=32, max_batch_tokens=16384, group_overhead_tokens=32, prompt_lookup=0, cuda_graphs=False
+    ),
 }
 
 

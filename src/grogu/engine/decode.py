@@ -38,6 +38,7 @@ from .types import Generation
 
 logger = logging.getLogger("grogu.engine")
 
+
 @dataclass(frozen=True)
 class Sampling:
     """Sampled decoding of a batch: ``temperature`` and one CPU generator per row, so that a row's

@@ -11,9 +11,7 @@ import torch
 from .types import TokenStats
 
 
-def entropy_logprob(
-    logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+def entropy_logprob(logits: torch.Tensor, tokens: torch.Tensor, chunk_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(entropy, log-probability of ``tokens``) of ``logits`` ([rows, vocab], any float dtype) in
     float32, computed ``chunk_rows`` rows at a time: entropy [rows], the log-probability of
     ``tokens[i]`` (a [rows] long tensor on the logits' device) under row i [rows]."""
