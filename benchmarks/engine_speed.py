@@ -1,18 +1,26 @@
-"""Engine speed: GROGU scoring of k documents per query, engine against the naive loop and the floor.
+"""Engine speed: GROGU scoring of k documents per query, engine against the naive loop, transformers'
+``generate`` and the floor.
 
 For k in {1, 5, 10, 20} real SQuAD dev paragraphs of about 120 tokens, on the same inputs in one run:
 - naive: per document ``generate``, then a grounded and an ungrounded forward pass (grogu_research.naive);
-- engine: ``UtilityScorer.score`` (one batched engine pass for all k documents);
+- generate: per document transformers' greedy ``generate`` alone (what a plain pipeline's answer costs);
+- engine: ``UtilityScorer.score`` (one batched engine pass for all k documents: the answers with their
+  statistics, and the ungrounded teacher forcing), once per ``--variants`` entry (engine settings on the
+  same model: e.g. CUDA graphs or prompt-lookup drafts off);
 - floor: one batched forward pass over the same grounded tokens (prompt + the engine's answers) with
   logits only at the answer positions — what reading the grounded statistics costs once the answers
   are known, a lower bound that needs no generation at all.
-Reports seconds per query (median over queries) and the ratios naive/engine and engine/floor. All
-three run the same kernels (``engine.kernels()``: oneDNN linear layers where the engine picked them,
-see grogu.engine.kernels); when the engine picked oneDNN, the engine is also timed with the default kernels
-(``Engine(cpu_linear="default")`` on the same model), which shows what the kernel choice alone gives.
+Reports seconds per query (mean and max over queries) and the ratios of the means naive/engine,
+engine/generate and engine/floor. Every arm runs the engine's kernels (``engine.kernels()``: oneDNN
+linear layers where the engine picked them, see grogu.engine.kernels; ``--cpu-linear`` sets the choice).
+
+``--random-arch qwen2.5-7b-proxy`` on a CPU is the proxy of a GPU's per-step cost: a 7B model's 28 layers
+and heads with a hidden size of 112 run at the speed of their host-side overhead.
 
   python benchmarks/engine_speed.py                        # packaged SmolLM2 on this machine
-  python benchmarks/engine_speed.py --random-arch qwen2.5-7b --device cuda --ks 10   # GPU check
+  python benchmarks/engine_speed.py --random-arch qwen2.5-7b-proxy --ks 1,10 --cpu-linear default
+  python benchmarks/engine_speed.py --random-arch qwen2.5-7b --device cuda --ks 1,10,20 \
+      --variants "default;cuda_graphs=False;prompt_lookup=0"      # GPU check
 """
 
 from __future__ import annotations
@@ -26,10 +34,11 @@ import time
 import warnings
 
 import torch
-from grogu_research.naive import naive_grogu_stats
+from grogu_research.naive import greedy_generate, naive_grogu_stats
 from grogu_research.testing import embedded_tokenizer, squad_paragraphs
 
-from grogu import Document, Engine, UtilityScorer, get_engine
+import grogu
+from grogu import Document, Engine, EngineConfig, UtilityScorer
 from grogu.models import DEFAULT_MODEL
 
 ARCHS = {  # real architectures, built from a config with random weights (speed does not depend on them)
@@ -42,6 +51,18 @@ ARCHS = {  # real architectures, built from a config with random weights (speed 
         vocab_size=152064,
         tie_word_embeddings=False,
         max_position_embeddings=32768,
+    ),
+    # the CPU proxy of a GPU's per-step cost: qwen2.5-7b's 28 layers and 28/4 heads with a hidden size of
+    # 112 (head dim 4), so that a step costs what its kernel launches and Python cost, as on a GPU
+    "qwen2.5-7b-proxy": dict(
+        hidden_size=112,
+        intermediate_size=224,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=49152,
+        tie_word_embeddings=False,
+        max_position_embeddings=4096,
     ),
     # the same shape family, small enough to smoke-test this code path on a CPU
     "qwen2-tiny": dict(
@@ -98,39 +119,72 @@ def floor_pass(engine: Engine, grounded: list[list[int]], answers: list[list[int
     torch.log_softmax(logits.float(), -1)
 
 
+def parse_variants(text: str) -> dict[str, dict]:
+    """'default;cuda_graphs=False;prompt_lookup=0' -> {name: EngineConfig keyword settings}."""
+    out = {}
+    for v in filter(None, (x.strip() for x in text.split(";"))):
+        settings = {}
+        for item in filter(None, v.split(",")):
+            if item == "default":
+                continue
+            key, value = item.split("=")
+            settings[key] = {"True": True, "False": False, "None": None}.get(value, value)
+            if isinstance(settings[key], str) and value.isdigit():
+                settings[key] = int(value)
+        out[v] = settings
+    return out
+
+
+@torch.inference_mode()
+def generate_only(model, prompts, max_new_tokens, stops, pad) -> int:
+    """transformers' greedy ``generate`` on each prompt alone; returns the answer tokens made."""
+    return sum(len(greedy_generate(model, p, max_new_tokens, stops, pad)) for p in prompts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ks", default="1,5,10,20")
-    ap.add_argument("--queries", type=int, default=3, help="queries per k (median reported)")
+    ap.add_argument("--queries", type=int, default=3, help="queries per k (mean and max reported)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--device", default=None)
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--random-arch", choices=sorted(ARCHS), help="a random-weight model of this architecture")
     ap.add_argument("--skip-naive-above", type=int, default=10**9, help="skip the naive loop for larger k")
+    ap.add_argument(
+        "--variants",
+        default="default",
+        help="engine settings to time on the same model and inputs, ';'-separated, each 'default' or "
+        "'key=value,...' (e.g. 'default;cuda_graphs=False;prompt_lookup=0')",
+    )
+    ap.add_argument("--cpu-linear", default="auto", help="the engine's cpu_linear (every arm runs its kernels)")
     ap.add_argument("--json", help="also write the rows to this JSON file")
     args = ap.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     warnings.simplefilter("ignore")
+    variants = parse_variants(args.variants)
 
     if args.random_arch:
         from transformers import Qwen2Config, Qwen2ForCausalLM
 
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        if args.dtype:
+            dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
         tokenizer = embedded_tokenizer()
+        torch.manual_seed(0)
         with torch.device(device):
             model = Qwen2ForCausalLM(Qwen2Config(**ARCHS[args.random_arch])).to(dtype).eval()
-        engine = Engine(model, tokenizer)
         name = f"{args.random_arch} (random weights)"
     else:
-        engine = get_engine(DEFAULT_MODEL, device=args.device, dtype=args.dtype)
+        model, tokenizer = grogu.load_model(DEFAULT_MODEL, device=args.device, dtype=args.dtype)
         name = "SmolLM2-135M-Instruct (packaged GGUF, dequantised)"
-    scorer = UtilityScorer(engine, max_new_tokens=args.max_new_tokens)
-    stock = None  # the same model with the default kernels, when the engine chose others
-    if engine.linear_backend != "default":
-        stock = UtilityScorer(
-            Engine((engine.model, engine.tokenizer), cpu_linear="default"), max_new_tokens=args.max_new_tokens
-        )
+    engines = {
+        v: Engine((model, tokenizer), config=EngineConfig(cpu_linear=args.cpu_linear, **kw))
+        for v, kw in variants.items()
+    }
+    engine = next(iter(engines.values()))
+    scorers = {v: UtilityScorer(e, max_new_tokens=args.max_new_tokens) for v, e in engines.items()}
+    scorer = next(iter(scorers.values()))
     paras = pick_documents(engine.tokenizer, max(ks) + args.queries)
 
     machine = (
@@ -140,32 +194,54 @@ def main() -> None:
     )
     print(
         f"model: {name}; device: {engine.device} ({machine}); dtype: {engine.dtype}; "
-        f"max_new_tokens={args.max_new_tokens}; linear kernels: {engine.linear_backend}; torch {torch.__version__}",
+        f"max_new_tokens={args.max_new_tokens}; linear kernels: {engine.linear_backend}; torch {torch.__version__}; "
+        f"variants: {list(variants)}",
         flush=True,
     )
     rows = []
-    # warm-up (allocator, kernels)
-    scorer.score(paras[0]["question"], [paras[1]["text"]])
+    for s in scorers.values():  # warm-up (allocator, kernels, a graph capture)
+        s.score(paras[0]["question"], [paras[1]["text"]])
+    with engine.kernels():
+        generate_only(
+            model,
+            [scorer.prompts.grounded_ids(paras[0]["question"], [Document(paras[1]["text"])])],
+            4,
+            engine.stop_token_ids,
+            engine.pad_token_id,
+        )
     for k in ks:
-        t_eng, t_naive, t_floor, t_stock, n_tok = [], [], [], [], []
+        t = {v: [] for v in variants} | {"naive": [], "generate": [], "floor": []}
+        n_tok, gen_tok, steps, graphs = [], [], {v: 0 for v in variants}, {v: 0 for v in variants}
         for q in range(args.queries):
             query = paras[q]["question"]
             docs = [Document(p["text"], p["title"]) for p in paras[q + 1 : q + 1 + k]]
             grounded = [scorer.prompts.grounded_ids(query, [d]) for d in docs]
-            t, res = timed(lambda: scorer.score(query, docs), engine.device)
-            t_eng.append(t)
+            results = {}
+            for v, sc in scorers.items():
+                e = engines[v]
+                before = (e.lookup_steps, e.cuda_graphs_captured)
+                dt, results[v] = timed(lambda: sc.score(query, docs), engine.device)
+                t[v].append(dt)
+                steps[v] += e.lookup_steps - before[0]
+                graphs[v] += e.cuda_graphs_captured - before[1]
             gens = engine.generate(grounded, args.max_new_tokens)
             answers = [g.token_ids + ([g.stop_token_id] if g.finished else []) for g in gens]
             n_tok.append(sum(len(g.token_ids) for g in gens) / k)
             with engine.kernels():
-                t_floor.append(timed(lambda: floor_pass(engine, grounded, answers), engine.device)[0])
-            if stock is not None:
-                t_stock.append(timed(lambda: stock.score(query, docs), engine.device)[0])
+                t["floor"].append(timed(lambda: floor_pass(engine, grounded, answers), engine.device)[0])
             if k <= args.skip_naive_above:
                 with engine.kernels():
-                    t, ref = timed(
+                    dt, made = timed(
+                        lambda: generate_only(
+                            model, grounded, args.max_new_tokens, engine.stop_token_ids, engine.pad_token_id
+                        ),
+                        engine.device,
+                    )
+                    t["generate"].append(dt)
+                    gen_tok.append(made / k)
+                    dt, ref = timed(
                         lambda: naive_grogu_stats(
-                            engine.model,
+                            model,
                             grounded,
                             scorer.prompts.ungrounded_ids(query),
                             args.max_new_tokens,
@@ -174,40 +250,62 @@ def main() -> None:
                         ),
                         engine.device,
                     )
-                t_naive.append(t)
-                same = sum(r.answer == engine.decode(n.token_ids) for r, n in zip(res, ref))
-                if same != k:
-                    print(f"  note: k={k} query {q}: {k - same} answer(s) differ from the naive loop", flush=True)
-        med = statistics.median
-        row = {
-            "k": k,
-            "engine_s": med(t_eng),
-            "floor_s": med(t_floor),
-            "naive_s": med(t_naive) if t_naive else None,
-            "answer_tokens": med(n_tok),
-            "engine_default_kernels_s": med(t_stock) if t_stock else None,
-        }
-        row["naive_over_engine"] = row["naive_s"] / row["engine_s"] if t_naive else None
-        row["engine_over_floor"] = row["engine_s"] / row["floor_s"]
+                t["naive"].append(dt)
+                for v, r in results.items():
+                    same = sum(a.answer == engine.decode(n.token_ids) for a, n in zip(r, ref))
+                    if same != k:
+                        print(
+                            f"  note: k={k} query {q} {v}: {k - same} answer(s) differ from the naive loop", flush=True
+                        )
+        mean = statistics.mean
+        row = {"k": k, "answer_tokens": mean(n_tok), "generate_answer_tokens": mean(gen_tok) if gen_tok else None}
+        for arm, xs in t.items():
+            row[f"{arm}_s"] = mean(xs) if xs else None
+            row[f"{arm}_s_max"] = max(xs) if xs else None
+        for v in variants:
+            row[f"{v}_steps"] = steps[v] / args.queries
+            row[f"{v}_graphs"] = graphs[v] / args.queries
+            if t["naive"]:
+                row[f"naive_over_{v}"] = row["naive_s"] / row[f"{v}_s"]
+                row[f"{v}_over_generate"] = row[f"{v}_s"] / row["generate_s"]
+            row[f"{v}_over_floor"] = row[f"{v}_s"] / row["floor_s"]
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    print(
-        "\n| k | naive loop (s/query) | engine (s/query) | floor (s/query) | naive / engine | engine / floor | "
-        "answer tokens | engine, default kernels (s/query) |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        naive = f"{r['naive_s']:.3f}" if r["naive_s"] else "–"
-        ratio = f"{r['naive_over_engine']:.1f}×" if r["naive_over_engine"] else "–"
-        default = f"{r['engine_default_kernels_s']:.3f}" if r["engine_default_kernels_s"] else "–"
-        print(
-            f"| {r['k']} | {naive} | {r['engine_s']:.3f} | {r['floor_s']:.3f} | {ratio} | "
-            f"{r['engine_over_floor']:.2f}× | {r['answer_tokens']:.0f} | {default} |"
-        )
+    print(f"\nmean s/query over {args.queries} queries (max in brackets); ratios of the means")
+    for v in variants:
+        print(f"\nengine: {v}")
+        print("| k | naive loop | generate | engine | floor | naive / engine | engine / generate | engine / floor |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+
+            def cell(key):
+                return f"{r[key]:.3f} ({r[key + '_max']:.3f})" if r.get(key) is not None else "–"
+
+            ratio = r.get(f"naive_over_{v}")
+            over_gen = r.get(f"{v}_over_generate")
+            print(
+                f"| {r['k']} | {cell('naive_s')} | {cell('generate_s')} | {cell(v + '_s')} | {cell('floor_s')} | "
+                f"{f'{ratio:.1f}×' if ratio else '–'} | {f'{over_gen:.2f}×' if over_gen else '–'} | "
+                f"{r[v + '_over_floor']:.2f}× |"
+            )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": name, "device": str(engine.device), "machine": machine, "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "model": name,
+                    "device": str(engine.device),
+                    "machine": machine,
+                    "dtype": str(engine.dtype),
+                    "torch": torch.__version__,
+                    "queries": args.queries,
+                    "variants": variants,
+                    "linear_kernels": engine.linear_backend,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     sys.stdout.flush()
 
 

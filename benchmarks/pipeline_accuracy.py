@@ -532,6 +532,36 @@ def latency(args) -> None:
         _latency(args, stack)
 
 
+def SavedRetriever(pool: list[dict], saved: dict, top_k: int):
+    """A LlamaIndex retriever that returns, per question, the nodes an earlier run retrieved (``saved``:
+    question -> [[node id, score], ...], from ``latency --save-retrieved``), built from the pool as
+    :func:`build_index` builds them."""
+    from llama_index.core.retrievers import BaseRetriever
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    by_id = {p["id"]: p for p in pool}
+
+    class _Saved(BaseRetriever):
+        def _retrieve(self, query_bundle):
+            hits = saved[query_bundle.query_str][:top_k]
+            return [
+                NodeWithScore(
+                    node=TextNode(
+                        text=by_id[i]["text"],
+                        id_=i,
+                        metadata={"title": by_id[i]["title"]},
+                        excluded_embed_metadata_keys=["title"],
+                    ),
+                    score=score,
+                )
+                for i, score in hits
+            ]
+
+    retriever = _Saved()
+    retriever.saved = saved
+    return retriever
+
+
 def local_service(stack) -> str:
     """A local grogu service (Ray Serve, one replica of one CPU) on the default model; its URL."""
     import ray
@@ -558,7 +588,6 @@ def _latency(args, stack) -> None:
     from llama_index.core import get_response_synthesizer
     from llama_index.core.query_engine import RetrieverQueryEngine
     from llama_index.core.schema import MetadataMode, NodeWithScore
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
 
@@ -568,13 +597,27 @@ def _latency(args, stack) -> None:
     args.split, args.questions = "held", args.questions + args.skip
     pool, questions = load_data(args)
     questions = questions[args.skip :]
-    embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
-    index = build_index(pool, embed_model, args.cache_dir, args.data)
-    retriever = index.as_retriever(similarity_top_k=args.top_k)
+    if args.retrieved:  # retrieval done beforehand (an offline GPU machine runs no embedder)
+        retriever = SavedRetriever(pool, json.load(open(args.retrieved)), args.top_k)
+        plain_retriever = SavedRetriever(pool, retriever.saved, 3)
+    else:
+        from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+        embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
+        index = build_index(pool, embed_model, args.cache_dir, args.data)
+        retriever = index.as_retriever(similarity_top_k=args.top_k)
+        plain_retriever = index.as_retriever(similarity_top_k=3)
+    if args.save_retrieved:
+        saved = {
+            q["question"]: [[n.node.node_id, n.score] for n in retriever.retrieve(q["question"])] for q in questions
+        }
+        json.dump(saved, open(args.save_retrieved, "w"))
+        print(f"{len(saved)} questions' retrieved nodes written to {args.save_retrieved}")
+        return
     if args.server:
         llm = served_llm(args)
     else:
-        model, tokenizer = grogu.load_model(args.model, device=args.device)
+        model, tokenizer = grogu.load_model(args.model, device=args.device, dtype=args.dtype)
         llm = HuggingFaceLLM(
             model=model,
             tokenizer=tokenizer,
@@ -587,9 +630,7 @@ def _latency(args, stack) -> None:
         )
     synth = get_response_synthesizer(llm=llm, response_mode="compact")
     # the plain pipeline: the retriever's top-3 straight to the synthesizer
-    plain_engine = RetrieverQueryEngine.from_args(
-        index.as_retriever(similarity_top_k=3), llm=llm, response_synthesizer=synth
-    )
+    plain_engine = RetrieverQueryEngine.from_args(plain_retriever, llm=llm, response_synthesizer=synth)
     settings = json.load(open(args.settings))
     reranks, service_url = {}, None
     for name, s in settings.items():
@@ -852,6 +893,9 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
                 round(mean(x["steps"] for x in r), 1),
             ]
     print(json.dumps(out, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
 
 
 def cost_table(args) -> None:
@@ -1054,6 +1098,10 @@ def main() -> None:
     lat.add_argument("--data-file", default=None)
     lat.add_argument("--exclude", nargs="*", default=[])
     lat.add_argument("--records", default=None, help="--whole-only: one JSON line per question (per-query costs)")
+    lat.add_argument("--dtype", default=None, help="the target LLM's dtype (default: bf16 on CUDA, float32 on CPU)")
+    lat.add_argument("--save-retrieved", default=None, help="write each question's retrieved nodes here and stop")
+    lat.add_argument("--retrieved", default=None, help="take each question's retrieved nodes from this file")
+    lat.add_argument("--json", default=None, help="--whole-only: also write the summary to this JSON file")
     lat.add_argument(
         "--retain-prefix-tokens",
         type=int,

