@@ -48,6 +48,12 @@ step() {  # step NAME SECONDS COMMAND...: the command's output in the log, its e
 watched=(python -c "import faulthandler, runpy, sys; faulthandler.dump_traceback_later(100, repeat=True); \
 sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
+latency() {  # latency DTYPE SECONDS: the whole LlamaIndex query against the plain one, n held-out questions
+    step "latency_$1" "$2" "${watched[@]}" pipeline_accuracy.py latency --whole-only --device "$device" \
+        --dtype "$1" --data squad --questions "$n" --settings selective_latency_settings.json \
+        --retrieved "$stage/retrieved_squad.json" --records "$OUT/latency_$1.jsonl" --json "$OUT/latency_$1.json"
+}
+
 run() {
     OUT=${OUT:-/tmp/gpu_out}
     mkdir -p "$OUT"
@@ -65,22 +71,18 @@ run() {
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 GROGU_SHARED_DATA=$stage/data
     export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
     cd "$root/benchmarks"
-    local n=40 ks=1,10,20 queries=2 k=10
+    n=40 ks=1,10,20 queries=2 k=10
     [ "$quick" = 1 ] && n=2 ks=1,3 queries=1 k=3
-    step env 60 python -c "import torch, transformers, grogu, llama_index.core as li; \
+    step env 30 python -c "import torch, transformers, grogu, llama_index.core as li; \
 print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
-    step decode_check 90 python gpu_decode_check.py --device "$device" --k "$k" --json "$OUT/decode_check.json"
-    for dtype in float32 bfloat16; do
-        step "latency_$dtype" 150 "${watched[@]}" pipeline_accuracy.py latency --whole-only --device "$device" \
-            --dtype "$dtype" --data squad --questions "$n" --settings selective_latency_settings.json \
-            --retrieved "$stage/retrieved_squad.json" --records "$OUT/latency_$dtype.jsonl" \
-            --json "$OUT/latency_$dtype.json"
-    done
+    step decode_check 80 python gpu_decode_check.py --device "$device" --k "$k" --json "$OUT/decode_check.json"
+    latency float32 140
     local arch=qwen2.5-7b
     [ "$quick" = 1 ] && arch=qwen2-tiny
-    step engine_speed 200 python engine_speed.py --random-arch "$arch" --device "$device" --ks "$ks" \
+    step engine_speed 190 python engine_speed.py --random-arch "$arch" --device "$device" --ks "$ks" \
         --queries "$queries" --skip-naive-above 10 --variants "default;cuda_graphs=False;prompt_lookup=0" \
         --json "$OUT/engine_speed.json"
+    latency bfloat16 130  # last: the dtype whose run once did not finish
     grep -E "^== " "$OUT/log.txt"
 }
 
