@@ -57,6 +57,9 @@ latency() {  # latency DTYPE SECONDS: the whole LlamaIndex query against the pla
 run() {
     OUT=${OUT:-/tmp/gpu_out}
     mkdir -p "$OUT"
+    if ! command -v python >/dev/null; then  # some images have python3 alone
+        mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
+    fi
     [ -n "${1:-}" ] && stash "$1"
     stage=/tmp/gpu_stage
     rm -rf "$stage" && mkdir -p "$stage"
