@@ -618,6 +618,10 @@ def _latency(args, stack) -> None:
         llm = served_llm(args)
     else:
         model, tokenizer = grogu.load_model(args.model, device=args.device, dtype=args.dtype)
+        from llama_index.core import Settings
+
+        # LlamaIndex counts prompt tokens with tiktoken by default, which fetches its encoding over the network
+        Settings.tokenizer = tokenizer.encode
         llm = HuggingFaceLLM(
             model=model,
             tokenizer=tokenizer,

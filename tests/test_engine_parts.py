@@ -53,14 +53,14 @@ def test_defaults_per_device():
             64,
             65536,
             256,
-            4,
+            0,
         )
         assert gpu.cuda_graphs is True
         assert dataclasses.replace(gpu, **DEVICE_DEFAULTS["cpu"]) == CPU  # nothing else depends on the device
     assert EngineConfig().resolved(torch.device("cpu")) == CPU
     # settings given are kept; resolving twice changes nothing
-    mine = EngineConfig(max_batch_size=5, prompt_lookup=0).resolved("cuda")
-    assert (mine.max_batch_size, mine.prompt_lookup, mine.max_batch_tokens) == (5, 0, 65536)
+    mine = EngineConfig(max_batch_size=5, prompt_lookup=3, cuda_graphs=False).resolved("cuda")
+    assert (mine.max_batch_size, mine.prompt_lookup, mine.max_batch_tokens, mine.cuda_graphs) == (5, 3, 65536, False)
     assert mine.resolved("cpu") == mine
     assert EngineConfig().max_batch_size is None and hash(CPU) == hash(EngineConfig().resolved("cpu"))
     with pytest.raises(dataclasses.FrozenInstanceError):

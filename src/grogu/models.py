@@ -92,8 +92,12 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
-    if device.type == "cuda":
+def default_dtype(device: torch.device, gguf: bool = False) -> torch.dtype:
+    """bf16 (else float16) on CUDA, float32 on a CPU; float32 everywhere for a GGUF file: transformers
+    keeps its weights quantized and its kernels compute in float32, so another dtype casts every matmul's
+    input and output (on an H200 the plain LlamaIndex query on the embedded SmolLM2 took 1.40 s in bf16
+    against 0.70 s in float32: benchmarks/results/gpu)."""
+    if device.type == "cuda" and not gguf:
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
 
@@ -146,7 +150,8 @@ def load_model(
 ) -> tuple[Any, Any]:
     """Load (model, tokenizer) from a spec; see the module docstring for what a spec can be.
 
-    device: None picks CUDA when available, else CPU. dtype: None picks bf16 on CUDA, float32 on CPU.
+    device: None picks CUDA when available, else CPU. dtype: None picks bf16 on CUDA, float32 on CPU and
+    for a GGUF file (the embedded model too; see :func:`default_dtype`).
     An already-loaded pair is returned unchanged unless a device/dtype is asked for explicitly.
     """
     if isinstance(spec, tuple):
@@ -161,7 +166,7 @@ def load_model(
 
     resolved = resolve_spec(spec)
     dev = torch.device(device) if device is not None else default_device()
-    dt = parse_dtype(dtype) or default_dtype(dev)
+    dt = parse_dtype(dtype) or default_dtype(dev, gguf=bool(resolved.gguf_file))
     kwargs = {"gguf_file": resolved.gguf_file} if resolved.gguf_file else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved.location, **kwargs)

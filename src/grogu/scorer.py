@@ -71,7 +71,7 @@ class UtilityScorer(ContextScoring):
             (:data:`~grogu.prompts.SHORT_ANSWER_TEMPLATE` asks for the answer only, and the answer is
             cut at its first line break or sentence end; a given ``template`` still wins).
         copy_ngram: n of the n-grams that mark answer tokens copied from the document (default 5).
-        device, dtype: for a model given by name (default CUDA+bf16, else CPU+float32).
+        device, dtype: for a model given by name (default CUDA+bf16, else CPU+float32; float32 for GGUF).
 
     A grounded-only target (``target.grounded_only``: ``ServerTarget(api="chat")``, which cannot
     teacher-force) is scored with the metrics of the grounded answer alone

@@ -24,7 +24,7 @@ from .kernels import LINEAR_BACKENDS
 #: the defaults of the device-dependent settings (those an EngineConfig leaves None), per device type
 DEVICE_DEFAULTS: dict[str, dict[str, int | bool]] = {
     "cuda": dict(
-        max_batch_size=64, max_batch_tokens=65536, group_overhead_tokens=256, prompt_lookup=4, cuda_graphs=True
+        max_batch_size=64, max_batch_tokens=65536, group_overhead_tokens=256, prompt_lookup=0, cuda_graphs=True
     ),
     "cpu": dict(
         max_batch_size=32, max_batch_tokens=16384, group_overhead_tokens=32, prompt_lookup=0, cuda_graphs=False
@@ -51,9 +51,11 @@ class EngineConfig:
             tokens when a batch is split into groups (256 on GPU, 32 on CPU).
         min_batch_fill: a row shorter than this fraction of its batch's widest row starts a new batch
             (its padding would be waste); in [0, 1].
-        prompt_lookup: most tokens drafted per greedy decode step by prompt lookup (0 turns it off; 4 on
-            GPU, 0 on CPU). Drafts are verified, so answers are unchanged; on a CPU every extra token
-            fed costs compute, and measured no faster.
+        prompt_lookup: most tokens drafted per greedy decode step by prompt lookup (0 turns it off, the
+            default). Drafts are verified, so answers are unchanged. They measured no faster: on a CPU
+            every extra token fed costs compute; on an H200 with CUDA graphs, 4 drafted tokens made a
+            query of 10 documents 1.02 s against 0.73 s (7B shape) and 0.55 s against 0.53 s (SmolLM2),
+            as a batch decodes until its longest answer ends whatever its rows accept.
         prompt_lookup_ngram: longest n-gram matched to find a draft.
         prompt_lookup_min_ngram: shortest n-gram matched (1-gram matches draft mostly noise).
         entropy_chunk_rows: logit rows turned into float32 entropies at a time (bounds the float32 copy).

@@ -53,18 +53,18 @@ class Engine(Configured):
         model: a model spec (embedded alias, path, hub id; see :func:`grogu.models.load_model`), a loaded
             ``PreTrainedModel`` (then pass ``tokenizer``), or a ``(model, tokenizer)`` pair.
         tokenizer: the tokenizer when ``model`` is a loaded model.
-        device, dtype: where and how to load a model given by name (default: CUDA+bf16, else CPU+float32).
+        device, dtype: where and how to load a model given by name (default: CUDA+bf16, else CPU+float32; float32 for GGUF).
         max_batch_size: most prompts in one forward pass (default 64 on GPU, 32 on CPU).
         max_batch_tokens: most padded tokens in one forward pass (default 65,536 on GPU, 16,384 on CPU).
         logits_budget_mb: most memory for the logits of one teacher-forced batch.
         stop_token_ids: tokens that end an answer (default: the tokenizer's and generation config's EOS
             plus the usual end-of-turn tokens found in the vocabulary).
         min_shared_prefix: fewest prompt tokens a shared prefix must save to be worth encoding once.
-        prompt_lookup: most tokens drafted per greedy decode step by prompt lookup (0 turns it off;
-            default 4 on GPU, 0 on CPU). Drafts are verified by the model, so greedy answers and their
-            statistics are unchanged; grounded answers copy from their documents, so several tokens
-            are often accepted per step. It pays where a decode step is memory-bound (GPU); on a CPU
-            every extra token fed costs compute and measured no faster (benchmarks/engine_speed.py).
+        prompt_lookup: most tokens drafted per greedy decode step by prompt lookup (0, the default,
+            turns it off). Drafts are verified by the model, so greedy answers and their statistics are
+            unchanged; grounded answers copy from their documents, so several tokens are often accepted
+            per step. It measured no faster on a CPU (every token fed costs compute) nor on a GPU with
+            CUDA graphs (a batch decodes until its longest answer ends): see :class:`EngineConfig`.
         prompt_lookup_ngram: longest n-gram matched to find a draft (shortest: ``prompt_lookup_min_ngram``, 2).
         cpu_linear: kernels of the model's linear layers on a CPU (:mod:`grogu.engine.kernels`): 'auto'
             (default: oneDNN where it measures faster than the default BLAS, as on AMD CPUs, where it
