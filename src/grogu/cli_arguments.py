@@ -126,7 +126,9 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
         help="'short': ask for the answer only and cut it at its first line/sentence (small models)",
     )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU and for GGUF)")
+    p.add_argument(
+        "--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU and for GGUF)"
+    )
     p.add_argument("--batch-queries", type=POSITIVE_INT, default=8, help="queries scored together in one engine pass")
     p.add_argument("--json", action="store_true", help="one JSON object per query on stdout")
     p.add_argument(

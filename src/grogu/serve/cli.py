@@ -40,7 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"target LLM (alias, path, .gguf or hub id); repeat to serve several (default {DEFAULT_MODEL})",
     )
     p.add_argument("--device", default=None, help="cpu, cuda ... (default: CUDA when the replica has a GPU)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU and for GGUF)")
+    p.add_argument(
+        "--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU and for GGUF)"
+    )
     p.add_argument("--replicas", type=POSITIVE_INT, default=1, help="replicas per model (default 1)")
     p.add_argument("--min-replicas", type=int, default=None, help="autoscaling: fewest replicas (turns it on)")
     p.add_argument("--max-replicas", type=POSITIVE_INT, default=None, help="autoscaling: most replicas (turns it on)")
