@@ -20,8 +20,8 @@ import warnings
 from grogu_research.testing import shared_data_path
 from tqdm import tqdm
 
-from grogu.acu import ACUScorer
-from grogu.models import DEFAULT_MODEL
+from grogu.metrics.acu import ACUScorer
+from grogu.runtime.models import DEFAULT_MODEL
 
 
 def original_evidence(text_orig: str) -> str:

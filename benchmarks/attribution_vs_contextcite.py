@@ -49,8 +49,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from influence_ablation_agreement import questions, rho, same_first  # noqa: E402
 
 from grogu import Document  # noqa: E402
-from grogu.influence import InfluenceScorer  # noqa: E402
-from grogu.models import DEFAULT_MODEL  # noqa: E402
+from grogu.metrics.influence import InfluenceScorer  # noqa: E402
+from grogu.runtime.models import DEFAULT_MODEL  # noqa: E402
 
 
 def contextciter(scorer: InfluenceScorer, query: str, docs: list[Document], m: int, max_new_tokens: int):

@@ -91,8 +91,8 @@ def auroc(records: list[dict], signal: str) -> float | None:
 
 def setup_level(records: list[dict], signal: str) -> dict:
     """The audit's verdict under ``signal`` (Holm-corrected pairs) against accuracy (McNemar exact)."""
-    from grogu.audit import compare, exact_sign_test
-    from grogu.audit.stats import judge
+    from grogu.apps.audit import compare, exact_sign_test
+    from grogu.apps.audit.stats import judge
 
     names = setup_names(records)
     col = {s: [r["setups"][s]["signals"][signal] for r in records] for s in names}
@@ -147,7 +147,7 @@ def choose(result: dict, signals: list[str]) -> tuple[str, dict[str, float]]:
 def sign_test(cells: dict, a: str, b: str) -> dict:
     """Query pairs where exactly one of signals a, b ranks the correct set-up strictly higher (and the
     other strictly lower), pooled over the cells: exact two-sided sign test."""
-    from grogu.audit import exact_sign_test
+    from grogu.apps.audit import exact_sign_test
 
     only_a = only_b = 0
     for recs in cells.values():
@@ -165,7 +165,7 @@ def main() -> None:
     p.add_argument("--check", default=None, help="held-out: 'utility,<chosen>' (no choice is made)")
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    from grogu.audit.signals import SIGNALS
+    from grogu.apps.audit.signals import SIGNALS
 
     cells = load(args.records)
     signals = list(SIGNALS)

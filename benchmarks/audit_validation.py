@@ -63,9 +63,9 @@ def chunks(pool: list[dict], words: int) -> list[dict]:
 
 
 def build_setups(pool: list[dict], questions: list[dict], seed: int, chunk_words: int | None) -> list:
-    from grogu.audit import Setup
-    from grogu.audit.setups import document
-    from grogu.retrieval import BM25Retriever, DenseRetriever, retrieve_all
+    from grogu.apps.audit import Setup
+    from grogu.apps.audit.setups import document
+    from grogu.rerank.retrieval import BM25Retriever, DenseRetriever, retrieve_all
 
     qs = [q["question"] for q in questions]
     by_text = {p["text"]: p for p in pool}
@@ -121,7 +121,7 @@ def pairwise(summary: dict, questions: list[dict]) -> tuple[list[dict], dict]:
     """Each pair of set-ups: gold accuracy (McNemar exact) against the audit's verdict, from ``summary.json``."""
     from scipy.stats import kendalltau
 
-    from grogu.audit import exact_sign_test
+    from grogu.apps.audit import exact_sign_test
 
     golds = {q["question"]: q["answers"] for q in questions}
     names = list(summary["setups"])
@@ -172,8 +172,8 @@ def speed(scorer, setups, queries, n: int, batch_size: int) -> dict:
     (``score_context`` in a loop) and batched as the audit scores them; and their agreement."""
     from grogu_research.naive import naive_grogu_stats
 
-    from grogu.audit.core import plan_contexts, score_contexts
-    from grogu.checks import check_documents
+    from grogu.apps.audit.core import plan_contexts, score_contexts
+    from grogu.core.checks import check_documents
 
     contexts, texts = plan_contexts(setups, queries, None, False)
     contexts = contexts[:n]

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pipeline_accuracy import answered_words, judgeable  # noqa: E402
 from pipeline_modes import TOP_N, key, load, mode_context, mode_retriever, sign_test  # noqa: E402
 
-from grogu.selection import context_candidates  # noqa: E402
+from grogu.rerank.selection import context_candidates  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT = json.load(open(os.path.join(HERE, "selective_settings.json")))["selective@5"]

@@ -21,7 +21,7 @@ import time
 import torch
 
 from grogu import Engine
-from grogu.models import DEFAULT_MODEL
+from grogu.runtime.models import DEFAULT_MODEL
 
 
 def step_ms(engine: Engine, rows: int, positions: int, steps: int) -> float:

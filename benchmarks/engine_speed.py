@@ -12,7 +12,7 @@ For k in {1, 5, 10, 20} real SQuAD dev paragraphs of about 120 tokens, on the sa
   are known, a lower bound that needs no generation at all.
 Reports seconds per query (mean and max over queries) and the ratios of the means naive/engine,
 engine/generate and engine/floor. Every arm runs the engine's kernels (``engine.kernels()``: oneDNN
-linear layers where the engine picked them, see grogu.engine.kernels; ``--cpu-linear`` sets the choice).
+linear layers where the engine picked them, see grogu.runtime.engine.kernels; ``--cpu-linear`` sets the choice).
 
 ``--random-arch qwen2.5-7b-proxy`` on a CPU is the proxy of a GPU's per-step cost: a 7B model's 28 layers
 and heads with a hidden size of 112 run at the speed of their host-side overhead.
@@ -39,7 +39,7 @@ from grogu_research.testing import embedded_tokenizer, squad_paragraphs
 
 import grogu
 from grogu import Document, Engine, EngineConfig, UtilityScorer
-from grogu.models import DEFAULT_MODEL
+from grogu.runtime.models import DEFAULT_MODEL
 
 ARCHS = {  # real architectures, built from a config with random weights (speed does not depend on them)
     "qwen2.5-7b": dict(
@@ -262,6 +262,7 @@ def main() -> None:
         for arm, xs in t.items():
             row[f"{arm}_s"] = mean(xs) if xs else None
             row[f"{arm}_s_max"] = max(xs) if xs else None
+            row[f"{arm}_s_median"] = statistics.median(xs) if xs else None
         for v in variants:
             row[f"{v}_steps"] = steps[v] / args.queries
             row[f"{v}_graphs"] = graphs[v] / args.queries

@@ -92,7 +92,7 @@ def vector_store(pool: list[dict], cache_dir: str, name: str):
     from langchain_core.vectorstores import InMemoryVectorStore
     from langchain_huggingface import HuggingFaceEmbeddings
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     embeddings = HuggingFaceEmbeddings(model_name=embedded_embedder_path())
     os.makedirs(cache_dir, exist_ok=True)

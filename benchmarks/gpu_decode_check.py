@@ -23,8 +23,8 @@ from grogu_research.testing import squad_paragraphs
 
 import grogu
 from grogu import Engine, EngineConfig
-from grogu.models import DEFAULT_MODEL
-from grogu.prompts import Document, PromptBuilder
+from grogu.core.prompts import Document, PromptBuilder
+from grogu.runtime.models import DEFAULT_MODEL
 
 VARIANTS = {
     "eager": dict(cuda_graphs=False, prompt_lookup=0),

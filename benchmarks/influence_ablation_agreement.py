@@ -41,8 +41,8 @@ from grogu_research.testing import squad_paragraphs
 from scipy.stats import spearmanr
 
 from grogu import Document
-from grogu.influence import InfluenceScorer, fit_ablation_surrogate
-from grogu.models import DEFAULT_MODEL
+from grogu.metrics.influence import InfluenceScorer, fit_ablation_surrogate
+from grogu.runtime.models import DEFAULT_MODEL
 
 
 def lead(text: str, words: int) -> str:

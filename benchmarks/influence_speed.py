@@ -31,8 +31,8 @@ import torch
 from grogu_research.testing import squad_paragraphs
 
 from grogu import Document, UtilityScorer
-from grogu.influence import InfluenceScorer
-from grogu.models import DEFAULT_MODEL
+from grogu.metrics.influence import InfluenceScorer
+from grogu.runtime.models import DEFAULT_MODEL
 
 
 def naive(scorer: InfluenceScorer, query: str, docs: list[Document]) -> list[float]:

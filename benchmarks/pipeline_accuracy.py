@@ -62,7 +62,7 @@ import warnings
 
 import torch
 
-from grogu.models import DEFAULT_MODEL
+from grogu.runtime.models import DEFAULT_MODEL
 
 CUTS = "\x00CONTEXT\x00", "\x00QUERY\x00"
 
@@ -93,7 +93,7 @@ def answered_words(output: str, golds: list[str]) -> bool:
 
 def answer_f1(output: str, golds: list[str]) -> float:
     """SQuAD's token F1 of the answer against the best-matching gold answer."""
-    from grogu.selection import token_f1
+    from grogu.rerank.selection import token_f1
 
     out = normalize(output).split()
     return max((token_f1(out, normalize(g).split()) for g in golds), default=0.0)
@@ -390,8 +390,8 @@ def collect(args) -> None:
     )
 
     import grogu
-    from grogu.models import embedded_embedder_path
     from grogu.rerank import doubt
+    from grogu.runtime.models import embedded_embedder_path
 
     pool, questions = load_data(args)
     questions = questions[: args.limit] if args.limit else questions
@@ -516,7 +516,7 @@ def latency(args) -> None:
         if args.via == "llama-server":
             from grogu_research.llama_server_binary import LlamaServerBinary
 
-            from grogu.models import embedded_path
+            from grogu.runtime.models import embedded_path
 
             gguf = embedded_path(DEFAULT_MODEL)
             # --cache-ram 0: no prompt states kept in memory between requests, so that each timed query
@@ -567,7 +567,7 @@ def local_service(stack) -> str:
     import ray
     from ray import serve
 
-    from grogu.serve.service import ServeConfig, build_app
+    from grogu.apps.serve.service import ServeConfig, build_app
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -592,7 +592,7 @@ def _latency(args, stack) -> None:
     from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
 
     import grogu
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     args.split, args.questions = "held", args.questions + args.skip
     pool, questions = load_data(args)
@@ -954,7 +954,7 @@ def langchain_arm(args) -> None:
     from transformers import pipeline
 
     import grogu
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     pool, questions = squad_questions("held", args.questions + args.skip, args.seed)
     questions = questions[args.skip :]

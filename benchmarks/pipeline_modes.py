@@ -13,9 +13,9 @@ import sys
 from types import SimpleNamespace
 from typing import Any, Iterable
 
+from grogu.core.results import long_context_order
 from grogu.rerank import ModeSettings, decide, gated, plan
-from grogu.results import long_context_order
-from grogu.selection import context_candidates, fuse, kept_relative_to_none, order_by
+from grogu.rerank.selection import context_candidates, fuse, kept_relative_to_none, order_by
 
 TOP_N = 3
 DOC_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl")

@@ -43,7 +43,7 @@ def tiny_nli(path: str) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
     torch.manual_seed(0)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from ray import serve
 
-    from grogu.serve.service import ServeConfig, build_app
+    from grogu.apps.serve.service import ServeConfig, build_app
 
     torch.set_num_threads(1)
     model = args.model

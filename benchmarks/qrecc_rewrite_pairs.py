@@ -36,7 +36,7 @@ import time
 import warnings
 from collections import OrderedDict
 
-from grogu.models import DEFAULT_MODEL
+from grogu.runtime.models import DEFAULT_MODEL
 
 STOPWORDS = frozenset(
     "a an the of to in on for and or is are was were be been by with as at from that this it its which who what "
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from grogu_research import testing
     from grogu_research.rewrite import BM25Retriever, DenseRetriever, build_rewrite_pairs
 
-    from grogu.scorer import UtilityScorer
+    from grogu.rerank.scorer import UtilityScorer
 
     warnings.simplefilter("ignore")  # GGUF de-quantisation and truncation chatter
     t_start = time.perf_counter()
@@ -306,7 +306,7 @@ def check(hits: list[list[bool]], scores: list[list[float]], ids: list, kept: li
     """Hit rates of the GROGU-chosen, random, original, GROGU-lowest and oracle candidate per turn
     (candidate 0 is the original question); the same among the sampled rewrites only; and for the kept
     DPO pairs [(turn, chosen, rejected)]."""
-    from grogu.selection import argmax  # ties: the earlier (as grogu_research.rewrite)
+    from grogu.rerank.selection import argmax  # ties: the earlier (as grogu_research.rewrite)
 
     best = [h[argmax(s)] for h, s in zip(hits, scores)]
     worst = [h[_argmin(s)] for h, s in zip(hits, scores)]

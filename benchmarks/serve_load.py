@@ -49,8 +49,8 @@ import numpy as np
 from grogu_research import testing
 
 import grogu
-from grogu.models import DEFAULT_MODEL
-from grogu.serve import RemoteScorer
+from grogu.apps.serve import RemoteScorer
+from grogu.runtime.models import DEFAULT_MODEL
 
 TOL = 1e-4
 
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from ray import serve
 
-    from grogu.serve.service import ServeConfig, build_app
+    from grogu.apps.serve.service import ServeConfig, build_app
 
     torch.set_num_threads(1)
     model = args.model
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}} if os.environ.get("PYTHONPATH") else None
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env)
     try:
-        from grogu.serve import service as service_module
+        from grogu.apps.serve import service as service_module
 
         figures["grogu_source"] = os.path.dirname(os.path.dirname(service_module.__file__))
         serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -18,7 +18,7 @@ and the time of both. Differences at the largest k are mostly the server's numer
 what grows as k shrinks is truncation.
 
     OMP_NUM_THREADS=1 python benchmarks/server_fidelity.py truncation --questions 60
-    python -m llama_cpp.server --model "$(python -c 'import grogu.models as m; print(m.embedded_path("smollm2-135m-instruct"))')" \
+    python -m llama_cpp.server --model "$(python -c 'import grogu.runtime.models as m; print(m.embedded_path("smollm2-135m-instruct"))')" \
         --port 8089 --n_ctx 2048 &
     OMP_NUM_THREADS=1 python benchmarks/server_fidelity.py server --url http://127.0.0.1:8089 --ks 5,20,100 --questions 40
 """
@@ -36,10 +36,10 @@ import torch
 from grogu_research.experiments.common.data import random_paragraph, squad_questions
 
 from grogu import UtilityScorer, get_engine, metrics
-from grogu.inference_server import ServerTarget
-from grogu.inference_server.topk import TAILS, topk_entropy
-from grogu.models import DEFAULT_MODEL
-from grogu.prompts import Document, PromptBuilder
+from grogu.core.prompts import Document, PromptBuilder
+from grogu.runtime.inference_server import ServerTarget
+from grogu.runtime.inference_server.topk import TAILS, topk_entropy
+from grogu.runtime.models import DEFAULT_MODEL
 
 
 def spearman(a, b) -> float:

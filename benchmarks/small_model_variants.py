@@ -115,7 +115,7 @@ def _r(t: torch.Tensor) -> list[float]:
 
 def collect(args: argparse.Namespace) -> None:
     from grogu import UtilityScorer
-    from grogu.prompts import Document, TruncationWarning
+    from grogu.core.prompts import Document, TruncationWarning
 
     warnings.filterwarnings("ignore", category=TruncationWarning)
     torch.set_num_threads(args.threads)

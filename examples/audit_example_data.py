@@ -54,7 +54,7 @@ QUESTIONS = [
 def main() -> None:
     from sentence_transformers import SentenceTransformer
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     docs = [{"id": f"doc-{i}", "title": t, "text": x} for i, (t, x) in enumerate(CORPUS)]
     model = SentenceTransformer(embedded_embedder_path(), device="cpu")

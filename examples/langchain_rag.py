@@ -65,7 +65,7 @@ def main() -> None:
     from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
 
     from grogu import load_model
-    from grogu.models import DEFAULT_MODEL, embedded_embedder_path
+    from grogu.runtime.models import DEFAULT_MODEL, embedded_embedder_path
 
     t0 = time.perf_counter()
     # Vector store over real SQuAD paragraphs; each question below has its gold paragraph in the store.

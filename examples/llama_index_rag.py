@@ -65,7 +65,7 @@ def main() -> None:
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
     from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     start = time.perf_counter()
     paragraphs = squad_paragraphs(args.paragraphs, seed=args.seed)

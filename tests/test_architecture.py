@@ -55,9 +55,11 @@ GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 def test_the_graph_was_read():
     assert len(MODULES) > 50
-    assert {"grogu.batch", "grogu.scorer"} <= {t for t, _ in GRAPH["grogu.cli"]}  # lazy imports included
-    assert ("grogu.checks", ["check_query"]) in GRAPH["grogu.scorer"] or any(
-        t == "grogu.checks" and "check_query" in n for t, n in GRAPH["grogu.scorer"]
+    assert {"grogu.rerank.batch", "grogu.rerank.scorer"} <= {
+        t for t, _ in GRAPH["grogu.apps.cli"]
+    }  # lazy imports included
+    assert ("grogu.core.checks", ["check_query"]) in GRAPH["grogu.rerank.scorer"] or any(
+        t == "grogu.core.checks" and "check_query" in n for t, n in GRAPH["grogu.rerank.scorer"]
     )
 
 
@@ -103,106 +105,61 @@ def test_no_module_imports_another_modules_private_name():
     assert private == []
 
 
-# The layers, lowest first. A module may import its own layer and those below it, never one above.
-LAYERS = [
-    (
-        "base",
-        [
-            "grogu.version",
-            "grogu.checks",
-            "grogu.prompts",
-            "grogu.files",
-            "grogu.extras",
-            "grogu.gguf_meta",
-            "grogu.results",
-            "grogu.sinks",
-            "grogu.coalescer",
-            "grogu.target",
-            "grogu.tracing",
-            "grogu.engine.types",
-        ],
-    ),
-    ("runtime: the models", ["grogu.models", "grogu.embedders", "grogu.engine", "grogu.inference_server"]),
-    (
-        "metrics",
-        [
-            "grogu.metrics",
-            "grogu.scales",
-            "grogu.selection",
-            "grogu.attribution",
-            "grogu.influence",
-            "grogu.acu",
-            "grogu.seper",
-            "grogu.rerank_modes",
-            "grogu.rerank",
-        ],
-    ),
-    (
-        "scorers",
-        [
-            "grogu.scorer",
-            "grogu.context_scoring",
-            "grogu.rerank_pipeline",
-            "grogu.influence_record",
-            "grogu.influence_log",
-        ],
-    ),
-    ("the service", ["grogu.serve"]),
-    (
-        "front ends",
-        [
-            "grogu",
-            "grogu.scorer_factory",
-            "grogu.integration_settings",
-            "grogu.batch",
-            "grogu.cli",
-            "grogu.cli_arguments",
-            "grogu.cli_runners",
-            "grogu.serve.cli",
-            "grogu.audit",
-            "grogu.retrieval",
-        ],
-    ),
-]
+# The layers, lowest first: each is a package of grogu, and a module's layer is the package it lives in.
+LAYERS = ["core", "runtime", "metrics", "rerank", "observe", "apps"]
 
 
-def layer_of(module: str) -> int:
-    """The layer of the longest prefix that names the module or a package above it."""
-    best, found = -1, None
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
-            below = module.startswith(p + ".") and p != "grogu"  # the root names itself only
-            if (module == p or below) and len(p) > best:
-                best, found = len(p), i
-    assert found is not None, f"{module} is in no layer: add it to LAYERS"
-    return found
+def layer_of(module: str) -> int | None:
+    """The layer of a module, from its folder (None: the package root and the table of old paths, which
+    re-export and sit above every layer)."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in LAYERS:
+        return None
+    return LAYERS.index(parts[1])
 
 
-def test_every_module_has_a_layer():
-    assert {m: layer_of(m) for m in MODULES}  # layer_of fails on a module in no layer
-    assert layer_of("grogu.serve.cli") == 5 and layer_of("grogu.serve.client") == 4
-    assert layer_of("grogu.engine.types") == 0 and layer_of("grogu.engine.core") == 1
+def test_every_module_is_in_a_layer():
+    """Only the root ``__init__`` and the table of old paths sit outside the layer packages."""
+    assert sorted(m for m in MODULES if layer_of(m) is None) == ["grogu", "grogu._moved"]
+    assert {LAYERS[layer_of(m)] for m in MODULES if layer_of(m) is not None} == set(LAYERS)
+    assert layer_of("grogu.apps.serve.cli") == 5 and layer_of("grogu.rerank.remote.client") == 3
+    assert layer_of("grogu.core.types") == 0 and layer_of("grogu.runtime.engine.core") == 1
+
+
+def test_the_package_folder_is_the_layers():
+    """``ls src/grogu``: the six layer packages, the root ``__init__``, the table of old paths and package data."""
+    listed = sorted(os.listdir(os.path.join(SRC, "grogu")))
+    assert [n for n in listed if n != "__pycache__"] == sorted([*LAYERS, "__init__.py", "_moved.py", "data"])
 
 
 def test_no_module_imports_a_higher_layer():
     up = sorted(
-        f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+        f"{m} ({LAYERS[layer_of(m)]}) imports {t} ({LAYERS[layer_of(t)]})"
         for m, deps in GRAPH.items()
+        if layer_of(m) is not None
         for t, _ in deps
-        if layer_of(t) > layer_of(m)
+        if layer_of(t) is not None and layer_of(t) > layer_of(m)
     )
     assert up == []
 
 
+def test_the_layer_check_catches_an_upward_import(tmp_path):
+    """The check reads imports as the real ones are read: an upward one in a file is found."""
+    path = tmp_path / "m.py"
+    path.write_text("from ...apps.serve import api\nfrom ..checks import check_query\n")
+    found = _imports("grogu.core.fake.m", str(path))
+    assert [t for t, _ in found if layer_of(t) > layer_of("grogu.core.fake.m")] == ["grogu.apps.serve.api"]
+
+
 def test_the_two_targets_do_not_import_each_other():
-    """The engine and the inference-server target both implement grogu.target.Target. The server
-    side takes the engine's result types only."""
+    """The engine and the inference-server target both implement grogu.core.target.Target; the result types
+    they share live in the core (grogu.core.types)."""
     crossing = sorted(
         f"{m} imports {t}"
         for m, deps in GRAPH.items()
         for t, _ in deps
-        if (m.startswith("grogu.engine") and t.startswith("grogu.inference_server"))
-        or (m.startswith("grogu.inference_server") and t.startswith("grogu.engine") and t != "grogu.engine.types")
+        if (m.startswith("grogu.runtime.engine") and t.startswith("grogu.runtime.inference_server"))
+        or (m.startswith("grogu.runtime.inference_server") and t.startswith("grogu.runtime.engine"))
     )
     assert crossing == []
 

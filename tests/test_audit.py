@@ -15,7 +15,7 @@ import pytest
 from grogu_research import testing
 
 import grogu
-from grogu.audit import (
+from grogu.apps.audit import (
     Observation,
     Setup,
     audit,
@@ -30,12 +30,12 @@ from grogu.audit import (
     sign_flip_p_value,
     write_report,
 )
-from grogu.audit.setups import document
-from grogu.audit.signals import SIGNALS, readings, signal_values
-from grogu.audit.stats import MIN_QUERIES, holm, judge, queries_needed, verdict
-from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
-from grogu.results import ContextScore
-from grogu.selection import support_scores
+from grogu.apps.audit.setups import document
+from grogu.apps.audit.signals import SIGNALS, readings, signal_values
+from grogu.apps.audit.stats import MIN_QUERIES, holm, judge, queries_needed, verdict
+from grogu.core.results import ContextScore
+from grogu.observe.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
+from grogu.rerank.selection import support_scores
 
 N = 4  # answer tokens of the tiny model
 TOL = 1e-4
@@ -365,7 +365,7 @@ def test_from_retriever_reads_langchain_and_llama_index():
 def test_cli_reports_bad_set_ups_before_loading_a_model(tmp_path, capsys):
     """Bad input is a one-line error naming the file and line, found before any model loads (the model
     named here does not exist, so reaching the loading would be another error)."""
-    from grogu.cli import main
+    from grogu.apps.cli import main
 
     good, other, bad = tmp_path / "good.jsonl", tmp_path / "other.jsonl", tmp_path / "bad.jsonl"
     good.write_text(json.dumps({"query": Q1, "documents": [DOCS["canberra"]]}) + "\n")
@@ -391,7 +391,7 @@ def test_cli_reports_bad_set_ups_before_loading_a_model(tmp_path, capsys):
 # ------------------------------------------------------------------ command line and report
 @pytest.fixture(scope="module")
 def cli_report(tmp_path_factory):
-    from grogu.cli import main
+    from grogu.apps.cli import main
 
     root = tmp_path_factory.mktemp("audit-cli")
     with warnings.catch_warnings():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grogu.checks import MAX_ABLATIONS, MAX_SAMPLES, check_count, check_documents, check_query, check_temperature
+from grogu.core.checks import MAX_ABLATIONS, MAX_SAMPLES, check_count, check_documents, check_query, check_temperature
 
 
 def test_counts_temperatures_and_text():

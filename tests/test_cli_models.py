@@ -8,9 +8,9 @@ import pytest
 from grogu_research.testing import tiny_model
 
 from grogu import ModeSettings, UtilityScorer, get_engine
-from grogu.cli import main
-from grogu.files import read_documents
-from grogu.models import resolve_spec
+from grogu.apps.cli import main
+from grogu.core.files import read_documents
+from grogu.runtime.models import resolve_spec
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +193,7 @@ def test_cli_other_metrics(model_dir, tmp_path, capsys):
         == 0
     )
     rec = json.loads(capsys.readouterr().out)
-    from grogu.influence import InfluenceScorer
+    from grogu.metrics.influence import InfluenceScorer
 
     ref = InfluenceScorer(model_dir, device="cpu", max_new_tokens=5).score("Which river?", read_documents(str(docs)))
     assert rec["scores"] == pytest.approx(ref.scores, abs=1e-5) and rec["method"] == "exact"

@@ -11,9 +11,9 @@ from grogu_research.naive import forward_stats, greedy_generate, naive_grogu_sta
 from grogu_research.testing import squad_paragraphs, tiny_model, with_shared_data
 
 from grogu import Engine, UtilityScorer, get_engine
-from grogu.engine import EngineConfig
-from grogu.engine.prefixtree import common_prefix, prefix_groups
-from grogu.prompts import Document, PromptBuilder
+from grogu.core.prompts import Document, PromptBuilder
+from grogu.runtime.engine import EngineConfig
+from grogu.runtime.engine.prefixtree import common_prefix, prefix_groups
 
 TOL = 1e-4
 

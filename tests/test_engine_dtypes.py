@@ -9,7 +9,7 @@ import torch
 from grogu_research.testing import squad_paragraphs, tiny_model, with_shared_data
 
 from grogu import Engine, UtilityScorer
-from grogu.models import default_dtype
+from grogu.runtime.models import default_dtype
 
 MAX_NEW = 12
 

@@ -12,10 +12,10 @@ import re
 import pytest
 import torch
 
-from grogu.engine import Engine, EngineConfig, PromptLookup
-from grogu.engine.config import DEVICE_DEFAULTS, Configured, engine_config
-from grogu.engine.planning import plan_batches, split_unpadded
-from grogu.engine.prefixtree import common_prefix, prefix_groups
+from grogu.runtime.engine import Engine, EngineConfig, PromptLookup
+from grogu.runtime.engine.config import DEVICE_DEFAULTS, Configured, engine_config
+from grogu.runtime.engine.planning import plan_batches, split_unpadded
+from grogu.runtime.engine.prefixtree import common_prefix, prefix_groups
 
 CPU = EngineConfig().resolved("cpu")
 

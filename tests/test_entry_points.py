@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from grogu import GateVerdict, PromptTemplate, UtilityScorer
-from grogu.scorer import DEFAULT_TOP_N
+from grogu.rerank.scorer import DEFAULT_TOP_N
 
 QUERY = "What is the capital city of Australia?"
 TEXTS = [

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
+from grogu.observe.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 pytestmark = pytest.mark.slow  # the examples in fresh processes: not in the fast subset (-m 'not slow')
 

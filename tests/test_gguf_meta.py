@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import grogu
-from grogu.gguf_meta import gguf_string, with_gguf_chat_template
-from grogu.models import embedded_path
+from grogu.runtime.gguf_meta import gguf_string, with_gguf_chat_template
+from grogu.runtime.models import embedded_path
 
 
 def test_reads_strings_from_the_packaged_gguf(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grogu import Document
-from grogu.influence import InfluenceScorer, influence_scores
+from grogu.metrics.influence import InfluenceScorer, influence_scores
 
 QUERY = "Which river flows through Prague?"
 DOCS = ["The Vltava flows through Prague.", "Prague is the Czech capital.", "Bananas are yellow."]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from grogu import Document
-from grogu.influence import AUTO_ABLATION_ABOVE_K, InfluenceScorer, fit_ablation_surrogate
+from grogu.metrics.influence import AUTO_ABLATION_ABOVE_K, InfluenceScorer, fit_ablation_surrogate
 
 QUERY = "Which river flows through Prague?"
 DOCS = [

@@ -13,8 +13,8 @@ import torch
 from grogu_research import testing
 
 from grogu import Document, Engine
-from grogu.attribution import contextcite_masks, fit_contextcite, leave_one_out_drops, logit_probability
-from grogu.influence import InfluenceScorer
+from grogu.metrics.attribution import contextcite_masks, fit_contextcite, leave_one_out_drops, logit_probability
+from grogu.metrics.influence import InfluenceScorer
 
 QUERY = "Which river flows through Prague?"
 DOCS = [

@@ -15,9 +15,9 @@ import pytest
 from grogu_research import testing
 
 from grogu import get_engine
-from grogu.influence import InfluenceScorer
-from grogu.influence_log import InfluenceRecorder
-from grogu.influence_record import (
+from grogu.metrics.influence import InfluenceScorer
+from grogu.observe.influence_log import InfluenceRecorder
+from grogu.observe.influence_record import (
     CONTEXT_FIELDS,
     DOCUMENT_FIELDS,
     RECORD_FIELDS,
@@ -25,7 +25,7 @@ from grogu.influence_record import (
     check_on_error,
     grogu_utility,
 )
-from grogu.scorer_factory import build_influence_scorer, engine_label, remote_target
+from grogu.rerank.factory import build_influence_scorer, engine_label, remote_target
 
 N = 8
 QUERY = "Where do the Broncos play their home games?"
@@ -200,7 +200,7 @@ def llama_records(tiny, tokenizer):
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import GroguInfluenceHandler
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -239,7 +239,7 @@ def langchain_records(tiny, tokenizer):
     from langchain_huggingface import HuggingFaceEmbeddings, HuggingFacePipeline
     from transformers import pipeline
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -10,8 +10,8 @@ from grogu_research.testing import tiny_model
 from transformers import DynamicCache
 
 from grogu import Engine
-from grogu.engine.kernels import CpuLinears, choose_linear_backend, cpu_linears
-from grogu.engine.kvcache import ReservedLayer, reserve
+from grogu.runtime.engine.kernels import CpuLinears, choose_linear_backend, cpu_linears
+from grogu.runtime.engine.kvcache import ReservedLayer, reserve
 
 needs_onednn = pytest.mark.skipif(
     choose_linear_backend(torch.nn.Sequential(torch.nn.Linear(4, 4)), "onednn") != "onednn",
@@ -143,7 +143,7 @@ def test_auto_choice_times_the_weights_the_engine_will_run(monkeypatch, pack):
     """'auto' must time oneDNN as the engine runs it: on packed weights when it packs. (Timing the
     unpacked op on this project's Zen 4 CPU measured it only 5-15 % faster, at random either side of
     the 10 % bar, while the packed op the engine runs is 1.3-1.7x faster on the whole model.)"""
-    from grogu.engine import kernels
+    from grogu.runtime.engine import kernels
 
     seen = []
     real = kernels.onednn_is_faster

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from grogu import UtilityScorer, metrics
-from grogu.engine import Generation
-from grogu.prompts import SHORT_ANSWER_TEMPLATE, Document
+from grogu.core.prompts import SHORT_ANSWER_TEMPLATE, Document
+from grogu.runtime.engine import Generation
 
 QUERY = "Which river flows through the old city of Prague?"
 DOCS = [

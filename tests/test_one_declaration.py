@@ -53,13 +53,13 @@ try:
 except TypeError as e:
     assert "no_such_setting" in str(e)
 
-from grogu.cli_arguments import build_parser
+from grogu.apps.cli.arguments import build_parser
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
     build_parser().parse_args(["rerank", "--help"])
 assert "--probe-setting" in out.getvalue()
 
-from grogu.serve.api import RerankRequest
+from grogu.apps.serve.api import RerankRequest
 body = RerankRequest(query="q", documents=["d"], probe_setting=3)
 assert body.mode_settings().probe_setting == 3
 

@@ -4,7 +4,7 @@ import pytest
 from grogu_research.testing import embedded_tokenizer
 
 from grogu import Document
-from grogu.prompts import PromptBuilder, template_from_messages
+from grogu.core.prompts import PromptBuilder, template_from_messages
 
 C, Q = "<<C>>", "<<Q>>"
 

@@ -9,7 +9,7 @@ from grogu_research.naive import forward_stats
 from grogu_research.testing import tiny_model
 
 from grogu import Engine
-from grogu.engine.planning import plan_batches
+from grogu.runtime.engine.planning import plan_batches
 
 TOL = 1e-4
 

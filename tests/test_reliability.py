@@ -29,10 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from grogu import Document, UtilityScorer, checks, coalescer, metrics
-from grogu.acu import ACUScorer
-from grogu.cli import main as cli_main
-from grogu.influence import InfluenceScorer
-from grogu.seper import SePerScorer
+from grogu.apps.cli import main as cli_main
+from grogu.metrics.acu import ACUScorer
+from grogu.metrics.influence import InfluenceScorer
+from grogu.metrics.seper import SePerScorer
 
 QUERY = "Which river flows through the old city of Prague?"
 DOCS = [
@@ -163,7 +163,7 @@ def test_checks_name_the_argument_and_the_value():
     assert checks.check_top_n(None) is None and checks.check_threshold(None) is None
     assert checks.check_threshold(-2) == -2.0 and isinstance(checks.check_alpha(0), float)
     # compatibility: the checks are still importable from the scorer module
-    from grogu.scorer import check_documents, check_query
+    from grogu.rerank.scorer import check_documents, check_query
 
     assert check_query("  q ") == "q" and check_documents(["a"])[0].text == "a"
 

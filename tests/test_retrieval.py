@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from grogu_research import testing
 
-from grogu.retrieval import BM25Retriever, bm25_tokenize
-from grogu.selection import order_by as ranked
+from grogu.rerank.retrieval import BM25Retriever, bm25_tokenize
+from grogu.rerank.selection import order_by as ranked
 
 
 @pytest.fixture(scope="module")

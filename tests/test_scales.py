@@ -9,8 +9,8 @@ import math
 import pytest
 
 from grogu import EngineConfig, UtilityScorer, metrics
-from grogu.engine.config import configure_engine
-from grogu.scales import SCORE_SCALES, check_score_scale, probability, utility_threshold
+from grogu.metrics.scales import SCORE_SCALES, check_score_scale, probability, utility_threshold
+from grogu.runtime.engine.config import configure_engine
 
 QUERY = "Which river flows through the old city of Prague?"
 DOCS = [

@@ -20,7 +20,7 @@ from grogu import (
     rerank_pipeline,
     selection,
 )
-from grogu.scorer import long_context_order, standard_layouts
+from grogu.rerank.scorer import long_context_order, standard_layouts
 
 QUERY = "Which river flows through the old city of Prague?"
 DOCS = [
@@ -179,7 +179,7 @@ def test_ungrounded_appendix_c(scorer):
 
 
 def test_default_rerank_is_the_context_mode_in_the_given_order(scorer):
-    from grogu.prompts import as_document
+    from grogu.core.prompts import as_document
 
     assert rerank.DEFAULT_MODE == "context"
 

@@ -183,7 +183,7 @@ def test_split_settings():
 
 
 def test_check_relevance():
-    from grogu.checks import check_relevance
+    from grogu.core.checks import check_relevance
 
     assert check_relevance([1, 0.5], 2) == [1.0, 0.5]
     for bad, match in (
@@ -311,8 +311,8 @@ def test_every_setting_is_a_keyword_of_rerank():
     import inspect
 
     from grogu import UtilityScorer
+    from grogu.apps.serve import RemoteScorer
     from grogu.rerank import ModeOverrides
-    from grogu.serve import RemoteScorer
 
     assert tuple(ModeOverrides.__annotations__) == ModeSettings.names()
     assert ModeOverrides.__total__ is False
@@ -360,7 +360,7 @@ def test_gate_keeps_the_retrievers_context_unless_in_doubt():
     """gate='doubt' by hand: the first candidate's answer has support 1 (every word in its documents) and a
     mean token probability of 1 / perplexity; in doubt when either is below its threshold. Not in doubt:
     the retriever's context, scored alone, is kept; in doubt: the rule chooses among all candidates."""
-    from grogu.selection import doubtful
+    from grogu.rerank.selection import doubtful
 
     assert doubtful(0.5, 0.9, 0.6, 0.3) and doubtful(0.9, 0.2, 0.6, 0.3) and not doubtful(0.6, 0.3, 0.6, 0.3)
     base, contexts = [0, 1, 2], [[0, 1], [0, 2]]

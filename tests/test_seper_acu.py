@@ -8,9 +8,9 @@ import pytest
 import torch
 from grogu_research.naive import forward_stats
 
-from grogu.acu import ACUScorer, acu, delta_p
-from grogu.engine import Generation
-from grogu.seper import NLIEntailment, SePerScorer, hard_belief, hard_clusters, sample_weights, soft_belief
+from grogu.metrics.acu import ACUScorer, acu, delta_p
+from grogu.metrics.seper import NLIEntailment, SePerScorer, hard_belief, hard_clusters, sample_weights, soft_belief
+from grogu.runtime.engine import Generation
 
 
 def _gen(tokens, logprobs, stop_lp=None):
@@ -129,7 +129,7 @@ def test_seper_bad_input(seper):
 def test_nli_entailment_tiny_classifier(tmp_path):
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
     torch.manual_seed(0)

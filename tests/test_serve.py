@@ -19,9 +19,7 @@ httpx = pytest.importorskip("httpx")
 from grogu_research import testing  # noqa: E402
 
 import grogu  # noqa: E402
-from grogu.acu import ACUScorer  # noqa: E402
-from grogu.influence import InfluenceScorer  # noqa: E402
-from grogu.serve import (  # noqa: E402
+from grogu.apps.serve import (  # noqa: E402
     RemoteACUScorer,
     RemoteInfluenceScorer,
     RemoteScorer,
@@ -30,6 +28,8 @@ from grogu.serve import (  # noqa: E402
     ServiceUnavailable,
     ServiceValueError,
 )
+from grogu.metrics.acu import ACUScorer  # noqa: E402
+from grogu.metrics.influence import InfluenceScorer  # noqa: E402
 
 # Ray Serve: not in the fast subset (-m "not slow"); one Ray cluster, so every test here runs on one xdist worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
@@ -65,7 +65,7 @@ def nli_dir(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     path = str(tmp_path_factory.mktemp("tiny-nli"))
     tok = AutoTokenizer.from_pretrained(embedded_embedder_path())
@@ -114,8 +114,8 @@ def service(model_dir, nli_dir):
     import ray
     from ray import serve
 
-    from grogu.serve.proxy import http_options, proxy_environment
-    from grogu.serve.service import ServeConfig, build_app
+    from grogu.apps.serve.proxy import http_options, proxy_environment
+    from grogu.apps.serve.service import ServeConfig, build_app
 
     port = _free_port()
     env = proxy_environment(max_body_bytes=LIMITS["max_body_bytes"], header_timeout_s=HEADER_TIMEOUT_S)
@@ -184,8 +184,8 @@ def test_score_and_batch_equal_in_process(remote, local):
 
 def test_audit_through_the_service_equals_in_process(remote, local):
     """grogu.audit with the service's client: the same contexts, utilities and answers as in process."""
-    from grogu.audit import Setup, audit
-    from grogu.audit.setups import document
+    from grogu.apps.audit import Setup, audit
+    from grogu.apps.audit.setups import document
 
     texts = [d if isinstance(d, str) else d.text if isinstance(d, grogu.Document) else d["text"] for d in DOCS]
     docs = [document(t) for t in texts]
@@ -305,7 +305,7 @@ def test_influence_and_acu_equal_in_process(service, model_dir, local):
 
 
 def test_seper_equals_in_process(service, nli_dir, local):
-    from grogu.seper import NLIEntailment, SePerScorer
+    from grogu.metrics.seper import NLIEntailment, SePerScorer
 
     remote = RemoteSePerScorer(service, token=TOKEN, n_samples=4, max_new_tokens=N)
     reference = SePerScorer(local.target, entailment=NLIEntailment(nli_dir), n_samples=4, max_new_tokens=N)
@@ -407,7 +407,7 @@ def test_llamaindex_query_engine_with_the_service(service, model_dir, local):
     from llama_index.llms.huggingface import HuggingFaceLLM
     from llama_index.postprocessor.grogu import GroguInfluenceHandler, GroguRerank
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -463,7 +463,7 @@ def test_langchain_chain_with_the_service(service, local, monkeypatch):
     from langchain_huggingface import HuggingFaceEmbeddings, HuggingFacePipeline
     from transformers import pipeline
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     texts = [d if isinstance(d, str) else d["text"] if isinstance(d, dict) else d.text for d in DOCS]
     docs = [Document(t, id=f"d{i}", metadata={"rank": i, "secret": "stays here"}) for i, t in enumerate(texts)]
@@ -528,7 +528,7 @@ def _same_records(got, want):
 def test_ray_data_scoring_equals_sequential_and_resumes(service, model_dir, tmp_path):
     import json
 
-    from grogu.cli import main
+    from grogu.apps.cli import main
 
     words = ["river", "castle", "engine", "harbour", "violin", "desert", "comet", "garden"]
     queries = tmp_path / "queries.jsonl"
@@ -564,7 +564,7 @@ def test_ray_data_scoring_equals_sequential_and_resumes(service, model_dir, tmp_
 
 
 def test_which_answers_are_retried():
-    from grogu.serve.transport import _retriable
+    from grogu.rerank.remote.transport import _retriable
 
     assert _retriable(httpx.Response(503)) and _retriable(httpx.Response(502))
     assert _retriable(httpx.Response(500, text="Internal Server Error"))  # the proxy: replica lost mid-request
@@ -823,8 +823,8 @@ def test_open_routes_show_no_paths_pids_or_redirects(service, model_dir):
 
 
 def test_serve_refuses_an_empty_token_and_open_hosts_without_one(monkeypatch, capsys):
-    from grogu.cli import main
-    from grogu.serve.cli import resolve_token
+    from grogu.apps.cli import main
+    from grogu.apps.serve.cli import resolve_token
 
     monkeypatch.delenv("GROGU_SERVE_TOKEN", raising=False)
     with pytest.raises(SystemExit, match=r"the token given by --token is empty"):
@@ -840,7 +840,7 @@ def test_serve_refuses_an_empty_token_and_open_hosts_without_one(monkeypatch, ca
         main(["serve", "--host", "0.0.0.0"])
     import argparse
 
-    from grogu.serve.cli import add_arguments
+    from grogu.apps.serve.cli import add_arguments
 
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -944,7 +944,7 @@ def test_requests_that_used_to_stall_are_answered_at_once(service, remote, local
 def test_sliced_seper_and_acu_equal_in_process(service, nli_dir, local):
     """ΔSePer's samples are drawn in slices (8 rows per call here) and ACU items a slice per call, with
     the results of one in-process call."""
-    from grogu.seper import NLIEntailment, SePerScorer
+    from grogu.metrics.seper import NLIEntailment, SePerScorer
 
     docs = [DOCS[0], DOCS[0], DOCS[2]]  # two identical prompts: their samples still differ as in-process
     before = httpx.get(f"{service}/stats", headers=AUTH).json()["batches"]
@@ -992,8 +992,8 @@ def test_health_is_503_while_the_worker_is_stuck(model_dir):
     import time
 
     from grogu import coalescer
-    from grogu.serve.httpapi import StalledError
-    from grogu.serve.service import GroguService, ServeConfig
+    from grogu.apps.serve.httpapi import StalledError
+    from grogu.apps.serve.service import GroguService, ServeConfig
 
     wrapper = getattr(GroguService, "func_or_class", GroguService)  # Ray's ingress wrapper around the class
     cls = next(c for c in wrapper.__mro__ if "check_health" in vars(c))

@@ -18,9 +18,9 @@ import torch
 from grogu_research import testing
 
 import grogu
-from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
-from grogu.inference_server.bos import PROBE, leading
-from grogu.prompts import Document, PromptBuilder
+from grogu.core.prompts import Document, PromptBuilder
+from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
+from grogu.runtime.inference_server.bos import PROBE, leading
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 

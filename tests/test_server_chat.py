@@ -24,9 +24,13 @@ import pytest
 from grogu_research import testing
 
 import grogu
-from grogu.acu import ACUScorer
-from grogu.engine.types import UNKNOWN_TOKEN_ID
-from grogu.inference_server import (
+from grogu.core.prompts import ChatPrompt
+from grogu.core.target import Target
+from grogu.core.types import UNKNOWN_TOKEN_ID
+from grogu.metrics.acu import ACUScorer
+from grogu.metrics.influence import InfluenceScorer
+from grogu.metrics.seper import SePerScorer
+from grogu.runtime.inference_server import (
     ServerCapabilityError,
     ServerError,
     ServerTarget,
@@ -35,10 +39,6 @@ from grogu.inference_server import (
     target_from_llm,
     topk_entropy,
 )
-from grogu.influence import InfluenceScorer
-from grogu.prompts import ChatPrompt
-from grogu.seper import SePerScorer
-from grogu.target import Target
 
 # a real server: not in the fast subset (-m "not slow")
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]

@@ -19,8 +19,8 @@ import pytest
 from grogu_research import testing
 
 import grogu
-from grogu.inference_server import ServerTarget
-from grogu.prompts import Document, PromptBuilder
+from grogu.core.prompts import Document, PromptBuilder
+from grogu.runtime.inference_server import ServerTarget
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 

@@ -21,8 +21,8 @@ import torch
 from grogu_research import testing
 
 import grogu
-from grogu.inference_server import ServerCapabilityError, ServerTarget, topk_entropy
-from grogu.inference_server.llama_server import FORCE_BIAS, NEUTRAL
+from grogu.runtime.inference_server import ServerCapabilityError, ServerTarget, topk_entropy
+from grogu.runtime.inference_server.llama_server import FORCE_BIAS, NEUTRAL
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 

@@ -24,9 +24,9 @@ from grogu_research import testing
 from pydantic import BaseModel, ConfigDict
 
 import grogu
-from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
-from grogu.inference_server.ollama import NEUTRAL
-from grogu.prompts import ChatPrompt
+from grogu.core.prompts import ChatPrompt
+from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
+from grogu.runtime.inference_server.ollama import NEUTRAL
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 

@@ -38,10 +38,10 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import grogu
-from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
-from grogu.inference_server.llama_server import FORCE_BIAS, NEUTRAL
-from grogu.inference_server.sglang import NEUTRAL as SGLANG_NEUTRAL
-from grogu.prompts import ChatPrompt
+from grogu.core.prompts import ChatPrompt
+from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
+from grogu.runtime.inference_server.llama_server import FORCE_BIAS, NEUTRAL
+from grogu.runtime.inference_server.sglang import NEUTRAL as SGLANG_NEUTRAL
 
 NonNegInt = Annotated[int, Field(ge=0)]  # vLLM's prompt token ids
 
@@ -312,7 +312,7 @@ class _Stub:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from grogu.models import load_tokenizer
+    from grogu.runtime.models import load_tokenizer
 
     return load_tokenizer(grogu.DEFAULT_MODEL)
 

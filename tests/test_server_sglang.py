@@ -18,8 +18,8 @@ import torch
 from grogu_research import testing
 
 import grogu
-from grogu.inference_server import ServerError, ServerTarget, topk_entropy
-from grogu.inference_server.sglang import NEUTRAL
+from grogu.runtime.inference_server import ServerError, ServerTarget, topk_entropy
+from grogu.runtime.inference_server.sglang import NEUTRAL
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 
@@ -170,7 +170,7 @@ def test_the_self_check_fires_on_other_ids(target, server, prompts):
 def test_acu_through_sglang_equals_llama_cpp_by_hand(target, reference):
     """ACU's label-token probabilities by one-token teacher forcing equal llama.cpp's next-token
     log-softmax in process, for label tokens far outside the top k too; ACU follows from them by hand."""
-    from grogu.acu import ACUScorer
+    from grogu.metrics.acu import ACUScorer
 
     scorer = ACUScorer(target)
     claim, evidence = "Canberra is the capital of Australia.", "Canberra has been the capital since 1913."

@@ -20,10 +20,10 @@ import torch
 from grogu_research import testing
 
 import grogu
-import grogu.rerank_pipeline
-from grogu.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
-from grogu.influence import InfluenceScorer
-from grogu.target import Target
+import grogu.rerank.pipeline
+from grogu.core.target import Target
+from grogu.metrics.influence import InfluenceScorer
+from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 
 # a real server: not in the fast subset (-m "not slow")
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
@@ -229,7 +229,7 @@ def test_influence_through_the_server(target):
     assert ex.answer == res.answer  # the same greedy full-context answer from the server
     assert len(ex.leave_one_out_answers) == len(ex.single_answers) == 2
     # IS_i by hand from the server's answers: cos(F(G(i)), F(G(all))) - cos(F(G(all without i)), F(G(all)))
-    from grogu.embedders import load_embedder
+    from grogu.runtime.embedders import load_embedder
 
     vectors = load_embedder(ex.embedder, device="cpu").encode(
         [ex.answer, *ex.leave_one_out_answers, *ex.single_answers], normalize_embeddings=True, convert_to_numpy=True
@@ -242,7 +242,7 @@ def test_command_line_through_the_server(server, served_scores, tmp_path, capsys
     """``grogu score --server URL``: the same answers and scores as the ServerTarget in Python."""
     import json
 
-    from grogu.cli import main
+    from grogu.apps.cli import main
 
     _, scores = served_scores
     docs = tmp_path / "docs.txt"
@@ -276,7 +276,7 @@ def test_audit_through_the_server(server, served_scores, tmp_path):
     """``grogu audit --server URL``: each set-up's context scored as the ServerTarget scores it in Python."""
     import json
 
-    from grogu.cli import main
+    from grogu.apps.cli import main
 
     scorer, _ = served_scores
     setups = {"good": DOCS[:2], "bad": DOCS[2:]}
@@ -313,7 +313,7 @@ def test_acu_through_the_server_equals_llama_cpp_by_hand(server, reference, tiny
     """ACU's label-token probabilities by one-token teacher forcing equal llama.cpp's next-token log-softmax
     in process, for label tokens far outside the top k too; ACU follows from them by hand. A fresh target:
     its echo probe sees a forced answer after which the model stops at once (it read the wrong entry)."""
-    from grogu.acu import ACUScorer
+    from grogu.metrics.acu import ACUScorer
 
     target = ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=K, retries=1)
     assert target.capabilities == tiny_engine.capabilities == {"generate", "teacher_force", "next_token"}
@@ -339,7 +339,7 @@ def test_acu_through_the_server_equals_llama_cpp_by_hand(server, reference, tiny
         assert got.p_with[lab] == pytest.approx(w, abs=2e-4) and got.p_without[lab] == pytest.approx(wo, abs=2e-4)
         dp[lab] = (w - wo) / (1 - wo) if w >= wo else (w - wo) / wo
     assert got.acu == pytest.approx((dp["True"] - dp["None"] - dp["False"]) / 3, abs=1e-3)
-    from grogu.cli import main  # grogu acu --server URL: the same value
+    from grogu.apps.cli import main  # grogu acu --server URL: the same value
 
     capsys.readouterr()
     assert (

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink, as_sink, as_sinks
+from grogu.observe.sinks import CallableSink, JSONLSink, ListSink, LoggerSink, as_sink, as_sinks
 
 
 def test_jsonl_sink_appends_lines_and_creates_the_folder(tmp_path):

@@ -40,7 +40,7 @@ def test_the_wheel_holds_the_plug_in_only(tmp_path):
 def test_the_research_commands_live_in_their_own_package():
     from grogu_research.cli import COMMANDS, build_parser
 
-    from grogu.cli_arguments import EXTRA_COMMANDS
+    from grogu.apps.cli.arguments import EXTRA_COMMANDS
 
     assert set(COMMANDS) == {"eval", "rewrite-pairs", "train-rewriter"}
     assert not set(COMMANDS) & set(EXTRA_COMMANDS)
@@ -49,7 +49,7 @@ def test_the_research_commands_live_in_their_own_package():
 
 
 def test_grogu_points_a_research_command_to_its_home(capsys):
-    from grogu.cli import main
+    from grogu.apps.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["eval", "winrate"])

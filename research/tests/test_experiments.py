@@ -89,7 +89,7 @@ def test_minilm_retriever_and_hard_negatives():
     import numpy as np
     from grogu_research.experiments.negatives import hard_negatives
 
-    from grogu.retrieval import BM25Retriever, DenseRetriever
+    from grogu.rerank.retrieval import BM25Retriever, DenseRetriever
 
     texts = [
         "Paris is the capital of France.",
@@ -261,7 +261,7 @@ def test_seper(tiny_engine, tmp_path):
 
 
 def test_acu(tiny_engine, tmp_path):
-    from grogu.acu import ACUScorer
+    from grogu.metrics.acu import ACUScorer
 
     _, saved = _run("acu", tmp_path, model=tiny_engine, limit=5, batch=3)
     items = saved["items"]
@@ -304,7 +304,7 @@ def test_seper_with_an_nli_model(tiny_engine, tmp_path):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     nli_dir = tmp_path / "nli"
     tok = AutoTokenizer.from_pretrained(embedded_embedder_path())

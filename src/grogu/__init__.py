@@ -3,53 +3,62 @@
 Main entry points: :class:`UtilityScorer` (per-document GROGU scores, reranking, layouts) and
 :class:`Engine` (the shared batched scoring engine every integration calls); :class:`ServerTarget` (a
 target LLM behind an inference server, in place of an Engine).
+
+The package is six layers, each a subpackage that imports only the ones before it: :mod:`.core`,
+:mod:`.runtime`, :mod:`.metrics`, :mod:`.rerank`, :mod:`.observe` and :mod:`.apps`. The names below are
+imported on first use, so ``import grogu`` (and the command line's ``--help``) loads no model code. The
+module paths from before the layers (``grogu.models``, ``grogu.engine``, ...) still import: see
+:mod:`._moved`.
 """
 
-from .engine import Engine, EngineConfig, Generation, TokenStats, get_engine
-from .inference_server import ServerCapabilityError, ServerError, ServerTarget
-from .metrics import ALPHA, DEFAULT_METRIC, METRICS, TOP_K_FRAC
-from .models import DEFAULT_MODEL, load_model
-from .prompts import Document, PromptTemplate, TruncationWarning
-from .rerank import ModeSettings
-from .results import GateVerdict
-from .scorer import ContextScore, DocumentScore, LayoutChoice, UtilityScorer, standard_layouts
-from .version import __version__
+from __future__ import annotations
 
-__all__ = [
-    "Engine",
-    "EngineConfig",
-    "Generation",
-    "TokenStats",
-    "get_engine",
-    "ALPHA",
-    "DEFAULT_METRIC",
-    "METRICS",
-    "TOP_K_FRAC",
-    "DEFAULT_MODEL",
-    "load_model",
-    "ModeSettings",
-    "Document",
-    "PromptTemplate",
-    "TruncationWarning",
-    "UtilityScorer",
-    "DocumentScore",
-    "GateVerdict",
-    "ContextScore",
-    "LayoutChoice",
-    "standard_layouts",
-    "__version__",
-    "RemoteScorer",
-    "RemoteInfluenceScorer",
-    "ServerTarget",
-    "ServerError",
-    "ServerCapabilityError",
-]
+import importlib
+from typing import Any
+
+from ._moved import MOVED, install
+from .core.exports import lazy_names
+
+install()
+
+#: the public names and the module each comes from
+_EXPORTS = {
+    "Engine": "grogu.runtime.engine",
+    "EngineConfig": "grogu.runtime.engine",
+    "Generation": "grogu.core.types",
+    "TokenStats": "grogu.core.types",
+    "get_engine": "grogu.runtime.engine",
+    "ALPHA": "grogu.metrics.grogu",
+    "DEFAULT_METRIC": "grogu.metrics.grogu",
+    "METRICS": "grogu.metrics.grogu",
+    "TOP_K_FRAC": "grogu.metrics.grogu",
+    "DEFAULT_MODEL": "grogu.runtime.models",
+    "load_model": "grogu.runtime.models",
+    "ModeSettings": "grogu.rerank.settings",
+    "Document": "grogu.core.prompts",
+    "PromptTemplate": "grogu.core.prompts",
+    "TruncationWarning": "grogu.core.prompts",
+    "UtilityScorer": "grogu.rerank.scorer",
+    "DocumentScore": "grogu.core.results",
+    "GateVerdict": "grogu.core.results",
+    "ContextScore": "grogu.core.results",
+    "LayoutChoice": "grogu.core.results",
+    "standard_layouts": "grogu.rerank.scorer",
+    "__version__": "grogu.core.version",
+    "RemoteScorer": "grogu.rerank.remote.client",
+    "RemoteInfluenceScorer": "grogu.rerank.remote.client",
+    "ServerTarget": "grogu.runtime.inference_server",
+    "ServerError": "grogu.runtime.inference_server",
+    "ServerCapabilityError": "grogu.runtime.inference_server",
+}
+
+__all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    # the service clients (grogu.serve) are imported on first use: the core does not need httpx
-    if name in ("RemoteScorer", "RemoteInfluenceScorer"):
-        from . import serve
+_exported, __dir__ = lazy_names(__name__, _EXPORTS)
 
-        return getattr(serve, name)
-    raise AttributeError(f"module 'grogu' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    if f"grogu.{name}" in MOVED:  # an old module path read as an attribute: grogu.models
+        return importlib.import_module(f"grogu.{name}")
+    return _exported(name)

@@ -36,12 +36,12 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
 from grogu import PromptTemplate
-from grogu.influence import DEFAULT_MAX_NEW_TOKENS as DEFAULT_INFLUENCE_TOKENS
-from grogu.influence_log import InfluenceRecorder
-from grogu.influence_record import EVENT, AnsweredQuery, check_on_error, grogu_utility
-from grogu.models import DEFAULT_MODEL
-from grogu.scorer_factory import build_influence_scorer
-from grogu.sinks import Record
+from grogu.metrics.influence import DEFAULT_MAX_NEW_TOKENS as DEFAULT_INFLUENCE_TOKENS
+from grogu.observe.influence_log import InfluenceRecorder
+from grogu.observe.influence_record import EVENT, AnsweredQuery, check_on_error, grogu_utility
+from grogu.observe.sinks import Record
+from grogu.rerank.factory import build_influence_scorer
+from grogu.runtime.models import DEFAULT_MODEL
 
 from . import spans
 from .document_scores import grogu_documents

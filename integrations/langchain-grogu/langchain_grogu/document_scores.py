@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from grogu import DocumentScore
-from grogu.scales import probability
+from grogu.metrics.scales import probability
 
 #: The key of ``Document.metadata`` that receives the GROGU score and its details.
 METADATA_KEY = "grogu"

@@ -8,8 +8,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.prompts import BasePromptTemplate
 
 from grogu import PromptTemplate
-from grogu.prompts import template_from_messages
-from grogu.target import Target
+from grogu.core.prompts import template_from_messages
+from grogu.core.target import Target
 
 _CONTEXT, _QUERY = "\x00grogu-context\x00", "\x00grogu-query\x00"
 _ROLES = {"system": "system", "human": "user"}

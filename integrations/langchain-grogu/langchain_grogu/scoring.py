@@ -17,15 +17,15 @@ from typing import Annotated, Any
 from langchain_core.documents import Document
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from grogu.checks import check_alpha, check_fraction, check_top_n
-from grogu.integration_settings import SharedSettings, checked
+from grogu.apps.integration_settings import SharedSettings, checked
+from grogu.core.checks import check_alpha, check_fraction, check_top_n
+from grogu.core.prompts import RAG_QA_TEMPLATE
 from grogu.metrics import ALPHA, TOP_K_FRAC
-from grogu.models import DEFAULT_MODEL
-from grogu.prompts import RAG_QA_TEMPLATE
+from grogu.metrics.scales import utility_threshold
 from grogu.rerank import ModeSettings, split_settings
-from grogu.scales import utility_threshold
-from grogu.scorer import DEFAULT_MAX_NEW_TOKENS
-from grogu.scorer_factory import Scorer, build_scorer, remote_target
+from grogu.rerank.factory import Scorer, build_scorer, remote_target
+from grogu.rerank.scorer import DEFAULT_MAX_NEW_TOKENS
+from grogu.runtime.models import DEFAULT_MODEL
 
 from . import spans
 from .document_scores import (

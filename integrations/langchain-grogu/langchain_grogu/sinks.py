@@ -8,7 +8,7 @@ are logged on ``langchain_grogu.influence``.
 
 from __future__ import annotations
 
-from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
+from grogu.observe.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 
 #: The logger that receives each record when no sink is given.
 DEFAULT_LOGGER = "langchain_grogu.influence"

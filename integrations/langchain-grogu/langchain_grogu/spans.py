@@ -16,7 +16,7 @@ from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.documents import Document
 
 from grogu import tracing
-from grogu.influence_record import grogu_utility
+from grogu.observe.influence_record import grogu_utility
 
 
 def run_span_context(callbacks: Any, run_id: UUID | None = None) -> Any:

@@ -17,9 +17,9 @@ import os
 from typing import Any
 
 from grogu import Engine, ServerTarget, get_engine
-from grogu.inference_server import target_from_llm
-from grogu.scorer_factory import engine_label
-from grogu.target import Target
+from grogu.core.target import Target
+from grogu.rerank.factory import engine_label
+from grogu.runtime.inference_server import target_from_llm
 
 _TARGET_HELP = (
     "pass the target LLM as a model name or path (e.g. 'smollm2-135m-instruct' or a hub id), the URL of a "

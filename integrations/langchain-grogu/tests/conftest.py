@@ -85,7 +85,7 @@ def documents(paragraphs):
 def embeddings():
     from langchain_huggingface import HuggingFaceEmbeddings
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     return HuggingFaceEmbeddings(model_name=embedded_embedder_path())
 

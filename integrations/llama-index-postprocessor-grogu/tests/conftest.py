@@ -43,7 +43,7 @@ def llm(tokenizer):
 def embed_model():
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     return HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
 

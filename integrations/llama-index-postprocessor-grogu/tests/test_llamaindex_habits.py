@@ -15,7 +15,7 @@ from llama_index.postprocessor.grogu import GroguRerank
 from llama_index.postprocessor.grogu.utils import resolve_engine
 
 import grogu
-from grogu.scales import probability
+from grogu.metrics.scales import probability
 
 K = 5
 TOKENS = 8

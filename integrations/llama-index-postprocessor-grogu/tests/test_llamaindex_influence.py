@@ -24,8 +24,8 @@ from llama_index.postprocessor.grogu import (
 
 import grogu
 from grogu import sinks
-from grogu.influence import InfluenceScorer
-from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
+from grogu.metrics.influence import InfluenceScorer
+from grogu.observe.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 K = 4
 TOKENS = 8

@@ -72,7 +72,7 @@ class OllamaStandIn(StandIn):
     ) -> None:
         import llama_cpp
 
-        from grogu.models import load_tokenizer
+        from grogu.runtime.models import load_tokenizer
 
         super().__init__(gguf, alias, n_ctx=n_ctx)
         self.tokenizer = load_tokenizer(self.gguf)

@@ -28,7 +28,7 @@ class StandIn:
     def __init__(self, gguf: str | None = None, alias: str | None = None, *, n_ctx: int = 2048) -> None:
         import llama_cpp
 
-        from grogu.models import DEFAULT_MODEL, embedded_path
+        from grogu.runtime.models import DEFAULT_MODEL, embedded_path
 
         self.gguf = gguf or embedded_path(DEFAULT_MODEL)
         self.alias = alias or DEFAULT_MODEL

@@ -36,7 +36,7 @@ def embedded_tokenizer():
     """The SmolLM2-135M-Instruct tokenizer (with its chat template) from the packaged GGUF."""
     from transformers import AutoTokenizer
 
-    from grogu.models import DEFAULT_MODEL, embedded_path
+    from grogu.runtime.models import DEFAULT_MODEL, embedded_path
 
     path = embedded_path(DEFAULT_MODEL)
     return AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
@@ -163,7 +163,7 @@ class LlamaCppServer(ChildServer):
         chat_format: str | None = None,
         startup_s: float = 180.0,
     ) -> None:
-        from grogu.models import DEFAULT_MODEL, embedded_path
+        from grogu.runtime.models import DEFAULT_MODEL, embedded_path
 
         self.gguf = gguf or embedded_path(DEFAULT_MODEL)
         self.alias = alias or DEFAULT_MODEL
@@ -236,7 +236,7 @@ def gguf_with_flags(path: str, gguf: str | None = None, **flags: bool | int) -> 
     gguf_new_metadata.py does the same)."""
     import gguf as g
 
-    from grogu.models import DEFAULT_MODEL, embedded_path
+    from grogu.runtime.models import DEFAULT_MODEL, embedded_path
 
     reader = g.GGUFReader(gguf or embedded_path(DEFAULT_MODEL), "r")
     arch = reader.fields[g.Keys.General.ARCHITECTURE].contents()
@@ -272,7 +272,7 @@ def reference_llama(gguf: str | None = None, n_ctx: int = 2048):
     server returns."""
     import llama_cpp
 
-    from grogu.models import DEFAULT_MODEL, embedded_path
+    from grogu.runtime.models import DEFAULT_MODEL, embedded_path
 
     return llama_cpp.Llama(
         gguf or embedded_path(DEFAULT_MODEL),

@@ -38,7 +38,7 @@ def test_chatopenai_chain_answers_with_the_servers_scored_answer(server):
     from langchain_huggingface import HuggingFaceEmbeddings
     from langchain_openai import ChatOpenAI
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     # ChatOpenAI sends max_tokens as max_completion_tokens, which llama-cpp-python ignores: the budget goes
     # in the body too, so that the direct call below answers within it as the scored answer does

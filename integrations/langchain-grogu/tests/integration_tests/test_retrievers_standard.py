@@ -24,7 +24,7 @@ def _base_retriever():
     from langchain_core.vectorstores import InMemoryVectorStore
     from langchain_huggingface import HuggingFaceEmbeddings
 
-    from grogu.models import embedded_embedder_path
+    from grogu.runtime.models import embedded_embedder_path
 
     docs = [
         Document(" ".join(p["text"].split()[:40]), id=f"squad-{i}", metadata={"title": p["title"]})

@@ -27,9 +27,9 @@ from langchain_grogu import (
     LoggerSink,
 )
 
-import grogu.sinks
-from grogu.influence import InfluenceScorer
-from grogu.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
+import grogu.observe.sinks
+from grogu.metrics.influence import InfluenceScorer
+from grogu.observe.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 N = 8
 PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")

@@ -13,7 +13,7 @@ from langchain_core.documents import Document
 from langchain_grogu import METADATA_KEY, RELEVANCE_KEY, GroguCompressor, GroguRetriever
 
 from grogu import EngineConfig, UtilityScorer
-from grogu.scales import probability
+from grogu.metrics.scales import probability
 
 N = 8  # max_new_tokens everywhere (as in conftest)
 K = 5  # documents the vector store returns

@@ -93,7 +93,7 @@ def run(
 ) -> dict:
     """ACU of sufficient vs insufficient evidence for the first ``limit`` claims (file order; ``seed``,
     ``max_new_tokens`` and ``retriever`` are accepted and unused: ACU reads next-token probabilities)."""
-    from grogu.acu import ACUScorer
+    from grogu.metrics.acu import ACUScorer
 
     clock = common.Clock()
     common.set_threads(threads)

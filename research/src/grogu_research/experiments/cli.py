@@ -17,7 +17,7 @@ import argparse
 import os
 import shlex
 
-from grogu.models import DEFAULT_MODEL
+from grogu.runtime.models import DEFAULT_MODEL
 from grogu_research.experiments import EXPERIMENTS
 
 DEFAULT_LIMITS = {"winrate": 100, "noise": 100, "layout": 30, "seper": 10, "acu": 300}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from grogu.selection import argmax
+from grogu.rerank.selection import argmax
 from grogu_research.experiments import common
 from grogu_research.experiments.negatives import hard_negatives, make_retriever
 

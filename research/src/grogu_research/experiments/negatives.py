@@ -10,8 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from grogu.retrieval import BM25Retriever, DenseRetriever
-from grogu.selection import order_by
+from grogu.rerank.retrieval import BM25Retriever, DenseRetriever
+from grogu.rerank.selection import order_by
 from grogu_research.experiments.common import holds_answer
 
 RETRIEVERS = ("bm25", "minilm")

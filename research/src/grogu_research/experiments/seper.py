@@ -149,7 +149,7 @@ def run(
 ) -> dict:
     """ΔSePer vs ground truth on ``limit`` MuSiQue questions; ``nli`` (hub id / path) or the lexical
     ``kernel`` ('token-f1' / 'rouge-l'). ``retriever`` is accepted and unused (the paragraphs are given)."""
-    from grogu.seper import NLIEntailment, SePerScorer
+    from grogu.metrics.seper import NLIEntailment, SePerScorer
 
     clock = common.Clock()
     common.set_threads(threads)

@@ -33,7 +33,7 @@ are :mod:`grogu.retrieval`'s.
 from __future__ import annotations
 
 # Every name the single-module grogu_research.rewrite had stays importable from here.
-from grogu.retrieval import (  # noqa: F401
+from grogu.rerank.retrieval import (  # noqa: F401
     BM25Retriever,
     DenseRetriever,
     LangChainRetriever,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from grogu.prompts import chat_ids
+from grogu.core.prompts import chat_ids
 from grogu_research.rewrite.turns import DEFAULT_INSTRUCTION, Turn, rewrite_prompt
 
 DEFAULT_N_CANDIDATES = 8
@@ -59,7 +59,7 @@ def generate_candidates(
     """``n`` sampled rewrites per turn (cleaned with :func:`clean_rewrite`, not yet deduplicated),
     all turns in one batched engine call. ``rewriter``: an Engine, a model name/path or a loaded
     (model, tokenizer) pair. Reproducible for a given seed and input."""
-    from grogu.engine import get_engine
+    from grogu.runtime.engine import get_engine
 
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n (candidates per turn) must be a positive int, got {n!r}")

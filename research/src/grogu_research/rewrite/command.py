@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from grogu.files import read_documents
-from grogu.models import DEFAULT_MODEL
-from grogu.retrieval import BM25Retriever, DenseRetriever
+from grogu.core.files import read_documents
+from grogu.rerank.retrieval import BM25Retriever, DenseRetriever
+from grogu.runtime.models import DEFAULT_MODEL
 from grogu_research.rewrite.candidates import DEFAULT_N_CANDIDATES
 from grogu_research.rewrite.pairs import DEFAULT_DROP_RATIO
 from grogu_research.rewrite.pipeline import build_rewrite_pairs
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     )
     rewriter = None
     if args.rewriter:
-        from grogu.engine import get_engine
+        from grogu.runtime.engine import get_engine
 
         rewriter = get_engine(args.rewriter, device=args.device, dtype=args.dtype)
     pairs = build_rewrite_pairs(

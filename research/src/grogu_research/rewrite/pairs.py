@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from grogu.selection import argmax
+from grogu.rerank.selection import argmax
 
 DEFAULT_DROP_RATIO = 0.5
 

@@ -8,16 +8,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from grogu.checks import check_positive_int
-from grogu.models import DEFAULT_MODEL
-from grogu.retrieval import as_retriever
+from grogu.core.checks import check_positive_int
+from grogu.rerank.retrieval import as_retriever
+from grogu.runtime.models import DEFAULT_MODEL
 from grogu_research.rewrite.candidates import DEFAULT_N_CANDIDATES, candidates_for_turns
 from grogu_research.rewrite.pairs import DEFAULT_DROP_RATIO, PreferencePair, check_drop_ratio, drop_smallest_gaps
 from grogu_research.rewrite.scoring import DEFAULT_K, TurnResult, score_turns
 from grogu_research.rewrite.turns import DEFAULT_INSTRUCTION, Turn, turn_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from grogu.scorer import UtilityScorer
+    from grogu.rerank.scorer import UtilityScorer
 
 
 @dataclass
@@ -115,7 +115,7 @@ def summarize(
 
 
 def _scorer(model: Any, **kwargs: Any) -> "UtilityScorer":
-    from grogu.scorer import UtilityScorer
+    from grogu.rerank.scorer import UtilityScorer
 
     if isinstance(model, UtilityScorer):
         return model

@@ -7,15 +7,15 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from grogu.checks import check_positive_int
-from grogu.retrieval import Retriever, as_retriever, retrieve_all
-from grogu.selection import argmax
+from grogu.core.checks import check_positive_int
+from grogu.rerank.retrieval import Retriever, as_retriever, retrieve_all
+from grogu.rerank.selection import argmax
 from grogu_research.rewrite.candidates import text_key
 from grogu_research.rewrite.pairs import PreferencePair, best_and_worst
 from grogu_research.rewrite.turns import DEFAULT_INSTRUCTION, Turn, rewrite_prompt
 
 if TYPE_CHECKING:  # pragma: no cover
-    from grogu.scorer import UtilityScorer
+    from grogu.rerank.scorer import UtilityScorer
 
 DEFAULT_K = 10
 

@@ -23,7 +23,7 @@ import json
 import os
 from typing import Any, Sequence
 
-from grogu.models import DEFAULT_MODEL
+from grogu.runtime.models import DEFAULT_MODEL
 
 TRAIN_EXTRA_HINT = (
     'grogu-research train-rewriter needs TRL and datasets, the "train" extra: pip install -e "research[train]"'
@@ -188,7 +188,7 @@ def train_rewriter(
 
 def _trainable(model: Any, tokenizer: Any, on_gpu: bool) -> tuple[Any, Any]:
     """The model (loaded from a spec in float32, GGUF quantizer detached) and its tokenizer with a pad token."""
-    from grogu.models import load_model
+    from grogu.runtime.models import load_model
 
     if isinstance(model, (str, tuple)):
         model, tokenizer = load_model(model, device="cuda" if on_gpu else "cpu", dtype="float32")

@@ -25,11 +25,11 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 import grogu
-from grogu.checks import check_query, check_top_n
-from grogu.integration_settings import SharedSettings
+from grogu.apps.integration_settings import SharedSettings
+from grogu.core.checks import check_query, check_top_n
+from grogu.metrics.scales import utility_threshold
 from grogu.rerank import ModeSettings, split_settings
-from grogu.scales import utility_threshold
-from grogu.scorer_factory import Scorer, build_scorer
+from grogu.rerank.factory import Scorer, build_scorer
 
 from . import spans
 from .nodes import failed_nodes, ranked_nodes, retrieval_relevance

@@ -37,12 +37,12 @@ from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from grogu import influence_log
-from grogu.influence import DEFAULT_MAX_NEW_TOKENS
-from grogu.influence_record import AnsweredQuery, grogu_utility
-from grogu.models import DEFAULT_MODEL
-from grogu.scorer_factory import build_influence_scorer
-from grogu.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
-from grogu.sinks import as_sink as _as_sink
+from grogu.metrics.influence import DEFAULT_MAX_NEW_TOKENS
+from grogu.observe.influence_record import AnsweredQuery, grogu_utility
+from grogu.observe.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
+from grogu.observe.sinks import as_sink as _as_sink
+from grogu.rerank.factory import build_influence_scorer
+from grogu.runtime.models import DEFAULT_MODEL
 
 from .utils import hide_from_llm, model_label, node_text, resolve_engine
 

@@ -9,8 +9,8 @@ from typing import Any, Dict, List
 
 from llama_index.core.schema import NodeWithScore
 
-from grogu.scales import probability
-from grogu.scorer import DocumentScore
+from grogu.metrics.scales import probability
+from grogu.rerank.scorer import DocumentScore
 
 from .utils import hide_from_llm
 

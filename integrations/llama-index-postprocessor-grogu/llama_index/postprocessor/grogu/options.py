@@ -1,5 +1,5 @@
 """GroguRerank's settings: grogu's checks of its fields, and the prompt it scores with (the scorer
-itself comes from grogu.scorer_factory.build_scorer)."""
+itself comes from grogu.rerank.factory.build_scorer)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from llama_index.core.prompts.chat_prompts import CHAT_TEXT_QA_PROMPT
 from llama_index.core.prompts.default_prompt_selectors import DEFAULT_TEXT_QA_PROMPT_SEL
 
 import grogu
-from grogu.scorer import DEFAULT_MAX_NEW_TOKENS
+from grogu.rerank.scorer import DEFAULT_MAX_NEW_TOKENS
 
 from .prompts import source_llm, template_from_llama_index
 from .utils import answer_budget

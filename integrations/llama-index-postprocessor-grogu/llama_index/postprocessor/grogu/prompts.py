@@ -7,7 +7,7 @@ from typing import Any, Optional
 from llama_index.core.prompts import BasePromptTemplate, SelectorPromptTemplate
 
 import grogu
-from grogu.prompts import template_from_messages
+from grogu.core.prompts import template_from_messages
 
 _CONTEXT, _QUERY = "\x00grogu-context\x00", "\x00grogu-query\x00"
 

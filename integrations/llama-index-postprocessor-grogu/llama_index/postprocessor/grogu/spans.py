@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
 from grogu import tracing
-from grogu.influence_record import grogu_utility
+from grogu.observe.influence_record import grogu_utility
 
 
 def _document(n: NodeWithScore, **fields: Any) -> Dict[str, Any]:

@@ -9,10 +9,10 @@ from llama_index.core.llms import LLM
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
 import grogu
-from grogu.inference_server import target_from_llm
-from grogu.influence import InfluenceScorer
-from grogu.scorer_factory import engine_label
-from grogu.target import Target
+from grogu.core.target import Target
+from grogu.metrics.influence import InfluenceScorer
+from grogu.rerank.factory import engine_label
+from grogu.runtime.inference_server import target_from_llm
 
 #: HuggingFaceLLM's placeholder model_name when a loaded model is passed without a name.
 _HF_DEFAULT_NAME = "StabilityAI/stablelm-tuned-alpha-3b"

@@ -11,7 +11,7 @@ answer the question.
 
 from __future__ import annotations
 
-from grogu.models import DEFAULT_MODEL
+from grogu.runtime.models import DEFAULT_MODEL
 from grogu_research.experiments.common.answers import (
     answer_tokens,
     best_over,

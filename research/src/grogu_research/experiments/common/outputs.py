@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from grogu.extras import require
+from grogu.core.extras import require
 
 METRIC_LABELS = {
     "ppl": "PPL",

@@ -26,7 +26,7 @@ def one_model(model: Any, experiment: str) -> Any:
 
 def build_scorer(model: Any, max_new_tokens: int, device: str | None, dtype: str | None):
     """A UtilityScorer (KeyEntropy; every result also carries all four variants)."""
-    from grogu.scorer import UtilityScorer
+    from grogu.rerank.scorer import UtilityScorer
 
     return UtilityScorer(model, max_new_tokens=max_new_tokens, device=device, dtype=dtype)
 

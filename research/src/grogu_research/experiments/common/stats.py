@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from grogu.extras import require
+from grogu.core.extras import require
 
 
 def _scipy_stats():

@@ -1,0 +1,27 @@
+"""The shared scoring service: ``grogu serve`` runs engines on Ray Serve (``pip install "grogu[serve]"``);
+:class:`RemoteScorer` and :class:`RemoteInfluenceScorer` use it from any process with the in-process
+classes' methods and results. The clients live in :mod:`grogu.rerank.remote` (they need only ``httpx``)
+and are named here too, imported on first use; Ray is imported by the server side
+(:mod:`grogu.apps.serve.service`) alone; ``grogu score --ray`` runs Ray Data from :mod:`grogu.rerank.batch`."""
+
+from __future__ import annotations
+
+from ...core.exports import lazy_names
+
+#: the client's names, as this package has always offered them
+_CLIENT = {
+    "RemoteScorer": "grogu.rerank.remote.client",
+    "RemoteInfluenceScorer": "grogu.rerank.remote.client",
+    "RemoteSePerScorer": "grogu.rerank.remote.client",
+    "RemoteACUScorer": "grogu.rerank.remote.client",
+    "Transport": "grogu.rerank.remote.transport",
+    "ServiceError": "grogu.rerank.remote.transport",
+    "ServiceValueError": "grogu.rerank.remote.transport",
+    "ServiceTypeError": "grogu.rerank.remote.transport",
+    "ServiceAuthError": "grogu.rerank.remote.transport",
+    "ServiceUnavailable": "grogu.rerank.remote.transport",
+    "is_url": "grogu.rerank.remote",
+}
+
+__all__ = list(_CLIENT)
+__getattr__, __dir__ = lazy_names(__name__, _CLIENT)

@@ -1,0 +1,237 @@
+"""The JSON form of grogu's inputs, settings and results, shared by the service and its client.
+
+Plain dicts, lists, strings and numbers only (no pydantic, no httpx), so the client and the server
+agree on one encoding. Documents travel as ``{"text", "title"}``: anything else a document carries
+(metadata, ids, the framework's node object) stays with the caller, who gets its own objects back in
+the results. Floats travel as Python's ``repr`` (``json`` round-trips them exactly); a NaN or an
+infinity (a perplexity can overflow) is written as JSON's non-standard ``NaN`` / ``Infinity``, which
+Python's ``json`` reads back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from typing import Any, Sequence
+
+import torch
+
+from ...core.prompts import Document, PromptTemplate, as_document
+from ...core.results import GateVerdict
+from ...metrics.acu import ACUResult
+from ...metrics.attribution import ForwardData
+from ...metrics.influence import Ablations, InfluenceResult
+from ...metrics.seper import SePerResult
+from ..scorer import ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail, UngroundedScore
+
+#: fields of ScoreResult sent as they are (details are encoded apart)
+SCORE_FIELDS = ("score", "metric", "confidence", "answer", "n_tokens", "n_key_tokens", "variants", "answer_finished")
+_DETAIL_DTYPES = {
+    "grounded_entropy": torch.float32,
+    "grounded_logprob": torch.float32,
+    "ungrounded_entropy": torch.float32,
+    "ungrounded_logprob": torch.float32,
+    "key_mask": torch.bool,
+    "copied": torch.bool,
+}
+
+
+# ------------------------------------------------------------------ inputs
+def encode_document(doc: Any, position: int | None = None) -> dict[str, Any]:
+    """What the server needs of a document: its text and title (metadata stays with the caller)."""
+    d = doc if isinstance(doc, Document) else as_document(doc, position)
+    return {"text": d.text} if d.title is None else {"text": d.text, "title": d.title}
+
+
+def encode_documents(docs: Sequence[Any]) -> list[dict[str, Any]]:
+    return [encode_document(d, i) for i, d in enumerate(docs)]
+
+
+#: the placeholders each template field may hold (str.format names); the others are plain text
+TEMPLATE_PLACEHOLDERS = {
+    "grounded": ("query", "context"),
+    "ungrounded": ("query",),
+    "document": ("text", "title"),
+    "titled_document": ("text", "title"),
+}
+TEMPLATE_TEXT_FIELDS = ("separator", "system", "plain_suffix")
+
+
+def check_format(name: str, text: Any, allowed: Sequence[str]) -> None:
+    """A ``str.format`` prompt that holds only the placeholders ``allowed``, written plainly
+    (``{query}``: no index, attribute, conversion or format spec, which could fail or blow up when
+    rendered); braces meant as text are doubled. ValueError naming ``name`` otherwise."""
+    if not isinstance(text, str):
+        raise ValueError(f"{name} must be a str, got {type(text).__name__}")
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(
+            f"{name} is not a valid format string ({exc}); write a literal brace as {{{{ or }}}}"
+        ) from None
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in allowed:
+            raise ValueError(
+                f"{name} has the placeholder {{{field}}}; it may hold only "
+                + ", ".join(f"{{{a}}}" for a in allowed)
+                + " (write a literal brace as {{ or }})"
+            )
+        if spec or conversion:
+            raise ValueError(
+                f"{name}: the placeholder {{{field}}} takes no conversion or format spec (got "
+                f"{{{field}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}})"
+            )
+
+
+def check_template(fields: dict[str, Any]) -> None:
+    """A prompt template's fields as the service takes them: each formatted field holds only its own
+    placeholders (:data:`TEMPLATE_PLACEHOLDERS`, :func:`check_format`); ValueError naming the field."""
+    for name, allowed in TEMPLATE_PLACEHOLDERS.items():
+        if fields.get(name) is not None:
+            check_format(f"template.{name}", fields[name], allowed)
+    for name in TEMPLATE_TEXT_FIELDS:
+        text = fields.get(name)
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"template.{name} must be a str or None, got {type(text).__name__}")
+
+
+def template_chars(fields: dict[str, Any] | None) -> int:
+    """Characters of a template's text fields (what the template limit counts)."""
+    if not fields:
+        return 0
+    return sum(len(v) for k, v in fields.items() if isinstance(v, str))
+
+
+def encode_template(template: PromptTemplate | None) -> dict[str, Any] | None:
+    if template is None:
+        return None
+    fields = dataclasses.asdict(template)
+    check_template(fields)
+    return fields
+
+
+def decode_template(data: dict[str, Any] | None) -> PromptTemplate | None:
+    return None if data is None else PromptTemplate(**data)
+
+
+# ------------------------------------------------------------------ GROGU results
+def encode_details(details: TokenDetail | None) -> dict[str, Any] | None:
+    if details is None:
+        return None
+    out: dict[str, Any] = {"tokens": list(details.tokens), "token_ids": [int(t) for t in details.token_ids]}
+    for name in _DETAIL_DTYPES:
+        value = getattr(details, name)
+        out[name] = None if value is None else value.tolist()
+    return out
+
+
+def decode_details(data: dict[str, Any] | None) -> TokenDetail | None:
+    if data is None:
+        return None
+    tensors = {
+        name: None if data.get(name) is None else torch.tensor(data[name], dtype=dtype)
+        for name, dtype in _DETAIL_DTYPES.items()
+    }
+    return TokenDetail(tokens=list(data["tokens"]), token_ids=list(data["token_ids"]), **tensors)
+
+
+def encode_score(result: ScoreResult) -> dict[str, Any]:
+    """One scored context's GROGU fields (``documents`` / ``document`` are left to the caller)."""
+    out = {name: getattr(result, name) for name in SCORE_FIELDS}
+    out["details"] = encode_details(result.details)
+    return out
+
+
+def _fields(data: dict[str, Any]) -> dict[str, Any]:
+    fields = {name: data[name] for name in SCORE_FIELDS}
+    fields["details"] = decode_details(data.get("details"))
+    return fields
+
+
+def decode_context(data: dict[str, Any], documents: list[Any]) -> ContextScore:
+    return ContextScore(documents=documents, **_fields(data))
+
+
+def decode_document_scores(rows: list[dict[str, Any]], originals: list[Any]) -> list[DocumentScore]:
+    """Per-document results back onto the caller's own documents (``index`` = input position)."""
+    return [DocumentScore(index=i, document=originals[i], **_fields(r)) for i, r in enumerate(rows)]
+
+
+def encode_ranked(results: list[DocumentScore]) -> dict[str, Any]:
+    """A rerank result: per kept document its index, fields and rank score; the context mode's chosen
+    context once (its documents are the kept ones, in order)."""
+    context = next((r.context for r in results if r.context is not None), None)
+    gate = next((r.gate for r in results if r.gate is not None), None)
+    return {
+        "results": [{"index": r.index, "rank_score": r.rank_score, **encode_score(r)} for r in results],
+        "context": None if context is None else encode_score(context),
+        "gate": None if gate is None else gate.as_dict(),
+    }
+
+
+def decode_ranked(data: dict[str, Any], originals: list[Any]) -> list[DocumentScore]:
+    rows = data["results"]
+    context = None
+    if data.get("context") is not None:
+        context = decode_context(data["context"], [originals[r["index"]] for r in rows])
+    gate = data.get("gate")
+    gate = None if gate is None else GateVerdict(**{**gate, "reasons": tuple(gate["reasons"])})
+    return [
+        DocumentScore(
+            index=r["index"],
+            document=originals[r["index"]],
+            rank_score=r.get("rank_score"),
+            context=context,
+            gate=gate,
+            **_fields(r),
+        )
+        for r in rows
+    ]
+
+
+def encode_layout(choice: LayoutChoice) -> dict[str, Any]:
+    return {"best": choice.best, "scores": [encode_score(s) for s in choice.scores]}
+
+
+def decode_layout(data: dict[str, Any], layouts: list[list[Any]]) -> LayoutChoice:
+    return LayoutChoice(best=data["best"], scores=[decode_context(s, docs) for s, docs in zip(data["scores"], layouts)])
+
+
+def encode_ungrounded(result: UngroundedScore) -> dict[str, Any]:
+    return dataclasses.asdict(result)
+
+
+def decode_ungrounded(data: dict[str, Any]) -> UngroundedScore:
+    return UngroundedScore(**data)
+
+
+# ------------------------------------------------------------------ other metrics
+def encode_influence(result: InfluenceResult) -> dict[str, Any]:
+    return dataclasses.asdict(result)
+
+
+def decode_influence(data: dict[str, Any]) -> InfluenceResult:
+    data = dict(data)
+    if data.get("ablations") is not None:
+        data["ablations"] = Ablations(**data["ablations"])
+    if data.get("forward") is not None:
+        data["forward"] = ForwardData(**data["forward"])
+    return InfluenceResult(**data)
+
+
+def encode_seper(result: SePerResult) -> dict[str, Any]:
+    return dataclasses.asdict(result)
+
+
+def decode_seper(data: dict[str, Any]) -> SePerResult:
+    return SePerResult(**data)
+
+
+def encode_acu(result: ACUResult) -> dict[str, Any]:
+    return dataclasses.asdict(result)
+
+
+def decode_acu(data: dict[str, Any]) -> ACUResult:
+    return ACUResult(**data)

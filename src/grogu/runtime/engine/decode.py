@@ -1,0 +1,295 @@
+"""The decode loop: from a prefilled batch (:class:`~grogu.engine.prefill.PrefilledBatch`) to one
+answer per row, greedy with optional prompt-lookup drafts (:mod:`grogu.engine.drafting`), or sampled
+(:class:`Sampling`); each answer token's entropy and log-probability are read from the decode steps
+themselves.
+
+A decode step is device work only: the forward pass, the choice of each position's token, its entropy
+and log-probability, how many drafted tokens the model accepted, and where each row's cache ends. One
+small tensor then comes back to the host (one synchronisation a step), which keeps the answers, checks
+stop tokens and proposes the next drafts. Because a step reads nothing back before its end, on a GPU it
+can be captured once as a CUDA graph and replayed: a step then costs the GPU's time, not the Python
+and kernel launches of a forward pass of the model (``cuda_graphs``).
+
+Two ways to feed a step (:mod:`.feeds`), chosen by the cache the prefill made: slots (every layer a
+:class:`~grogu.runtime.engine.kvcache.ReservedLayer`: rows write their own slots, masked in 4-D) or
+appending (any other cache, one token a step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ...core.types import Generation
+from .drafting import PromptLookup
+from .feeds import AppendFeed, SlotFeed
+from .kvcache import SLOT_MASKS, attention_kind, slot_layers
+from .prefill import PrefilledBatch
+
+logger = logging.getLogger("grogu.engine")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampled decoding of a batch: ``temperature`` and one CPU generator per row, so that a row's
+    samples do not depend on the other rows of the batch."""
+
+    temperature: float
+    generators: list[torch.Generator]  # one per row of the batch
+
+
+def row_generators(
+    prompts: Sequence[Sequence[int]], seed: int, numbers: Sequence[int] | None = None
+) -> list[torch.Generator]:
+    """One CPU generator per prompt (for :class:`Sampling`), seeded from (seed, the prompt's tokens, how
+    many identical prompts come before it, or ``numbers[i]`` when given): each prompt's samples are
+    reproducible whatever else is in the call, and whatever batches the call is split into."""
+    if numbers is not None and len(numbers) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(numbers)} sample numbers")
+    seen: dict[tuple[int, ...], int] = {}
+    out = []
+    for i, p in enumerate(prompts):
+        key = tuple(p)
+        nth = seen.get(key, 0) if numbers is None else int(numbers[i])
+        seen[key] = nth + 1
+        digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
+        out.append(torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
+    return out
+
+
+class Decoder:
+    """Decodes prefilled batches with ``model`` (see the module docstring). Runs ``model`` as it is:
+    the caller provides the context (kernels).
+
+    Args:
+        model: the causal LM.
+        pad_token_id: the token fed in padding slots of a decode step (masked).
+        stop_token_ids: tokens that end an answer (not part of it; their statistics are kept apart).
+        detokenize: token ids to an answer's text (:attr:`Generation.text`).
+
+    Attributes:
+        steps: decode forward passes run so far (diagnostics; may be reset).
+        drafted: drafted tokens fed so far (diagnostics; may be reset).
+        graphs: CUDA graphs captured so far (diagnostics; may be reset).
+        graphs_failed: the error of a CUDA graph capture that failed; decoding then stays eager (None: none failed).
+    """
+
+    def __init__(
+        self, model: Any, *, pad_token_id: int, stop_token_ids: Sequence[int], detokenize: Callable[[list[int]], str]
+    ) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.pad_token_id = pad_token_id
+        self.stop_token_ids = frozenset(stop_token_ids)
+        self.detokenize = detokenize
+        self.steps = self.drafted = self.graphs = 0
+        self.graphs_failed: str | None = None
+        self._stream: Any = None  # the side stream graphed decoding runs on (made once)
+
+    @torch.inference_mode()
+    def decode(
+        self,
+        start: PrefilledBatch,
+        histories: list[list[int]],
+        max_new_tokens: int,
+        *,
+        sampling: Sampling | None = None,
+        drafter: PromptLookup | None = None,
+        entropy_chunk_rows: int = 64,
+        cuda_graphs: bool = False,
+    ) -> list[Generation]:
+        """Decode a batch from ``start`` (its tensors are consumed; a slot cache needs room for
+        ``max_new_tokens`` plus ``drafter.max_draft`` positions): ``histories[i]`` is row i's prompt,
+        where ``drafter`` looks for drafts. Greedy (``sampling`` None) with a drafter, each step feeds
+        every row its pending token plus up to ``drafter.max_draft`` drafted tokens and keeps the
+        drafted tokens the model itself would have chosen (so the answer is exactly the greedy one).
+        Entropies and log-probabilities (float32, chunks of ``entropy_chunk_rows`` rows) are those of
+        the positions that produced each kept token. ``cuda_graphs``: on a CUDA device, greedy decoding
+        over a slot cache replays each step as a CUDA graph (captured after one eager step, captured
+        again when the batch shrinks to half)."""
+        slots = slot_layers(start.cache) is not None and attention_kind(self.model) in SLOT_MASKS
+        if drafter is not None and (not slots or sampling is not None or drafter.max_draft < 1):
+            drafter = None
+        width = 1 + (drafter.max_draft if drafter is not None else 0)
+        if slots:
+            feed: SlotFeed | AppendFeed = SlotFeed(self.model, start, width, self.pad_token_id, entropy_chunk_rows)
+        else:
+            feed = AppendFeed(self.model, start, self.pad_token_id, entropy_chunk_rows)
+        graphed = (
+            cuda_graphs and slots and sampling is None and self.device.type == "cuda" and self.graphs_failed is None
+        )
+        with contextlib.ExitStack() as stack:
+            stepper = None
+            if graphed:
+                if self._stream is None:
+                    self._stream = torch.cuda.Stream(device=self.device)
+                stepper = GraphedSteps(self, self._stream)
+                stack.callback(stepper.close)
+                stack.enter_context(torch.cuda.stream(self._stream))  # the whole loop: one stream
+            return self._loop(start, feed, stepper, histories, max_new_tokens, sampling, drafter)
+
+    def _loop(self, start, feed, stepper, histories, max_new_tokens, sampling, drafter) -> list[Generation]:
+        n = len(histories)
+        state = _Answers(histories, drafter)
+        rows = list(range(n))  # the answer of each row of the feed
+        alive = [True] * n
+        packed = feed.first(start.logits)  # the prefill's logits choose each row's first token
+        logits = start.logits
+        while True:
+            values = packed.tolist()  # the one synchronisation of a step
+            if sampling is not None:
+                chosen, chosen_lp = self._sample(logits, sampling, rows, alive)
+            pending: list[int] = []
+            for j, (r, v) in enumerate(zip(rows, values)):
+                if not alive[j]:
+                    pending.append(self.pad_token_id)
+                    continue
+                w = (len(v) - 1) // 3  # the positions this step fed
+                accepted = int(v[-1])
+                keep = True
+                for p in range(accepted + 1):
+                    token, lp = (chosen[j], chosen_lp[j]) if sampling is not None else (int(v[p]), v[2 * w + p])
+                    keep = state.add(r, token, v[w + p], lp, self.stop_token_ids, max_new_tokens)
+                    if not keep:
+                        break
+                alive[j] = keep
+                pending.append(chosen[j] if sampling is not None else int(v[accepted]))
+            feed.advanced(values, alive_before=feed.alive_fed)
+            if not any(alive):
+                break
+            live = [j for j, a in enumerate(alive) if a]
+            if len(live) < len(rows) and (stepper is None or len(live) <= len(rows) // 2):
+                feed.select(live)  # finished rows leave the batch (a graph's batch: once it is half empty)
+                rows, pending, alive = [rows[j] for j in live], [pending[j] for j in live], [True] * len(live)
+                if stepper is not None:
+                    stepper.reset()
+            drafts = [
+                state.propose(r, max_new_tokens - len(state.tokens[r]) - 1) if a and drafter is not None else []
+                for r, a in zip(rows, alive)
+            ]
+            feed.set_inputs(pending, drafts, alive)
+            if stepper is not None:
+                packed = stepper.step(feed)
+                if stepper.failed:  # captured nothing: the rest of this decode runs eagerly
+                    stepper = None
+            else:
+                packed, logits = feed.step()
+            self.steps += 1
+            self.drafted += sum(map(len, drafts))
+        return state.generations(self.detokenize)
+
+    @staticmethod
+    def _sample(
+        logits: torch.Tensor, sampling: Sampling, rows: list[int], alive: list[bool]
+    ) -> tuple[list[int], list[float]]:
+        """One sampled token per row at the first fed position, with its log-probability under the
+        untempered model (rows no longer alive: none drawn)."""
+        first = logits[:, 0].float()  # [rows, vocab]
+        probs = torch.softmax(first / sampling.temperature, dim=-1).cpu()
+        logp = torch.log_softmax(first, dim=-1).cpu()
+        tokens = [
+            int(torch.multinomial(probs[j], 1, generator=sampling.generators[r])) if a else -1
+            for j, (r, a) in enumerate(zip(rows, alive))
+        ]
+        return tokens, [float(logp[j, t]) if t >= 0 else 0.0 for j, t in enumerate(tokens)]
+
+
+class GraphedSteps:
+    """Decode steps of one batch as a CUDA graph: the first step after (re)starting runs eagerly (it
+    also warms the kernels up), the next one is captured, and every later one replays the graph. All of
+    it runs on one side stream, as CUDA graphs require. A capture that fails is logged once per decoder
+    and the decode goes on eagerly (``failed``)."""
+
+    def __init__(self, decoder: Decoder, stream: Any) -> None:
+        self.decoder = decoder
+        self.stream = stream
+        self.stream.wait_stream(torch.cuda.current_stream(decoder.device))  # the prefill's work comes first
+        self.graph: Any = None
+        self.out: torch.Tensor | None = None
+        self.warm = False
+        self.failed = False
+
+    def reset(self) -> None:
+        """The batch changed shape: the next step runs eagerly, the one after it is captured again."""
+        self.graph, self.out, self.warm = None, None, False
+
+    def step(self, feed: SlotFeed) -> torch.Tensor:
+        """One step on ``feed``'s inputs (the caller is on :attr:`stream`); its packed outcome."""
+        if self.graph is not None:
+            self.graph.replay()
+            return self.out
+        if not self.warm:
+            self.warm = True
+            return feed.step(None)[0]
+        graph = torch.cuda.CUDAGraph()
+        try:
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                out = feed.step(None)[0]
+            finally:
+                graph.capture_end()
+        except Exception as exc:  # noqa: BLE001 - any capture error: decode on without graphs
+            self.failed = True
+            self.decoder.graphs_failed = f"{type(exc).__name__}: {exc}"
+            logger.warning("grogu engine: CUDA graph capture failed (%s); decoding without graphs", exc)
+            self.stream.synchronize()
+            return feed.step(None)[0]
+        self.graph, self.out = graph, out
+        self.decoder.graphs += 1
+        graph.replay()
+        return out
+
+    def close(self) -> None:
+        """The default stream waits for this one; the graph and its memory are let go."""
+        torch.cuda.current_stream(self.decoder.device).wait_stream(self.stream)
+        self.graph = self.out = None
+
+
+class _Answers:
+    """The answers of a decoding batch so far: per row its tokens, their entropies and log-probabilities,
+    the stop token with its statistics, and (with a drafter) an index of the prompt plus answer."""
+
+    def __init__(self, seqs: list[list[int]], drafter: PromptLookup | None = None) -> None:
+        n = len(seqs)
+        self.lookups = [drafter.index(list(s)) for s in seqs] if drafter is not None else None
+        self.tokens: list[list[int]] = [[] for _ in range(n)]
+        self.ents: list[list[float]] = [[] for _ in range(n)]
+        self.lps: list[list[float]] = [[] for _ in range(n)]
+        self.stops: list[tuple[int, float, float] | None] = [None] * n
+
+    def add(self, r: int, token: int, entropy: float, logprob: float, stop_set, max_new_tokens: int) -> bool:
+        """Row r's next token; False once the row is done (a stop token, or max_new_tokens reached)."""
+        if token in stop_set:
+            self.stops[r] = (token, entropy, logprob)
+            return False
+        self.tokens[r].append(token)
+        if self.lookups is not None:
+            self.lookups[r].append([token])
+        self.ents[r].append(entropy)
+        self.lps[r].append(logprob)
+        return len(self.tokens[r]) < max_new_tokens
+
+    def propose(self, r: int, budget: int) -> list[int]:
+        return self.lookups[r].propose(budget)
+
+    def generations(self, detokenize: Callable[[list[int]], str]) -> list[Generation]:
+        out = []
+        for tokens, ents, lps, stop in zip(self.tokens, self.ents, self.lps, self.stops):
+            stop_info = stop or (None, None, None)
+            out.append(
+                Generation(
+                    token_ids=tokens,
+                    entropy=torch.tensor(ents, dtype=torch.float32),
+                    logprob=torch.tensor(lps, dtype=torch.float32),
+                    stop_token_id=stop_info[0],
+                    stop_entropy=stop_info[1],
+                    stop_logprob=stop_info[2],
+                    text=detokenize(tokens),
+                )
+            )
+        return out

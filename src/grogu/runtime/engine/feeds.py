@@ -1,0 +1,173 @@
+"""The two ways to feed a decode step (see :mod:`grogu.runtime.engine.decode`), and the device-side
+reading of a step's logits.
+
+- :class:`SlotFeed`: every cache layer is a :class:`~grogu.runtime.engine.kvcache.ReservedLayer`. Each
+  row writes its step at its own slots, right after the tokens it kept, so a rejected draft is
+  overwritten and rows may advance by different counts; a 4-D mask says which slots each fed position
+  sees. Nothing here reads a number back to the host, so a step can be captured in a CUDA graph.
+- :class:`AppendFeed`: any other cache (sliding-window, recurrent): rows of one length, one token a step,
+  appended, with transformers' own masks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .kvcache import attention_kind, slot_layers
+from .prefill import PrefilledBatch
+from .stats import entropy_logprob
+
+
+def step_outcome(
+    logits: torch.Tensor,
+    fed: torch.Tensor | None,
+    drafted: torch.Tensor | None,
+    chunk_rows: int,
+    offsets: torch.Tensor,
+) -> torch.Tensor:
+    """Device-side reading of a step's logits [rows, W, vocab]: per row the greedy token of each position,
+    its entropy and log-probability (float32), and how many of the drafted tokens (``fed[:, 1:]``, the
+    first ``drafted[j]`` of them real) the model chose; packed as float64 [rows, 3W + 1] (exact for
+    token ids) so that one copy brings it all to the host."""
+    b, w, v = logits.shape
+    flat = logits.reshape(b * w, v)
+    choice = flat.argmax(-1)  # [rows * W]
+    entropy, logp = entropy_logprob(flat, choice, chunk_rows)  # [rows * W] each
+    choice = choice.view(b, w)
+    if w > 1 and fed is not None:
+        agree = (choice[:, :-1] == fed[:, 1:]) & (offsets[None, : w - 1] < drafted[:, None])  # [rows, W - 1]
+        accepted = agree.long().cumprod(-1).sum(-1)  # [rows]
+    else:
+        accepted = torch.zeros(b, dtype=torch.long, device=logits.device)
+    return torch.cat(
+        [choice.double(), entropy.view(b, w).double(), logp.view(b, w).double(), accepted[:, None].double()], dim=1
+    )
+
+
+class SlotFeed:
+    """Decode steps over a slot cache (see the module docstring): the inputs of a step (token ids, the
+    number of drafted tokens and whether the row is alive) in one device tensor the host writes; each
+    row's filled slots and last position in device tensors that the step itself advances."""
+
+    def __init__(self, model: Any, start: PrefilledBatch, width: int, pad_token_id: int, chunk_rows: int) -> None:
+        self.model, self.cache, self.width, self.chunk_rows = model, start.cache, width, chunk_rows
+        self.layers = slot_layers(start.cache)
+        rows, prompt = start.attention.shape
+        dev = start.attention.device
+        self.capacity = min(layer.capacity for layer in self.layers)
+        self.seen = torch.ones(rows, self.capacity, dtype=torch.bool, device=dev)  # [rows, capacity]
+        self.seen[:, :prompt] = start.attention.bool()  # a prompt's padding is never seen
+        self.fill = torch.full((rows,), prompt, dtype=torch.long, device=dev)  # [rows]: the first free slot
+        self.last_pos = start.last_pos.clone()  # [rows]: the position id of the last cached token
+        self.inputs = torch.full((rows, width + 2), pad_token_id, dtype=torch.long, device=dev)
+        self.index = torch.zeros(rows, width, dtype=torch.long, device=dev)  # [rows, W]: slots written
+        self.slots = torch.arange(self.capacity, device=dev)
+        self.offsets = torch.arange(width, device=dev)
+        self.float_mask = attention_kind(model) == "eager"
+        self.dtype = start.logits.dtype
+        self.host_fill = [prompt] * rows  # the host's copy of ``fill``, for the eager steps' read limit
+        self.alive_fed: list[bool] = [False] * rows
+        self.pad_token_id = pad_token_id
+        self._bind()
+
+    def _bind(self) -> None:
+        for layer in self.layers:
+            layer.write_index = self.index
+
+    def first(self, logits: torch.Tensor) -> torch.Tensor:
+        return step_outcome(logits, None, None, self.chunk_rows, self.offsets)
+
+    def set_inputs(self, pending: list[int], drafts: list[list[int]], alive: list[bool]) -> None:
+        w, pad = self.width, self.pad_token_id
+        rows = [[t, *d, *[pad] * (w - 1 - len(d)), len(d), int(a)] for t, d, a in zip(pending, drafts, alive)]
+        self.inputs.copy_(torch.tensor(rows, dtype=torch.long))
+        self.alive_fed = list(alive)
+
+    def step(self, limit: int | None = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step on the current inputs (device work only); returns (packed outcome, logits).
+        ``limit``: slots attention reads; -1: just past the fullest row (eager), None: all (a graph)."""
+        w = self.width
+        if limit == -1:
+            limit = min(self.capacity, max(self.host_fill) + w)
+        ids, drafted, alive = self.inputs[:, :w], self.inputs[:, w], self.inputs[:, w + 1]
+        torch.add(self.fill[:, None], self.offsets[None], out=self.index)  # [rows, W]: the slots written
+        positions = self.last_pos[:, None] + 1 + self.offsets[None]  # [rows, W]
+        span = self.capacity if limit is None else limit
+        for layer in self.layers:
+            layer.limit = limit
+        mask = (self.slots[None, None, :span] <= self.index[:, :, None]) & self.seen[:, None, :span]  # [rows, W, span]
+        mask = mask[:, None]  # [rows, 1, W, span]
+        if self.float_mask:
+            mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(
+                ~mask, torch.finfo(self.dtype).min
+            )
+        logits = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache, use_cache=True
+        ).logits  # [rows, W, vocab]
+        packed = step_outcome(logits, ids, drafted, self.chunk_rows, self.offsets)
+        advance = (packed[:, -1].long() + 1) * alive  # the pending token and the accepted drafts
+        self.fill += advance
+        self.last_pos += advance
+        return packed, logits
+
+    def advanced(self, values: list[list[float]], alive_before: list[bool]) -> None:
+        """The host's copy of ``fill`` follows the step just read back."""
+        if any(alive_before):
+            for j, v in enumerate(values):
+                if alive_before[j]:
+                    self.host_fill[j] += int(v[-1]) + 1
+
+    def select(self, keep: list[int]) -> None:
+        idx = torch.tensor(keep, device=self.fill.device)
+        for layer in self.layers:
+            layer.batch_select_indices(idx)
+        self.seen, self.fill, self.last_pos = self.seen[idx], self.fill[idx], self.last_pos[idx]
+        self.inputs, self.index = self.inputs[idx], self.index[idx]
+        self.host_fill = [self.host_fill[j] for j in keep]
+        self.alive_fed = [self.alive_fed[j] for j in keep]
+        self._bind()
+
+
+class AppendFeed:
+    """Decode steps over a cache of other layers (sliding-window, recurrent): rows of one length without
+    padding, one token a step appended, transformers' own masks from a 2-D attention mask."""
+
+    width = 1
+
+    def __init__(self, model: Any, start: PrefilledBatch, pad_token_id: int, chunk_rows: int) -> None:
+        self.model, self.cache, self.chunk_rows = model, start.cache, chunk_rows
+        self.attention, self.last_pos = start.attention, start.last_pos.clone()
+        self.inputs = torch.full((len(self.last_pos), 3), pad_token_id, dtype=torch.long, device=self.last_pos.device)
+        self.offsets = torch.arange(1, device=self.last_pos.device)
+        self.alive_fed: list[bool] = [False] * len(self.last_pos)
+
+    def first(self, logits: torch.Tensor) -> torch.Tensor:
+        return step_outcome(logits, None, None, self.chunk_rows, self.offsets)
+
+    def set_inputs(self, pending: list[int], drafts: list[list[int]], alive: list[bool]) -> None:
+        self.inputs.copy_(torch.tensor([[t, 0, int(a)] for t, a in zip(pending, alive)], dtype=torch.long))
+        self.alive_fed = list(alive)
+
+    def step(self, limit: int | None = -1) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = self.inputs[:, :1]
+        self.attention = torch.cat([self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=self.attention,
+            position_ids=self.last_pos[:, None] + 1,
+            past_key_values=self.cache,
+            use_cache=True,
+        ).logits  # [rows, 1, vocab]
+        self.last_pos += 1
+        return step_outcome(logits, None, None, self.chunk_rows, self.offsets), logits
+
+    def advanced(self, values: list[list[float]], alive_before: list[bool]) -> None:
+        pass
+
+    def select(self, keep: list[int]) -> None:
+        idx = torch.tensor(keep, device=self.last_pos.device)
+        self.cache.batch_select_indices(idx)
+        self.attention, self.last_pos, self.inputs = self.attention[idx], self.last_pos[idx], self.inputs[idx]
+        self.alive_fed = [self.alive_fed[j] for j in keep]

@@ -1,0 +1,35 @@
+"""The target LLM behind an inference server (vLLM, SGLang, llama.cpp; grounded-only through a chat API:
+OpenAI, Ollama): :class:`ServerTarget`."""
+
+from ...core.exports import lazy_names
+
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "APIS": ".apis",
+        "choose_api": ".apis",
+        "sampling_differences": ".frameworks",
+        "server_connection": ".frameworks",
+        "target_from_llm": ".frameworks",
+        "ServerCapabilityError": ".server_target",
+        "ServerError": ".server_target",
+        "ServerTarget": ".server_target",
+        "DEFAULT_TAIL": ".topk",
+        "TAILS": ".topk",
+        "topk_entropy": ".topk",
+    },
+)
+
+__all__ = [
+    "ServerTarget",
+    "ServerError",
+    "ServerCapabilityError",
+    "APIS",
+    "TAILS",
+    "DEFAULT_TAIL",
+    "topk_entropy",
+    "server_connection",
+    "target_from_llm",
+    "sampling_differences",
+    "choose_api",
+]
