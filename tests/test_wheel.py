@@ -32,8 +32,8 @@ def test_the_wheel_holds_the_plug_in_only(tmp_path):
         if f.endswith(".py")
     }
     assert modules == source  # every module of src/grogu, nothing else
-    assert {"grogu.retrieval", "grogu.audit.setups", "grogu.cli"} <= modules
-    data = [n for n in names if n.startswith("grogu/data/") or n.startswith("grogu/audit/templates/")]
+    assert {"grogu.rerank.retrieval", "grogu.apps.audit.setups", "grogu.apps.cli.__init__", "grogu._moved"} <= modules
+    data = [n for n in names if n.startswith("grogu/data/") or n.startswith("grogu/apps/audit/templates/")]
     assert any(n.endswith(".j2") for n in data) and any(n.endswith((".json", ".jsonl")) for n in data)
 
 

@@ -2,7 +2,7 @@
 
 :class:`SharedSettings` is a pydantic model: LlamaIndex's ``GroguRerank`` and LangChain's ``GroguCompressor``
 and ``GroguRetriever`` inherit its fields. Each field has one default, one description and grogu's own check
-(:mod:`grogu.checks`), run before pydantic's coercion, so a bool is not a count and NaN not a threshold. A
+(:mod:`grogu.core.checks`), run before pydantic's coercion, so a bool is not a count and NaN not a threshold. A
 default changed here changes in both frameworks. Both integrations bring pydantic (v2); grogu's core does not
 import this module.
 """

@@ -34,7 +34,7 @@ def check_query(query: Any) -> str:
 
 
 def check_documents(documents: Any) -> list[Document]:
-    """The documents as :class:`~grogu.prompts.Document` objects, in input order (none dropped: an
+    """The documents as :class:`~grogu.core.prompts.Document` objects, in input order (none dropped: an
     empty text is a document too); a TypeError naming the position of anything that is not one."""
     if isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):
         raise TypeError(f"documents must be a list of documents, got {type(documents).__name__}")
@@ -42,7 +42,7 @@ def check_documents(documents: Any) -> list[Document]:
 
 
 def check_document_list(documents: Any) -> tuple[list[Any], list[Document]]:
-    """(the documents as given, as a list; the same as :class:`~grogu.prompts.Document` objects). The
+    """(the documents as given, as a list; the same as :class:`~grogu.core.prompts.Document` objects). The
     input is read once, so a generator gives its documents too instead of coming back empty."""
     if isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):
         raise TypeError(f"documents must be a list of documents, got {type(documents).__name__}")

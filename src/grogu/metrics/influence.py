@@ -16,7 +16,7 @@ linear in the mask, IS_i = y({i}) - y(all but i) = 2 w_i - sum_j w_j: the same r
 is on its own scale (w_i, sparse: many are 0) and only as good as y is linear in the documents kept.
 
 Forward-only attribution (``method="leave_one_out_logprob"`` or ``"contextcite"``, see
-:mod:`grogu.attribution`) generates nothing but the full-context answer when none is given: the answer
+:mod:`grogu.metrics.attribution`) generates nothing but the full-context answer when none is given: the answer
 is teacher-forced under each ablated context and its log-probability compared; no embedder is loaded.
 """
 
@@ -143,11 +143,11 @@ class InfluenceScorer:
         model: a grogu Engine, a model name/path/hub id, or a loaded (model, tokenizer) pair.
         embedder: sentence-transformers model (default: the packaged all-MiniLM-L6-v2).
         max_new_tokens: longest answer generated per context (default 64).
-        template: prompt text override (:class:`~grogu.prompts.PromptTemplate`).
+        template: prompt text override (:class:`~grogu.core.prompts.PromptTemplate`).
         method: "exact" (2k + 1 generations), "ablation" (the ContextCite-style estimate from
             ``n_ablations`` random ablations) or "auto" (ablation when k > 12 and n_ablations < 2k + 1,
             so k >= 16 with the default m). Default "exact". Forward-only (no generation but the
-            full-context answer when none is given, see :mod:`grogu.attribution`):
+            full-context answer when none is given, see :mod:`grogu.metrics.attribution`):
             "leave_one_out_logprob" (k + 1 forward passes) or "contextcite" (m forward passes + LASSO).
         n_ablations: m, the number of random ablations (default 32 for "ablation"/"auto": at k = 16
             that is about the exact cost, below it for larger k; 64 for "contextcite", ContextCite's).

@@ -1,23 +1,23 @@
 """Influence records: one record schema and one recorder for every framework integration.
 
 After a RAG query has answered, :class:`InfluenceRecorder` computes each document's Influence Score
-on that answer (:class:`grogu.influence.InfluenceScorer`, or the service's
+on that answer (:class:`grogu.metrics.influence.InfluenceScorer`, or the service's
 :class:`grogu.RemoteInfluenceScorer`), times it, builds one record and writes it to every sink
-(:mod:`grogu.sinks`). The LlamaIndex and LangChain integrations only read their framework's query,
+(:mod:`grogu.observe.sinks`). The LlamaIndex and LangChain integrations only read their framework's query,
 answer and documents into an :class:`AnsweredQuery`; so one log pipeline reads the records of both.
-The record's schema (every field) is documented in :mod:`grogu.influence_record`; its names are
+The record's schema (every field) is documented in :mod:`grogu.observe.influence_record`; its names are
 importable from here too.
 
 Where the work runs (:meth:`InfluenceRecorder.record`): inside a running event loop, as a task that
 does not block the loop (``await aflush()`` waits); else with ``background=True`` on grogu's worker
-thread (:mod:`grogu.coalescer`; ``flush()`` waits); else before ``record`` returns. Under
+thread (:mod:`grogu.runtime.coalescer`; ``flush()`` waits); else before ``record`` returns. Under
 ``on_error="raise"`` the work never becomes a loop task, so that a failure reaches the caller.
 A failure is always logged (warning) and written as a record with ``error`` set; under
 ``on_error="raise"`` it is then raised (from ``flush()`` for background work).
 
-With OpenTelemetry installed (``grogu[otel]``), each scoring is also a ``grogu.influence`` span carrying
+With OpenTelemetry installed (``grogu[otel]``), each scoring is also a ``grogu.metrics.influence`` span carrying
 the whole record, a child of the span current when the query was recorded, which gets a
-``grogu_influence`` event (:mod:`grogu.tracing`).
+``grogu_influence`` event (:mod:`grogu.observe.tracing`).
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ class InfluenceRecorder:
 
     Args:
         scorer: an ``InfluenceScorer`` or ``RemoteInfluenceScorer`` (see
-            :func:`grogu.scorer_factory.build_influence_scorer`).
+            :func:`grogu.rerank.factory.build_influence_scorer`).
         model: the target LLM's name for the records.
-        sinks: sink specs (:func:`grogu.sinks.as_sinks`); None logs each record on ``logger``.
+        sinks: sink specs (:func:`grogu.observe.sinks.as_sinks`); None logs each record on ``logger``.
         framework: the ``framework`` field of the records.
         on_error: "raise" or "record" (see the module docstring; "passthrough" means "record").
         background: score synchronous calls on grogu's worker thread.

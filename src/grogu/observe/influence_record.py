@@ -1,5 +1,5 @@
 """The influence record: the one schema every framework integration writes, and what a framework
-hands the recorder (:class:`AnsweredQuery`). The recorder is :mod:`grogu.influence_log`.
+hands the recorder (:class:`AnsweredQuery`). The recorder is :mod:`grogu.observe.influence_log`.
 
 The record (a JSON-ready dict; every key is always present, :data:`RECORD_FIELDS`):
 
@@ -113,8 +113,8 @@ class AnsweredQuery:
     :data:`CONTEXT_FIELDS` it knows. ``on_result(result)`` runs after a successful scoring, before the
     record is built (e.g. to write scores into the framework's documents); ``on_record(record)`` runs
     after the sinks (e.g. to dispatch a framework event). ``trace_context``: the OpenTelemetry context
-    whose span parents the ``grogu.influence`` span (:mod:`grogu.tracing`; None: the context current
-    when :meth:`grogu.influence_log.InfluenceRecorder.record` is called).
+    whose span parents the ``grogu.metrics.influence`` span (:mod:`grogu.observe.tracing`; None: the context current
+    when :meth:`grogu.observe.influence_log.InfluenceRecorder.record` is called).
     """
 
     query: str

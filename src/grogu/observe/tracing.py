@@ -17,13 +17,13 @@ current span):
     status to ERROR with the exception recorded and ``grogu.error`` ("Type: message"); with
     ``on_error="passthrough"`` the output documents are then the input ones.
 
-``grogu.influence`` (``EVALUATOR``): one per influence record (:mod:`grogu.influence_record`).
+``grogu.metrics.influence`` (``EVALUATOR``): one per influence record (:mod:`grogu.observe.influence_record`).
     ``input.value`` the query, ``output.value`` the answer scored, and every field of the record as
-    ``grogu.influence.<field>``: str and numbers as they are, lists of numbers or str as arrays
-    (``grogu.influence.influence``: the scores in document order), ``documents``, ``metadata`` and
-    other structures as JSON (``grogu.influence.documents``: every document's id, text, metadata,
-    retrieval score, utility, influence and answers); ``grogu.influence.document_ids`` lists the
-    documents' ids. A failed scoring: status ERROR, ``grogu.influence.error`` set, the rest of the
+    ``grogu.metrics.influence.<field>``: str and numbers as they are, lists of numbers or str as arrays
+    (``grogu.metrics.influence.influence``: the scores in document order), ``documents``, ``metadata`` and
+    other structures as JSON (``grogu.metrics.influence.documents``: every document's id, text, metadata,
+    retrieval score, utility, influence and answers); ``grogu.metrics.influence.document_ids`` lists the
+    documents' ids. A failed scoring: status ERROR, ``grogu.metrics.influence.error`` set, the rest of the
     record still there. The span that was current when the query was recorded (the query's span)
     also gets an event ``grogu_influence`` with the method, model, ids and scores, when it is still
     open when the scores are ready (always in synchronous queries; not with ``background=True``).
@@ -245,7 +245,7 @@ def _attribute(value: Any) -> Any:
 
 
 def record_attributes(record: Mapping[str, Any]) -> dict[str, Any]:
-    """Every field of an influence record as ``grogu.influence.<field>`` attributes (see the module
+    """Every field of an influence record as ``grogu.metrics.influence.<field>`` attributes (see the module
     docstring), plus OpenInference's span kind, ``input.value`` and ``output.value``."""
     attributes: dict[str, Any] = {SPAN_KIND: EVALUATOR, INPUT_VALUE: str(record.get("query") or "")}
     if record.get("answer") is not None:
@@ -273,7 +273,7 @@ def event_attributes(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class InfluenceSpan:
-    """The handle of a ``grogu.influence`` span (does nothing when the span does not record)."""
+    """The handle of a ``grogu.metrics.influence`` span (does nothing when the span does not record)."""
 
     def __init__(self, span: Any = None, parent: Any = None) -> None:
         self.span, self.parent = span, parent
@@ -293,7 +293,7 @@ class InfluenceSpan:
 
 @contextmanager
 def influence_span(parent: Any = None) -> Iterator[InfluenceSpan]:
-    """A ``grogu.influence`` span around one influence scoring, started in ``parent`` (a context from
+    """A ``grogu.metrics.influence`` span around one influence scoring, started in ``parent`` (a context from
     :func:`current_context`; None: the current one). An exception leaving the block is recorded."""
     t = tracer()
     if t is None:

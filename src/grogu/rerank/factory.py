@@ -107,7 +107,7 @@ def build_scorer(
     into an engine or a ServerTarget (the framework's own resolution of its LLM objects), scored here.
     ``options``: :class:`grogu.UtilityScorer`'s settings (``metric``, ``max_new_tokens``, ``template``...).
     ``batch_size`` / ``engine_config`` configure the process-wide engine of a model run here
-    (:func:`grogu.engine.config.configure_engine`); for anything else they are an error.
+    (:func:`grogu.runtime.engine.config.configure_engine`); for anything else they are an error.
     """
     if batch_size is not None and engine_config is not None:
         raise ValueError("give batch_size or engine_config (which holds max_batch_size), not both")

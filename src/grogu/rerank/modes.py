@@ -187,7 +187,7 @@ def gate_reading(settings: Any, first: Any, texts: Sequence[str] | None, context
 
 
 def doubt(settings: Any, first: Any, texts: Sequence[str] | None, context: Sequence[int]) -> bool:
-    """Whether the retriever's context is in doubt (:func:`grogu.selection.doubtful` of :func:`gate_reading`)."""
+    """Whether the retriever's context is in doubt (:func:`grogu.rerank.selection.doubtful` of :func:`gate_reading`)."""
     support, confidence = gate_reading(settings, first, texts, context)
     return selection.doubtful(support, confidence, settings.gate_support, settings.gate_confidence)
 

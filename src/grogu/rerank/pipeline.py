@@ -6,7 +6,7 @@
   first, and the other candidates only when that answer is in doubt.
 - :func:`run` drives many plans in process: each wave of every plan goes in one engine batch.
   ``UtilityScorer.rerank`` / ``arerank`` call it. The scoring service drives the same generator through
-  its scheduler, one step at a time (:mod:`grogu.serve.replica_work`), so ``/rerank`` does the same work.
+  its scheduler, one step at a time (:mod:`grogu.apps.serve.replica_work`), so ``/rerank`` does the same work.
 
 A step's results depend on its own rows only, never on the batch, so any driver gives the same answer.
 """

@@ -149,7 +149,7 @@ class DenseRetriever:
     """Cosine similarity of normalised sentence-transformers embeddings over ``passages`` (embedded once).
 
     embedder: a SentenceTransformer, an embedded alias ('all-minilm-l6-v2', the packaged model), a local
-    path or a hub id (see :func:`grogu.embedders.load_embedder`). ``passages`` may be None to only score
+    path or a hub id (see :func:`grogu.runtime.embedders.load_embedder`). ``passages`` may be None to only score
     given (query, text) pairs. ``cache``: keep the passage embeddings in ``$GROGU_CACHE`` (default
     ``~/.cache/grogu``), keyed by the embedder and a hash of the texts, so a second run does not re-encode.
     """

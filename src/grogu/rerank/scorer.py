@@ -60,17 +60,17 @@ class UtilityScorer(ContextScoring):
     """GROGU utility scores of documents for one target LLM.
 
     Args:
-        model: the target LLM: a :class:`~grogu.target.Target` (an :class:`~grogu.engine.Engine` or a
+        model: the target LLM: a :class:`~grogu.core.target.Target` (an :class:`~grogu.runtime.engine.Engine` or a
             :class:`~grogu.ServerTarget`), a model name/path/hub id (loaded once per process and shared,
-            see :func:`grogu.engine.get_engine`), or a loaded (model, tokenizer) pair. Held as ``target``.
+            see :func:`grogu.runtime.engine.get_engine`), or a loaded (model, tokenizer) pair. Held as ``target``.
         metric: a name from :data:`grogu.metrics.METRICS`: the paper's 'key_entropy' (default),
             'entropy', 'ppl', 'key_ppl', or a small-model variant (see :mod:`grogu.metrics`).
         alpha: key-token threshold on |H_g - H_u| in nats (default 0.05).
         top_k_frac: fraction K of tokens kept (by H_g) when no token passes alpha (default 0.1).
         max_new_tokens: longest grounded answer generated (default 64; 16 with ``answer_style="short"``).
-        template: a :class:`~grogu.prompts.PromptTemplate` to override the prompt text.
+        template: a :class:`~grogu.core.prompts.PromptTemplate` to override the prompt text.
         answer_style: 'long' (default: the paper's prompt, the whole greedy answer is scored) or 'short'
-            (:data:`~grogu.prompts.SHORT_ANSWER_TEMPLATE` asks for the answer only, and the answer is
+            (:data:`~grogu.core.prompts.SHORT_ANSWER_TEMPLATE` asks for the answer only, and the answer is
             cut at its first line break or sentence end; a given ``template`` still wins).
         copy_ngram: n of the n-grams that mark answer tokens copied from the document (default 5).
         device, dtype: for a model given by name (default CUDA+bf16, else CPU+float32; float32 for GGUF).
@@ -79,7 +79,7 @@ class UtilityScorer(ContextScoring):
     teacher-force) is scored with the metrics of the grounded answer alone
     (:data:`grogu.metrics.GROUNDED_METRICS`: ``entropy``, ``ppl``; ``metric=None``, the default, is
     ``ppl`` there and ``key_entropy`` elsewhere); another metric is a
-    :class:`~grogu.inference_server.ServerCapabilityError` here, and ``variants`` holds those metrics only.
+    :class:`~grogu.runtime.inference_server.ServerCapabilityError` here, and ``variants`` holds those metrics only.
     """
 
     def __init__(
@@ -201,7 +201,7 @@ class UtilityScorer(ContextScoring):
         return_details: bool = False,
         **overrides: Unpack[rerank.ModeOverrides],
     ) -> list[DocumentScore]:
-        """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.selection``):
+        """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.rerank.selection``):
 
         - ``"context"`` (default): the retriever's top-n is answered first and kept unless its answer is in
           doubt (``gate="doubt"``: ``gate_support``, ``gate_confidence``); then candidate contexts of
@@ -215,7 +215,7 @@ class UtilityScorer(ContextScoring):
         - ``"prune"``: documents at least as useful as no document, in retrieval order.
         ``relevance``: the retriever's scores of the documents, which set the retrieval order (and the
         fusion's relevance rank); without them the documents are taken in the order given, best first,
-        as a retriever returns them (``grogu.embedders.relevance_scores`` gives the packaged MiniLM's).
+        as a retriever returns them (``grogu.runtime.embedders.relevance_scores`` gives the packaged MiniLM's).
         Each result of the context mode carries ``gate``: the verdict on the retriever's own context.
         The mode's settings (:class:`grogu.ModeSettings`): ``settings`` (default: the defaults), with
         each setting given by name (``**overrides``, e.g. ``mode=``, ``gate=``) replacing its value.

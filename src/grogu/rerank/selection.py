@@ -224,7 +224,7 @@ def selection_scores(
     - ``"agreement"``: how much its answer agrees with the other candidates' answers
       (:func:`agreement_scores`, in [0, 1]); no model confidence at all;
     - ``"combined"``: ``(1 - w) * agreement + w * confidence``, with the confidence on the bounded [0, 1]
-      scale of :func:`grogu.scales.probability` (``w`` = ``confidence_weight``);
+      scale of :func:`grogu.metrics.scales.probability` (``w`` = ``confidence_weight``);
     - ``"confidence_support"``: ``utility + support_weight * support``, ``support`` the share of its
       answer's words found in its own documents (:func:`support_scores`, in [0, 1]): a confident answer
       the documents do not hold counts less.

@@ -1,7 +1,7 @@
 """Rerank settings (:class:`ModeSettings`), and the contexts a mode scores (:func:`plan`) and what it keeps
-(:func:`decide`), each asked of the mode's strategy in :data:`grogu.rerank_modes.MODES`.
+(:func:`decide`), each asked of the mode's strategy in :data:`grogu.rerank.modes.MODES`.
 
-The one pipeline that runs them on a target, in process or in the service, is :mod:`grogu.rerank_pipeline`.
+The one pipeline that runs them on a target, in process or in the service, is :mod:`grogu.rerank.pipeline`.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@
 >>> write_report(result.as_dict(), "audit-report")
 
 - :func:`audit`: each set-up's top-n scored as one context per query, paired comparisons between
-  set-ups (:mod:`grogu.audit.stats`), per-document usefulness and usefulness against rank.
-- :func:`from_influence_logs`: the per-document aggregates from influence records (:mod:`grogu.influence_record`).
+  set-ups (:mod:`grogu.apps.audit.stats`), per-document usefulness and usefulness against rank.
+- :func:`from_influence_logs`: the per-document aggregates from influence records (:mod:`grogu.observe.influence_record`).
 - :func:`write_report`: ``report.html`` (charts embedded) and ``summary.json``.
 """
 

@@ -1,6 +1,6 @@
 """Per-document aggregates over the queries a document was retrieved for, and value against rank.
 
-Both the audit (:mod:`grogu.audit.core`) and logged influence records (:func:`from_influence_logs`)
+Both the audit (:mod:`grogu.apps.audit.core`) and logged influence records (:func:`from_influence_logs`)
 reduce to :class:`Observation` s: one document, retrieved for one query by one set-up at one rank,
 with its ``value`` (how much it helped the target LLM). The tables here only average and count.
 """
@@ -109,7 +109,7 @@ def _log_key(doc: dict[str, Any]) -> str:
 def observations_from_records(
     records: Iterable[dict[str, Any]], *, setup_field: str | None = None
 ) -> list[Observation]:
-    """Observations from influence records (:mod:`grogu.influence_record`; dicts): each document of each record
+    """Observations from influence records (:mod:`grogu.observe.influence_record`; dicts): each document of each record
     without an ``error``, its value its ``influence`` (None where it has none). ``setup_field``: a key of
     the record's ``metadata`` (or a record field, e.g. ``run_name``) naming the set-up; default "log"."""
     out = []

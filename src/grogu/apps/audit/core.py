@@ -41,10 +41,10 @@ class AuditResult:
     ``baseline``: the same for no document (``none``: its utility). ``setups``: per set-up ``n``, ``mean``
     of the headline ``signal`` and its bootstrap interval, every signal's mean, documents and prompt
     tokens per context. ``baseline``: the no-document row. ``comparisons``: every pair of set-ups
-    (:class:`grogu.audit.stats.PairedComparison`, Holm-adjusted); ``against_none``: each set-up against
-    no documents. ``verdict``: what the statistics support (:func:`grogu.audit.stats.verdict`).
+    (:class:`grogu.apps.audit.stats.PairedComparison`, Holm-adjusted); ``against_none``: each set-up against
+    no documents. ``verdict``: what the statistics support (:func:`grogu.apps.audit.stats.verdict`).
     ``settings``: the run's settings and warnings. ``documents`` and ``rank_curve``:
-    :mod:`grogu.audit.aggregate` over the documents' usefulness.
+    :mod:`grogu.apps.audit.aggregate` over the documents' usefulness.
     """
 
     model: str
@@ -204,9 +204,9 @@ def audit(
     left out). ``top_n``: documents per context (default: all each set-up retrieved). ``documents``: also
     score each document alone (per-document usefulness; k more contexts a query at most). The query with
     no document is always scored: it is the baseline every set-up is shown against. ``signal``: the
-    headline (:data:`grogu.audit.signals.SIGNALS`); every signal's mean is reported beside it.
+    headline (:data:`grogu.apps.audit.signals.SIGNALS`); every signal's mean is reported beside it.
     ``level``, ``resamples``, ``seed``: the paired-bootstrap intervals; ``alpha``: the family-wise level of
-    the verdict (Holm's correction over all pairs; :func:`grogu.audit.stats.verdict`).
+    the verdict (Holm's correction over all pairs; :func:`grogu.apps.audit.stats.verdict`).
     """
     if top_n is not None:
         top_n = check_positive_int("top_n", top_n)

@@ -1,5 +1,5 @@
 """The audit's report: one self-contained HTML page (Jinja2 template ``templates/report.html.j2``, charts
-from :mod:`grogu.audit.charts` embedded as base64 PNG) and a JSON summary."""
+from :mod:`grogu.apps.audit.charts` embedded as base64 PNG) and a JSON summary."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 def page_data(summary: dict[str, Any]) -> dict[str, Any]:
     """What the template shows, from an audit summary (:meth:`AuditResult.as_dict`) or a log summary
-    (:func:`grogu.audit.aggregate.from_influence_logs`, which has no set-ups)."""
+    (:func:`grogu.apps.audit.aggregate.from_influence_logs`, which has no set-ups)."""
     docs = summary.get("documents", [])
     counted = [d for d in docs if d.get("low") is not None]  # seen for enough queries to have an interval
     logs = summary.get("value") == "influence"
@@ -90,7 +90,9 @@ def render_html(summary: dict[str, Any], title: str = "grogu audit") -> str:
     require("matplotlib", "the audit report's charts", AUDIT_INSTALL)
     env = jinja2.Environment(autoescape=jinja2.select_autoescape(default=True), trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = _fmt
-    template = env.from_string(resources.files("grogu.audit").joinpath("templates/report.html.j2").read_text("utf-8"))
+    template = env.from_string(
+        resources.files("grogu.apps.audit").joinpath("templates/report.html.j2").read_text("utf-8")
+    )
     return template.render(title=title, **page_data(summary))
 
 

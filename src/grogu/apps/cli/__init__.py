@@ -9,8 +9,8 @@ Documents: a .jsonl file (one string or {"text", "title"} object a line), a .jso
 file with one document per paragraph (blank-line separated). Queries: a .jsonl file of
 {"query": ..., "documents": [...]} objects.
 
-:func:`main` reads the arguments (:mod:`grogu.cli_arguments`), runs the scoring of ``grogu score`` /
-``grogu rerank`` and hands the other sub-commands to their runners (:mod:`grogu.cli_runners`, or the
+:func:`main` reads the arguments (:mod:`grogu.apps.cli.arguments`), runs the scoring of ``grogu score`` /
+``grogu rerank`` and hands the other sub-commands to their runners (:mod:`grogu.apps.cli.runners`, or the
 module named in :data:`EXTRA_COMMANDS`).
 """
 

@@ -25,7 +25,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _setting(convert, check, *args):
-    """An argparse ``type`` that converts the text (int or float) and checks it with :mod:`grogu.checks`,
+    """An argparse ``type`` that converts the text (int or float) and checks it with :mod:`grogu.core.checks`,
     so a bad option is a usage error naming the option and the value, as in the Python API."""
 
     def parse(text: str):

@@ -1,4 +1,4 @@
-"""What the ``grogu`` sub-commands run besides the scoring loop of :func:`grogu.cli.main`: the queries
+"""What the ``grogu`` sub-commands run besides the scoring loop of :func:`grogu.apps.cli.main`: the queries
 of ``grogu score`` / ``grogu rerank`` and their text table, and the ``influence``, ``seper`` and ``acu``
 sub-commands."""
 

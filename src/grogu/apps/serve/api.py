@@ -1,8 +1,8 @@
 """Request bodies of the scoring service (pydantic): a wrong type or a missing field is a 422 that
 names the field. Settings are those of the Python classes, with the same defaults; their values are
-checked while the request is parsed, with the checks the classes use (:mod:`grogu.checks`), so a bad
+checked while the request is parsed, with the checks the classes use (:mod:`grogu.core.checks`), so a bad
 value is a 422 with the message it has in Python, before any work. Templates are checked by
-:func:`grogu.serve.wire.check_template` (the client runs the same check)."""
+:func:`grogu.apps.serve.wire.check_template` (the client runs the same check)."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ class UngroundedRequest(ScorerSettings):
 
 
 class InfluenceSettings(_Strict):
-    """Settings of :class:`grogu.influence.InfluenceScorer` (the embedder is the server's)."""
+    """Settings of :class:`grogu.metrics.influence.InfluenceScorer` (the embedder is the server's)."""
 
     max_new_tokens: int = influence.DEFAULT_MAX_NEW_TOKENS
     template: Optional[TemplateIn] = None

@@ -164,7 +164,7 @@ def resolve_token(args: argparse.Namespace) -> str | None:
 
 
 def config_kwargs(args: argparse.Namespace) -> dict:
-    """The :class:`grogu.serve.config.ServeConfig` fields the command line sets (all but the model)."""
+    """The :class:`grogu.apps.serve.config.ServeConfig` fields the command line sets (all but the model)."""
     from .config import ServeConfig
 
     return dict(

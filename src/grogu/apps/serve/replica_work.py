@@ -1,6 +1,6 @@
-"""The engine work of one replica of the scoring service (:mod:`grogu.serve.service` holds its routes):
+"""The engine work of one replica of the scoring service (:mod:`grogu.apps.serve.service` holds its routes):
 its engine, the scorers built on it (cached), and the scheduling of each route's engine work on grogu's
-worker thread (:mod:`.scheduler`, :mod:`grogu.coalescer`)."""
+worker thread (:mod:`.scheduler`, :mod:`grogu.runtime.coalescer`)."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ class ReplicaWork:
 
     # ------------------------------------------------------------------ rerank
     async def _rerank(self, body: api.RerankRequest, scorer: UtilityScorer) -> list[Any]:
-        """The ranked documents: the library's rerank pipeline (:mod:`grogu.rerank_pipeline`), each of its
+        """The ranked documents: the library's rerank pipeline (:mod:`grogu.rerank.pipeline`), each of its
         steps scheduled with the other requests' work. Under the gate the retriever's context is answered
         first, and the other candidates only when its answer is in doubt, exactly as in process."""
         key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()

@@ -10,7 +10,7 @@ holds at most ``max_batch_tokens`` of it (and ``max_batch_size`` requests), a la
 into several calls, and a request that has had its turn goes to the back of the queue, so one heavy
 request cannot hold small ones behind it for long. Every other route's engine work (influence items,
 ΔSePer samples and beliefs, ACU items, a rerank's plan) is scheduled the same way.
-Engine work runs on grogu's worker thread (:mod:`grogu.coalescer`), so the replica's event loop keeps
+Engine work runs on grogu's worker thread (:mod:`grogu.runtime.coalescer`), so the replica's event loop keeps
 answering (health checks included).
 
 Every request is checked against the service's limits (:class:`ServeConfig`, ``grogu serve --help``)
@@ -62,14 +62,14 @@ def _public_name(spec: Optional[str]) -> Optional[str]:
 @serve.ingress(app)
 class GroguService(ReplicaWork):
     """One replica: one engine for ``config.model``, the routes below, batched engine work
-    (:class:`~grogu.serve.replica_work.ReplicaWork`)."""
+    (:class:`~grogu.apps.serve.replica_work.ReplicaWork`)."""
 
     # ------------------------------------------------------------------ service routes
     @app.get("/health")
     async def health(self) -> dict:
         """Readiness: 200 once the replica has loaded its model (no token needed); 503 while its worker
         thread has run one engine slice for ``health_stall_s`` seconds (stuck). While no replica is
-        ready the proxy answers 503 within a second (:mod:`grogu.serve.proxy`)."""
+        ready the proxy answers 503 within a second (:mod:`grogu.apps.serve.proxy`)."""
         self.check_health()
         return {"status": "ok"}
 

@@ -1,4 +1,4 @@
-"""What every client of the service shares (:mod:`grogu.serve.client`): a transport, the sync and async
+"""What every client of the service shares (:mod:`grogu.rerank.remote.client`): a transport, the sync and async
 request runners, the service's info and health, and the prompt template check."""
 
 from __future__ import annotations

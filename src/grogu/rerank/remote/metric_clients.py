@@ -1,5 +1,5 @@
 """The clients of the other metrics' routes: :class:`RemoteInfluenceScorer`, :class:`RemoteSePerScorer` and
-:class:`RemoteACUScorer` (see :mod:`grogu.serve.client`)."""
+:class:`RemoteACUScorer` (see :mod:`grogu.rerank.remote.client`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .transport import ServiceError
 
 
 class RemoteInfluenceScorer(RemoteClient):
-    """:class:`grogu.influence.InfluenceScorer` served by ``grogu serve`` (the embedder is the server's,
+    """:class:`grogu.metrics.influence.InfluenceScorer` served by ``grogu serve`` (the embedder is the server's,
     ``--embedder``). Settings as in-process; connection arguments as :class:`RemoteScorer`."""
 
     def __init__(
@@ -91,7 +91,7 @@ class RemoteInfluenceScorer(RemoteClient):
 
 
 class RemoteSePerScorer(RemoteClient):
-    """:class:`grogu.seper.SePerScorer` served by ``grogu serve --nli MODEL``."""
+    """:class:`grogu.metrics.seper.SePerScorer` served by ``grogu serve --nli MODEL``."""
 
     def __init__(
         self,
@@ -143,7 +143,7 @@ class RemoteSePerScorer(RemoteClient):
 
 
 class RemoteACUScorer(RemoteClient):
-    """:class:`grogu.acu.ACUScorer` served by ``grogu serve``."""
+    """:class:`grogu.metrics.acu.ACUScorer` served by ``grogu serve``."""
 
     def __init__(
         self,

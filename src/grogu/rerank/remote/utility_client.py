@@ -1,5 +1,5 @@
 """The client of the GROGU utility routes: :class:`RemoteScorer`, :class:`grogu.UtilityScorer` served by
-``grogu serve`` (see :mod:`grogu.serve.client`)."""
+``grogu serve`` (see :mod:`grogu.rerank.remote.client`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class RemoteScorer(RemoteClient):
         url: the service (``http://host:port``, plus the model's route prefix when it serves several),
             or a :class:`Transport` shared with other clients.
         token: the bearer token (default: the GROGU_SERVE_TOKEN environment variable, if set).
-        timeout: seconds per HTTP request; retries / backoff: see :mod:`grogu.serve.client`.
+        timeout: seconds per HTTP request; retries / backoff: see :mod:`grogu.rerank.remote.client`.
         metric, alpha, top_k_frac, max_new_tokens, template, answer_style, copy_ngram: the settings of
             :class:`grogu.UtilityScorer`, sent with every request.
     """

@@ -20,7 +20,7 @@ same way continues their cache (a doubtful query's swap candidates after its fir
 decoding can take prompt-lookup drafts (verified, so the answer is unchanged); finished rows leave the
 decode batch; entropies are computed in float32 on chunks, never on a float32 [batch, seq, vocab]
 tensor of the whole prompt; on out-of-memory a batch is split in two
-and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`grogu.prompts`.
+and retried. Inputs and outputs are token ids: prompts are rendered by :mod:`grogu.core.prompts`.
 
 Thread safety: one re-entrant lock serialises the model work, so any number of threads can share an
 engine and each gets exactly the result it would get alone.

@@ -1,7 +1,7 @@
 """The engine's settings: every tuned constant of batching, prefix sharing, drafting and kernels.
 
 :class:`EngineConfig` holds them, validated when it is made (a bad value is a ``ValueError`` naming
-the setting, as everywhere in :mod:`grogu.checks`). A setting left ``None`` takes its default for the
+the setting, as everywhere in :mod:`grogu.core.checks`). A setting left ``None`` takes its default for the
 device the engine runs on (:data:`DEVICE_DEFAULTS`, applied by :meth:`EngineConfig.resolved`): a GPU
 affords wider batches and pays less for drafted tokens than a CPU.
 
@@ -60,10 +60,10 @@ class EngineConfig:
         prompt_lookup_min_ngram: shortest n-gram matched (1-gram matches draft mostly noise).
         entropy_chunk_rows: logit rows turned into float32 entropies at a time (bounds the float32 copy).
         cuda_graphs: on a CUDA device, greedy decode steps are captured once per batch as a CUDA graph
-            and replayed (:mod:`grogu.engine.decode`): a step then costs the GPU's time rather than the
+            and replayed (:mod:`grogu.runtime.engine.decode`): a step then costs the GPU's time rather than the
             host's launches of a forward pass (True on GPU; meaningless on a CPU). A capture that fails
             is logged and decoding goes on without graphs.
-        cpu_linear: kernels of the linear layers on a CPU (:mod:`grogu.engine.kernels`): 'auto', 'onednn'
+        cpu_linear: kernels of the linear layers on a CPU (:mod:`grogu.runtime.engine.kernels`): 'auto', 'onednn'
             or 'default'; ignored on a GPU. Read when the engine is built.
         cpu_linear_pack_limit_mb: oneDNN weights are re-laid-out once (a copy beside the model's) when
             the linear weights take at most this many MiB. Read when the engine is built.
@@ -197,7 +197,7 @@ class Configured:
 
 
 def configure_engine(engine: Any, *, batch_size: int | None = None, config: EngineConfig | None = None) -> None:
-    """Apply an integration's batch/memory settings to ``engine`` (an :class:`~grogu.engine.Engine`):
+    """Apply an integration's batch/memory settings to ``engine`` (an :class:`~grogu.runtime.engine.Engine`):
     ``batch_size`` sets ``max_batch_size`` (most prompts in one forward pass), ``config`` replaces the
     whole configuration (``max_batch_tokens``, ``logits_budget_mb``: the memory a forward pass may
     take). One or the other (a TypeError for both, as for the Engine); neither leaves the engine as it

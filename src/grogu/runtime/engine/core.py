@@ -50,7 +50,7 @@ class Engine(Configured):
     """Batched token statistics for one causal LM on one device.
 
     Args:
-        model: a model spec (embedded alias, path, hub id; see :func:`grogu.models.load_model`), a loaded
+        model: a model spec (embedded alias, path, hub id; see :func:`grogu.runtime.models.load_model`), a loaded
             ``PreTrainedModel`` (then pass ``tokenizer``), or a ``(model, tokenizer)`` pair.
         tokenizer: the tokenizer when ``model`` is a loaded model.
         device, dtype: where and how to load a model given by name (default: CUDA+bf16, else CPU+float32; float32 for GGUF).
@@ -66,19 +66,19 @@ class Engine(Configured):
             per step. It measured no faster on a CPU (every token fed costs compute) nor on a GPU with
             CUDA graphs (a batch decodes until its longest answer ends): see :class:`EngineConfig`.
         prompt_lookup_ngram: longest n-gram matched to find a draft (shortest: ``prompt_lookup_min_ngram``, 2).
-        cpu_linear: kernels of the model's linear layers on a CPU (:mod:`grogu.engine.kernels`): 'auto'
+        cpu_linear: kernels of the model's linear layers on a CPU (:mod:`grogu.runtime.engine.kernels`): 'auto'
             (default: oneDNN where it measures faster than the default BLAS, as on AMD CPUs, where it
             is about twice as fast), 'onednn' or 'default'. The model is only switched while the
             engine runs it. Ignored on a GPU.
-        config: all settings at once, as an :class:`~grogu.engine.config.EngineConfig` (which also holds
+        config: all settings at once, as an :class:`~grogu.runtime.engine.config.EngineConfig` (which also holds
             the tuned constants that have no keyword argument: ``group_overhead_tokens``,
             ``min_batch_fill``, ``prompt_lookup_min_ngram``, ``entropy_chunk_rows``,
             ``cpu_linear_pack_limit_mb``). Not together with the setting keyword arguments above (a
             TypeError). ``engine.config`` is the configuration in use, defaults resolved for the device.
 
-    Its parts (see :mod:`grogu.engine`): ``planner`` (:class:`~grogu.engine.planning.BatchPlanner`),
-    ``prefill`` (:class:`~grogu.engine.prefill.PrefixPrefill`), ``decoder``
-    (:class:`~grogu.engine.decode.Decoder`). Diagnostics (assignable, e.g. reset to 0):
+    Its parts (see :mod:`grogu.runtime.engine`): ``planner`` (:class:`~grogu.runtime.engine.planning.BatchPlanner`),
+    ``prefill`` (:class:`~grogu.runtime.engine.prefill.PrefixPrefill`), ``decoder``
+    (:class:`~grogu.runtime.engine.decode.Decoder`). Diagnostics (assignable, e.g. reset to 0):
     ``prefill_tokens``, ``lookup_steps``, ``lookup_drafted``, ``oom_backoffs``.
     """
 
@@ -190,7 +190,7 @@ class Engine(Configured):
 
     def kernels(self):
         """A context in which forward passes of ``self.model`` use this engine's kernels (oneDNN linear
-        layers on a CPU where they are faster, see :mod:`grogu.engine.kernels`). The engine's own calls run in
+        layers on a CPU where they are faster, see :mod:`grogu.runtime.engine.kernels`). The engine's own calls run in
         it; wrap your own forward passes of ``engine.model`` in it to compute exactly what it computes."""
         return self._linears()
 
@@ -331,7 +331,7 @@ class Engine(Configured):
     ) -> list[Generation]:
         """Prefill then decode one planned batch. Greedy decoding takes prompt-lookup drafts where
         ``config.prompt_lookup`` > 0 and the model's caches can be stacked (see
-        :attr:`~grogu.engine.prefill.PrefixPrefill.stackable`); the cache gets room for the answer and
+        :attr:`~grogu.runtime.engine.prefill.PrefixPrefill.stackable`); the cache gets room for the answer and
         the longest draft, as decoding writes it in place."""
         drafter = None
         if sampling is None and config.prompt_lookup > 0 and self.prefill.stackable:

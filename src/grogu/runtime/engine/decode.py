@@ -1,5 +1,5 @@
-"""The decode loop: from a prefilled batch (:class:`~grogu.engine.prefill.PrefilledBatch`) to one
-answer per row, greedy with optional prompt-lookup drafts (:mod:`grogu.engine.drafting`), or sampled
+"""The decode loop: from a prefilled batch (:class:`~grogu.runtime.engine.prefill.PrefilledBatch`) to one
+answer per row, greedy with optional prompt-lookup drafts (:mod:`grogu.runtime.engine.drafting`), or sampled
 (:class:`Sampling`); each answer token's entropy and log-probability are read from the decode steps
 themselves.
 

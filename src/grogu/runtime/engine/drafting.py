@@ -1,7 +1,7 @@
 """Drafts for greedy decoding: tokens proposed to be verified by the model in one forward pass.
 
 A drafter has ``propose(history, budget=None) -> draft``: the tokens it guesses follow ``history``
-(the prompt plus the answer so far). The decode loop (:mod:`grogu.engine.decode`) feeds them after
+(the prompt plus the answer so far). The decode loop (:mod:`grogu.runtime.engine.decode`) feeds them after
 the pending token and keeps those the model itself chooses, so drafts change how many steps an answer
 takes, never the answer. :class:`PromptLookup` copies from the history itself: grounded answers copy
 from their documents, so several tokens are often accepted per step.

@@ -10,7 +10,7 @@ It writes in one of two ways:
 - appending (``write_index`` None), as ``DynamicLayer`` does: a step's slots follow the filled part,
   and attention reads a view of it;
 - at given slots (``write_index``, a [batch, width] tensor of slot numbers on the device, which the
-  decode loop (:mod:`grogu.engine.decode`) updates in place): each row writes its step where its own
+  decode loop (:mod:`grogu.runtime.engine.decode`) updates in place): each row writes its step where its own
   answer ends, over the slots of drafts it rejected, so rows need not advance alike; attention reads
   the first ``limit`` slots (the whole buffer when ``limit`` is None), the decode loop's mask saying
   which of them each row sees. Nothing in this path reads a number back to the host, so a decode step
@@ -26,7 +26,7 @@ from transformers.cache_utils import DynamicLayer
 
 #: attention implementations whose 4-D masks the decode loop writes for a slot cache (a boolean mask for
 #: SDPA, an additive float one for eager attention); a model with another keeps its rows one length
-#: (:attr:`grogu.engine.prefill.PrefixPrefill.stackable`)
+#: (:attr:`grogu.runtime.engine.prefill.PrefixPrefill.stackable`)
 SLOT_MASKS = ("sdpa", "eager")
 
 

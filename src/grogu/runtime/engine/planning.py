@@ -105,7 +105,7 @@ class BatchPlanner:
     ) -> list[list[int]]:
         """:func:`plan_batches` under ``config``'s size, token and logits budgets. ``padding`` False:
         rows of different lengths never share a batch (:func:`split_unpadded`), for models whose caches
-        cannot be padded and stacked (:attr:`grogu.engine.prefill.PrefixPrefill.stackable`)."""
+        cannot be padded and stacked (:attr:`grogu.runtime.engine.prefill.PrefixPrefill.stackable`)."""
         batches = plan_batches(
             lengths,
             logit_rows=logit_rows,

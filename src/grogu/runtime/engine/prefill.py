@@ -1,6 +1,6 @@
 """Prefill with shared prefixes: rows grouped by common prefix (a prefix tree), each group's prefix
 encoded once and continued by later groups, the groups' caches stacked to decode together. Which rows
-form a group is plain logic on token lists, in :mod:`grogu.engine.prefixtree`.
+form a group is plain logic on token lists, in :mod:`grogu.runtime.engine.prefixtree`.
 
 :class:`PrefixPrefill` runs the model. It gives, per batch of token lists:
 
@@ -8,7 +8,7 @@ form a group is plain logic on token lists, in :mod:`grogu.engine.prefixtree`.
   cache and attention mask);
 - :meth:`~PrefixPrefill.logits`: each row's logits alone (teacher forcing, next-token distributions);
 - :meth:`~PrefixPrefill.for_decoding`: a :class:`PrefilledBatch`, the groups stacked into one cache
-  with room reserved for the answer, which is what the decode loop (:mod:`grogu.engine.decode`) starts
+  with room reserved for the answer, which is what the decode loop (:mod:`grogu.runtime.engine.decode`) starts
   from.
 
 With ``retain_prefix_tokens`` > 0 (off by default), prompts encoded for decoding are kept for later
@@ -44,7 +44,7 @@ class EncodedGroup:
 
 @dataclass
 class PrefilledBatch:
-    """A batch encoded for decoding: what the decode loop (:mod:`grogu.engine.decode`) starts from."""
+    """A batch encoded for decoding: what the decode loop (:mod:`grogu.runtime.engine.decode`) starts from."""
 
     logits: torch.Tensor  # [rows, 1, vocab]: the logits after each row's last token
     cache: Any  # a transformers Cache with room for the answer; keys/values [rows, kv_heads, width, head_dim]
@@ -187,7 +187,7 @@ class PrefixPrefill:
         """Encode a batch group by group; yields an :class:`EncodedGroup` per group, whose logits are
         those of its rows' last ``logits_to_keep`` positions.
 
-        Rows are encoded in groups that share a prefix (:func:`~grogu.engine.prefixtree.prefix_groups`
+        Rows are encoded in groups that share a prefix (:func:`~grogu.runtime.engine.prefixtree.prefix_groups`
         under ``config.min_shared_prefix`` and ``config.group_overhead_tokens``), each group's prefix
         once. A row reuses at most ``limits[j]`` prompt tokens (default len - logits_to_keep). Caches
         that cannot be stacked (:attr:`stackable`) are encoded as one group with the prefix common to
@@ -289,7 +289,7 @@ class PrefixPrefill:
 def stack_groups(groups: list[EncodedGroup], n: int, room: int = 0) -> EncodedGroup:
     """The groups of a batch of ``n`` rows as one group in row order: caches left-padded to the widest
     and stacked, logits and masks likewise. Each tensor is written once into its final buffer; the
-    cache layers become :class:`~grogu.engine.kvcache.ReservedLayer` s with room for ``room`` more
+    cache layers become :class:`~grogu.runtime.engine.kvcache.ReservedLayer` s with room for ``room`` more
     positions (the answer to decode). The first group's cache object is reused."""
     device = groups[0].attention.device
     width = max(g.attention.shape[1] for g in groups)

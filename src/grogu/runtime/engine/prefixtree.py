@@ -2,7 +2,7 @@
 
 Plain logic on token lists, no model: :func:`common_prefix` (the one longest-common-prefix of the
 engine) and :func:`prefix_groups`, the split of a batch into groups whose shared prefix is encoded
-once (:mod:`grogu.engine.prefill` encodes them).
+once (:mod:`grogu.runtime.engine.prefill` encodes them).
 """
 
 from __future__ import annotations

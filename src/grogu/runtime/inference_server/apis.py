@@ -4,11 +4,11 @@ APIs (``api=``):
 
 - ``"vllm"``: vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts,
   ``return_tokens_as_token_ids`` and ``prompt_logprobs`` (start vLLM with ``--max-logprobs`` at least
-  ``top_logprobs``); bodies and parsing in :mod:`grogu.inference_server.requests`.
+  ``top_logprobs``); bodies and parsing in :mod:`grogu.runtime.inference_server.requests`.
 - ``"sglang"``: SGLang's native ``/generate`` endpoint: token-id prompts, greedy decoding with every
   sampling field sent neutral, each token's top-k with ids, and teacher forcing through its prompt
   log-probabilities (``logprob_start_len``). Its OpenAI completions API returns no prompt
-  log-probabilities. Not verified against a real SGLang server. Details: :mod:`grogu.inference_server.sglang`.
+  log-probabilities. Not verified against a real SGLang server. Details: :mod:`grogu.runtime.inference_server.sglang`.
 - ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
   default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
   for the prompt's log-probabilities.
@@ -16,11 +16,11 @@ APIs (``api=``):
   token-id prompts, greedy decoding with every sampler field sent neutral, each token's top-k with ids.
   It returns no prompt log-probabilities. So grogu teacher-forces an answer through a token-id grammar
   (``grammar_forcing``, on by default; ``False`` makes the target grounded-only). Details:
-  :mod:`grogu.inference_server.llama_server`.
+  :mod:`grogu.runtime.inference_server.llama_server`.
 - ``"ollama"``, grounded-only: Ollama's native ``/api/chat``, the prompt as messages, with every sampler
   option pinned neutral (its OpenAI route cannot set ``repeat_penalty`` or ``top_k``, so a Modelfile's
   apply there) and ``truncate: false`` (a prompt that does not fit is an error, not silently cut).
-  Otherwise as ``"chat"`` below. Details: :mod:`grogu.inference_server.ollama`.
+  Otherwise as ``"chat"`` below. Details: :mod:`grogu.runtime.inference_server.ollama`.
 - ``"chat"``, grounded-only: ``/v1/chat/completions`` with the prompt as messages (an optional system
   message and one user message, the scorer's template text; the server applies its own chat template),
   ``logprobs: true``, ``top_logprobs: k`` (at most 20), ``temperature: 0`` and the answer budget as
@@ -33,7 +33,7 @@ APIs (``api=``):
   Influence and ΔSePer need generations only and work. The tokenizer is optional there: without one,
   documents are not cut to the context window (the server's own error says when a prompt does not
   fit), answer tokens are the strings the server returns (their ids are
-  :data:`~grogu.engine.types.UNKNOWN_TOKEN_ID`), and the entropy's tail correction is ``"min"`` unless
+  :data:`~grogu.runtime.engine.types.UNKNOWN_TOKEN_ID`), and the entropy's tail correction is ``"min"`` unless
   ``vocab_size`` is given. An empty answer (the end-of-turn token first) has no statistics a chat API
   returns, and scoring it is an error.
 
@@ -85,7 +85,7 @@ def choose_api(base_url: str, owners: Iterable[str]) -> str:
     completions endpoints return prompt log-probabilities). ``"llama-server"`` for llama.cpp's
     ``llama-server`` (``"llamacpp"``), ``"sglang"`` for SGLang (its native ``/generate``). Else
     ``"chat"``: the hosted OpenAI API and any server grogu does not know (Ollama is told by
-    ``/api/version``, in :class:`~grogu.inference_server.ServerTarget`), whose chat endpoint returns
+    ``/api/version``, in :class:`~grogu.runtime.inference_server.ServerTarget`), whose chat endpoint returns
     generated tokens' log-probabilities only."""
     if is_hosted_openai(base_url):
         return "chat"

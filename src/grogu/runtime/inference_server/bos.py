@@ -47,7 +47,7 @@ def leading(ids: Sequence[int], token: Any) -> int:
 
 class LlamaCppPrompts:
     """The text prompts of ``api="llama-cpp"`` (see the module docstring); a mixin of
-    :class:`~grogu.inference_server.ServerTarget`, whose attributes it uses."""
+    :class:`~grogu.runtime.inference_server.ServerTarget`, whose attributes it uses."""
 
     #: the server adds a BOS token to every text prompt (probed once per target)
     _server_bos: bool | None = None

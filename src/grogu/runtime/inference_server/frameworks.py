@@ -7,7 +7,7 @@ The one place both integrations read a framework LLM's connection: LlamaIndex's 
 llama-cpp-python servers and llama.cpp's llama-server (teacher forcing by a token grammar) give a full
 target. The hosted OpenAI API, Ollama (``api="ollama"``) and other chat-only servers give a grounded-only
 one (``api="chat"``: ``metric="entropy"`` or ``"ppl"``, see
-:mod:`grogu.inference_server.server_target`).
+:mod:`grogu.runtime.inference_server.server_target`).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def target_from_llm(llm: Any, **settings: Any) -> ServerTarget | None:
     """The :class:`ServerTarget` of a framework LLM that calls an OpenAI-compatible server (its URL, model
         name and key; ``settings`` go to ServerTarget: ``api``, ``tokenizer``, ``top_logprobs``...), else None.
         The hosted OpenAI API and servers grogu does not know as vLLM, SGLang, llama-cpp-python or llama-server
-        (Ollama...) give a grounded-only chat target (``api="chat"``, :func:`grogu.inference_server.apis.choose_api`). One target
+        (Ollama...) give a grounded-only chat target (``api="chat"``, :func:`grogu.runtime.inference_server.apis.choose_api`). One target
         per (URL, model, key, settings) in a process. When the target is made, a warning names the LLM's sampling
     settings that are not greedy and neutral (:func:`sampling_differences`): the pipeline's answer would then
     not be the one grogu scores."""

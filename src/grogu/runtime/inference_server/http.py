@@ -1,6 +1,6 @@
 """HTTP to an inference server: one async client per call with at most ``max_concurrency`` requests in
 flight, retries with exponential backoff on connection errors, timeouts, 408/429/5xx (``Retry-After``
-honoured), and the errors a :class:`~grogu.inference_server.ServerTarget` raises."""
+honoured), and the errors a :class:`~grogu.runtime.inference_server.ServerTarget` raises."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class ServedModels:
 
     def _resolve_api(self, api: str, tokenizer: Any, context_window: Any, stop_token_ids: Any) -> tuple[str, Any]:
         """(api, tokenizer): the model checked against the listing, ``self.backend`` set, and ``"auto"``
-        resolved (:func:`~grogu.inference_server.apis.choose_api`; ``"ollama"`` when ``/api/version``
+        resolved (:func:`~grogu.runtime.inference_server.apis.choose_api`; ``"ollama"`` when ``/api/version``
         answers as Ollama does)."""
         if self.hosted_openai:  # no listing request (an unknown model is an error on first use)
             if api == "ollama":

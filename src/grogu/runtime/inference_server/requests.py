@@ -1,4 +1,4 @@
-"""The request bodies :class:`~grogu.inference_server.ServerTarget` sends and how it reads the answers, per API.
+"""The request bodies :class:`~grogu.runtime.inference_server.ServerTarget` sends and how it reads the answers, per API.
 
 Bodies follow each server's own protocol classes (the fixtures in ``tests/test_server_requests.py``
 name the file and commit they were read from):
@@ -11,8 +11,8 @@ name the file and commit they were read from):
   ``stop_token_ids``.
 - llama-cpp-python: text prompts (its ``/v1/completions`` takes no token ids). What the server adds to
   them (a BOS, an EOS) and the check that it reads each prompt as grogu's ids:
-  :mod:`grogu.inference_server.bos`. ``echo`` with ``logprobs`` gives the prompt's log-probabilities.
-- llama.cpp's ``llama-server``: its native ``/completion`` (:mod:`grogu.inference_server.llama_server`).
+  :mod:`grogu.runtime.inference_server.bos`. ``echo`` with ``logprobs`` gives the prompt's log-probabilities.
+- llama.cpp's ``llama-server``: its native ``/completion`` (:mod:`grogu.runtime.inference_server.llama_server`).
 - chat: ``/v1/chat/completions`` with messages (grounded-only). Every chat request carries the
   penalties at 0 (:data:`NEUTRAL_PENALTIES`); llama-server's chat route gets all its sampler fields.
 """
@@ -50,7 +50,7 @@ class Step:
 
 
 class RequestFormats(LlamaCppPrompts):
-    """Request bodies and response parsing of :class:`~grogu.inference_server.ServerTarget` (its mixin: the
+    """Request bodies and response parsing of :class:`~grogu.runtime.inference_server.ServerTarget` (its mixin: the
     attributes used here are the target's)."""
 
     def _sampling(self, temperature: float | None, seed: int | None) -> dict[str, Any]:

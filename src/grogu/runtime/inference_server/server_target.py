@@ -1,8 +1,8 @@
 """ServerTarget: the target LLM behind an inference server, scored through its token log-probabilities.
 
 A :class:`ServerTarget` stands wherever grogu takes a model (``UtilityScorer``, ``InfluenceScorer``,
-``SePerScorer``, both integrations, the command line). It implements :class:`grogu.target.Target`, as
-the engine does. The APIs it speaks, and what each can score: :mod:`grogu.inference_server.apis`.
+``SePerScorer``, both integrations, the command line). It implements :class:`grogu.core.target.Target`, as
+the engine does. The APIs it speaks, and what each can score: :mod:`grogu.runtime.inference_server.apis`.
 It has the engine's primitives — :meth:`generate` (the greedy grounded answer with each token's entropy
 and log-probability) and :meth:`token_stats` (the same answer's statistics teacher-forced under another
 prompt, through the server's prompt log-probabilities or llama-server's token grammar) — computed by
@@ -18,7 +18,7 @@ server applies the same chat template) with greedy decoding. With ``api="chat"``
 the chat endpoint's own answer to the pipeline's messages.
 
 What is approximate: entropies are computed from the top-k log-probabilities the server returns,
-with a tail correction (:mod:`grogu.inference_server.topk`); log-probabilities of the answer tokens are exact
+with a tail correction (:mod:`grogu.runtime.inference_server.topk`); log-probabilities of the answer tokens are exact
 (up to the server's numerics and quantisation). Whether a hosted API reports the log-probabilities of
 the untempered distribution when sampling (ΔSePer samples at temperature 1, where both agree) is the
 API's own; llama-cpp-python and llama-server report the untempered ones.
@@ -64,11 +64,11 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         model: the served model name (default: the only model the server lists).
         api: ``"auto"`` (default: told from the server's ``/v1/models`` answer, see :func:`choose_api`),
             ``"vllm"``, ``"llama-cpp"``, ``"llama-server"``, ``"sglang"``, ``"ollama"`` or ``"chat"`` (both
-            grounded-only, see :mod:`grogu.inference_server.apis`).
+            grounded-only, see :mod:`grogu.runtime.inference_server.apis`).
         grammar_forcing: with ``api="llama-server"``, teacher-force answers through a token-id grammar
             (default: on there; exact against llama.cpp in process on a real llama-server). ``False``
-            makes that target grounded-only (:mod:`grogu.inference_server.llama_server`).
-        tokenizer: the model's tokenizer, or what :func:`grogu.models.load_tokenizer` loads one from (an
+            makes that target grounded-only (:mod:`grogu.runtime.inference_server.llama_server`).
+        tokenizer: the model's tokenizer, or what :func:`grogu.runtime.models.load_tokenizer` loads one from (an
             embedded alias, a .gguf path, a directory, a hub id). Default: ``model``; with ``api="chat"``
             none (optional there: it gives the vocabulary size and cuts documents to ``context_window``).
         api_key: sent as a bearer token; default the ``OPENAI_API_KEY`` environment variable, if set.
@@ -91,7 +91,7 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
     #: a completions API generates and teacher-forces (prompt log-probabilities), and so gives given next
     #: tokens' log-probabilities (:mod:`.next_token`); a chat API only generates
     capabilities = frozenset({GENERATE, TEACHER_FORCE, NEXT_TOKEN})
-    #: True when prompts are :class:`grogu.prompts.ChatPrompt` messages (the server applies its chat template)
+    #: True when prompts are :class:`grogu.core.prompts.ChatPrompt` messages (the server applies its chat template)
     takes_messages = False
 
     def __init__(
@@ -267,7 +267,7 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
     ) -> list[Generation]:
         """One answer per prompt from the server (greedy when ``temperature`` is None), with each token's
         top-k entropy and log-probability; all prompts sent at once. Prompts are token-id lists, or
-        :class:`~grogu.prompts.ChatPrompt` messages with ``api="chat"``."""
+        :class:`~grogu.core.prompts.ChatPrompt` messages with ``api="chat"``."""
         return run(self.agenerate(prompts, max_new_tokens, temperature=temperature, seed=seed))
 
     def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
