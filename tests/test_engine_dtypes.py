@@ -42,8 +42,8 @@ def test_rerank_default_path_in_bfloat16_finishes_with_the_float32_verdicts(toke
     GPU batch sizes, the same questions: each query ends within the steps its answers can take, keeps
     three documents, and the gate's verdict agrees. The kept documents may differ: the candidates'
     scores are close, and bf16 rounding moves them (on the real SmolLM2, 6 questions, the verdicts agreed
-    6 / 6 and the kept sets 3 / 6, each difference where bf16 changed the greedy answer:
-    ``benchmarks/bf16_verdicts.py``)."""
+    6 / 6 and the kept sets 3 / 6: bf16 changed the chosen answer on 2 and reordered two candidates with
+    the same answer on 1; ``benchmarks/bf16_verdicts.py``)."""
     queries = with_shared_data(_queries)
     f32 = tiny_model("llama", seed=4)
     b16 = copy.deepcopy(f32).to(torch.bfloat16)
