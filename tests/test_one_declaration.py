@@ -1,6 +1,6 @@
-"""A new setting or rerank mode touches one file: a rerank setting grogu/rerank.py's ModeSettings, a
-rerank mode grogu/rerank_modes.py's registry, a setting both integrations share
-grogu/integration_settings.py's SharedSettings.
+"""A new setting or rerank mode touches one file: a rerank setting grogu/rerank/settings.py's ModeSettings, a
+rerank mode grogu/rerank/modes.py's registry, a setting both integrations share
+grogu/apps/integration_settings.py's SharedSettings.
 
 The test copies the package, adds one field to ModeSettings and one mode to the registry in the copy,
 and checks that every entry point takes both by name: the scorer's rerank, the command line, the
@@ -112,11 +112,11 @@ print("shared")
 def test_a_new_setting_or_mode_touches_one_file(tmp_path):
     src = os.path.join(tmp_path, "src")
     shutil.copytree(os.path.join(ROOT, "src", "grogu"), os.path.join(src, "grogu"))
-    path = os.path.join(src, "grogu", "rerank.py")
+    path = os.path.join(src, "grogu", "rerank", "settings.py")
     text = open(path, encoding="utf-8").read()
     assert text.count(ANCHOR) == 1
     open(path, "w", encoding="utf-8").write(text.replace(ANCHOR, FIELD + "\n" + ANCHOR))
-    path = os.path.join(src, "grogu", "rerank_modes.py")
+    path = os.path.join(src, "grogu", "rerank", "modes.py")
     open(path, "a", encoding="utf-8").write(MODE)
     changed = [
         os.path.relpath(os.path.join(d, f), src)
@@ -126,7 +126,7 @@ def test_a_new_setting_or_mode_touches_one_file(tmp_path):
         and open(os.path.join(d, f), encoding="utf-8").read()
         != open(os.path.join(ROOT, "src", os.path.relpath(os.path.join(d, f), src)), encoding="utf-8").read()
     ]
-    assert sorted(changed) == [os.path.join("grogu", "rerank.py"), os.path.join("grogu", "rerank_modes.py")]
+    assert sorted(changed) == [os.path.join("grogu", "rerank", "modes.py"), os.path.join("grogu", "rerank", "settings.py")]
     integrations = [
         os.path.join(ROOT, "integrations", "llama-index-postprocessor-grogu"),
         os.path.join(ROOT, "integrations", "langchain-grogu"),
@@ -139,7 +139,7 @@ def test_a_new_setting_or_mode_touches_one_file(tmp_path):
     assert run.stdout.strip().endswith("travelled")
 
     # a setting both integrations share: one field in SharedSettings
-    path = os.path.join(src, "grogu", "integration_settings.py")
+    path = os.path.join(src, "grogu", "apps", "integration_settings.py")
     text = open(path, encoding="utf-8").read()
     assert text.count(SHARED_ANCHOR) == 1
     open(path, "w", encoding="utf-8").write(text.replace(SHARED_ANCHOR, SHARED_FIELD + SHARED_ANCHOR))
