@@ -126,7 +126,10 @@ def test_a_new_setting_or_mode_touches_one_file(tmp_path):
         and open(os.path.join(d, f), encoding="utf-8").read()
         != open(os.path.join(ROOT, "src", os.path.relpath(os.path.join(d, f), src)), encoding="utf-8").read()
     ]
-    assert sorted(changed) == [os.path.join("grogu", "rerank", "modes.py"), os.path.join("grogu", "rerank", "settings.py")]
+    assert sorted(changed) == [
+        os.path.join("grogu", "rerank", "modes.py"),
+        os.path.join("grogu", "rerank", "settings.py"),
+    ]
     integrations = [
         os.path.join(ROOT, "integrations", "llama-index-postprocessor-grogu"),
         os.path.join(ROOT, "integrations", "langchain-grogu"),
