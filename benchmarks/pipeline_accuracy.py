@@ -53,9 +53,7 @@ import json
 import math
 import os
 import random
-import re
 import socket
-import string
 import sys
 import time
 import warnings
@@ -64,45 +62,10 @@ import torch
 
 from grogu.runtime.models import DEFAULT_MODEL
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from judging import answer_f1, answered, answered_words, judgeable, normalize, sign_test  # noqa: E402, F401
+
 CUTS = "\x00CONTEXT\x00", "\x00QUERY\x00"
-
-
-def normalize(text: str) -> str:
-    """SQuAD's answer normalisation."""
-    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def answered(output: str, golds: list[str]) -> bool:
-    """The former check: a gold string inside the answer, characters not words ("no" is in "not")."""
-    out = normalize(output)
-    return any(normalize(g) and normalize(g) in out for g in golds)
-
-
-def answered_words(output: str, golds: list[str]) -> bool:
-    """A gold answer's words, in order, among the answer's words (SQuAD normalisation): "1" is not
-    found in "1908", nor "no" in "not"."""
-    out = normalize(output).split()
-    for g in golds:
-        words = normalize(g).split()
-        if words and any(out[i : i + len(words)] == words for i in range(len(out) - len(words) + 1)):
-            return True
-    return False
-
-
-def answer_f1(output: str, golds: list[str]) -> float:
-    """SQuAD's token F1 of the answer against the best-matching gold answer."""
-    from grogu.rerank.selection import token_f1
-
-    out = normalize(output).split()
-    return max((token_f1(out, normalize(g).split()) for g in golds), default=0.0)
-
-
-def judgeable(golds: list[str]) -> bool:
-    """Whether words can judge the question: not when every gold answer is yes or no (an answer can
-    say "no" while meaning something else); such questions are left out of every table."""
-    return any(normalize(g) not in ("", "yes", "no") for g in golds)
 
 
 # ---------------------------------------------------------------------------------------------- data
@@ -950,7 +913,6 @@ def langchain_arm(args) -> None:
     from langchain_core.vectorstores import InMemoryVectorStore
     from langchain_grogu import GroguRetriever
     from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
-    from pipeline_modes import sign_test
     from transformers import pipeline
 
     import grogu

@@ -8,7 +8,7 @@ context, generated with the pipeline's own prompt. The mode logic is ``grogu.sel
 from __future__ import annotations
 
 import json
-import math
+import os
 import sys
 from types import SimpleNamespace
 from typing import Any, Iterable
@@ -16,6 +16,9 @@ from typing import Any, Iterable
 from grogu.core.results import long_context_order
 from grogu.rerank import ModeSettings, decide, gated, plan
 from grogu.rerank.selection import context_candidates, fuse, kept_relative_to_none, order_by
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from judging import answer_f1, answered_words, judgeable, sign_test  # noqa: E402, F401
 
 TOP_N = 3
 DOC_METRICS = ("key_entropy", "entropy", "ppl", "key_ppl")
@@ -247,19 +250,8 @@ def needs_pipe_prompt(settings: dict[str, dict] | None) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ statistics
-def sign_test(wins: int, losses: int) -> float:
-    """Exact two-sided sign test (binomial, p = 1/2) on the discordant pairs."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(0, min(wins, losses) + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
 def judged(rec: dict, ctx: list[int]) -> tuple[bool, float, int]:
     """(correct by whole words, token F1, answer length in words) of the answer a context gave."""
-    from pipeline_accuracy import answer_f1, answered_words
-
     answer = rec["contexts"][key(ctx)]["answer"]
     return answered_words(answer, rec["answers"]), answer_f1(answer, rec["answers"]), len(answer.split())
 
@@ -269,8 +261,6 @@ def evaluate(records: list[dict], mode: str, s: dict) -> dict:
     (``pipeline_accuracy.judgeable``): accuracy by whole words (wins / losses, exact sign test), token F1,
     answer length in words, the share of queries whose context changed and the precision of the changes
     (wins / (wins + losses)), and how often the gold paragraph is given / given first."""
-    from pipeline_accuracy import judgeable
-
     correct, base, f1, base_f1, words, base_words, changed, given, first = ([] for _ in range(9))
     wins = losses = 0
     for rec in records:
