@@ -18,8 +18,8 @@ CPU), one after the other per question: the nodes kept, and the seconds of each.
 ``report``: the tables, from the records alone.
 
 Fresh held-out samples (``--seed 3``): the tuning split is never drawn from, and every earlier held-out sample
-is left out in code before the draw (:func:`earlier_ids`: the ids in ``benchmarks/samples/*_held_earlier.txt``
-and the ``--seed 2`` samples drawn for the selective mode's held-out results).
+is left out in code before the draw (:func:`earlier_ids`: the frozen samples of the accuracy benchmarks and
+of the selective mode's held-out results, ``benchmarks/samples``).
 
 The decision rule, fixed before any record of these samples was collected (the bars of the issue on one
 rerank pipeline). LangChain, each form against ``plain``: accuracy at least the plain chain's on every set;
@@ -49,11 +49,11 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import held_out  # noqa: E402
 import torch  # noqa: E402
 from pipeline_accuracy import (  # noqa: E402
     answer_f1,
     answered_words,
-    excluded_ids,
     hotpotqa_dev_questions,
     judgeable,
     local_service,
@@ -79,11 +79,15 @@ def load(data: str, n: int, path: str | None, seed: int = SEED) -> tuple[list[di
 
 
 def earlier_ids(data: str, questions) -> set[str]:
-    """Every earlier held-out sample's question ids: the files of ``benchmarks/samples`` and the seed-2
-    samples of the selective mode's held-out results (redrawn here as they were drawn)."""
-    files = {"squad": ["squad_held_earlier.txt"], "nq": ["nq_held_earlier.txt"], "hotpotqa-dev": []}[data]
-    ids = excluded_ids([os.path.join(HERE, "samples", f) for f in files])
-    _, before = questions(EARLIER_N[data], EARLIER_SEED, set(ids) if ids else None)
+    """The question ids this draw leaves out, as it did when it was first drawn: the frozen samples drawn
+    before it (:mod:`held_out`), the accuracy benchmarks' (seeds 0 and 1) and the selective mode's
+    (seed 2). A data set whose seed-2 sample is not frozen here (its data is not in ../shared) redraws
+    it from the frozen seed-0/1 list, exactly as it was drawn."""
+    first = f"{data}_accuracy_seed0_1"
+    ids = set(held_out.frozen(first)) if held_out.has(first) else set()
+    if held_out.has(f"{data}_selective_seed2"):
+        return ids | set(held_out.frozen(f"{data}_selective_seed2"))
+    _, before = questions(EARLIER_N[data], EARLIER_SEED, ids or None)
     return ids | {q["qid"] for q in before}
 
 

@@ -1,0 +1,74 @@
+"""The held-out samples stay held out: each is a frozen list of question ids (benchmarks/samples); the
+draws that exclude earlier samples read those lists and reproduce the committed records exactly; the
+union files are exactly the union; and samples overlap only where docs/benchmarks.md says they do."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCH)
+import held_out  # noqa: E402
+import pipeline_accuracy  # noqa: E402
+
+
+def _record_ids(path: str) -> list[str]:
+    out: list[str] = []
+    with open(os.path.join(BENCH, "results", path), encoding="utf-8") as f:
+        for line in f:
+            qid = json.loads(line)["qid"]
+            if qid not in out:
+                out.append(qid)
+    return out
+
+
+def test_the_entry_point_draw_reproduces_its_records():
+    """entry_points.py's SQuAD draw at this commit gives the committed seed-3 records' questions, in order."""
+    import entry_points
+
+    _, questions = entry_points.load("squad", 150, None)
+    assert [q["qid"] for q in questions] == _record_ids("entry_langchain_squad.jsonl")
+    assert [q["qid"] for q in questions[:30]] == _record_ids("entry_service_squad.jsonl")
+
+
+def test_the_seed2_sample_is_the_draw_that_left_out_seeds_0_and_1():
+    _, drawn = pipeline_accuracy.squad_questions("held", 150, 2, set(held_out.frozen("squad_accuracy_seed0_1")))
+    assert [q["qid"] for q in drawn] == held_out.frozen("squad_selective_seed2")
+
+
+def test_frozen_samples_match_their_records():
+    for name, records in [
+        ("squad_entry_points_seed3", "entry_langchain_squad.jsonl"),
+        ("nq_entry_points_seed3", "entry_langchain_nq.jsonl"),
+        ("hotpotqa-dev_entry_points_seed3", "entry_langchain_hotpotqa.jsonl"),
+        ("squad_cost_seed3", "cost_whole_query_squad.jsonl"),
+        ("nq_cost_seed3", "cost_whole_query_nq.jsonl"),
+        ("squad_cost_seed4", "cost_whole_query_seed4_squad.jsonl"),
+        ("nq_cost_seed4", "cost_whole_query_seed4_nq.jsonl"),
+        ("squad_audit_seed5", "audit_signals/records_squad_held_smollm2-135m-instruct.jsonl"),
+        ("nq_audit_seed5", "audit_signals/records_nq_held_smollm2-135m-instruct.jsonl"),
+    ]:
+        assert held_out.frozen(name) == _record_ids(records), name
+        assert len(set(held_out.frozen(name))) == len(held_out.frozen(name)), name
+
+
+def test_samples_overlap_only_where_documented():
+    """Samples of one data set are disjoint, but for the overlaps docs/benchmarks.md reports (a later
+    sample whose exclusion lacked an earlier one); those share exactly the questions counted there."""
+    for data in ("squad", "nq", "hotpotqa-dev"):
+        names = held_out.sample_names(data)
+        for a, b in itertools.combinations(names, 2):
+            shared = len(set(held_out.frozen(a)) & set(held_out.frozen(b)))
+            known = held_out.KNOWN_OVERLAPS.get((a, b), held_out.KNOWN_OVERLAPS.get((b, a), 0))
+            assert shared == known, (a, b, shared)
+    assert len(held_out.sample_names("squad")) == 6 and len(held_out.sample_names("nq")) == 5
+
+
+def test_the_union_files_are_the_union():
+    for data in ("squad", "nq"):
+        union = set().union(*(held_out.frozen(n) for n in held_out.sample_names(data)))
+        path = os.path.join(held_out.SAMPLES, f"{data}_held_earlier.txt")
+        assert pipeline_accuracy.excluded_ids([path]) == union
