@@ -109,42 +109,21 @@ HEADER_TIMEOUT_S = 2.0
 def service(model_dir, nli_dir):
     """One local Ray (2 CPUs) and one application of the tiny model, with a token and small limits,
     behind Ray Serve's proxy configured as grogu serve configures it."""
-    import os
+    from grogu.apps.serve.service import ServeConfig
 
-    import ray
-    from ray import serve
-
-    from grogu.apps.serve.proxy import http_options, proxy_environment
-    from grogu.apps.serve.service import ServeConfig, build_app
-
-    port = _free_port()
-    env = proxy_environment(max_body_bytes=LIMITS["max_body_bytes"], header_timeout_s=HEADER_TIMEOUT_S)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # read by Ray Serve's proxy when it starts (as grogu serve does)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(http_options=http_options("127.0.0.1", port, request_timeout_s=120, keep_alive_timeout_s=5))
-        config = ServeConfig(
-            model=model_dir,
-            device="cpu",
-            token=TOKEN,
-            max_batch_size=8,
-            batch_wait_s=0.05,
-            nli=nli_dir,
-            max_batch_tokens=MAX_BATCH_TOKENS,
-            stats_pids=True,
-            **LIMITS,
-        )
-        serve.run(build_app(config), name="tiny", route_prefix="/")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    config = ServeConfig(
+        model=model_dir,
+        device="cpu",
+        token=TOKEN,
+        max_batch_size=8,
+        batch_wait_s=0.05,
+        nli=nli_dir,
+        max_batch_tokens=MAX_BATCH_TOKENS,
+        stats_pids=True,
+        **LIMITS,
+    )
+    with testing.local_service(config, header_timeout_s=HEADER_TIMEOUT_S) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -141,6 +141,50 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextmanager
+def local_service(config: Any, *, header_timeout_s: float = 2.0, request_timeout_s: float = 120, num_cpus: int = 2):
+    """A local Ray (``num_cpus``) and ``grogu serve``'s applications behind Ray Serve's proxy configured as
+    ``grogu serve`` configures it. ``config``: one :class:`grogu.apps.serve.config.ServeConfig`, served
+    at the root; or ``{name: ServeConfig}``, each under ``/<name>``, with the clients' rerank API at the
+    root routed by ``model`` (as ``grogu serve`` does with several models). Yields the base URL; shuts
+    Serve and Ray down after."""
+    import ray
+    from ray import serve
+
+    from grogu.apps.serve.config import model_names
+    from grogu.apps.serve.proxy import http_options, proxy_environment
+    from grogu.apps.serve.service import build_app
+
+    apps = config if isinstance(config, dict) else {"grogu": config}
+    routes = None
+    if isinstance(config, dict):
+        routes = {n: f"/{name}" for name, c in apps.items() for n in [*model_names(c.model), name]}
+    port = free_port()
+    env = proxy_environment(
+        max_body_bytes=max(c.max_body_bytes for c in apps.values()),
+        header_timeout_s=header_timeout_s,
+        model_routes=routes,
+    )
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # read by Ray Serve's proxy when it starts (as grogu serve does)
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(
+            http_options=http_options("127.0.0.1", port, request_timeout_s=request_timeout_s, keep_alive_timeout_s=5)
+        )
+        for name, c in apps.items():
+            serve.run(build_app(c), name=name, route_prefix="/" if routes is None else f"/{name}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class LlamaCppServer(ChildServer):
     """llama-cpp-python's OpenAI-compatible server (``python -m llama_cpp.server``) as a child process on
     loopback, serving a GGUF (default: the embedded SmolLM2) under ``alias``; a real inference server

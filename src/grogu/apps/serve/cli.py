@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import threading
 
 from ...runtime.models import DEFAULT_MODEL
+from .config import app_name, model_names
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -127,10 +127,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nli", default=None, help="NLI model of /seper (hub id or path; none: /seper answers 422)")
 
 
-def app_name(model: str) -> str:
-    """A route-safe name for a model spec: its last path part, lower case, [a-z0-9._-]."""
-    base = os.path.basename(model.rstrip("/")) or model
-    return re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-") or "model"
+def model_routes(models: list[str]) -> dict[str, str]:
+    """Each name a client may pass as ``model`` (the spec, its last path part, its route name) -> the
+    route prefix of that model, for the clients' rerank API at the root when several models are served."""
+    routes = {}
+    for model in models:
+        prefix = f"/{app_name(model)}"
+        for name in model_names(model):
+            routes.setdefault(name, prefix)
+    return routes
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -198,7 +203,11 @@ def start(args: argparse.Namespace) -> list[tuple[str, str]]:
     token = resolve_token(args)
     # the proxy's own checks (body size by Content-Length, header timeout, /health within a second,
     # JSON errors): Ray Serve reads them from the environment when it starts its proxy
-    env = proxy_environment(max_body_bytes=args.max_body_bytes, header_timeout_s=args.header_timeout_s)
+    env = proxy_environment(
+        max_body_bytes=args.max_body_bytes,
+        header_timeout_s=args.header_timeout_s,
+        model_routes=model_routes(models) if len(models) > 1 else None,
+    )
     os.environ.update(env)
     if not ray.is_initialized():
         if args.address:

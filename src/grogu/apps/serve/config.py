@@ -5,6 +5,8 @@ line (its options are made from these fields)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from typing import Optional
 
 from ...runtime.models import DEFAULT_MODEL
@@ -79,3 +81,15 @@ class ServeConfig:
 def option(name: str) -> str:
     """The command-line option that sets a :class:`ServeConfig` field."""
     return "grogu serve --" + name.replace("_", "-")
+
+
+def app_name(model: str) -> str:
+    """A route-safe name for a model spec: its last path part, lower case, [a-z0-9._-]."""
+    base = os.path.basename(model.rstrip("/")) or model
+    return re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-") or "model"
+
+
+def model_names(model: str) -> list[str]:
+    """The names a client may give a served model as ``model`` (the clients' rerank API): the spec as
+    given, its last path part and its route name (:func:`app_name`)."""
+    return list(dict.fromkeys([model, os.path.basename(model.rstrip("/\\")) or model, app_name(model)]))

@@ -1,7 +1,8 @@
 """The HTTP face of the scoring service: the FastAPI app, its JSON responses, and how failures become
-status codes (400 malformed JSON, 401 no token, 408 a body too slow to arrive, 413 over a limit, 422 a
+status codes (400 malformed JSON, 401 no token, 404 a model not served (the compatible rerank API), 408 a body too slow to arrive, 413 over a limit, 422 a
 wrong type or a bad value with grogu's own message, 500 anything else, with its message), every one
-a JSON body ``{"detail": message, "error": kind}``. The routes are in :mod:`.service`."""
+a JSON body ``{"detail": message, "message": message, "error": kind}`` (``detail`` as FastAPI and Jina
+write it, ``message`` as Cohere does). The routes are in :mod:`.service`."""
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations at runtime
 import asyncio
@@ -13,6 +14,7 @@ from typing import Any, Callable, Optional
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...core.version import __version__
@@ -23,6 +25,10 @@ logger = logging.getLogger("grogu.serve")
 
 class LimitError(Exception):
     """A request over the service's size limits (HTTP 413)."""
+
+
+class ModelNotFound(Exception):
+    """A compatible rerank request names a model this route does not serve (HTTP 404)."""
 
 
 class StalledError(Exception):
@@ -47,7 +53,8 @@ app = FastAPI(
 
 
 def _error(status: int, message: str, kind: str, headers: dict | None = None) -> _JSON:
-    return _JSON({"detail": message, "error": kind}, status_code=status, headers=headers)
+    # "detail": FastAPI's and Jina's key; "message": Cohere's (its SDK and clients read that one)
+    return _JSON({"detail": message, "message": message, "error": kind}, status_code=status, headers=headers)
 
 
 @app.exception_handler(RequestValidationError)
@@ -57,6 +64,12 @@ async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
         return _error(
             400, f"malformed JSON body: {errors[0].get('ctx', {}).get('error', errors[0]['msg'])}", "MalformedJSON"
         )
+    return _error(422, *_validation_message(errors))
+
+
+def _validation_message(errors: list[dict]) -> tuple[str, str]:
+    """(message, kind) of pydantic's errors: grogu's own checks with their own messages (kind
+    ValueError), others with the field and pydantic's message (kind ValidationError)."""
     parts, grogu_checks = [], True
     for e in errors[:10]:
         field = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
@@ -67,19 +80,26 @@ async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
             grogu_checks = False
             parts.append(f"{field}: {e.get('msg')}")
     if grogu_checks:
-        return _error(422, "; ".join(parts), "ValueError")
-    return _error(422, "invalid request: " + "; ".join(parts), "ValidationError")
+        return "; ".join(parts), "ValueError"
+    return "invalid request: " + "; ".join(parts), "ValidationError"
 
 
 @app.exception_handler(ValueError)
 @app.exception_handler(TypeError)
 async def _bad_value(request: Request, exc: Exception) -> _JSON:
+    if isinstance(exc, ValidationError):  # a request built inside a route (the compatible rerank API)
+        return _error(422, *_validation_message(exc.errors()))
     return _error(422, str(exc), type(exc).__name__)
 
 
 @app.exception_handler(LimitError)
 async def _too_large(request: Request, exc: LimitError) -> _JSON:
     return _error(413, str(exc), "LimitError")
+
+
+@app.exception_handler(ModelNotFound)
+async def _no_model(request: Request, exc: ModelNotFound) -> _JSON:
+    return _error(404, str(exc), "ModelNotFound")
 
 
 @app.exception_handler(StalledError)

@@ -7,10 +7,14 @@ before a request reaches a replica:
 - clients cannot set Ray's per-request timeout or disconnect policy (their ``x-request-timeout-seconds``
   and ``x-request-disconnect-disabled`` headers are dropped), so ``request_timeout_s`` holds;
 - every error the proxy itself writes (a lost replica's plain-text 500, a timeout, an unknown route)
-  becomes a JSON body ``{"detail", "error"}``; a lost replica is a 503 with Retry-After, which
+  becomes a JSON body ``{"detail", "message", "error"}``; a lost replica is a 503 with Retry-After, which
   clients retry;
 - a connection whose request headers are not complete within ``header_timeout_s`` of its opening
-  (or of its previous response) is closed: uvicorn has no such timeout of its own.
+  (or of its previous response) is closed: uvicorn has no such timeout of its own;
+- with several models (each under its own prefix), the clients' rerank API at the root
+  (``POST /v1/rerank``, ``/v2/rerank``) goes to the model the body's ``model`` names: the body is read
+  (bounded), and the path rewritten to that model's prefix; an unknown or missing model is a 404 naming
+  the served ones.
 
 Ray Serve takes proxy middlewares only from a callback named by the environment variable
 ``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH``, read when the proxy starts: :func:`proxy_environment`
@@ -30,7 +34,7 @@ RAY_CONTROL_HEADERS = (b"x-request-timeout-seconds", b"x-request-disconnect-disa
 
 
 def _json_error(status: int, detail: str, kind: str, headers: list | None = None) -> tuple[dict, dict]:
-    body = json.dumps({"detail": detail, "error": kind}).encode()
+    body = json.dumps({"detail": detail, "message": detail, "error": kind}).encode()
     start = {
         "type": "http.response.start",
         "status": status,
@@ -47,9 +51,16 @@ class ProxyGuard:
     """ASGI middleware of the HTTP proxy (see the module docstring)."""
 
     def __init__(
-        self, app: Any, max_body_bytes: int, health_timeout_s: float = 0.9, header_timeout_s: float | None = 10.0
+        self,
+        app: Any,
+        max_body_bytes: int,
+        health_timeout_s: float = 0.9,
+        header_timeout_s: float | None = 10.0,
+        model_routes: dict[str, str] | None = None,
+        body_timeout_s: float = 30.0,
     ) -> None:
         self.app, self.max_body_bytes, self.health_timeout_s = app, int(max_body_bytes), float(health_timeout_s)
+        self.model_routes, self.body_timeout_s = dict(model_routes or {}), float(body_timeout_s)
         if header_timeout_s:
             install_header_timeout(float(header_timeout_s))
 
@@ -82,6 +93,11 @@ class ProxyGuard:
         if health:
             headers.append((RAY_CONTROL_HEADERS[0], str(self.health_timeout_s).encode()))
         scope = {**scope, "headers": headers}
+        if self.model_routes and scope.get("method") == "POST" and scope.get("path", "").rstrip("/") in COMPAT_PATHS:
+            routed = await self._route_by_model(scope, receive, send)
+            if routed is None:
+                return
+            scope, receive = routed
         guarded = _JSONErrors(send, health)
         try:
             await self.app(scope, receive, guarded)
@@ -96,6 +112,56 @@ class ProxyGuard:
                 [(b"retry-after", b"1")],
             ):
                 await send(message)
+
+    async def _route_by_model(self, scope: dict, receive: Any, send: Any) -> tuple[dict, Any] | None:
+        """(scope with the path under the model's prefix, a receive that replays the body), or None when
+        an error was sent (a body too large or too slow, not JSON, a model not served)."""
+        loop = asyncio.get_running_loop()
+        deadline, messages, size = loop.time() + self.body_timeout_s, [], 0
+        error = None
+        while error is None:
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+            except asyncio.TimeoutError:
+                error = (408, f"the request body did not arrive within {self.body_timeout_s:g} s", "Timeout")
+                break
+            if message["type"] == "http.disconnect":
+                return None
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_body_bytes:
+                error = (413, f"the request body has more than {self.max_body_bytes} bytes", "LimitError")
+            elif not message.get("more_body", False):
+                break
+        if error is None:
+            try:
+                data = json.loads(b"".join(m.get("body", b"") for m in messages))
+            except ValueError as exc:  # not JSON, or not UTF-8
+                data, error = None, (400, f"malformed JSON body: {exc}", "MalformedJSON")
+            model = data.get("model") if isinstance(data, dict) else None
+            served = sorted({prefix.strip("/") for prefix in self.model_routes.values()})
+            prefix = self.model_routes.get(model) if isinstance(model, str) else None
+            if error is None and prefix is None:
+                error = (
+                    404,
+                    f"model {model!r} is not served here; this service serves {served}: pass one of them as "
+                    f"model (or use its own base URL, http://host:port/<name>)",
+                    "ModelNotFound",
+                )
+        if error is not None:
+            for out in _json_error(*error, [(b"connection", b"close")] if error[0] != 404 else None):
+                await send(out)
+            return None
+        path = prefix.rstrip("/") + scope["path"]
+
+        async def replay() -> dict:
+            return messages.pop(0) if messages else await receive()
+
+        return {**scope, "path": path, "raw_path": path.encode()}, replay
+
+
+#: the clients' rerank API, routed by the body's model when several models are served
+COMPAT_PATHS = ("/v1/rerank", "/v2/rerank")
 
 
 class _JSONErrors:
@@ -184,17 +250,26 @@ def _expire(protocol: Any, cycle: Any) -> None:
 ENV_MAX_BODY_BYTES = "GROGU_SERVE_MAX_BODY_BYTES"
 ENV_HEADER_TIMEOUT_S = "GROGU_SERVE_HEADER_TIMEOUT_S"
 ENV_HEALTH_TIMEOUT_S = "GROGU_SERVE_HEALTH_TIMEOUT_S"
+ENV_MODEL_ROUTES = "GROGU_SERVE_MODEL_ROUTES"
 RAY_CALLBACK = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 
 
-def proxy_environment(*, max_body_bytes: int, header_timeout_s: float | None, health_timeout_s: float = 0.9) -> dict:
+def proxy_environment(
+    *,
+    max_body_bytes: int,
+    header_timeout_s: float | None,
+    health_timeout_s: float = 0.9,
+    model_routes: dict[str, str] | None = None,
+) -> dict:
     """The environment variables that make Ray Serve's proxy run :class:`ProxyGuard` with these
-    settings: set them (``os.environ``) before Ray starts."""
+    settings: set them (``os.environ``) before Ray starts. ``model_routes``: with several models, each
+    name a client may pass as ``model`` -> that model's route prefix."""
     return {
         RAY_CALLBACK: f"{__name__}.proxy_middlewares",
         ENV_MAX_BODY_BYTES: str(int(max_body_bytes)),
         ENV_HEADER_TIMEOUT_S: str(float(header_timeout_s or 0)),
         ENV_HEALTH_TIMEOUT_S: str(float(health_timeout_s)),
+        ENV_MODEL_ROUTES: json.dumps(model_routes or {}),
     }
 
 
@@ -208,6 +283,7 @@ def proxy_middlewares() -> list:
             max_body_bytes=int(os.environ.get(ENV_MAX_BODY_BYTES, 8 * 2**20)),
             health_timeout_s=float(os.environ.get(ENV_HEALTH_TIMEOUT_S, 0.9)),
             header_timeout_s=float(os.environ.get(ENV_HEADER_TIMEOUT_S, 10.0)) or None,
+            model_routes=json.loads(os.environ.get(ENV_MODEL_ROUTES) or "{}"),
         )
     ]
 

@@ -123,10 +123,14 @@ class ReplicaWork:
         return await self._on_worker(self._cached, key, build)
 
     # ------------------------------------------------------------------ rerank
-    async def _rerank(self, body: api.RerankRequest, scorer: UtilityScorer) -> list[Any]:
+    async def _rerank(
+        self, body: api.RerankRequest, scorer: UtilityScorer, usage: dict[str, int] | None = None
+    ) -> list[Any]:
         """The ranked documents: the library's rerank pipeline (:mod:`grogu.rerank.pipeline`), each of its
         steps scheduled with the other requests' work. Under the gate the retriever's context is answered
-        first, and the other candidates only when its answer is in doubt, exactly as in process."""
+        first, and the other candidates only when its answer is in doubt, exactly as in process.
+        ``usage``: counts ``prompt_tokens`` (grounded prompts, and each teacher-forced ungrounded prompt
+        with its answer) and ``completion_tokens`` (answer tokens decoded) into this dict."""
         key, tokens = "rerank:" + body.scorer_key(), body.answer_tokens()
         rerank_plan = rerank_pipeline.plan(
             body.query,
@@ -155,6 +159,8 @@ class ReplicaWork:
             results = await self._scheduler.submit(
                 Work(f"{key}:{kind}", scorer, units, costs, body.return_details, run)
             )
+            if usage is not None:
+                count_usage(usage, scorer, step, results)
 
     # ------------------------------------------------------------------ other metrics
     async def _influence_scorer(self, key: str, body: api.InfluenceRequest, template: Any) -> InfluenceScorer:
@@ -230,3 +236,18 @@ class ReplicaWork:
             )
         )
         return SePerScorer.results(groups, beliefs)
+
+
+def count_usage(usage: dict[str, int], scorer: UtilityScorer, step: Any, results: list[Any]) -> None:
+    """Add one rerank step's tokens to ``usage``: an answered context's grounded prompt and its answer
+    tokens; a teacher-forced row's ungrounded prompt and the answer it reads."""
+    if isinstance(step, rerank_pipeline.Answer):
+        for prompt, gen in results:
+            usage["prompt_tokens"] = usage.get("prompt_tokens", 0) + len(prompt)
+            usage["completion_tokens"] = usage.get("completion_tokens", 0) + len(gen.token_ids) + gen.finished
+        return
+    if scorer.grounded_only:
+        return
+    for (query, _), _, gen in step.rows:
+        read = len(scorer.prompts.ungrounded_ids(query)) + max(len(gen.token_ids), 1)
+        usage["prompt_tokens"] = usage.get("prompt_tokens", 0) + read

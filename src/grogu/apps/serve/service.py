@@ -30,6 +30,7 @@ import dataclasses
 import os
 from typing import Any, Optional
 
+from fastapi import Response
 from ray import serve
 
 from ...core.checks import check_query
@@ -40,10 +41,10 @@ from ...metrics.acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScore
 from ...rerank.modes import MODES
 from ...rerank.remote import wire
 from ...runtime import coalescer
-from . import api
+from . import api, compat
 from .admission import PREFILL_COST, admit_budget, admit_rerank, influence_runs
-from .config import ServeConfig
-from .httpapi import StalledError, app
+from .config import ServeConfig, model_names
+from .httpapi import ModelNotFound, StalledError, app
 from .replica_work import ReplicaWork
 from .scheduler import Work
 
@@ -174,6 +175,37 @@ class GroguService(ReplicaWork):
             for row in out["results"] + ([out["context"]] if out["context"] else []):
                 row["details"] = None
         return out
+
+    # ------------------------------------------------------------------ the clients' rerank API
+    @app.post("/v1/rerank")
+    async def rerank_v1(self, body: compat.CompatRerankRequest, response: Response) -> dict:
+        """Cohere's v1 and Jina's rerank API (:mod:`grogu.apps.serve.compat`): the ``/rerank`` pipeline,
+        ``relevance_score`` in [0, 1], documents returned unless ``return_documents`` is false."""
+        return await self._compat(body, 1, response)
+
+    @app.post("/v2/rerank")
+    async def rerank_v2(self, body: compat.CompatRerankRequest, response: Response) -> dict:
+        """Cohere's v2 rerank API (:mod:`grogu.apps.serve.compat`): the ``/rerank`` pipeline,
+        ``relevance_score`` in [0, 1], documents returned only with ``return_documents``."""
+        return await self._compat(body, 2, response)
+
+    async def _compat(self, body: compat.CompatRerankRequest, version: int, response: Response) -> dict:
+        served = _public_name(self.engine.model_name) or self.config.model
+        if body.model is not None and body.model not in {served, *model_names(self.config.model)}:
+            raise ModelNotFound(
+                f"model {body.model!r} is not served here; this route serves {served!r}: pass "
+                f"model={served!r} (the LLM grogu scores the documents for)"
+            )
+        own = compat.rerank_request(body)
+        self._admit(own)
+        admit_rerank(self.config, own)
+        _, scorer = self._utility(own)
+        usage: dict[str, int] = {"prompt_tokens": 0, "completion_tokens": 0}
+        ranked = await self._rerank(own, scorer, usage)
+        ignored = body.ignored()
+        if ignored:
+            response.headers[compat.IGNORED_HEADER] = ", ".join(ignored)
+        return compat.response(body, version, ranked, served, usage, own.mode_settings().mode)
 
     @app.post("/ungrounded")
     async def ungrounded(self, body: api.UngroundedRequest) -> dict:

@@ -1,0 +1,141 @@
+"""The rerank API that existing clients speak: Cohere's ``/v1/rerank`` and ``/v2/rerank``, and Jina's
+``/v1/rerank`` (the same shape as Cohere's v1).
+
+A request is ``{model, query, documents, top_n, return_documents, ...}``. It is turned into grogu's own
+:class:`~grogu.apps.serve.api.RerankRequest` and runs the same rerank pipeline as ``/rerank``: the
+default mode, its gate, the same choice. The answer is what the clients read:
+
+- ``results``: the kept documents, best first, each with ``index`` (its input position) and
+  ``relevance_score`` in [0, 1], and ``document`` where asked (``return_documents``; default true on
+  ``/v1/rerank`` as Jina does, false on ``/v2/rerank`` as Cohere v2 does);
+- ``id``, ``model``, ``usage`` (tokens encoded and answer tokens decoded) and Cohere's ``meta``;
+- ``grogu``: the gate's verdict, the chosen context's answer, each result's utility, and the request
+  fields that were ignored. Clients ignore this key.
+
+``relevance_score`` is :func:`grogu.metrics.scales.probability` of the utility: ``exp(-KeyEntropy)`` for
+the default metric, strictly increasing in the utility. In the context mode (the default) the kept
+documents share their context's score; their order is the order the LLM reads them in. It is a
+confidence, not a calibrated probability that a document is relevant.
+
+Fields grogu does not use (``max_tokens_per_doc``, ``max_chunks_per_doc``, ``priority``, ``truncation``,
+any vendor's own) are accepted and ignored, and named in the ``X-Grogu-Ignored-Fields`` response
+header and in ``grogu.ignored``. grogu's own rerank settings go in an optional ``grogu`` object (the
+fields of ``/rerank``: ``mode``, ``threshold``, ``metric``, ``max_new_tokens``, ...).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...metrics.scales import probability
+from . import api
+
+#: the fields of a compatible request that grogu reads; any other is accepted and ignored
+READ_FIELDS = ("model", "query", "documents", "top_n", "return_documents", "rank_fields", "grogu")
+#: the header naming the fields a request sent that grogu ignored
+IGNORED_HEADER = "X-Grogu-Ignored-Fields"
+
+
+class CompatRerankRequest(BaseModel):
+    """A Cohere (v1, v2) or Jina rerank request. Unknown fields are accepted (vendors add their own)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: Optional[str] = Field(None, description="the target LLM: the model this service serves")
+    query: str
+    documents: list[Union[str, dict[str, Any]]] = Field(
+        description="strings, or objects with a 'text' field (or the fields named in rank_fields)"
+    )
+    top_n: Optional[int] = Field(None, description="documents to return; absent or 0: all")
+    return_documents: Optional[bool] = None
+    rank_fields: Optional[list[str]] = Field(None, description="the fields of object documents to rank on")
+    grogu: Optional[dict[str, Any]] = Field(None, description="grogu's own rerank settings (see /rerank)")
+
+    def ignored(self) -> list[str]:
+        """The fields this request sent that grogu does not use, sorted."""
+        return sorted(self.model_extra or {})
+
+
+def document_text(doc: Union[str, dict[str, Any]], i: int, rank_fields: Optional[list[str]]) -> Any:
+    """A compatible document as grogu takes it: a string as is; an object's ``text`` (and ``title``),
+    or, with ``rank_fields``, those fields as ``name: value`` lines (as Cohere ranks object documents)."""
+    if isinstance(doc, str):
+        return doc
+    if rank_fields:
+        missing = [f for f in rank_fields if f not in doc]
+        if missing:
+            raise ValueError(f"documents[{i}] has no field {missing[0]!r} named in rank_fields")
+        return "\n".join(f"{f}: {doc[f]}" for f in rank_fields)
+    text = doc.get("text")
+    if not isinstance(text, str):
+        raise ValueError(
+            f"documents[{i}] must be a string or an object with a string 'text' field (or name its fields in "
+            f"rank_fields), got the fields {sorted(doc)[:8]}"
+        )
+    title = doc.get("title")
+    return {"text": text, "title": title} if isinstance(title, str) and title else text
+
+
+def rerank_request(body: CompatRerankRequest) -> api.RerankRequest:
+    """grogu's own request for a compatible one: the same query and documents, ``top_n`` (0 or absent:
+    all documents), and the settings of the ``grogu`` object. A bad value is a ValueError (422)."""
+    if not body.documents:
+        raise ValueError("documents must not be empty: give at least one document to rerank")
+    if body.top_n is not None and body.top_n < 0:
+        raise ValueError(f"top_n must be 0 (all documents) or positive, got {body.top_n}")
+    own = dict(body.grogu or {})
+    clash = sorted(set(own) & {"query", "documents", "top_n"})
+    if clash:
+        raise ValueError(f"give {clash[0]} at the top level of the request, not inside 'grogu'")
+    if "return_details" in own:
+        raise ValueError("grogu.return_details: the per-token details come from /rerank only")
+    docs = [document_text(d, i, body.rank_fields) for i, d in enumerate(body.documents)]
+    return api.RerankRequest.model_validate(
+        {"query": body.query, "documents": docs, "top_n": body.top_n or None, **own}
+    )
+
+
+def relevance(row: Any) -> float:
+    """A kept document's ``relevance_score``: the fused score in the fusion mode (already in [0, 1]), else
+    :func:`~grogu.metrics.scales.probability` of its utility (its context's in the context mode)."""
+    return float(row.rank_score) if row.rank_score is not None else probability(row.metric, row.score)
+
+
+def response(
+    body: CompatRerankRequest,
+    version: int,
+    ranked: list[Any],
+    model: str,
+    usage: dict[str, int],
+    mode: str,
+) -> dict[str, Any]:
+    """The compatible answer for ``ranked`` (the pipeline's kept documents, best first)."""
+    return_documents = body.return_documents if body.return_documents is not None else version == 1
+    results = []
+    for r in ranked:
+        row: dict[str, Any] = {"index": r.index, "relevance_score": relevance(r)}
+        if return_documents:
+            doc = body.documents[r.index]
+            row["document"] = doc if isinstance(doc, dict) else {"text": doc}
+        results.append(row)
+    context = next((r.context for r in ranked if r.context is not None), None)
+    gate = next((r.gate for r in ranked if r.gate is not None), None)
+    tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    return {
+        "id": str(uuid.uuid4()),
+        "model": model,
+        "results": results,
+        "usage": {**usage, "total_tokens": tokens},
+        "meta": {"api_version": {"version": str(version)}, "billed_units": {"search_units": 1}},
+        "grogu": {
+            "mode": mode,
+            "metric": ranked[0].metric if ranked else None,
+            "utility": [r.score for r in ranked],
+            "gate": None if gate is None else gate.as_dict(),
+            "answer": None if context is None else context.answer,
+            "ignored": body.ignored(),
+        },
+    }
