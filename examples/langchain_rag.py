@@ -8,7 +8,9 @@ reads them, with each document's influence on the answer logged to JSONL. Runs o
   the packaged all-MiniLM-L6-v2 (langchain-huggingface's HuggingFaceEmbeddings pointed at its folder);
 - LLM: the packaged SmolLM2-135M-Instruct in a HuggingFacePipeline (ChatHuggingFace applies its chat
   template); GroguRetriever and the influence handler reuse its weights, nothing is loaded twice;
-- chain: GroguRetriever(vector store retriever, k) | format_docs | prompt | chat model | parser;
+- chain: GroguRetriever(vector store retriever, k, qa_prompt=the chain's prompt).as_qa_chain(chat model):
+  grogu scores the documents on the prompt the chat model reads, and the answer it gave the chosen
+  documents while scoring is the chain's answer (the LLM is not called twice);
 - InfluenceCallbackHandler writes one JSON line per question (and keeps the records in a list).
 """
 
@@ -21,10 +23,6 @@ import time
 import warnings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def format_docs(docs) -> str:
-    return "\n\n".join(f"[{d.metadata['title']}] {d.page_content}" for d in docs)
 
 
 def main() -> None:
@@ -57,9 +55,7 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     from grogu_research.testing import squad_paragraphs
     from langchain_core.documents import Document
-    from langchain_core.output_parsers import StrOutputParser
     from langchain_core.prompts import ChatPromptTemplate
-    from langchain_core.runnables import RunnablePassthrough
     from langchain_core.vectorstores import InMemoryVectorStore
     from langchain_grogu import GroguRetriever, InfluenceCallbackHandler
     from langchain_huggingface import ChatHuggingFace, HuggingFaceEmbeddings, HuggingFacePipeline
@@ -77,24 +73,29 @@ def main() -> None:
     # The target LLM: packaged SmolLM2-135M-Instruct in a transformers pipeline -> HuggingFacePipeline.
     model, tokenizer = load_model(DEFAULT_MODEL, device="cpu")
     pipe = transformers.pipeline(
-        "text-generation", model=model, tokenizer=tokenizer, max_new_tokens=40, do_sample=False, return_full_text=False
+        "text-generation",
+        model=model,
+        tokenizer=tokenizer,
+        max_new_tokens=args.max_new_tokens,
+        do_sample=False,
+        return_full_text=False,
     )
     llm = HuggingFacePipeline(pipeline=pipe, model_id="SmolLM2-135M-Instruct")
     chat = ChatHuggingFace(llm=llm, tokenizer=tokenizer, model_id="SmolLM2-135M-Instruct")
 
-    retriever = GroguRetriever(
-        base_retriever=store.as_retriever(search_kwargs={"k": args.k}),
-        model=llm,
-        top_n=args.top_n,
-        max_new_tokens=args.max_new_tokens,
-        title_key="title",
-    )
     prompt = ChatPromptTemplate.from_messages(
         [
             ("human", "Answer the question based on the given documents.\n\n{context}\n\nQuestion: {question}"),
         ]
     )
-    chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | chat | StrOutputParser()
+    retriever = GroguRetriever(
+        base_retriever=store.as_retriever(search_kwargs={"k": args.k}),
+        model=chat,
+        top_n=args.top_n,
+        max_new_tokens=args.max_new_tokens,  # the chat model's answer budget: its answer is reused
+        qa_prompt=prompt,
+    )
+    chain = retriever.as_qa_chain(chat)  # question -> {"answer", "documents"}
 
     records: list[dict] = []
     os.makedirs(os.path.dirname(os.path.abspath(args.jsonl)), exist_ok=True)
@@ -108,7 +109,7 @@ def main() -> None:
 
     for p in paragraphs[: args.questions]:
         t = time.perf_counter()
-        answer = chain.invoke(p["question"], config={"callbacks": [influence]})
+        answer = chain.invoke(p["question"], config={"callbacks": [influence]})["answer"]
         record = records[-1]
         print("\n" + "=" * 100)
         print(f"Q: {p['question']}\n   gold: {p['answers'][0]!r}   (gold paragraph: {p['title']!r})")

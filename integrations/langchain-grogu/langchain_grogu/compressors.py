@@ -1,7 +1,7 @@
 """GroguCompressor: rerank and prune retrieved documents by their GROGU utility to the target LLM.
 
 >>> from langchain_grogu import GroguCompressor
->>> compressor = GroguCompressor(model=llm, top_n=3)      # llm: a HuggingFacePipeline, or a model name
+>>> compressor = GroguCompressor(model=llm, top_n=3, qa_prompt=prompt)  # prompt: the chain's QA prompt
 >>> docs = compressor.compress_documents(retrieved_docs, "Who wrote Hamlet?")
 >>> docs[0].metadata["relevance_score"], docs[0].metadata["grogu"]
 
@@ -11,6 +11,9 @@ The rerank mode (``grogu.ModeSettings``) says what is scored: candidate contexts
 (context, the default) or each document alone (document, fusion, prune). ``metadata["relevance_score"]``
 is the document's score in that mode, where LangChain's rerankers put theirs; ``score_scale="probability"``
 puts it, and ``threshold``, in [0, 1] (:mod:`grogu.scales`).
+
+Give the chain's prompt as ``qa_prompt``: the documents are then scored on what the LLM reads. Without it,
+the context mode scores LlamaIndex's QA prompt (``grogu.core.prompts.RAG_QA_TEMPLATE``) and warns.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class GroguCompressor(GroguScoring, BaseDocumentCompressor):
         from langchain_classic.retrievers import ContextualCompressionRetriever
         from langchain_grogu import GroguCompressor
 
-        compressor = GroguCompressor(model=llm, top_n=3)   # llm: HuggingFacePipeline, or a model name
+        # llm: a HuggingFacePipeline / ChatHuggingFace, or a model name; prompt: the chain's QA prompt
+        compressor = GroguCompressor(model=llm, top_n=3, qa_prompt=prompt)
         retriever = ContextualCompressionRetriever(
             base_compressor=compressor, base_retriever=vectorstore.as_retriever(search_kwargs={"k": 10})
         )

@@ -1,8 +1,8 @@
 """GroguRetriever: any retriever, reranked and pruned by GROGU utility to the target LLM.
 
 >>> retriever = GroguRetriever(base_retriever=vectorstore.as_retriever(search_kwargs={"k": 10}),
-...                            model=llm, top_n=3)
->>> chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | llm
+...                            model=llm, top_n=3, qa_prompt=prompt)   # prompt: the chain's QA prompt
+>>> result = retriever.as_qa_chain().invoke("Who wrote Hamlet?")  # {"answer", "documents"}
 """
 
 from __future__ import annotations
@@ -33,10 +33,13 @@ class GroguRetriever(GroguScoring, BaseRetriever):
         from langchain_grogu import GroguRetriever
 
         retriever = GroguRetriever(
-            base_retriever=vectorstore.as_retriever(search_kwargs={"k": 10}), model=llm, top_n=3
+            base_retriever=vectorstore.as_retriever(search_kwargs={"k": 10}), model=llm, top_n=3, qa_prompt=prompt
         )
-        chain = {"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | llm
+        result = retriever.as_qa_chain(llm).invoke("Who wrote Hamlet?")  # the answer, and the kept documents
         ```
+
+    Without ``qa_prompt`` the documents are scored on LlamaIndex's QA prompt, not the chain's (a warning
+    says so); that form measured no gain (docs/benchmarks.md).
     """
 
     base_retriever: RetrieverLike

@@ -9,12 +9,14 @@ them may also be given by name (``mode="fusion", weight=0.4``), as ``UtilityScor
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Annotated, Any
 
 from langchain_core.documents import Document
+from langchain_core.prompts.chat import BaseChatPromptTemplate
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from grogu.apps.integration_settings import SharedSettings, checked
@@ -93,11 +95,20 @@ class GroguScoring(SharedSettings):
         if self.qa_prompt is None and template is None and self.mode == "context":
             # the prompt the gate was tuned on (LlamaIndex's default QA prompt), not grogu's own long one
             template, self._prompt = RAG_QA_TEMPLATE, "rag_qa"
+            warnings.warn(
+                f"{type(self).__name__} without qa_prompt scores the documents with LlamaIndex's QA prompt "
+                "(grogu.core.prompts.RAG_QA_TEMPLATE), not the prompt your chain sends: pass qa_prompt=<the "
+                "chain's prompt> (and use as_qa_chain()) to score what your LLM reads",
+                UserWarning,
+                stacklevel=3,
+            )
         if self.qa_prompt is not None:
             self._prompt = "qa_prompt"
             if template is not None:
                 raise ValueError("give template (grogu's prompt text) or qa_prompt (the chain's prompt), not both")
-            llm = None if remote_target(self.model) is not None else self.model  # a service: chat messages
+            # a service, or a chat prompt for a model given by name: its messages, through the chat template
+            chat = isinstance(self.qa_prompt, BaseChatPromptTemplate) and isinstance(self.model, str)
+            llm = None if chat or remote_target(self.model) is not None else self.model
             template = template_from_langchain(
                 self.qa_prompt, llm, context_key=self.context_key, question_key=self.question_key
             )
