@@ -18,7 +18,7 @@ from ..core.checks import check_choice, check_positive_int, check_threshold, che
 from ..core.prompts import PromptTemplate
 from ..metrics.defaults import metric_name
 from ..metrics.scales import check_score_scale
-from ..rerank.scorer import DEFAULT_TOP_N
+from ..rerank.settings import DEFAULT_TOP_N
 from ..runtime.engine.config import EngineConfig
 
 #: what a reranker does on a scoring failure

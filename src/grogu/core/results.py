@@ -58,6 +58,7 @@ class GateVerdict:
     test put it in doubt, ``"support"`` and/or ``"confidence"``. support: the share of the answer's words
     found in its documents. confidence: the answer's mean token probability (1 / its perplexity).
     candidates: how many candidate contexts were answered. changed: whether another context was chosen.
+    answer: the answer the retriever's own context gave (the one the verdict reads).
     """
 
     in_doubt: bool
@@ -66,6 +67,7 @@ class GateVerdict:
     confidence: float
     candidates: int
     changed: bool
+    answer: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """The verdict as plain JSON values (``reasons`` a list), as metadata, spans and the service carry it."""

@@ -51,19 +51,28 @@ def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list
             for it in chunk
         ]
         mode = settings.mode
+        extra = {"top_n": options["top_n"], "gate_support": settings.gate_support}
+        extra["gate_confidence"] = settings.gate_confidence
     else:
         scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
-        mode = "document"
-    return [record(item, results, scorer, mode) for item, results in zip(chunk, scored)]
+        mode, extra = "document", {}
+    return [record(item, results, scorer, mode, **extra) for item, results in zip(chunk, scored)]
 
 
-def record(item: dict, results: list, scorer: Any, mode: str) -> dict:
-    """The output record of one query: its results in the order of the mode, with each document."""
+def record(item: dict, results: list, scorer: Any, mode: str, **rerank: Any) -> dict:
+    """The output record of one query: its results in the order of the mode, with each document. A
+    rerank's record also holds its ``top_n`` and, in the context mode, the gate's verdict on the
+    retriever's own context (``gate``: ``grogu.GateVerdict.as_dict()``) and its thresholds."""
+    gate = next((r.gate for r in results if getattr(r, "gate", None) is not None), None)
+    extra = dict(rerank)
+    if gate is not None:
+        extra["gate"] = gate.as_dict()
     return {
         "query": item["query"],
         "model": scorer.model_name,
         "metric": scorer.metric,
         "mode": mode,
+        **extra,
         "results": [
             {
                 "index": r.index,

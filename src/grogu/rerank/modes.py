@@ -205,6 +205,7 @@ def verdict(
         confidence=confidence,
         candidates=len(scored),
         changed=list(contexts[chosen]) != list(contexts[0]),
+        answer=scored[0].answer,
     )
 
 

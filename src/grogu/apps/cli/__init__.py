@@ -63,14 +63,23 @@ def main(argv: list[str] | None = None) -> int:
         return score_on_ray(args, items, done)
     scorer = UtilityScorer(**scorer_options(args))
     out = open(args.out, "a", encoding="utf-8") if args.out else None
-    progress = tqdm(total=len(items), initial=done, desc="queries", unit="q", disable=len(items) < 2, file=sys.stderr)
+    progress = tqdm(
+        total=len(items),
+        initial=done,
+        desc="queries",
+        unit="q",
+        disable=len(items) < 2 or args.example,
+        file=sys.stderr,
+    )
     for start in range(done, len(items), args.batch_queries):
         chunk = items[start : start + args.batch_queries]
-        for record in score_chunk(scorer, vars(args), chunk):
+        for item, record in zip(chunk, score_chunk(scorer, vars(args), chunk)):
             if out is not None:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            elif args.json:
+                print(json.dumps(record, ensure_ascii=False), flush=True)
             else:
-                print(json.dumps(record, ensure_ascii=False) if args.json else record_table(record) + "\n", flush=True)
+                print(record_table(record, item["documents"]) + "\n", flush=True)
         if out is not None:
             out.flush()
         progress.update(len(chunk))

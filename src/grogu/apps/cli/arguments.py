@@ -10,7 +10,7 @@ from typing import Any
 
 from ...core import checks
 from ...metrics import defaults
-from ...rerank.settings import ModeSettings
+from ...rerank.settings import DEFAULT_TOP_N, ModeSettings
 from ...runtime.models import DEFAULT_MODEL
 
 # Subcommands that live in their own module: name -> module with ``add_arguments(parser)`` and
@@ -151,7 +151,12 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
     p.add_argument("--gpus-per-worker", type=float, default=0.0, help="--ray: GPUs per engine actor")
     add_server_arguments(p)
     if rerank:
-        p.add_argument("--top-n", type=TOP_N, default=None, help="keep the best n (a positive int)")
+        p.add_argument(
+            "--top-n",
+            type=TOP_N,
+            default=DEFAULT_TOP_N,
+            help=f"keep the best n (a positive int; default {DEFAULT_TOP_N}, as the integrations)",
+        )
         p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
         settings = p.add_argument_group("rerank settings (grogu.ModeSettings; default: its defaults)")
         for f in fields(ModeSettings):

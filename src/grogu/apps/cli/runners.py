@@ -14,8 +14,8 @@ from ...rerank import batch
 
 
 def iter_queries(args: argparse.Namespace) -> Iterator[dict]:
-    if args.example:
-        yield json.loads(resources.files("grogu").joinpath("data/example.json").read_text())
+    if args.example:  # a case the retriever's own context gets wrong, then one it gets right
+        yield from json.loads(resources.files("grogu").joinpath("data/example.json").read_text())
     elif args.queries:
         with open(args.queries, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
@@ -36,14 +36,47 @@ def _snippet(doc: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def record_table(record: dict) -> str:
-    """One query's record as the text table of ``grogu score`` / ``grogu rerank``."""
+def _titles(docs: list[Any]) -> str:
+    return " ".join(f"[{d.get('title')}]" if isinstance(d, dict) and d.get("title") else _snippet(d, 20) for d in docs)
+
+
+def gate_lines(record: dict, documents: list[Any]) -> list[str]:
+    """The context mode's story of one query: the retriever's own top-n and its answer, the gate's verdict
+    and why, and, when it was in doubt, the candidates answered and the context chosen."""
+    gate, kept = record["gate"], record["results"]
+    n = len(kept) if record.get("top_n") is None else min(record["top_n"], len(documents))
+    lines = [f"retriever's top {n}: {_titles(documents[:n])}", f"  answer: {_snippet(gate['answer'], 100)}"]
+    if gate["in_doubt"]:
+        why = []
+        if "support" in gate["reasons"]:
+            why.append(f"support {gate['support']:.2f} < {record['gate_support']:g}")
+        if "confidence" in gate["reasons"]:
+            why.append(f"confidence {gate['confidence']:.2f} < {record['gate_confidence']:g}")
+        lines.append(f"gate: in doubt ({', '.join(why)}): {gate['candidates']} candidate contexts answered")
+        if gate["changed"] and kept:
+            chosen = [r["document"] for r in kept]
+            lines += [f"chosen: {_titles(chosen)}", f"  answer: {_snippet(kept[0]['answer'], 100)}"]
+        else:
+            lines.append("chosen: the retriever's own context (no candidate beat it)")
+    else:
+        lines.append(
+            f"gate: calm (support {gate['support']:.2f}, confidence {gate['confidence']:.2f}): the retriever's "
+            "context is kept, nothing else is answered"
+        )
+    return lines
+
+
+def record_table(record: dict, documents: list[Any] | None = None) -> str:
+    """One query's record as the text table of ``grogu score`` / ``grogu rerank``. ``documents``: the
+    query's documents in the retriever's order (the context mode's verdict is told with them)."""
     context = record["mode"] == "context"
     lines = [
         f"query: {record['query']}",
         f"model: {record['model']}   mode: {record['mode']}   metric: {record['metric']} (utility, higher = more useful)",
     ]
-    if context and record["results"]:
+    if context and record.get("gate") and documents is not None:
+        lines += gate_lines(record, documents)
+    elif context and record["results"]:
         first = record["results"][0]
         lines.append(f"chosen context: utility {first['score']:.4f}, answer -> {_snippet(first['answer'], 70)}")
     lines += [f"{'rank':>4} {'doc':>4} {'utility':>9} {'key/tok':>8}  document / grounded answer"]
