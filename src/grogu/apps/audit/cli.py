@@ -62,7 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"target LLM (default {DEFAULT_MODEL})")
     p.add_argument("--metric", default=None, choices=sorted(METRIC_NAMES), help="GROGU variant (default key_entropy)")
     p.add_argument("--max-new-tokens", type=POSITIVE_INT, default=None, help="longest scored answer")
-    p.add_argument("--answer-style", default="long", choices=("long", "short"), help="'short' suits small models")
+    p.add_argument(
+        "--answer-style",
+        default="short",
+        choices=("long", "short"),
+        help="'short' (the default): the style the audit's signal was chosen and checked on",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, … (default: CUDA if available)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16, … ")
     p.add_argument("--remote", default=None, help="a grogu serve URL: score there (grogu.RemoteScorer)")
