@@ -248,6 +248,6 @@ def count_usage(usage: dict[str, int], scorer: UtilityScorer, step: Any, results
         return
     if scorer.grounded_only:
         return
+    prompts = {q: len(scorer.prompts.ungrounded_ids(q)) for q in dict.fromkeys(q for (q, _), _, _ in step.rows)}
     for (query, _), _, gen in step.rows:
-        read = len(scorer.prompts.ungrounded_ids(query)) + max(len(gen.token_ids), 1)
-        usage["prompt_tokens"] = usage.get("prompt_tokens", 0) + read
+        usage["prompt_tokens"] = usage.get("prompt_tokens", 0) + prompts[query] + max(len(gen.token_ids), 1)
