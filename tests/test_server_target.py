@@ -309,7 +309,7 @@ def test_audit_through_the_server(server, tmp_path):
         ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL), max_new_tokens=BUDGET, answer_style="short"
     )
     server.forget()
-    (none, *want), = scorer.score_contexts_batch([(QUERY, [[], *setups.values()])])
+    ((none, *want),) = scorer.score_contexts_batch([(QUERY, [[], *setups.values()])])
     assert summary["queries"][0]["baseline"]["answer"] == none.answer
     for name, w in zip(setups, want):
         got = summary["queries"][0]["setups"][name]
