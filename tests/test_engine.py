@@ -63,7 +63,7 @@ def test_batched_equals_one_at_a_time_other_architectures(tokenizer, arch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", [1, 3, 10])
+@pytest.mark.parametrize("k", [1, 3, pytest.param(10, marks=pytest.mark.heavy)])
 def test_batched_equals_one_at_a_time_smollm2(smol_engine, k):
     _compare(smol_engine, k, max_new_tokens=24, seed=2)
 

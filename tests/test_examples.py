@@ -14,7 +14,9 @@ import pytest
 
 from grogu.observe.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
-pytestmark = pytest.mark.slow  # the examples in fresh processes: not in the fast subset (-m 'not slow')
+# the examples in fresh processes: not in the fast subset (-m 'not slow'); heavy: the README's examples,
+# which test_readme runs, are the same pipelines
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -227,7 +227,8 @@ def test_readme_first_block_is_the_two_commands():
     assert len(block) == 2
     assert block[0].startswith("pip install torch==") and block[0].endswith("&& grogu rerank --example")
     assert "-e research" in block[1] or '-e "research[' in block[1]  # the research harness and test helpers
-    assert block[1].endswith("&& python -m pytest -q -n auto --dist loadgroup")  # parallel, Ray tests together
+    # parallel, Ray tests together, the heavy tier left to a run by hand (CONTRIBUTING.md)
+    assert block[1].endswith('&& python -m pytest -q -n auto --dist loadgroup -m "not heavy"')
 
 
 def test_readme_keeps_its_sections():

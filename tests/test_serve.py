@@ -504,6 +504,7 @@ def _same_records(got, want):
             assert a["variants"] == pytest.approx(b["variants"], rel=1e-5, abs=1e-5)  # PPLs: relative
 
 
+@pytest.mark.heavy
 def test_ray_data_scoring_equals_sequential_and_resumes(service, model_dir, tmp_path):
     import json
 

@@ -22,7 +22,7 @@ import grogu
 from grogu.core.prompts import Document, PromptBuilder
 from grogu.runtime.inference_server import ServerTarget
 
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow, pytest.mark.heavy]
 
 K = 20
 BUDGET = 8

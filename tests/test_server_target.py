@@ -171,6 +171,7 @@ def test_agrees_with_the_in_process_engine(served_scores, smol_engine):
     assert min(range(3), key=lambda i: served[i].score) == min(range(3), key=lambda i: local[i].score) == 2
 
 
+@pytest.mark.heavy  # each mode's logic is the library's; test_serve runs them all through a service
 def test_rerank_every_mode(target, served_scores):
     scorer, scores = served_scores
     by_doc = scorer.rerank(QUERY, DOCS, mode="document")
@@ -317,6 +318,7 @@ def test_audit_through_the_server(server, tmp_path):
     assert (out / "report.html").stat().st_size > 10_000
 
 
+@pytest.mark.heavy  # test_server_sglang checks ACU's one-token forcing against llama.cpp by hand too
 def test_acu_through_the_server_equals_llama_cpp_by_hand(server, reference, tiny_engine, capsys):
     """ACU's label-token probabilities by one-token teacher forcing equal llama.cpp's next-token log-softmax
     in process, for label tokens far outside the top k too; ACU follows from them by hand. A fresh target:

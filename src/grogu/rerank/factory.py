@@ -19,7 +19,7 @@ from ..metrics.influence import InfluenceScorer
 from ..runtime.engine import Engine
 from ..runtime.engine.config import configure_engine
 from .scorer import UtilityScorer
-from .settings import ModeSettings
+from .settings import DEFAULT_TOP_N, ModeSettings
 
 
 @runtime_checkable
@@ -43,7 +43,7 @@ class Scorer(Protocol):
         self,
         query: str,
         documents: Sequence[Any],
-        top_n: int | None = None,
+        top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
         settings: ModeSettings | None = None,
@@ -55,7 +55,7 @@ class Scorer(Protocol):
         self,
         query: str,
         documents: Sequence[Any],
-        top_n: int | None = None,
+        top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
         settings: ModeSettings | None = None,

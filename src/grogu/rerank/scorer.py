@@ -46,7 +46,7 @@ from ..runtime.models import DEFAULT_MODEL
 from . import pipeline as rerank_pipeline
 from . import settings as rerank
 from .context_scoring import ContextScoring, QueryContext
-from .settings import DEFAULT_TOP_N  # noqa: F401  (grogu.rerank.scorer.DEFAULT_TOP_N, as before)
+from .settings import DEFAULT_TOP_N
 
 #: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
 #: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
@@ -192,7 +192,7 @@ class UtilityScorer(ContextScoring):
         self,
         query: str,
         documents: Sequence[Any],
-        top_n: int | None = None,
+        top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
         settings: rerank.ModeSettings | None = None,
@@ -218,6 +218,7 @@ class UtilityScorer(ContextScoring):
         Each result of the context mode carries ``gate``: the verdict on the retriever's own context.
         The mode's settings (:class:`grogu.ModeSettings`): ``settings`` (default: the defaults), with
         each setting given by name (``**overrides``, e.g. ``mode=``, ``gate=``) replacing its value.
+        ``top_n``: most documents kept (default 3, as measured and as the integrations keep; None: all).
         Each result carries ``index`` (input position) and the original ``document``.
         """
         settings = rerank.ModeSettings.build(settings, **overrides)
@@ -250,7 +251,7 @@ class UtilityScorer(ContextScoring):
         self,
         query: str,
         documents: Sequence[Any],
-        top_n: int | None = None,
+        top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
         settings: rerank.ModeSettings | None = None,

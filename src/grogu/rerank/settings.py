@@ -18,8 +18,8 @@ from .modes import MODES, Selection, doubt, gate_reading, mode_of, verdict
 
 #: the mode used when none is given (see README, "Which rerank mode")
 DEFAULT_MODE = "context"
-#: documents kept where none is said: the integrations' ``top_n``, ``grogu rerank --top-n``, the measured
-#: top 3 of 5 (``UtilityScorer.rerank(top_n=None)`` and ``/rerank`` without ``top_n`` keep them all)
+#: documents kept where none is said, everywhere: ``UtilityScorer.rerank``, the integrations' ``top_n``,
+#: ``grogu rerank --top-n``, ``/rerank``; the measured top 3 of 5 (``top_n=None`` keeps them all)
 DEFAULT_TOP_N = 3
 DEFAULT_FAMILY = "swap_orders"
 DEFAULT_WEIGHT = 0.6

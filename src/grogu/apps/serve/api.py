@@ -15,7 +15,7 @@ from ...core.prompts import check_text
 from ...metrics import grogu as metrics
 from ...metrics import influence, seper
 from ...rerank.remote import wire
-from ...rerank.settings import ModeSettings
+from ...rerank.settings import DEFAULT_TOP_N, ModeSettings
 
 
 def _check(fn: Callable[..., Any], *args: Any) -> Any:
@@ -169,7 +169,7 @@ class RerankRequest(ScorerSettings):
 
     query: Query
     documents: list[Doc]
-    top_n: Optional[int] = None
+    top_n: Optional[int] = DEFAULT_TOP_N
     threshold: Optional[float] = None
     relevance: Optional[list[float]] = None
     settings: dict[str, Any] = Field(default_factory=dict)

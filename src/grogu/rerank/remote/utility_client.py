@@ -22,7 +22,7 @@ from ...core.checks import (
 from ...core.prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
 from ...metrics import grogu as metrics
 from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
-from ..settings import ModeOverrides, ModeSettings
+from ..settings import DEFAULT_TOP_N, ModeOverrides, ModeSettings
 from . import wire
 from .client_base import RemoteClient, check_prompt_template
 
@@ -196,7 +196,7 @@ class RemoteScorer(RemoteClient):
         self,
         query: str,
         documents: Sequence[Any],
-        top_n: int | None = None,
+        top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
         settings: ModeSettings | None = None,
@@ -235,7 +235,7 @@ class RemoteScorer(RemoteClient):
         self,
         query: str,
         documents: Sequence[Any],
-        top_n: int | None = None,
+        top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
         settings: ModeSettings | None = None,
