@@ -66,11 +66,12 @@ def test_scores_match_metric_on_naive_statistics(scorer):
 
 def test_rerank_order_top_n_threshold(scorer):
     scored = scorer.score(QUERY, DOCS)
-    ranked = scorer.rerank(QUERY, DOCS, mode="document")
+    ranked = scorer.rerank(QUERY, DOCS, top_n=None, mode="document")  # None: every document
     assert [r.index for r in ranked] == sorted(range(4), key=lambda i: (-scored[i].score, i))
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, mode="document")] == [r.index for r in ranked[:3]]  # 3 by default
     assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2, mode="document")] == [r.index for r in ranked[:2]]
     cut = ranked[1].score
-    assert [r.index for r in scorer.rerank(QUERY, DOCS, threshold=cut, mode="document")] == [
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=None, threshold=cut, mode="document")] == [
         r.index for r in ranked[:2]
     ]
     for bad in (0, -1, True, 2.0, "2"):  # asking for no documents is a mistake, not an empty result

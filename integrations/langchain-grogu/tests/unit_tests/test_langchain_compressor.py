@@ -19,7 +19,8 @@ N = 8  # max_new_tokens everywhere (as in conftest)
 def reference(engine, documents, paragraphs):
     """UtilityScorer's own ranking of the documents, computed without LangChain."""
     query = paragraphs[0]["question"]
-    ranked = UtilityScorer(engine, max_new_tokens=N).rerank(query, [d.page_content for d in documents], mode="document")
+    texts = [d.page_content for d in documents]
+    ranked = UtilityScorer(engine, max_new_tokens=N).rerank(query, texts, top_n=None, mode="document")
     return query, ranked
 
 

@@ -47,7 +47,7 @@ def test_relevance_score_is_the_score_of_the_chosen_mode(llm, engine, base, quer
     scorer = UtilityScorer(engine, max_new_tokens=N)
 
     out = _pipeline(base, model=llm, top_n=None, mode="document").invoke(query)
-    expected = scorer.rerank(query, texts, mode="document")
+    expected = scorer.rerank(query, texts, top_n=None, mode="document")
     assert [d.page_content for d in out] == [texts[r.index] for r in expected]
     assert [d.metadata[RELEVANCE_KEY] for d in out] == [d.metadata[METADATA_KEY]["score"] for d in out]
     assert [d.metadata[RELEVANCE_KEY] for d in out] == pytest.approx([r.score for r in expected], abs=1e-6)
