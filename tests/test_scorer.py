@@ -68,7 +68,9 @@ def test_rerank_order_top_n_threshold(scorer):
     scored = scorer.score(QUERY, DOCS)
     ranked = scorer.rerank(QUERY, DOCS, top_n=None, mode="document")  # None: every document
     assert [r.index for r in ranked] == sorted(range(4), key=lambda i: (-scored[i].score, i))
-    assert [r.index for r in scorer.rerank(QUERY, DOCS, mode="document")] == [r.index for r in ranked[:3]]  # 3 by default
+    assert [r.index for r in scorer.rerank(QUERY, DOCS, mode="document")] == [
+        r.index for r in ranked[:3]
+    ]  # 3 by default
     assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=2, mode="document")] == [r.index for r in ranked[:2]]
     cut = ranked[1].score
     assert [r.index for r in scorer.rerank(QUERY, DOCS, top_n=None, threshold=cut, mode="document")] == [
