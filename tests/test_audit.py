@@ -37,6 +37,9 @@ from grogu.core.results import ContextScore
 from grogu.observe.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 from grogu.rerank.selection import support_scores
 
+# one worker builds this module's scorers once (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("audit")
+
 N = 4  # answer tokens of the tiny model
 TOL = 1e-4
 DOCS = {

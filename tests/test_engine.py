@@ -77,6 +77,7 @@ def test_rows_finish_at_different_steps(smol_engine):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the tiny model's test below checks the same on every CI run
 def test_prompt_lookup_decoding_is_exactly_greedy_smollm2(smol_engine):
     # drafts verified by the model: same answers and statistics as the naive loop, in fewer steps
     engine = Engine((smol_engine.model, smol_engine.tokenizer), prompt_lookup=4)

@@ -22,7 +22,12 @@ from grogu.core.prompts import Document, PromptBuilder
 from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 from grogu.runtime.inference_server.bos import PROBE, leading
 
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
+# one worker starts this module's servers once (--dist loadgroup)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.slow,
+    pytest.mark.xdist_group("server_bos"),
+]
 
 K = 20
 BUDGET = 8

@@ -28,7 +28,12 @@ from grogu.core.prompts import ChatPrompt
 from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 from grogu.runtime.inference_server.ollama import NEUTRAL
 
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
+# one worker starts this module's servers once (--dist loadgroup)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.slow,
+    pytest.mark.xdist_group("server_ollama"),
+]
 
 QUERY = "What is the capital city of Australia?"
 DOCS = ["Canberra is the capital city of Australia.", "Sydney is the largest city in Australia."]

@@ -26,7 +26,12 @@ from grogu.metrics.influence import InfluenceScorer
 from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 
 # a real server: not in the fast subset (-m "not slow")
-pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
+# one worker starts this module's servers once (--dist loadgroup)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.slow,
+    pytest.mark.xdist_group("server_target"),
+]
 
 QUERY = "What is the capital city of Australia?"
 DOCS = [
@@ -194,6 +199,7 @@ def test_rerank_every_mode(target, served_scores):
     assert [r.index for r in pruned] == sorted(r.index for r in pruned)
 
 
+@pytest.mark.heavy
 def test_concurrent_queries_equal_sequential(target, served_scores):
     """Two queries batched, and the same two as concurrent coroutines, against one at a time."""
     scorer, first = served_scores
@@ -210,6 +216,7 @@ def test_concurrent_queries_equal_sequential(target, served_scores):
     assert [x.score for x in concurrent[1]] == pytest.approx([x.score for x in together[1]], abs=SERVER_RTOL)
 
 
+@pytest.mark.heavy  # test_server_chat runs the exact Influence Score through a server on every CI run
 def test_influence_through_the_server(target):
     """Forward-only leave-one-out log-probabilities are the server's teacher-forced sums; exact
     Influence runs its 2k+1 generations on the server."""
