@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 FIELD = """    probe_setting: int = _setting(7, "a setting added in one place")
 """
@@ -109,6 +111,7 @@ print("shared")
 """
 
 
+@pytest.mark.heavy  # copies the package and runs every entry point in a subprocess
 def test_a_new_setting_or_mode_touches_one_file(tmp_path):
     src = os.path.join(tmp_path, "src")
     shutil.copytree(os.path.join(ROOT, "src", "grogu"), os.path.join(src, "grogu"))

@@ -41,6 +41,7 @@ DOCS = [
 ]
 K = 20
 BUDGET = 12
+AUDIT_BUDGET = 6  # the audit scores its contexts twice (the CLI, then the replay)
 #: llama-cpp-python keeps the KV cache of the previous request's longest common prefix and evaluates the
 #: rest in another split, which rounds its quantised kernels differently: the same request after other
 #: requests gives the same tokens and log-probabilities within about 0.05 (seen: 0.076), not bit for bit
@@ -300,7 +301,7 @@ def test_audit_through_the_server(server, tmp_path):
                 server.url,
                 *[f"--setup={n}={tmp_path / n}.jsonl" for n in setups],
                 "--max-new-tokens",
-                str(BUDGET),
+                str(AUDIT_BUDGET),
                 "--no-documents",
                 "--quiet",
                 "--out",
@@ -314,7 +315,7 @@ def test_audit_through_the_server(server, tmp_path):
     # in Python: the target the CLI builds, the audit's default short answers, its contexts in its order
     # (no document first) and one batch, so the server sees the same requests in the same order
     scorer = grogu.UtilityScorer(
-        ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL), max_new_tokens=BUDGET, answer_style="short"
+        ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL), max_new_tokens=AUDIT_BUDGET, answer_style="short"
     )
     server.forget()
     ((none, *want),) = scorer.score_contexts_batch([(QUERY, [[], *setups.values()])])
