@@ -63,13 +63,13 @@ def test_batched_equals_one_at_a_time_other_architectures(tokenizer, arch):
 
 
 @pytest.mark.slow
-# k = 3 and 10 are heavy: test_rows_finish_at_different_steps compares a batch of 6 with the naive loop
 @pytest.mark.parametrize("k", [1, pytest.param(3, marks=pytest.mark.heavy), pytest.param(10, marks=pytest.mark.heavy)])
 def test_batched_equals_one_at_a_time_smollm2(smol_engine, k):
     _compare(smol_engine, k, max_new_tokens=24, seed=2)
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the tiny-model tests above compare batches of 3 and 10 with the naive loop
 def test_rows_finish_at_different_steps(smol_engine):
     # real model, prompts whose answers end at different lengths: exercises leaving the decode batch
     gens = _compare(smol_engine, 6, max_new_tokens=40, seed=3)

@@ -167,6 +167,7 @@ def sep_server(tmp_path_factory):
         yield srv
 
 
+@pytest.mark.heavy  # the EOS case above starts its own server and checks the same refusal
 def test_a_server_that_appends_a_sep_is_refused(sep_server):
     """A vocabulary with a SEP token: llama-cpp-python's completions append it to every text prompt, and
     /extras/tokenize does not show it. The probe's one-token completion counts one prompt token more."""

@@ -248,6 +248,7 @@ def test_influence_through_the_server(target):
     assert ex.scores == pytest.approx([float(one[i] @ full - loo[i] @ full) for i in range(2)], abs=1e-5)
 
 
+@pytest.mark.heavy  # test_audit_through_the_server drives the command line through the server too
 def test_command_line_through_the_server(server, served_scores, tmp_path, capsys):
     """``grogu score --server URL``: the same answers and scores as the ServerTarget in Python."""
     import json
@@ -282,6 +283,7 @@ def test_command_line_through_the_server(server, served_scores, tmp_path, capsys
         main(["score", "--server", server.url, "--query", QUERY, "--docs", str(docs), "--device", "cpu"])
 
 
+@pytest.mark.heavy  # tests/test_audit.py runs the audit in process; this one through the server
 def test_audit_through_the_server(server, tmp_path):
     """``grogu audit --server URL``: each set-up's context scored as the ServerTarget scores it in Python."""
     import json

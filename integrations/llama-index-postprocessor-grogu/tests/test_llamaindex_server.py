@@ -47,6 +47,8 @@ def served_llm(server):
     )
 
 
+# heavy: LangChain's ChatOpenAI chain on the same server runs on every CI run (test_langchain_server.py)
+@pytest.mark.heavy
 def test_openailike_pipeline_answers_with_the_servers_scored_answer(served_llm, embed_model, attach):
     index = VectorStoreIndex.from_documents([Document(text=t) for t in TEXTS], embed_model=embed_model)
     synth = get_response_synthesizer(llm=served_llm, response_mode="compact")
