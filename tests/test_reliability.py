@@ -527,9 +527,9 @@ def _runs(script: str, env: dict, out_dir: str) -> list[tuple[str, int, str, str
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "script",
-    # the mixed script runs sync, threaded and async calls in one process; each alone is heavy
+    # heavy, all four: test_exit_with_requests_in_flight checks a clean exit on every CI run
     [pytest.param(s, marks=pytest.mark.heavy) for s in ("sync_script.py", "threaded_script.py", "async_script.py")]
-    + ["mixed_script.py"],
+    + [pytest.param("mixed_script.py", marks=pytest.mark.heavy)],
 )
 def test_scripts_exit_cleanly(script, saved_tokenizer, tmp_path):
     """Each script (sync, threaded, async, mixed) run 6 times, each run its own process, plus once

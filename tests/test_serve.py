@@ -1039,6 +1039,7 @@ def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, loc
     assert max(light) < out["heavy_s"] / 3, (light, out["heavy_s"])
 
 
+@pytest.mark.heavy  # waits for Ray to replace a killed replica and reload its model
 def test_health_answers_fast_while_the_replica_is_lost(service, remote):
     """Last: kills the replica. /health is 503 within a second until a new replica is up; a request in
     flight when it died gets a JSON 503 (which RemoteScorer retries)."""

@@ -20,7 +20,8 @@ from grogu.metrics.scales import probability  # noqa: E402
 from grogu.runtime.models import DEFAULT_MODEL, embedded_embedder_path  # noqa: E402
 
 # Ray Serve: not in the fast subset; one Ray cluster at a time, so on the xdist worker of test_serve.py
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+# heavy: a two-model service of its own (about 100 s to start on a 2-core CPU); run by hand with -m heavy
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.xdist_group("ray")]
 
 TOKEN = "compat-token"
 NAME = "smollm2-135m-instruct"  # the served model's name: what a client passes as `model`

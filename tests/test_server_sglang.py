@@ -167,6 +167,7 @@ def test_the_self_check_fires_on_other_ids(target, server, prompts):
         server.tamper = None
 
 
+@pytest.mark.heavy  # ACU is checked against hand-computed numbers in process on every CI run (tests/test_seper_acu.py)
 def test_acu_through_sglang_equals_llama_cpp_by_hand(target, reference):
     """ACU's label-token probabilities by one-token teacher forcing equal llama.cpp's next-token
     log-softmax in process, for label tokens far outside the top k too; ACU follows from them by hand."""
