@@ -139,34 +139,20 @@ _GGUF_LOAD_LOCK = threading.RLock()
 
 @contextmanager
 def gguf_parsed_once():
-    """Within the block, each GGUF file is parsed once, its metadata read once, and gguf's tensor-name
-    map built once per architecture and depth. transformers parses a GGUF three times to load it
-    (config, tokenizer, weights), reads its metadata into Python twice the same way, and rebuilds the
-    name map for every tensor: about 25 s of the embedded model's 39 s load on a 2-core
-    first-generation EPYC. transformers imports these names at each call, so they are swapped on their
-    modules for the block, under a lock (loads in threads take turns). Each caller gets its own copy of
-    the metadata."""
+    """Within the block, each GGUF file is parsed once and gguf's tensor-name map is built once per
+    architecture and depth. transformers parses a GGUF three times to load it (config, tokenizer,
+    weights) and rebuilds the name map for every tensor: about 20 s of the embedded model's 39 s load
+    on a 2-core first-generation EPYC. transformers imports both names from ``gguf`` at each call, so
+    they are swapped on that module for the block, under a lock (loads in threads take turns)."""
     try:
         import gguf
-        from transformers import modeling_gguf_pytorch_utils as hf_gguf
     except ImportError:  # no GGUF support installed: nothing to speed up
         yield
         return
-    import copy
-
     with _GGUF_LOAD_LOCK:
-        reader, name_map, checkpoint = gguf.GGUFReader, gguf.get_tensor_name_map, hf_gguf.load_gguf_checkpoint
+        reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
         readers: dict[tuple, Any] = {}
         maps: dict[tuple, Any] = {}
-        metadata: dict[str, Any] = {}
-
-        def one_metadata(path: Any, return_tensors: bool = False, *args: Any, **kwargs: Any) -> Any:
-            if return_tensors or args or kwargs:
-                return checkpoint(path, return_tensors, *args, **kwargs)
-            key = os.path.realpath(os.fspath(path))
-            if key not in metadata:
-                metadata[key] = checkpoint(path, return_tensors=False)
-            return copy.deepcopy(metadata[key])
 
         def one_reader(path: Any, mode: str = "r") -> Any:
             key = (os.path.realpath(os.fspath(path)), mode)
@@ -180,12 +166,10 @@ def gguf_parsed_once():
             return maps[arch, n_blocks]
 
         gguf.GGUFReader, gguf.get_tensor_name_map = one_reader, one_map
-        hf_gguf.load_gguf_checkpoint = one_metadata
         try:
             yield
         finally:
             gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
-            hf_gguf.load_gguf_checkpoint = checkpoint
 
 
 def load_tokenizer(spec: str) -> Any:
