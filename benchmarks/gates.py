@@ -55,13 +55,21 @@ ALWAYS = {
 }
 SHIPPED = {"kind": "absolute", "floors": {"support": 0.8, "confidence": 0.4}}
 #: higher is surer for every signal except ``order`` (a big drop when reversed is a doubt)
-LOWER_IS_DOUBT = {"support": True, "support5": True, "confidence": True, "gain": True, "order": False}
+LOWER_IS_DOUBT = {
+    "support": True,
+    "support5": True,
+    "confidence": True,
+    "gain": True,
+    "entropy_change": True,
+    "order": False,
+}
 RULE = """The rule, fixed before any held-out record:
 1. eligible: on every prompt (its tuning sets pooled), wins >= losses against the retriever's context and
    the context changed on at most 35 % of queries;
-2. among the eligible, the best worst-prompt net wins (wins - losses); ties: the best pooled net wins,
-   then the fewest queries in doubt (cost), then grid order (the shipped gate first);
-3. the chosen gate replaces the shipped one only if its pooled net wins beat the shipped gate's."""
+2. among the eligible, the best worst-prompt net wins (wins - losses); ties: the best mean AUROC of the
+   verdict for a wrong first answer over the (prompt, set) cells, then the fewest queries in doubt (cost),
+   then grid order (the shipped gate first);
+3. the first in that order is chosen; the shipped gate is in the grid, so it stays when it ranks first."""
 
 
 # --------------------------------------------------------------------------------------------- signals
@@ -223,6 +231,9 @@ def grid() -> list[dict]:
         for s in (None, 0.8):
             floors = {"gain": g, **({"order": o} if o is not None else {}), **({"support": s} if s else {})}
             out.append({"kind": "relative", "floors": floors})
+    for e in (0.0, 0.25, 0.5, 1.0):
+        for s in (None, 0.8):
+            out.append({"kind": "relative", "floors": {"entropy_change": e, **({"support": s} if s else {})}})
     return out
 
 
@@ -250,19 +261,26 @@ def choose(args) -> None:
     def eligible(row):
         return all(s["wins"] >= s["losses"] and s["changed"] <= 0.35 for s in row["prompts"].values())
 
-    ranked = sorted(
-        range(len(rows)),
-        key=lambda i: (
-            not eligible(rows[i]),
-            -min(net(s) for s in rows[i]["prompts"].values()),
-            -net(rows[i]["pooled"]),
-            rows[i]["pooled"]["doubt"],
+    groups = _groups(records)
+    for row in rows:
+        cells = [verdict_auroc(row["gate"], recs) for recs in groups.values()]
+        cells = [c for c in cells if c is not None]
+        row["auroc"] = sum(cells) / len(cells) if cells else 0.5
+
+    def rank(i):
+        row = rows[i]
+        return (
+            not eligible(row),
+            -min(net(s) for s in row["prompts"].values()),
+            -round(row["auroc"], 6),
+            row["pooled"]["doubt"],
             i,
-        ),
-    )
+        )
+
+    ranked = sorted(range(len(rows)), key=rank)
     shipped = rows[0]
     best = rows[ranked[0]]
-    adopt = eligible(best) and net(best["pooled"]) > net(shipped["pooled"])
+    adopt = ranked[0] != 0
     chosen = best if adopt else shipped
     print(RULE, "\n")
     print("AUROC of each signal for a wrong first answer (tuning), per prompt and set:")
@@ -315,7 +333,7 @@ def _row(row: dict) -> str:
     pooled = row["pooled"]
     return (
         f"{json.dumps(_strip(row['gate']))}: pooled +{pooled['wins']}/-{pooled['losses']} "
-        f"doubt {pooled['doubt']:.0%} | {cells}"
+        f"doubt {pooled['doubt']:.0%} AUROC {row.get('auroc', 0):.2f} | {cells}"
     )
 
 

@@ -22,6 +22,7 @@ from ..core.results import ContextScore, DocumentScore, ScoreResult
 from ..runtime.engine import Generation
 from . import selection
 from . import settings as rerank
+from .modes import needs_gain
 
 #: one context: a query and the ordered documents given with it
 QueryContext = tuple[str, list[Document]]
@@ -123,19 +124,30 @@ def steps(scorer: Any, p: RerankPlan, details: bool) -> Generator[Step, list, li
     if p.contexts:
         wanted = p.contexts[:1] if gated else p.contexts
         answered = _rows(p, wanted, (yield Answer(p.context_documents(wanted))))
-    if gated and rerank.doubt(s, scorer.grounded_score(answered[0][2], "ppl"), texts, p.contexts[0]):
+    forced_first = None  # the gate reads the gain: the first answer teacher-forced, with details, first
+    if gated and needs_gain(s):
+        [forced_first] = yield Force(answered[:1], True)
+    reading = forced_first
+    if gated and reading is None:
+        reading = scorer.grounded_score(answered[0][2], "ppl")
+    if gated and rerank.doubt(s, reading, texts, p.contexts[0]):
         answered += _rows(p, p.contexts[1:], (yield Answer(p.context_documents(p.contexts[1:]))))
     out: list[ScoreResult | None] = [None] * len(answered)  # None: to be teacher-forced
     if rerank.grounded_choice(s) and answered:
         first = [scorer.grounded_score(gen, s.context_metric, details) for _, _, gen in answered]
+        if forced_first is not None:  # the decision reads the gate again: on the forced first answer
+            first[0] = forced_first
         chosen = rerank.decide(s, p.base, p.contexts, first, p.top_n, p.threshold, p.relevance, texts).chosen
         out = [None if i == chosen else r for i, r in enumerate(first)]
+    if forced_first is not None:
+        out[0] = forced_first
     todo = [i for i, r in enumerate(out) if r is None]
     if todo:
         for i, r in zip(todo, (yield Force([answered[i] for i in todo], details))):
             out[i] = r
     scored = [ContextScore(documents=row[0][1], **vars(r)) for row, r in zip(answered, out)]
-    return finish(p, scored)
+    ranked = finish(p, scored)
+    return ranked if details or forced_first is None else without_details(ranked)
 
 
 def finish(p: RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:
@@ -173,7 +185,10 @@ def work(scorer: Any, batch: Sequence[Step]) -> list[list[Any]]:
         flat = scorer.force_answers([r for st in batch for r in st.rows], any(st.details for st in batch))
         sizes = [len(st.rows) for st in batch]
     it = iter(flat)
-    return [[next(it) for _ in range(n)] for n in sizes]
+    out = [[next(it) for _ in range(n)] for n in sizes]
+    if isinstance(batch[0], Force):  # details only where a step asked for them
+        out = [rs if st.details else [replace(r, details=None) for r in rs] for st, rs in zip(batch, out)]
+    return out
 
 
 def run(scorer: Any, plans: Sequence[RerankPlan], details: bool, do: Callable[..., Any] = work) -> list[Any]:

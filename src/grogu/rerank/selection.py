@@ -259,24 +259,41 @@ def prefer_supported(chosen: int, answers: Sequence[str], support: Sequence[floa
     return max(same, key=lambda i: (support[i], i == chosen, -i))
 
 
-def doubtful(support: float, confidence: float, min_support: float, min_confidence: float) -> bool:
+def doubtful(
+    support: float,
+    confidence: float,
+    min_support: float,
+    min_confidence: float,
+    gain: float | None = None,
+    min_gain: float | None = None,
+) -> bool:
     """Whether the retriever's own context is in doubt, judged on the one answer it gives.
 
     ``support``: the share of the answer's words found in its documents (:func:`support_scores`).
     ``confidence``: the answer's mean token probability, exp(mean log-probability), in [0, 1].
-    In doubt when either is below its minimum (:func:`doubt_reasons`). A refusal ("The context does
+    ``gain``: how much its documents raise the answer's mean token log-probability (nats: with them minus
+    without them), read only where ``min_gain`` is given.
+    In doubt when any is below its minimum (:func:`doubt_reasons`). A refusal ("The context does
     not say ...") is rarely held by the documents, so it has low support.
     """
-    return bool(doubt_reasons(support, confidence, min_support, min_confidence))
+    return bool(doubt_reasons(support, confidence, min_support, min_confidence, gain, min_gain))
 
 
-def doubt_reasons(support: float, confidence: float, min_support: float, min_confidence: float) -> tuple[str, ...]:
-    """Which of :func:`doubtful`'s tests fail: ``"support"``, ``"confidence"``, both or none."""
-    return tuple(
-        name
-        for name, value, floor in (("support", support, min_support), ("confidence", confidence, min_confidence))
-        if value < floor
-    )
+def doubt_reasons(
+    support: float,
+    confidence: float,
+    min_support: float,
+    min_confidence: float,
+    gain: float | None = None,
+    min_gain: float | None = None,
+) -> tuple[str, ...]:
+    """Which of :func:`doubtful`'s tests fail: ``"support"``, ``"confidence"``, ``"gain"``, or none."""
+    tests = [("support", support, min_support), ("confidence", confidence, min_confidence)]
+    if min_gain is not None:
+        if gain is None:
+            raise ValueError("min_gain is given but no gain was read")
+        tests.append(("gain", gain, min_gain))
+    return tuple(name for name, value, floor in tests if value < floor)
 
 
 def kept_relative_to_none(utilities: Sequence[float], none_utility: float, margin: float = 0.0) -> list[bool]:
