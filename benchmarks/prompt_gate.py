@@ -40,7 +40,14 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from pipeline_accuracy import build_index, load_data, result_row  # noqa: E402
+from pipeline_accuracy import (  # noqa: E402
+    build_index,
+    hotpotqa_dev_questions,
+    load_data,
+    nq_questions,
+    result_row,
+    squad_questions,
+)
 from pipeline_modes import key  # noqa: E402
 
 from grogu.rerank.selection import context_candidates  # noqa: E402
@@ -162,6 +169,34 @@ def gated_doubt(gate_list: list[dict], rec: dict) -> bool:
     return any(gates.in_doubt(g, rec) for g in gate_list)
 
 
+def earlier_held_ids(data: str, path: str | None) -> set[str]:
+    """Every question of ``data`` an earlier held-out sample used: its frozen samples (``held_out``) and the
+    draws ``entry_points.earlier_ids`` left out (for HotpotQA, the seed-2 sample, redrawn exactly)."""
+    import entry_points
+    import held_out
+
+    draws = {
+        "squad": lambda k, s, ex: squad_questions("held", k, s, ex),
+        "nq": lambda k, s, ex: nq_questions("held", k, s, path, ex),
+        "hotpotqa-dev": lambda k, s, ex: hotpotqa_dev_questions("held", k, s, path, ex),
+    }
+    frozen = set().union(*(held_out.frozen(n) for n in held_out.sample_names(data)))
+    return frozen | entry_points.earlier_ids(data, draws[data])
+
+
+def questions_of(args) -> tuple[list[dict], list[dict]]:
+    """(pool, questions): a held-out draw leaves every earlier held-out sample out, in code."""
+    if args.split == "held":
+        exclude = earlier_held_ids(args.data, args.data_file)
+        draw = {
+            "squad": lambda: squad_questions("held", args.questions, args.seed, exclude),
+            "nq": lambda: nq_questions("held", args.questions, args.seed, args.data_file, exclude),
+            "hotpotqa-dev": lambda: hotpotqa_dev_questions("held", args.questions, args.seed, args.data_file, exclude),
+        }
+        return draw[args.data]()
+    return load_data(args)
+
+
 def collect(args) -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -170,7 +205,7 @@ def collect(args) -> None:
     import grogu
     from grogu.runtime.models import embedded_embedder_path
 
-    pool, questions = load_data(args)
+    pool, questions = questions_of(args)
     shard, shards = map(int, args.shard.split("/"))
     questions = questions[shard::shards]
     embed_model = HuggingFaceEmbedding(model_name=embedded_embedder_path(), device="cpu")
@@ -238,7 +273,7 @@ def main() -> None:
     c.add_argument("--split", choices=["tune", "held"], default="tune")
     c.add_argument("--questions", type=int, default=60)
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--exclude", nargs="*", default=[])
+    c.add_argument("--exclude", nargs="*", default=[], help="tune: files of question ids to leave out")
     c.add_argument("--prompts", nargs="+", choices=PROMPTS, default=list(PROMPTS))
     c.add_argument("--contexts", choices=["all", "gated"], default="all")
     c.add_argument("--gates", default=None, help="--contexts gated: the JSON of gates.py choose --save")
