@@ -453,31 +453,27 @@ def test_candidate_count_is_computed_before_anything_is_built():
     assert time.perf_counter() - t0 < 0.1
 
 
-def test_the_gain_test_by_hand():
-    """The gate's gain test: the documents' gain in the answer's mean token log-probability, below its floor,
-    is a reason of its own; without a floor it is not read; a floor with no reading is an error."""
-    import torch
-
-    from grogu.rerank.modes import gain_reading
+def test_the_entropy_change_test_by_hand():
+    """The gate's entropy-change test: the documents' change of the answer's key-token entropy (GROGU's
+    entropy_change utility), below its floor, is a reason of its own; without a floor it is not read; a floor
+    with no reading is an error."""
     from grogu.rerank.selection import doubt_reasons
 
-    assert doubt_reasons(0.9, 0.9, 0.8, 0.4, 0.2, 0.5) == ("gain",)
-    assert doubt_reasons(0.5, 0.9, 0.8, 0.4, 0.6, 0.5) == ("support",)
+    assert doubt_reasons(0.9, 0.9, 0.8, 0.4, -0.2, 0.0) == ("entropy_change",)
+    assert doubt_reasons(0.5, 0.9, 0.8, 0.4, 0.6, 0.0) == ("support",)
     assert doubt_reasons(0.9, 0.9, 0.8, 0.4, None, None) == ()
-    with pytest.raises(ValueError, match="gain"):
-        doubt_reasons(0.9, 0.9, 0.8, 0.4, None, 0.5)
-    # grounded log-probabilities -0.1 and -0.3 (mean -0.2); ungrounded -1.0 and -2.0 (mean -1.5): gain 1.3
-    details = SimpleNamespace(
-        grounded_logprob=torch.tensor([-0.1, -0.3]), ungrounded_logprob=torch.tensor([-1.0, -2.0])
-    )
-    assert gain_reading(SimpleNamespace(details=details)) == pytest.approx(1.3)
-    with pytest.raises(ValueError, match="teacher-forced"):
-        gain_reading(SimpleNamespace(details=None))
+    with pytest.raises(ValueError, match="entropy change"):
+        doubt_reasons(0.9, 0.9, 0.8, 0.4, None, 0.0)
     texts = ["Paris is in France", "Rome is big", "Paris Paris"]
-    first = SimpleNamespace(answer="Paris", variants={"ppl": -1.0, "key_entropy": -1.0}, details=details)
+    first = SimpleNamespace(answer="Paris", variants={"ppl": -1.0, "key_entropy": -1.0, "entropy_change": 0.3})
     G = {"family": "swap", "rule": "confidence", "context_metric": "key_entropy", "gate": "doubt"}
-    for floor, in_doubt in ((1.2, False), (1.4, True)):
-        s = ModeSettings(gate_support=0.0, gate_confidence=0.0, gate_gain=floor, **G)
+    for floor, in_doubt in ((0.2, False), (0.4, True)):
+        s = ModeSettings(gate_support=0.0, gate_confidence=0.0, gate_entropy_change=floor, **G)
         got = decide(s, [0, 1, 2], [[0, 1], [0, 2]], [first] if not in_doubt else [first, first], 2, None, None, texts)
-        assert got.doubt == in_doubt and got.gate.gain == pytest.approx(1.3)
-        assert got.gate.reasons == (("gain",) if in_doubt else ())
+        assert got.doubt == in_doubt and got.gate.entropy_change == pytest.approx(0.3)
+        assert got.gate.reasons == (("entropy_change",) if in_doubt else ())
+    grounded = SimpleNamespace(answer="Paris", variants={"ppl": -1.0})  # a grounded-only result
+    with pytest.raises(ValueError, match="teacher-force"):
+        decide(
+            ModeSettings(gate_entropy_change=0.0, **G), [0, 1, 2], [[0, 1], [0, 2]], [grounded], 2, None, None, texts
+        )

@@ -55,10 +55,10 @@ class GateVerdict:
 
     in_doubt: whether that answer is in doubt; then the other candidate contexts were answered (under
     ``gate="doubt"``), and a pipeline may act on it (abstain, retrieve more, escalate). reasons: which
-    test put it in doubt, ``"support"``, ``"confidence"`` and/or ``"gain"``. support: the share of the answer's
-    words found in its documents. confidence: the answer's mean token probability (1 / its perplexity).
-    gain: how much its documents raise its mean token log-probability (nats), where the gate reads it
-    (``gate_gain``), else None.
+    test put it in doubt, ``"support"``, ``"confidence"`` and/or ``"entropy_change"``. support: the share of
+    the answer's words found in its documents. confidence: the answer's mean token probability (1 / its
+    perplexity). entropy_change: how much its documents lower the entropy of its key tokens (nats, GROGU's
+    ``entropy_change``), where the gate reads it (``gate_entropy_change``), else None.
     candidates: how many candidate contexts were answered. changed: whether another context was chosen.
     answer: the answer the retriever's own context gave (the one the verdict reads).
     """
@@ -70,7 +70,7 @@ class GateVerdict:
     candidates: int
     changed: bool
     answer: str = ""
-    gain: float | None = None
+    entropy_change: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The verdict as plain JSON values (``reasons`` a list), as metadata, spans and the service carry it."""

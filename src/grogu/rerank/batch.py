@@ -53,8 +53,8 @@ def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list
         mode = settings.mode
         extra = {"top_n": options["top_n"], "gate_support": settings.gate_support}
         extra["gate_confidence"] = settings.gate_confidence
-        if settings.gate_gain is not None:
-            extra["gate_gain"] = settings.gate_gain
+        if settings.gate_entropy_change is not None:
+            extra["gate_entropy_change"] = settings.gate_entropy_change
     else:
         scored = scorer.score_batch([(it["query"], it["documents"]) for it in chunk])
         mode, extra = "document", {}

@@ -186,42 +186,33 @@ def gate_reading(settings: Any, first: Any, texts: Sequence[str] | None, context
     return float(support), -1.0 / utility(first, "ppl")  # the ppl variant's utility is -perplexity
 
 
-def needs_gain(settings: Any) -> bool:
-    """Whether the gate reads the answer's gain from its documents (``gate_gain``): the first answer is then
-    teacher-forced without its documents, with per-token details, before the gate decides."""
-    return settings.gate == "doubt" and getattr(settings, "gate_gain", None) is not None
-
-
-def gain_reading(first: Any) -> float:
-    """How much the documents raise the first answer's mean token log-probability (nats): its grounded mean
-    log-probability minus the same tokens' under the ungrounded prompt. Reads ``first.details``."""
-    details = getattr(first, "details", None)
-    if details is None or details.ungrounded_logprob is None:
-        raise ValueError(
-            "gate_gain reads the first answer teacher-forced without its documents: score it with details "
-            "on a target that can teacher-force"
-        )
-    g, u = details.grounded_logprob, details.ungrounded_logprob
-    if len(g) == 0 or len(u) == 0:
-        return 0.0
-    return float(g.double().mean() - u.double().mean())
+def needs_forced_first(settings: Any) -> bool:
+    """Whether the gate reads the first answer's entropy change (``gate_entropy_change``): that answer is then
+    teacher-forced without its documents before the gate decides."""
+    return settings.gate == "doubt" and getattr(settings, "gate_entropy_change", None) is not None
 
 
 def _readings(settings: Any, first: Any, texts: Sequence[str] | None, context: Sequence[int]):
     support, confidence = gate_reading(settings, first, texts, context)
-    gain = gain_reading(first) if needs_gain(settings) else None
-    return support, confidence, gain
+    change = None
+    if needs_forced_first(settings):
+        if "entropy_change" not in (getattr(first, "variants", None) or {}):
+            raise ValueError(
+                "gate_entropy_change reads the first answer teacher-forced without its documents (the "
+                "entropy_change variant): score it on a target that can teacher-force"
+            )
+        change = utility(first, "entropy_change")
+    return support, confidence, change
 
 
-def _reasons(settings: Any, support: float, confidence: float, gain: float | None) -> tuple[str, ...]:
-    return selection.doubt_reasons(
-        support, confidence, settings.gate_support, settings.gate_confidence, gain, getattr(settings, "gate_gain", None)
-    )
+def _reasons(settings: Any, support: float, confidence: float, change: float | None) -> tuple[str, ...]:
+    floor = getattr(settings, "gate_entropy_change", None)
+    return selection.doubt_reasons(support, confidence, settings.gate_support, settings.gate_confidence, change, floor)
 
 
 def doubt(settings: Any, first: Any, texts: Sequence[str] | None, context: Sequence[int]) -> bool:
     """Whether the retriever's context is in doubt (:func:`grogu.rerank.selection.doubtful` of its readings:
-    :func:`gate_reading`, and :func:`gain_reading` where ``gate_gain`` is set)."""
+    :func:`gate_reading`, and the ``entropy_change`` variant where ``gate_entropy_change`` is set)."""
     return bool(_reasons(settings, *_readings(settings, first, texts, context)))
 
 
@@ -229,14 +220,14 @@ def verdict(
     settings: Any, scored: Sequence[Any], texts: Sequence[str], contexts: Sequence[Sequence[int]], chosen: int
 ) -> GateVerdict:
     """The verdict on the retriever's context (``contexts[0]``, ``scored[0]``) once ``chosen`` is known."""
-    support, confidence, gain = _readings(settings, scored[0], texts, contexts[0])
-    reasons = _reasons(settings, support, confidence, gain)
+    support, confidence, change = _readings(settings, scored[0], texts, contexts[0])
+    reasons = _reasons(settings, support, confidence, change)
     return GateVerdict(
         in_doubt=bool(reasons),
         reasons=reasons,
         support=support,
         confidence=confidence,
-        gain=gain,
+        entropy_change=change,
         candidates=len(scored),
         changed=list(contexts[chosen]) != list(contexts[0]),
         answer=scored[0].answer,
@@ -333,8 +324,7 @@ __all__ = [
     "PruneMode",
     "ContextMode",
     "gate_reading",
-    "gain_reading",
-    "needs_gain",
+    "needs_forced_first",
     "doubt",
     "verdict",
     "utility",

@@ -22,7 +22,7 @@ from ..core.results import ContextScore, DocumentScore, ScoreResult
 from ..runtime.engine import Generation
 from . import selection
 from . import settings as rerank
-from .modes import needs_gain
+from .modes import needs_forced_first
 
 #: one context: a query and the ordered documents given with it
 QueryContext = tuple[str, list[Document]]
@@ -124,9 +124,9 @@ def steps(scorer: Any, p: RerankPlan, details: bool) -> Generator[Step, list, li
     if p.contexts:
         wanted = p.contexts[:1] if gated else p.contexts
         answered = _rows(p, wanted, (yield Answer(p.context_documents(wanted))))
-    forced_first = None  # the gate reads the gain: the first answer teacher-forced, with details, first
-    if gated and needs_gain(s):
-        [forced_first] = yield Force(answered[:1], True)
+    forced_first = None  # the gate reads the entropy change: the first answer teacher-forced first
+    if gated and needs_forced_first(s):
+        [forced_first] = yield Force(answered[:1], details)
     reading = forced_first
     if gated and reading is None:
         reading = scorer.grounded_score(answered[0][2], "ppl")
@@ -146,8 +146,7 @@ def steps(scorer: Any, p: RerankPlan, details: bool) -> Generator[Step, list, li
         for i, r in zip(todo, (yield Force([answered[i] for i in todo], details))):
             out[i] = r
     scored = [ContextScore(documents=row[0][1], **vars(r)) for row, r in zip(answered, out)]
-    ranked = finish(p, scored)
-    return ranked if details or forced_first is None else without_details(ranked)
+    return finish(p, scored)
 
 
 def finish(p: RerankPlan, scored: Sequence[ContextScore]) -> list[DocumentScore]:

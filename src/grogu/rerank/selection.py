@@ -264,19 +264,19 @@ def doubtful(
     confidence: float,
     min_support: float,
     min_confidence: float,
-    gain: float | None = None,
-    min_gain: float | None = None,
+    entropy_change: float | None = None,
+    min_entropy_change: float | None = None,
 ) -> bool:
     """Whether the retriever's own context is in doubt, judged on the one answer it gives.
 
     ``support``: the share of the answer's words found in its documents (:func:`support_scores`).
     ``confidence``: the answer's mean token probability, exp(mean log-probability), in [0, 1].
-    ``gain``: how much its documents raise the answer's mean token log-probability (nats: with them minus
-    without them), read only where ``min_gain`` is given.
+    ``entropy_change``: how much its documents lower the entropy of the answer's key tokens (nats: GROGU's
+    ``entropy_change`` utility, mean H_u − H_g), read only where ``min_entropy_change`` is given.
     In doubt when any is below its minimum (:func:`doubt_reasons`). A refusal ("The context does
     not say ...") is rarely held by the documents, so it has low support.
     """
-    return bool(doubt_reasons(support, confidence, min_support, min_confidence, gain, min_gain))
+    return bool(doubt_reasons(support, confidence, min_support, min_confidence, entropy_change, min_entropy_change))
 
 
 def doubt_reasons(
@@ -284,15 +284,15 @@ def doubt_reasons(
     confidence: float,
     min_support: float,
     min_confidence: float,
-    gain: float | None = None,
-    min_gain: float | None = None,
+    entropy_change: float | None = None,
+    min_entropy_change: float | None = None,
 ) -> tuple[str, ...]:
-    """Which of :func:`doubtful`'s tests fail: ``"support"``, ``"confidence"``, ``"gain"``, or none."""
+    """Which of :func:`doubtful`'s tests fail: ``"support"``, ``"confidence"``, ``"entropy_change"``, or none."""
     tests = [("support", support, min_support), ("confidence", confidence, min_confidence)]
-    if min_gain is not None:
-        if gain is None:
-            raise ValueError("min_gain is given but no gain was read")
-        tests.append(("gain", gain, min_gain))
+    if min_entropy_change is not None:
+        if entropy_change is None:
+            raise ValueError("min_entropy_change is given but no entropy change was read")
+        tests.append(("entropy_change", entropy_change, min_entropy_change))
     return tuple(name for name, value, floor in tests if value < floor)
 
 

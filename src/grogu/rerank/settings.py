@@ -31,8 +31,8 @@ DEFAULT_SUPPORT_WEIGHT = 1.0
 DEFAULT_GATE = "doubt"
 DEFAULT_GATE_SUPPORT = 0.8
 DEFAULT_GATE_CONFIDENCE = 0.4
-#: the gate's floor on the documents' gain in the answer's log-probability (None: not read)
-DEFAULT_GATE_GAIN = None
+#: the gate's floor on the documents' entropy change of the answer's key tokens (None: not read)
+DEFAULT_GATE_ENTROPY_CHANGE = None
 #: the context mode's defaults: chosen on the tuning splits of three data sets (benchmarks/context_settings.json).
 #: "auto": KeyEntropy, or perplexity on a grounded-only target, which cannot teacher-force
 DEFAULT_CONTEXT_METRIC = "auto"
@@ -112,10 +112,11 @@ class ModeSettings:
         DEFAULT_GATE_CONFIDENCE,
         "context, gate 'doubt': in doubt when the answer's mean token probability is below this",
     )
-    gate_gain: float | None = _setting(
-        DEFAULT_GATE_GAIN,
-        "context, gate 'doubt': in doubt when the documents raise the answer's mean token log-probability "
-        "by less than this (nats; None: not read; a target that cannot teacher-force never reads it)",
+    gate_entropy_change: float | None = _setting(
+        DEFAULT_GATE_ENTROPY_CHANGE,
+        "context, gate 'doubt': in doubt when the documents lower the entropy of the answer's key tokens "
+        "by less than this (nats, GROGU's entropy_change; None: not read; a target that cannot "
+        "teacher-force never reads it)",
     )
 
     def __post_init__(self) -> None:
@@ -134,8 +135,8 @@ class ModeSettings:
         check_choice("gate", self.gate, selection.GATES)
         set_(self, "gate_support", selection.check_unit("gate_support", self.gate_support))
         set_(self, "gate_confidence", selection.check_unit("gate_confidence", self.gate_confidence))
-        if self.gate_gain is not None:
-            set_(self, "gate_gain", check_float("gate_gain", self.gate_gain))
+        if self.gate_entropy_change is not None:
+            set_(self, "gate_entropy_change", check_float("gate_entropy_change", self.gate_entropy_change))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -166,10 +167,10 @@ class ModeSettings:
 
     def for_target(self, grounded_only: bool) -> "ModeSettings":
         """These settings for a target: ``context_metric="auto"`` becomes its default metric; a target that
-        cannot teacher-force (``grounded_only``) reads no gain at the gate."""
+        cannot teacher-force (``grounded_only``) reads no entropy change at the gate."""
         out = self
-        if grounded_only and self.gate_gain is not None:
-            out = replace(out, gate_gain=None)
+        if grounded_only and self.gate_entropy_change is not None:
+            out = replace(out, gate_entropy_change=None)
         if out.context_metric != "auto":
             return out
         return replace(out, context_metric=default_metric(grounded_only))

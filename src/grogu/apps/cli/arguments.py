@@ -162,7 +162,7 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
         for f in fields(ModeSettings):
             settings.add_argument(
                 f"--{f.name.replace('_', '-')}",
-                type=_SETTING_TYPES[float if f.default is None else type(f.default)],  # None: gate_gain
+                type=_SETTING_TYPES[float if f.default is None else type(f.default)],  # None: gate_entropy_change
                 default=None,
                 choices=f.metadata["choices"],
                 help=f"{f.metadata['help']} (default {f.default})",

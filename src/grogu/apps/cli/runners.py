@@ -52,8 +52,8 @@ def gate_lines(record: dict, documents: list[Any]) -> list[str]:
             why.append(f"support {gate['support']:.2f} < {record['gate_support']:g}")
         if "confidence" in gate["reasons"]:
             why.append(f"confidence {gate['confidence']:.2f} < {record['gate_confidence']:g}")
-        if "gain" in gate["reasons"]:
-            why.append(f"gain {gate['gain']:.2f} < {record['gate_gain']:g}")
+        if "entropy_change" in gate["reasons"]:
+            why.append(f"entropy change {gate['entropy_change']:.2f} < {record['gate_entropy_change']:g}")
         lines.append(f"gate: in doubt ({', '.join(why)}): {gate['candidates']} candidate contexts answered")
         if gate["changed"] and kept:
             chosen = [r["document"] for r in kept]
@@ -61,9 +61,9 @@ def gate_lines(record: dict, documents: list[Any]) -> list[str]:
         else:
             lines.append("chosen: the retriever's own context (no candidate beat it)")
     else:
-        gain = "" if gate.get("gain") is None else f", gain {gate['gain']:.2f}"
+        change = "" if gate.get("entropy_change") is None else f", entropy change {gate['entropy_change']:.2f}"
         lines.append(
-            f"gate: calm (support {gate['support']:.2f}, confidence {gate['confidence']:.2f}{gain}): the "
+            f"gate: calm (support {gate['support']:.2f}, confidence {gate['confidence']:.2f}{change}): the "
             "retriever's context is kept, nothing else is answered"
         )
     return lines
