@@ -264,6 +264,80 @@ def collect(args) -> None:
             )
 
 
+def check(args) -> None:
+    """The front end on recorded questions: ``GroguRetriever(qa_prompt=<the prompt>, **settings).as_qa_chain()``
+    over the record's top 5, with the chosen gate's settings. Its verdict (support, entropy change, in doubt)
+    and answer against the replay of the records (``gates.py``)."""
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    import gates
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_grogu import GroguRetriever
+    from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
+    from transformers import pipeline
+
+    import grogu
+
+    records = [r for r in gates.load(args.records) if r["prompt"] in LANGCHAIN_PROMPTS][: args.limit]
+    model, tokenizer = grogu.load_model(grogu.runtime.models.DEFAULT_MODEL, device="cpu")
+    pipe = pipeline(
+        "text-generation",
+        model=model,
+        tokenizer=tokenizer,
+        max_new_tokens=MAX_NEW_TOKENS,
+        do_sample=False,
+        return_full_text=False,
+    )
+    chat = ChatHuggingFace(llm=HuggingFacePipeline(pipeline=pipe), tokenizer=tokenizer, model_id="smollm2")
+    gate = json.load(open(args.chosen))["chosen"]
+    floors = gate["floors"]
+    settings = {
+        "gate_support": floors.get("support", 0.0),
+        "gate_confidence": floors.get("confidence", 0.0),
+        "gate_entropy_change": floors.get("entropy_change"),
+    }
+
+    class Fixed(BaseRetriever):
+        docs: list
+
+        def _get_relevant_documents(self, query, *, run_manager=None):
+            return self.docs
+
+    out = []
+    for rec in records:
+        base = Fixed(docs=[Document(page_content=t) for t in rec["texts"]])
+        chain = GroguRetriever(
+            base_retriever=base,
+            model=chat,
+            top_n=TOP_N,
+            qa_prompt=chat_prompt(rec["prompt"]),
+            max_new_tokens=MAX_NEW_TOKENS,
+            **settings,
+        ).as_qa_chain()
+        got = chain.invoke(rec["question"])
+        verdict = got["documents"][0].metadata["grogu"]["context"]["gate"]
+        sig = gates.signals(rec)
+        replay = gates.handed(gate, rec)
+        row = {
+            "qid": rec["qid"],
+            "prompt": rec["prompt"],
+            "support": [verdict["support"], sig["support"]],
+            "entropy_change": [verdict["entropy_change"], sig["entropy_change"]],
+            "in_doubt": [verdict["in_doubt"], gates.in_doubt(gate, rec)],
+            "same_answer": got["answer"] == rec["contexts"][key(replay)]["answer"]
+            if key(replay) in rec["contexts"]
+            else None,
+        }
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    agree = sum(r["in_doubt"][0] == r["in_doubt"][1] for r in out)
+    same = sum(bool(r["same_answer"]) for r in out)
+    print(f"verdicts agree on {agree} / {len(out)}; answers equal on {same} / {len(out)}")
+    if args.save:
+        json.dump(out, open(args.save, "w"), indent=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -282,8 +356,15 @@ def main() -> None:
     c.add_argument("--shard", default="0/1")
     c.add_argument("--out", required=True)
     c.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "grogu-bench"))
+    k = sub.add_parser("check")
+    k.add_argument("records", nargs="+")
+    k.add_argument("--chosen", required=True)
+    k.add_argument("--limit", type=int, default=6)
+    k.add_argument("--save", default=None)
     args = parser.parse_args()
-    if args.cmd == "collect":
+    if args.cmd == "check":
+        check(args)
+    elif args.cmd == "collect":
         if args.contexts == "gated" and not args.gates:
             parser.error("--contexts gated needs --gates")
         collect(args)
