@@ -375,10 +375,19 @@ def held(args) -> None:
             out["sets"].setdefault(f"{prompt} {data}", {})[name] = s
         for prompt, s in by_prompt(outs).items():
             out["prompts"].setdefault(prompt, {})[name] = s
+        out["prompts"].setdefault("pooled", {})[name] = summary(outs)
         out.setdefault("outcomes", {})[name] = outs
     for prompt in out["prompts"]:
-        new = {(o["qid"]): o["correct"] for o in out["outcomes"]["chosen"] if o["prompt"] == prompt}
-        old = {(o["qid"]): o["correct"] for o in out["outcomes"]["shipped"] if o["prompt"] == prompt}
+        new = {
+            (o["qid"], o["prompt"]): o["correct"]
+            for o in out["outcomes"]["chosen"]
+            if prompt in ("pooled", o["prompt"])
+        }
+        old = {
+            (o["qid"], o["prompt"]): o["correct"]
+            for o in out["outcomes"]["shipped"]
+            if prompt in ("pooled", o["prompt"])
+        }
         w = sum(new[q] and not old[q] for q in new)
         lo = sum(old[q] and not new[q] for q in new)
         out["between"][prompt] = {"n": len(new), "chosen_wins": w, "chosen_losses": lo, "p": sign_test(w, lo)}
@@ -392,6 +401,12 @@ def held(args) -> None:
                     f"words {s['words_ratio']:.2f}" + (f" AUROC {_f(s.get('verdict_auroc'))}" if key_ == "sets" else "")
                 )
     print("\nchosen against shipped:", json.dumps(out["between"]))
+    print("\nAUROC of each signal for a wrong first answer (held out), per prompt and set:")
+    out["signal_auroc"] = {}
+    for (prompt, data), recs in sorted(_groups(records).items()):
+        cells = {s: signal_auroc(recs, s) for s in LOWER_IS_DOUBT}
+        out["signal_auroc"][f"{prompt} {data}"] = cells
+        print(f"  {prompt:10s} {data:12s} n={len(recs):3d}  " + ", ".join(f"{k} {_f(v)}" for k, v in cells.items()))
     if args.save:
         json.dump(out, open(args.save, "w"), indent=1)
 
