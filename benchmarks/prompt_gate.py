@@ -170,7 +170,8 @@ def gated_doubt(gate_list: list[dict], rec: dict) -> bool:
 
 
 def earlier_held_ids(data: str, path: str | None) -> set[str]:
-    """Every question of ``data`` an earlier held-out sample used: its frozen samples (``held_out``) and the
+    """Every question of ``data`` an earlier held-out sample used: its frozen samples (``held_out``; not this
+    script's own ``<data>_prompt_gate_seed6``, frozen after its draw) and the
     draws ``entry_points.earlier_ids`` left out (for HotpotQA, the seed-2 sample, redrawn exactly)."""
     import entry_points
     import held_out
@@ -180,7 +181,8 @@ def earlier_held_ids(data: str, path: str | None) -> set[str]:
         "nq": lambda k, s, ex: nq_questions("held", k, s, path, ex),
         "hotpotqa-dev": lambda k, s, ex: hotpotqa_dev_questions("held", k, s, path, ex),
     }
-    frozen = set().union(*(held_out.frozen(n) for n in held_out.sample_names(data)))
+    before = [n for n in held_out.sample_names(data) if "_prompt_gate_" not in n]  # not this draw's own sample
+    frozen = set().union(*(held_out.frozen(n) for n in before))
     return frozen | entry_points.earlier_ids(data, draws[data])
 
 

@@ -50,6 +50,9 @@ def test_frozen_samples_match_their_records():
         ("nq_cost_seed4", "cost_whole_query_seed4_nq.jsonl"),
         ("squad_audit_seed5", "audit_signals/records_squad_held_smollm2-135m-instruct.jsonl"),
         ("nq_audit_seed5", "audit_signals/records_nq_held_smollm2-135m-instruct.jsonl"),
+        ("squad_prompt_gate_seed6", "prompt_gate/squad_held.jsonl"),
+        ("nq_prompt_gate_seed6", "prompt_gate/nq_held.jsonl"),
+        ("hotpotqa-dev_prompt_gate_seed6", "prompt_gate/hotpotqa_held.jsonl"),
     ]:
         assert held_out.frozen(name) == _record_ids(records), name
         assert len(set(held_out.frozen(name))) == len(held_out.frozen(name)), name
@@ -64,7 +67,8 @@ def test_samples_overlap_only_where_documented():
             shared = len(set(held_out.frozen(a)) & set(held_out.frozen(b)))
             known = held_out.KNOWN_OVERLAPS.get((a, b), held_out.KNOWN_OVERLAPS.get((b, a), 0))
             assert shared == known, (a, b, shared)
-    assert len(held_out.sample_names("squad")) == 6 and len(held_out.sample_names("nq")) == 5
+    assert len(held_out.sample_names("squad")) == 7 and len(held_out.sample_names("nq")) == 6
+    assert len(held_out.sample_names("hotpotqa-dev")) == 2
 
 
 def test_the_union_files_are_the_union():
@@ -72,3 +76,18 @@ def test_the_union_files_are_the_union():
         union = set().union(*(held_out.frozen(n) for n in held_out.sample_names(data)))
         path = os.path.join(held_out.SAMPLES, f"{data}_held_earlier.txt")
         assert pipeline_accuracy.excluded_ids([path]) == union
+
+
+def test_the_prompt_gate_draw_leaves_every_earlier_sample_out_and_reproduces_its_records():
+    """prompt_gate.py's SQuAD draw at this commit gives the committed held-out records' questions, in order,
+    and none of them is in an earlier frozen sample."""
+    from types import SimpleNamespace
+
+    import prompt_gate
+
+    args = SimpleNamespace(split="held", data="squad", data_file=None, questions=150, seed=6)
+    _, drawn = prompt_gate.questions_of(args)
+    frozen = held_out.frozen("squad_prompt_gate_seed6")
+    assert [q["qid"] for q in drawn][: len(frozen)] == frozen == _record_ids("prompt_gate/squad_held.jsonl")
+    earlier = set().union(*(held_out.frozen(n) for n in held_out.sample_names("squad") if "prompt_gate" not in n))
+    assert not earlier & set(frozen)
