@@ -12,7 +12,7 @@ Every gate reads the retriever's own answer alone (the first context's record):
     documents' order);
   - ``entropy_change``: its mean entropy without the documents minus with them (GROGU's own reading).
 
-Gate kinds (a JSON dict each; ``GATE_KINDS``):
+Gate kinds (a JSON dict each; :func:`in_doubt` reads them):
   - ``absolute``: in doubt when a signal is below a fixed floor, ``{"kind": "absolute", "floors":
     {"support": 0.8, "confidence": 0.4}}`` (the shipped gate);
   - ``quantile``: the floors are quantiles of the same prompt's own queries (no gold answer read):
@@ -119,10 +119,6 @@ def doubt_quantile(gate: dict, rec: dict) -> bool:
     return any(below(name, sig[name], fitted[name]) for name in gate["quantiles"]) or doubt_absolute(
         {"floors": gate.get("floors", {})}, rec
     )
-
-
-GATE_KINDS = {"absolute": doubt_absolute, "quantile": doubt_absolute, "relative": doubt_absolute}
-GATE_KINDS["quantile"] = doubt_quantile
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -69,6 +69,22 @@ def chat_prompt(name: str):
     return ChatPromptTemplate.from_messages([("system", system), ("human", human)])
 
 
+def chat_model(model, tokenizer):
+    """SmolLM2 as the chain's ``ChatHuggingFace``: greedy, ``MAX_NEW_TOKENS`` answer tokens."""
+    from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
+    from transformers import pipeline
+
+    pipe = pipeline(
+        "text-generation",
+        model=model,
+        tokenizer=tokenizer,
+        max_new_tokens=MAX_NEW_TOKENS,
+        do_sample=False,
+        return_full_text=False,
+    )
+    return ChatHuggingFace(llm=HuggingFacePipeline(pipeline=pipe), tokenizer=tokenizer, model_id="smollm2")
+
+
 def candidates() -> list[list[int]]:
     return context_candidates(TOP_K, TOP_N, "swap_orders", 2)
 
@@ -108,18 +124,8 @@ class Prompted:
         else:
             from langchain_core.output_parsers import StrOutputParser
             from langchain_grogu import template_from_langchain
-            from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
-            from transformers import pipeline
 
-            pipe = pipeline(
-                "text-generation",
-                model=model,
-                tokenizer=tokenizer,
-                max_new_tokens=MAX_NEW_TOKENS,
-                do_sample=False,
-                return_full_text=False,
-            )
-            chat = ChatHuggingFace(llm=HuggingFacePipeline(pipeline=pipe), tokenizer=tokenizer, model_id="smollm2")
+            chat = chat_model(model, tokenizer)
             prompt = chat_prompt(name)
             template = template_from_langchain(prompt, chat)
             chain = prompt | chat | StrOutputParser()
@@ -276,22 +282,12 @@ def check(args) -> None:
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
     from langchain_grogu import GroguRetriever
-    from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
-    from transformers import pipeline
 
     import grogu
 
     records = [r for r in gates.load(args.records) if r["prompt"] in LANGCHAIN_PROMPTS][: args.limit]
     model, tokenizer = grogu.load_model(grogu.runtime.models.DEFAULT_MODEL, device="cpu")
-    pipe = pipeline(
-        "text-generation",
-        model=model,
-        tokenizer=tokenizer,
-        max_new_tokens=MAX_NEW_TOKENS,
-        do_sample=False,
-        return_full_text=False,
-    )
-    chat = ChatHuggingFace(llm=HuggingFacePipeline(pipeline=pipe), tokenizer=tokenizer, model_id="smollm2")
+    chat = chat_model(model, tokenizer)
     gate = json.load(open(args.chosen))["chosen"]
     floors = gate["floors"]
     settings = {

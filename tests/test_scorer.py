@@ -300,12 +300,9 @@ def test_context_mode_teacher_forces_only_the_chosen_candidate(scorer):
         del scorer.target.token_stats
 
 
-def test_gate_answers_the_retrievers_context_first(scorer):
-    """gate='doubt': the retriever's own context is answered first; when its answer is not in doubt that is
-    the whole rerank (one context generated and teacher-forced, its score as score_context gives it); when it
-    is, the other candidates are answered too and the result equals the ungated context mode."""
-
-    relevance = [0.9, 0.7, 0.5, 0.3]
+def _count_engine_calls(scorer):
+    """Wrap the target's generate and token_stats so each call's batch size is recorded (undo: del the
+    attributes); returns (generated, forced), the two lists of sizes."""
     generated, forced = [], []
     real_generate, real_stats = scorer.target.generate, scorer.target.token_stats
 
@@ -318,6 +315,16 @@ def test_gate_answers_the_retrievers_context_first(scorer):
         return real_stats(prompts, continuations)
 
     scorer.target.generate, scorer.target.token_stats = counting_generate, counting_stats
+    return generated, forced
+
+
+def test_gate_answers_the_retrievers_context_first(scorer):
+    """gate='doubt': the retriever's own context is answered first; when its answer is not in doubt that is
+    the whole rerank (one context generated and teacher-forced, its score as score_context gives it); when it
+    is, the other candidates are answered too and the result equals the ungated context mode."""
+
+    relevance = [0.9, 0.7, 0.5, 0.3]
+    generated, forced = _count_engine_calls(scorer)
     try:
         # never in doubt (both thresholds 0): the retriever's top-2 alone
         calm = rerank.ModeSettings(gate="doubt", gate_support=0.0, gate_confidence=0.0)
@@ -365,18 +372,7 @@ def test_the_entropy_change_gate_forces_the_first_answer_once(scorer):
     relevance = [0.9, 0.7, 0.5, 0.3]
     first = scorer.score_context(QUERY, DOCS[:2])
     change = first.variants["entropy_change"]
-    generated, forced = [], []
-    real_generate, real_stats = scorer.target.generate, scorer.target.token_stats
-
-    def counting_generate(prompts, *args, **kwargs):
-        generated.append(len(prompts))
-        return real_generate(prompts, *args, **kwargs)
-
-    def counting_stats(prompts, continuations):
-        forced.append(len(prompts))
-        return real_stats(prompts, continuations)
-
-    scorer.target.generate, scorer.target.token_stats = counting_generate, counting_stats
+    generated, forced = _count_engine_calls(scorer)
     try:
         # calm on support and confidence; the entropy change's floor decides
         calm = rerank.ModeSettings(gate_support=0.0, gate_confidence=0.0, gate_entropy_change=change - 0.01)
