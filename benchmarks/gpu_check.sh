@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The engine on an offline GPU machine: correctness of the GPU decode paths, the whole LlamaIndex query in
-# float32 and bfloat16 against the plain one, and the 7B-shape speed. What it needs travels in parts,
+# float32 and bfloat16 against the plain one, the 7B-shape speed, and last the engine and metric tests on
+# the host's CPU (often AVX-512) under each ATen capability it has. What it needs travels in parts,
 # each under the 64 MiB one transfer carries (../shared/gpu-recipe.md):
 #
 #   here:    bash benchmarks/gpu_check.sh prepare        # .gpu/p0 .gpu/p1 .gpu/p2 (wheels, SmolLM2, data)
 #   there:   bash benchmarks/gpu_check.sh stash .gpu/p0  # one call each, carrying that folder
 #            bash benchmarks/gpu_check.sh stash .gpu/p1
 #            bash benchmarks/gpu_check.sh run .gpu/p2    # assembles, installs, runs; JSON and log in $OUT
+#   either:  bash benchmarks/gpu_check.sh cpu-tests      # the CPU step alone (OUT=folder for its output)
 #
 # Each step has its own time limit and writes its JSON as soon as it ends; a step that overruns prints its
 # Python stack (faulthandler) into the log before it is stopped. GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1
@@ -54,8 +56,29 @@ latency() {  # latency DTYPE SECONDS: the whole LlamaIndex query against the pla
         --retrieved "$stage/retrieved_squad.json" --records "$OUT/latency_$1.jsonl" --json "$OUT/latency_$1.json"
 }
 
+cpu_tests() {  # the numeric tests on the host CPU, the GPU hidden: its own capability and each lower one
+    grep -m1 "^model name" /proc/cpuinfo
+    grep -m1 "^flags" /proc/cpuinfo | tr ' ' '\n' | grep -E "^(avx2|avx512.*|amx.*)$" | tr '\n' ' ' && echo
+    local files=(tests/test_engine.py tests/test_engine_dtypes.py tests/test_kernels.py tests/test_metrics.py
+        tests/test_metrics_small_models.py)  # (test_seper_acu.py needs the embedded MiniLM, not brought)
+    local caps="native default:SSE41 avx2:AVX2" pids=() cap
+    for cap in $caps; do
+        (
+            cd "$root" || exit 1
+            [ "$cap" != native ] && export ATEN_CPU_CAPABILITY=${cap%%:*} ONEDNN_MAX_CPU_ISA=${cap##*:}
+            CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=4 python -c "import torch; print('ATen', torch.backends.cpu.get_cpu_capability())"
+            CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=4 python -m pytest -q -p no:cacheprovider -m "not slow" "${files[@]}"
+        ) >"$OUT/cpu_tests_${cap%%:*}.txt" 2>&1 &
+        pids+=($!)
+    done
+    local rc=0 pid
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    for cap in $caps; do echo "-- ${cap%%:*}: $(grep -E "^ATen|passed|failed|error" "$OUT/cpu_tests_${cap%%:*}.txt" | tr '\n' ' ')"; done
+    return $rc
+}
+
 run() {
-    OUT=${OUT:-/tmp/gpu_out}
+    export OUT=${OUT:-/tmp/gpu_out}
     mkdir -p "$OUT"
     if ! command -v python >/dev/null; then  # some images have python3 alone
         mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
@@ -85,7 +108,8 @@ print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is
     step engine_speed 190 python engine_speed.py --random-arch "$arch" --device "$device" --ks "$ks" \
         --queries "$queries" --skip-naive-above 10 --variants "default;cuda_graphs=False;prompt_lookup=0" \
         --json "$OUT/engine_speed.json"
-    latency bfloat16 130  # last: the dtype whose run once did not finish
+    latency bfloat16 130  # the dtype whose run once did not finish
+    step cpu_tests 150 bash "$root/benchmarks/gpu_check.sh" cpu-tests
     grep -E "^== " "$OUT/log.txt"
 }
 
@@ -93,5 +117,6 @@ case "${1:-}" in
 prepare) prepare ;;
 stash) stash "$2" ;;
 run) run "${2:-}" ;;
-*) echo "usage: $0 prepare | stash DIR | run [DIR]" >&2 && exit 2 ;;
+cpu-tests) cpu_tests ;;
+*) echo "usage: $0 prepare | stash DIR | run [DIR] | cpu-tests" >&2 && exit 2 ;;
 esac

