@@ -42,3 +42,13 @@ def sample_names(data: str) -> list[str]:
     """The frozen samples of a data set (``squad``, ``nq``, ``hotpotqa-dev``), by name."""
     names = [os.path.basename(p)[:-4] for p in glob.glob(os.path.join(SAMPLES, f"{data}_*.txt"))]
     return sorted(n for n in names if n != f"{data}_{UNION}")
+
+
+def stable_draw(permuted: list[dict], n: int, exclude: set[str]) -> list[dict]:
+    """The first ``n`` questions of a fixed permutation that are not in ``exclude``.
+
+    ``permuted`` is one data set's split shuffled once by a seed, with nothing excluded (for example
+    ``squad_questions("held", 10**9, seed)``). A draw then never depends on what else was excluded before
+    it: excluding more ids later only skips those ids, so the other questions keep their places, and an
+    earlier sample reproduces from its commit and its own exclusion list."""
+    return [q for q in permuted if q["qid"] not in exclude][:n]

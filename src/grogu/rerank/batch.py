@@ -45,7 +45,7 @@ def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list
     """The records of a chunk of queries scored together (``grogu score``: one engine batch;
     ``grogu rerank``: each query's mode runs its own batch). ``options``: the parsed arguments."""
     if options["command"] == "rerank":
-        settings = ModeSettings.from_arguments(None, options)
+        settings = ModeSettings.from_arguments(options.get("settings"), options)
         scored = [
             scorer.rerank(it["query"], it["documents"], options["top_n"], options["threshold"], settings=settings)
             for it in chunk

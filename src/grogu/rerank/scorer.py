@@ -47,6 +47,7 @@ from . import pipeline as rerank_pipeline
 from . import settings as rerank
 from .context_scoring import ContextScoring, QueryContext
 from .settings import DEFAULT_TOP_N
+from .tuned import call_settings
 
 #: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
 #: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
@@ -195,7 +196,7 @@ class UtilityScorer(ContextScoring):
         top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
-        settings: rerank.ModeSettings | None = None,
+        settings: rerank.ModeSettings | str | None = None,
         relevance: Sequence[float] | None = None,
         return_details: bool = False,
         **overrides: Unpack[rerank.ModeOverrides],
@@ -216,12 +217,13 @@ class UtilityScorer(ContextScoring):
         fusion's relevance rank); without them the documents are taken in the order given, best first,
         as a retriever returns them (``grogu.runtime.embedders.relevance_scores`` gives the packaged MiniLM's).
         Each result of the context mode carries ``gate``: the verdict on the retriever's own context.
-        The mode's settings (:class:`grogu.ModeSettings`): ``settings`` (default: the defaults), with
+        The mode's settings (:class:`grogu.ModeSettings`): ``settings`` (default: the defaults; or the path
+        of a ``grogu tune`` settings file, which warns when fitted to another model or prompt), with
         each setting given by name (``**overrides``, e.g. ``mode=``, ``gate=``) replacing its value.
         ``top_n``: most documents kept (default 3, as measured and as the integrations keep; None: all).
         Each result carries ``index`` (input position) and the original ``document``.
         """
-        settings = rerank.ModeSettings.build(settings, **overrides)
+        settings = call_settings(settings, overrides, self, top_n)
         p = rerank_pipeline.plan(query, documents, top_n, threshold, settings, relevance, self.grounded_only)
         return rerank_pipeline.run(self, [p], return_details)[0]
 
@@ -260,7 +262,7 @@ class UtilityScorer(ContextScoring):
         **overrides: Unpack[rerank.ModeOverrides],
     ) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
-        settings = rerank.ModeSettings.build(settings, **overrides)
+        settings = call_settings(settings, overrides, self, top_n)
         p = rerank_pipeline.plan(query, documents, top_n, threshold, settings, relevance, self.grounded_only)
         [ranked] = await self._plan_coalescer.run([p])
         return ranked if return_details else rerank_pipeline.without_details(ranked)

@@ -18,6 +18,7 @@ Modes (``UtilityScorer.rerank(mode=...)`` and the integrations):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -30,7 +31,7 @@ from ..core.checks import check_choice, check_float
 #: how the context mode chooses among its candidates (see :func:`selection_scores`)
 SELECTION_RULES = ("confidence", "agreement", "combined", "confidence_support")
 #: candidate families of the context mode (see :func:`context_candidates`)
-CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders", "reversed", "swap_reversed", "swap_orders")
+CANDIDATE_FAMILIES = ("swap", "drop", "all", "orders", "reversed", "swap_reversed", "swap_orders", "keep")
 #: when the context mode tries other candidates: on every query, or only when the retriever's own
 #: context is in doubt (see :func:`doubtful`)
 GATES = ("always", "doubt")
@@ -96,6 +97,7 @@ def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int
     - ``swap_reversed``: the ``swap`` candidates, then the top-n reversed (small LLMs read the end of
       their context most: another order of the same documents can change the answer).
     - ``swap_orders``: each ``swap`` candidate as given, then each reversed.
+    - ``keep``: the top-n alone. Nothing changes; the context is still scored and the gate's verdict read.
     Duplicates are dropped; with ``top_n`` or fewer documents, every candidate holds all of them.
     """
     if family not in CANDIDATE_FAMILIES:
@@ -107,6 +109,8 @@ def context_candidates(n_docs: int, top_n: int, family: str = "swap", swaps: int
     swapped = [base] + [base[:-1] + [j] for j in range(n, min(n_docs, n + swaps))]
     if family == "swap":
         out = swapped
+    elif family == "keep":
+        out = [base]
     elif family == "swap_reversed":
         out = swapped + [base[::-1]]
     elif family == "swap_orders":
@@ -141,6 +145,8 @@ def candidate_count(n_docs: int, top_n: int, family: str = "swap", swaps: int = 
     swapped = 1 + max(0, min(n_docs, n + swaps) - n)  # the swapped candidates are distinct, never reversed ones
     if family == "swap":
         return swapped
+    if family == "keep":
+        return 1
     if family == "swap_reversed":
         return swapped + (n > 1)
     if family == "swap_orders":
@@ -170,7 +176,18 @@ _PUNCT = str.maketrans("", "", string.punctuation)
 def answer_tokens(text: str) -> list[str]:
     """An answer's words as answer-matching compares them (SQuAD's normalisation): lower case, no
     punctuation, no articles."""
-    return _ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split()
+    return list(_words(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _words(text: str) -> tuple[str, ...]:
+    """:func:`answer_tokens`, remembered: a replay reads the same documents and answers many times."""
+    return tuple(_ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split())
+
+
+@functools.lru_cache(maxsize=1024)
+def _word_set(text: str) -> frozenset[str]:
+    return frozenset(_words(text))
 
 
 def token_f1(a: Sequence[str], b: Sequence[str]) -> float:
@@ -203,8 +220,8 @@ def support_scores(answers: Sequence[str], contexts: Sequence[str]) -> list[floa
         raise ValueError(f"{len(answers)} answers but {len(contexts)} contexts")
     out = []
     for answer, text in zip(answers, contexts):
-        words = answer_tokens(answer)
-        present = set(answer_tokens(text))
+        words = _words(answer)
+        present = _word_set(text)
         out.append(sum(w in present for w in words) / len(words) if words else 0.0)
     return out
 

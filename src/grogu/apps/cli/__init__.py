@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "rerank":  # the settings together, as the Python API checks them: a usage error here
         try:
-            ModeSettings.from_arguments(None, vars(args)).check_threshold(args.threshold)
+            ModeSettings.from_arguments(args.settings, vars(args)).check_threshold(args.threshold)
         except ValueError as exc:
             parser.error(str(exc))
     if args.command in ("influence", "seper", "acu"):

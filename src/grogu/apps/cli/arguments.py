@@ -21,6 +21,10 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
         "grogu.apps.audit.cli",
         "compare retrieval set-ups for the target LLM, find documents it never uses; HTML report",
     ),
+    "tune": (
+        "grogu.apps.tune.cli",
+        "fit the rerank settings to your LLM and QA prompt from labelled questions (settings.json, report.html)",
+    ),
 }
 
 
@@ -158,6 +162,11 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
             help=f"keep the best n (a positive int; default {DEFAULT_TOP_N}, as the integrations)",
         )
         p.add_argument("--threshold", type=THRESHOLD, default=None, help="keep utility >= this")
+        p.add_argument(
+            "--settings",
+            default=None,
+            help="a grogu tune settings file (the options below change its values)",
+        )
         settings = p.add_argument_group("rerank settings (grogu.ModeSettings; default: its defaults)")
         for f in fields(ModeSettings):
             settings.add_argument(

@@ -23,6 +23,7 @@ from ...core.prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
 from ...metrics import grogu as metrics
 from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
 from ..settings import DEFAULT_TOP_N, ModeOverrides, ModeSettings
+from ..tuned import call_settings
 from . import wire
 from .client_base import RemoteClient, check_prompt_template
 
@@ -199,14 +200,14 @@ class RemoteScorer(RemoteClient):
         top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
-        settings: ModeSettings | None = None,
+        settings: ModeSettings | str | None = None,
         relevance: Sequence[float] | None = None,
         return_details: bool = False,
         **overrides: Unpack[ModeOverrides],
     ):
         """The documents to give the LLM, in order (``UtilityScorer.rerank``; the server computes the
         MiniLM relevance when none is given)."""
-        settings = ModeSettings.build(settings, **overrides)
+        settings = call_settings(settings, overrides, self, top_n)
         return self._run(*self._rerank_call(query, documents, top_n, threshold, settings, relevance, return_details))
 
     def ungrounded(self, query: str):
@@ -238,12 +239,12 @@ class RemoteScorer(RemoteClient):
         top_n: int | None = DEFAULT_TOP_N,
         threshold: float | None = None,
         *,
-        settings: ModeSettings | None = None,
+        settings: ModeSettings | str | None = None,
         relevance: Sequence[float] | None = None,
         return_details: bool = False,
         **overrides: Unpack[ModeOverrides],
     ):
-        settings = ModeSettings.build(settings, **overrides)
+        settings = call_settings(settings, overrides, self, top_n)
         return await self._arun(
             *self._rerank_call(query, documents, top_n, threshold, settings, relevance, return_details)
         )

@@ -1,0 +1,249 @@
+"""``grogu.tune``: the rerank decision fitted to the user's own LLM and QA prompt from labelled questions.
+
+1. Collect (:mod:`.collect`): every candidate context of every question answered once, with the prompt.
+2. Replay (:mod:`.replay`): every setting of :func:`.replay.grid` on the records, judged by whole words
+   (or the user's judge), with its cost relative to the plain answer.
+3. Choose (:mod:`.choose`): a rule fixed in code before any label is read. The setting is chosen on some
+   folds of the questions and judged on the others. Where nothing beats the retriever's order there, the
+   result is the retriever's order (``family="keep"``: nothing changes, scores and verdicts stay).
+4. Write (:mod:`.report`): ``settings.json`` (every front end takes it: ``settings="DIR/settings.json"``),
+   ``report.html`` and ``report.txt``, beside ``records.jsonl`` (the collection, resumable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping, Sequence
+
+from ...core.checks import check_positive_int, check_top_n
+from ...core.prompts import RAG_QA_TEMPLATE, PromptTemplate, template_from_messages
+from ...rerank.tuned import TunedSettings, prompt_hash
+from ...runtime.models import DEFAULT_MODEL
+from .collect import collect
+from .examples import Example, load_examples
+
+#: the answer budget when neither the caller nor the model says one (UtilityScorer's default)
+DEFAULT_MAX_NEW_TOKENS = 64
+_MARKS = ("\x00context\x00", "\x00question\x00")
+
+
+def template_from_text(user: str, system: str | None = None) -> PromptTemplate:
+    """A grogu template from a QA prompt's text: ``user`` holds ``{context}`` and ``{question}`` once each
+    (other braces are literal); ``system`` (optional) is the system message."""
+    if not isinstance(user, str) or (system is not None and not isinstance(system, str)):
+        raise TypeError("a QA prompt's text must be a string (and its system part a string or None)")
+    for key in ("{context}", "{question}"):
+        if user.count(key) != 1:
+            raise ValueError(f"the QA prompt must hold {key} exactly once (it holds it {user.count(key)} times)")
+    text = user.replace("{context}", _MARKS[0]).replace("{question}", _MARKS[1])
+    messages = ([("system", system)] if system else []) + [("user", text)]
+    return template_from_messages(messages, context=_MARKS[0], query=_MARKS[1])
+
+
+def read_prompt_file(path: str | os.PathLike) -> PromptTemplate:
+    """A QA prompt from a file: a ``.json`` object ``{"system": ..., "user": ...}`` (system optional), or
+    any other file's whole text as the user message. ``{context}`` and ``{question}`` mark the slots."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no prompt file at {path!r}")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if not path.endswith(".json"):
+        return template_from_text(text)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON: {e}") from None
+    if not isinstance(data, Mapping) or "user" not in data or set(data) - {"system", "user"}:
+        raise ValueError(f'{path} must be an object {{"system": ..., "user": ...}} (system optional)')
+    return template_from_text(data["user"], data.get("system"))
+
+
+def _framework(obj: Any) -> str | None:
+    module = type(obj).__module__
+    return (
+        "langchain" if module.startswith("langchain") else "llama_index" if module.startswith("llama_index") else None
+    )
+
+
+def prompt_template(qa_prompt: Any, model: Any = None) -> PromptTemplate:
+    """The grogu template that renders what the LLM reads from ``qa_prompt``: a grogu ``PromptTemplate``; a
+    template string with ``{context}`` and ``{question}``; a prompt file's path (``os.PathLike``); a
+    LangChain prompt (``ChatPromptTemplate``...) or a LlamaIndex prompt, rendered for ``model`` when it is
+    that framework's LLM. None: LlamaIndex's chat QA prompt (:data:`grogu.core.prompts.RAG_QA_TEMPLATE`)."""
+    if qa_prompt is None:
+        return RAG_QA_TEMPLATE
+    if isinstance(qa_prompt, PromptTemplate):
+        return qa_prompt
+    if isinstance(qa_prompt, str):
+        return template_from_text(qa_prompt)
+    if isinstance(qa_prompt, os.PathLike):
+        return read_prompt_file(qa_prompt)
+    kind = _framework(qa_prompt)
+    llm = model if _framework(model) == kind else None
+    if kind == "langchain":
+        try:
+            from langchain_grogu import template_from_langchain
+        except ImportError:
+            raise ImportError("a LangChain prompt needs langchain-grogu: pip install langchain-grogu") from None
+        return template_from_langchain(qa_prompt, llm)
+    if kind == "llama_index":
+        try:
+            from llama_index.postprocessor.grogu import template_from_llama_index
+        except ImportError:
+            raise ImportError(
+                "a LlamaIndex prompt needs llama-index-postprocessor-grogu: pip install llama-index-postprocessor-grogu"
+            ) from None
+        return template_from_llama_index(qa_prompt, llm)
+    raise TypeError(
+        "qa_prompt must be a grogu.PromptTemplate, a template string with {context} and {question}, a prompt "
+        f"file's path, or a LangChain or LlamaIndex prompt; got {type(qa_prompt).__name__}"
+    )
+
+
+def _engine_and_budget(model: Any, device: str | None, dtype: str | None) -> tuple[Any, int | None]:
+    """The target for ``model`` (anything UtilityScorer takes, or a LangChain / LlamaIndex LLM, resolved by
+    its integration) and that LLM's own answer budget where it states one."""
+    kind = _framework(model)
+    if kind == "langchain":
+        from langchain_grogu.target import answer_budget, resolve_engine
+    elif kind == "llama_index":
+        from llama_index.postprocessor.grogu.utils import answer_budget, resolve_engine
+    else:
+        from ...runtime.engine import get_engine
+
+        return get_engine(model, device=device, dtype=dtype), None
+    return resolve_engine(model, device, dtype), answer_budget(model)
+
+
+def build_scorer(
+    model: Any, qa_prompt: Any, max_new_tokens: int | None, device: str | None = None, dtype: str | None = None
+) -> Any:
+    """The :class:`grogu.UtilityScorer` that answers with the user's prompt and answer budget."""
+    from ...rerank.scorer import UtilityScorer
+
+    template = prompt_template(qa_prompt, model)
+    engine, budget = _engine_and_budget(model, device, dtype)
+    budget = max_new_tokens if max_new_tokens is not None else budget or DEFAULT_MAX_NEW_TOKENS
+    return UtilityScorer(engine, max_new_tokens=check_positive_int("max_new_tokens", budget), template=template)
+
+
+def set_up(scorer: Any, top_n: int) -> dict[str, Any]:
+    """What records and the settings file say they were made with."""
+    return {
+        "model": str(scorer.model_name),
+        "prompt_hash": prompt_hash(scorer.template),
+        "top_n": top_n,
+        "max_new_tokens": scorer.max_new_tokens,
+    }
+
+
+def _batch(scorer: Any, batch: int | None) -> int:
+    if batch is not None:
+        return check_positive_int("batch", batch)
+    device = getattr(getattr(scorer.target, "device", None), "type", "cpu")
+    return 8 if device == "cuda" else 1
+
+
+def collect_records(
+    examples: Any,
+    model: Any = DEFAULT_MODEL,
+    qa_prompt: Any = None,
+    *,
+    top_n: int = 3,
+    max_new_tokens: int | None = None,
+    records: str | None = None,
+    batch: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: bool = True,
+) -> list[dict]:
+    """Collect (:mod:`.collect`) only: every candidate of every example answered with the prompt, as
+    records (appended to ``records``, resumable). ``tune`` replays them; a benchmark can too."""
+    top_n = check_top_n(top_n)
+    if top_n is None:
+        raise ValueError("tune needs top_n (the documents the pipeline keeps), not None")
+    exs = examples if isinstance(examples, list) and all(isinstance(e, Example) for e in examples) else None
+    exs = exs or load_examples(examples)
+    scorer = build_scorer(model, qa_prompt, max_new_tokens, device, dtype)
+    return collect(scorer, exs, top_n, set_up(scorer, top_n), records, batch=_batch(scorer, batch), progress=progress)
+
+
+def tune(
+    examples: Any,
+    model: Any = DEFAULT_MODEL,
+    qa_prompt: Any = None,
+    top_n: int = 3,
+    out: str | os.PathLike | None = None,
+    *,
+    max_new_tokens: int | None = None,
+    judge: Callable[[str, Sequence[str]], bool] | None = None,
+    max_cost: float | None = None,
+    folds: int = 5,
+    batch: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: bool = True,
+) -> TunedSettings:
+    """Fit the rerank settings to ``model`` and ``qa_prompt`` on labelled ``examples`` (module docstring).
+
+    examples: a JSONL path or a list of dicts with ``question``, ``answers`` and ``documents`` (the
+    retriever's order). model: anything :class:`grogu.UtilityScorer` takes, or a LangChain / LlamaIndex
+    LLM (``ChatHuggingFace``, ``HuggingFaceLLM``). qa_prompt: the pipeline's QA prompt
+    (:func:`prompt_template`). top_n: documents the pipeline keeps. out: a folder for ``settings.json``,
+    ``report.html``, ``report.txt`` and ``records.jsonl`` (None: nothing written, nothing resumed).
+    judge: ``judge(answer, answers) -> bool`` (default: a gold answer's words among the answer's).
+    max_cost: the most a setting may cost on average, relative to the plain answer (None: no cap).
+    folds: cross-validation folds (at most one per two questions).
+    Returns the chosen :class:`grogu.rerank.tuned.TunedSettings` (``decision="keep"`` where nothing paid).
+    """
+    from .choose import choose
+    from .report import write_report
+
+    top_n = check_top_n(top_n)
+    if top_n is None:
+        raise ValueError("tune needs top_n (the documents the pipeline keeps), not None")
+    exs = load_examples(examples)
+    folds = check_positive_int("folds", folds)
+    if judge is not None and not callable(judge):
+        raise TypeError(f"judge must be a callable judge(answer, answers) -> bool, got {type(judge).__name__}")
+    if max_cost is not None:
+        from ...core.checks import check_float
+
+        max_cost = check_float("max_cost", max_cost, minimum=1.0)
+    scorer = build_scorer(model, qa_prompt, max_new_tokens, device, dtype)
+    meta = set_up(scorer, top_n)
+    records_path = None
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+        records_path = os.path.join(out, "records.jsonl")
+    records = collect(scorer, exs, top_n, meta, records_path, batch=_batch(scorer, batch), progress=progress)
+    result = choose(records, judge=judge, max_cost=max_cost, folds=folds, grounded_only=scorer.grounded_only)
+    tuned = TunedSettings(
+        settings=result.settings,
+        model=meta["model"],
+        prompt_hash=meta["prompt_hash"],
+        top_n=top_n,
+        max_new_tokens=meta["max_new_tokens"],
+        decision=result.decision,
+        evidence=result.evidence,
+    )
+    if out is not None:
+        path = os.path.join(out, "settings.json")
+        tuned.save(path)
+        write_report(result, tuned, out)
+        tuned = TunedSettings(**{**vars(tuned), "path": path})
+    print(result.summary(), flush=True) if progress else None
+    return tuned
+
+
+__all__ = [
+    "tune",
+    "collect_records",
+    "prompt_template",
+    "template_from_text",
+    "read_prompt_file",
+    "build_scorer",
+    "DEFAULT_MAX_NEW_TOKENS",
+]

@@ -1,0 +1,204 @@
+"""A settings file written by ``grogu tune``: rerank settings fitted to one LLM and one QA prompt.
+
+The file is JSON. It holds the :class:`ModeSettings` fields, and what they were fitted to: the model's
+name, a hash of the prompt (:func:`prompt_hash`), ``top_n`` and the answer budget. It also holds the
+evidence: how many questions, the wins and losses on the cross-validation's held-out folds, the sign
+test's p, and the decision (``"tuned"``, or ``"keep"``: the retriever's order).
+
+Every front end takes the file where it takes settings (``settings="grogu-tuned.json"``):
+``UtilityScorer.rerank``, ``GroguRerank``, ``GroguCompressor``, ``GroguRetriever``, ``RemoteScorer`` and
+``grogu rerank --settings``. :func:`load_tuned` reads and checks it before any model loads. Used with
+another model, prompt or ``top_n`` than the ones it was fitted to, it warns (:meth:`TunedSettings.check`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..core.prompts import PromptTemplate
+from .settings import ModeSettings, tuned_source
+
+#: the ``format`` value of a tuned settings file
+FORMAT = "grogu-tuned-settings"
+#: the file format's version this code reads and writes
+VERSION = 1
+#: what a tuned file decides: the fitted settings, or the retriever's order kept
+DECISIONS = ("tuned", "keep")
+
+
+class TunedSettingsWarning(UserWarning):
+    """Tuned settings used with another model, prompt or top_n than the ones they were fitted to."""
+
+
+def prompt_hash(template: PromptTemplate) -> str:
+    """A short hash of everything a prompt template renders (``sha256:`` and 16 hex digits): two
+    templates that give the LLM the same text have the same hash."""
+    parts = [
+        template.grounded,
+        template.ungrounded,
+        template.document,
+        template.titled_document,
+        template.separator,
+        template.system,
+        template.plain_suffix,
+        template.chat,
+    ]
+    digest = hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return f"sha256:{digest[:16]}"
+
+
+@dataclass(frozen=True)
+class TunedSettings:
+    """The content of a tuned settings file (see the module docstring).
+
+    settings: the rerank settings to use. model: the model's name it was fitted on. prompt_hash: the
+    hash of its QA prompt (:func:`prompt_hash`). top_n: documents kept. max_new_tokens: the answer
+    budget. decision: ``"tuned"`` or ``"keep"``. evidence: the tuning's figures (n, folds, wins,
+    losses, p, cost), kept as written."""
+
+    settings: ModeSettings
+    model: str
+    prompt_hash: str
+    top_n: int | None
+    max_new_tokens: int | None = None
+    decision: str = "tuned"
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    path: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The file's JSON content."""
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "decision": self.decision,
+            "model": self.model,
+            "prompt_hash": self.prompt_hash,
+            "top_n": self.top_n,
+            "max_new_tokens": self.max_new_tokens,
+            "settings": self.settings.as_dict(),
+            "evidence": dict(self.evidence),
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.as_dict(), f, indent=2, ensure_ascii=False)
+            f.write("\n")
+
+    def mismatches(
+        self, model: str | None = None, template: PromptTemplate | None = None, top_n: Any = "unknown"
+    ) -> list[str]:
+        """What differs from the set-up these settings were fitted to (an empty list: nothing)."""
+        out = []
+        if model is not None and str(model) != self.model:
+            out.append(f"model {model!r} (tuned on {self.model!r})")
+        if template is not None and prompt_hash(template) != self.prompt_hash:
+            out.append(f"a QA prompt with hash {prompt_hash(template)} (tuned with {self.prompt_hash})")
+        if top_n != "unknown" and top_n != self.top_n:
+            out.append(f"top_n={top_n} (tuned with top_n={self.top_n})")
+        return out
+
+    def check(self, model: str | None = None, template: PromptTemplate | None = None, top_n: Any = "unknown") -> None:
+        """Warn (:class:`TunedSettingsWarning`) when used with another model, prompt or top_n."""
+        found = self.mismatches(model, template, top_n)
+        if found:
+            where = f" ({self.path})" if self.path else ""
+            warnings.warn(
+                f"tuned settings{where} used with {'; '.join(found)}: they were fitted to another set-up, "
+                "so their measured gain may not hold; run grogu tune again for this one",
+                TunedSettingsWarning,
+                stacklevel=3,
+            )
+
+
+def from_dict(data: Any, where: str = "the tuned settings") -> TunedSettings:
+    """A :class:`TunedSettings` from a file's parsed JSON; a ValueError naming what is wrong."""
+    if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+        raise ValueError(f'{where} is not a grogu tune settings file (no "format": "{FORMAT}")')
+    if data.get("version") != VERSION:
+        raise ValueError(f"{where} has version {data.get('version')!r}; this grogu reads version {VERSION}")
+    missing = [k for k in ("decision", "model", "prompt_hash", "settings", "top_n") if k not in data]
+    if missing:
+        raise ValueError(f"{where} lacks {missing}")
+    if data["decision"] not in DECISIONS:
+        raise ValueError(f"{where}: decision must be one of {DECISIONS}, got {data['decision']!r}")
+    if not isinstance(data["model"], str) or not isinstance(data["prompt_hash"], str):
+        raise ValueError(f"{where}: model and prompt_hash must be strings")
+    top_n, budget = data["top_n"], data.get("max_new_tokens")
+    for name, value in (("top_n", top_n), ("max_new_tokens", budget)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{where}: {name} must be a positive integer or null, got {value!r}")
+    if not isinstance(data["settings"], Mapping):
+        raise ValueError(f"{where}: settings must be an object of grogu.ModeSettings fields")
+    try:
+        settings = ModeSettings.build(dict(data["settings"]))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    evidence = data.get("evidence", {})
+    if not isinstance(evidence, Mapping):
+        raise ValueError(f"{where}: evidence must be an object")
+    return TunedSettings(settings, data["model"], data["prompt_hash"], top_n, budget, data["decision"], evidence)
+
+
+def load_tuned(path: str | os.PathLike) -> TunedSettings:
+    """Read and check a tuned settings file (a clear ValueError for a missing, malformed or foreign one)."""
+    where = os.fspath(path)
+    try:
+        with open(where, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(
+            f"no tuned settings file at {where!r} (grogu tune --out DIR writes DIR/settings.json)"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{where} is not JSON: {e}") from None
+    tuned = from_dict(data, where)
+    return TunedSettings(**{**vars(tuned), "path": where})
+
+
+_LOADED: dict[tuple[str, int, int], TunedSettings] = {}
+
+
+def tuned_of(settings: Any) -> TunedSettings | None:
+    """``settings`` as tuned settings when it is a file path or :class:`TunedSettings`, else None. A file
+    is read once while it is unchanged (its size and modification time)."""
+    if isinstance(settings, TunedSettings):
+        return settings
+    if not isinstance(settings, (str, os.PathLike)):
+        return None
+    path = os.fspath(settings)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return load_tuned(path)  # the clear error of a missing file
+    key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
+    if key not in _LOADED:
+        _LOADED[key] = load_tuned(path)
+    return _LOADED[key]
+
+
+def call_settings(settings: Any, overrides: Mapping[str, Any], scorer: Any, top_n: Any) -> ModeSettings:
+    """A rerank call's settings (``settings`` with ``overrides``; a ``grogu tune`` file too). Settings from a
+    file warn when it was fitted to another model, prompt or top_n than ``scorer``'s and the call's."""
+    out = ModeSettings.build(settings, **overrides)
+    tuned = tuned_source(out)
+    if tuned is not None:
+        tuned.check(scorer.model_name, scorer.template, top_n)
+    return out
+
+
+__all__ = [
+    "call_settings",
+    "TunedSettings",
+    "TunedSettingsWarning",
+    "prompt_hash",
+    "load_tuned",
+    "tuned_of",
+    "from_dict",
+    "FORMAT",
+    "VERSION",
+]
