@@ -28,6 +28,32 @@ KNOWN_OVERLAPS = {
 }
 
 
+#: every sample's purpose, in the order the samples were drawn. A draw that leaves out "every earlier
+#: sample" reads :func:`drawn_before`, never "every sample but mine", so a sample frozen later does not
+#: change it. Append a new sample's purpose here when it is drawn.
+ORDER = (
+    "accuracy_seed0_1",
+    "selective_seed2",
+    "cost_seed3",
+    "entry_points_seed3",
+    "cost_seed4",
+    "audit_seed5",
+    "prompt_gate_seed6",
+    "tune_validation_seed7",
+)
+
+
+def purpose(name: str) -> str:
+    """A sample's purpose: its name without the data set (``squad_cost_seed3`` -> ``cost_seed3``)."""
+    return next(p for p in ORDER if name.endswith("_" + p))
+
+
+def drawn_before(data: str, this: str) -> list[str]:
+    """The frozen samples of ``data`` drawn before the sample whose purpose is ``this`` (:data:`ORDER`)."""
+    limit = ORDER.index(this)
+    return [n for n in sample_names(data) if ORDER.index(purpose(n)) < limit]
+
+
 def frozen(name: str) -> list[str]:
     """The question ids of one frozen sample, in draw order."""
     with open(os.path.join(SAMPLES, f"{name}.txt"), encoding="utf-8") as f:

@@ -176,8 +176,8 @@ def gated_doubt(gate_list: list[dict], rec: dict) -> bool:
 
 
 def earlier_held_ids(data: str, path: str | None) -> set[str]:
-    """Every question of ``data`` an earlier held-out sample used: its frozen samples (``held_out``; not this
-    script's own ``<data>_prompt_gate_seed6``, frozen after its draw) and the
+    """Every question of ``data`` an earlier held-out sample used: the frozen samples drawn before this one
+    (``held_out.drawn_before``; a sample frozen later does not change this draw) and the
     draws ``entry_points.earlier_ids`` left out (for HotpotQA, the seed-2 sample, redrawn exactly)."""
     import entry_points
     import held_out
@@ -187,8 +187,7 @@ def earlier_held_ids(data: str, path: str | None) -> set[str]:
         "nq": lambda k, s, ex: nq_questions("held", k, s, path, ex),
         "hotpotqa-dev": lambda k, s, ex: hotpotqa_dev_questions("held", k, s, path, ex),
     }
-    before = [n for n in held_out.sample_names(data) if "_prompt_gate_" not in n]  # not this draw's own sample
-    frozen = set().union(*(held_out.frozen(n) for n in before))
+    frozen = set().union(*(held_out.frozen(n) for n in held_out.drawn_before(data, "prompt_gate_seed6")))
     return frozen | entry_points.earlier_ids(data, draws[data])
 
 

@@ -51,8 +51,8 @@ def sample_name(data: str) -> str:
 
 
 def earlier_held_ids(data: str, path: str | None) -> set[str]:
-    """Every question an earlier held-out sample of ``data`` used: all its frozen samples (``held_out``, not
-    this one's own) and the draws ``entry_points.earlier_ids`` leaves out."""
+    """Every question an earlier held-out sample of ``data`` used: the frozen samples drawn before this one
+    (``held_out.drawn_before``) and the draws ``entry_points.earlier_ids`` leaves out."""
     import entry_points
     import held_out
     from pipeline_accuracy import nq_questions, squad_questions
@@ -61,7 +61,7 @@ def earlier_held_ids(data: str, path: str | None) -> set[str]:
         "squad": lambda k, s, ex: squad_questions("held", k, s, ex),
         "nq": lambda k, s, ex: nq_questions("held", k, s, path, ex),
     }
-    frozen = set().union(*(held_out.frozen(n) for n in held_out.sample_names(data) if n != sample_name(data)))
+    frozen = set().union(*(held_out.frozen(n) for n in held_out.drawn_before(data, f"tune_validation_seed{SEED}")))
     return frozen | entry_points.earlier_ids(data, draws[data])
 
 

@@ -67,8 +67,39 @@ def test_samples_overlap_only_where_documented():
             shared = len(set(held_out.frozen(a)) & set(held_out.frozen(b)))
             known = held_out.KNOWN_OVERLAPS.get((a, b), held_out.KNOWN_OVERLAPS.get((b, a), 0))
             assert shared == known, (a, b, shared)
-    assert len(held_out.sample_names("squad")) == 7 and len(held_out.sample_names("nq")) == 6
+    assert len(held_out.sample_names("squad")) == 8 and len(held_out.sample_names("nq")) == 7
     assert len(held_out.sample_names("hotpotqa-dev")) == 2
+    for data in ("squad", "nq", "hotpotqa-dev"):  # every sample has its place in the draw order
+        assert all(held_out.purpose(n) in held_out.ORDER for n in held_out.sample_names(data))
+
+
+def test_a_stable_draw_only_skips_what_a_later_exclusion_adds():
+    """held_out.stable_draw: excluding more ids removes just those ids from a draw; the other questions keep
+    their order, and the draw is topped up from the same permutation. So a frozen sample added later never
+    moves an earlier draw."""
+    import random
+
+    permuted = [{"qid": f"q{i}"} for i in random.Random(3).sample(range(200), 200)]
+    first = held_out.stable_draw(permuted, 20, {"q5", "q7"})
+    later_exclusion = {"q5", "q7"} | {q["qid"] for q in first[3:6]} | {"q150", "q151"}
+    second = held_out.stable_draw(permuted, 20, later_exclusion)
+    kept = [q for q in first if q["qid"] not in later_exclusion]
+    assert second[: len(kept)] == kept and len(second) == 20
+    assert not {q["qid"] for q in second} & later_exclusion
+    order = [q["qid"] for q in permuted]
+    assert [order.index(q["qid"]) for q in second] == sorted(order.index(q["qid"]) for q in second)
+
+
+def test_the_tune_validation_draw_reproduces_its_frozen_sample():
+    """tune_validation.py's SQuAD draw (a stable draw leaving out every sample drawn before it) gives its
+    frozen sample, and shares no question with an earlier one."""
+    import tune_validation
+
+    _, drawn = tune_validation.draw("squad", None)
+    frozen = held_out.frozen("squad_tune_validation_seed7")
+    assert [q["qid"] for q in drawn] == frozen
+    earlier = set().union(*(held_out.frozen(n) for n in held_out.drawn_before("squad", "tune_validation_seed7")))
+    assert len(frozen) == 150 and not earlier & set(frozen)
 
 
 def test_the_union_files_are_the_union():

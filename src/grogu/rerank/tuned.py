@@ -52,6 +52,17 @@ def prompt_hash(template: PromptTemplate) -> str:
     return f"sha256:{digest[:16]}"
 
 
+def model_fingerprint(target: Any) -> str | None:
+    """The shape of a target's model (type, layers, width, vocabulary), or None without a local model. It
+    names the same weights the same way however they were loaded (an alias, a path, a framework's LLM)."""
+    config = getattr(getattr(target, "model", None), "config", None)
+    if config is None:
+        return None
+    text = getattr(config, "get_text_config", lambda: config)()
+    parts = [getattr(text, k, None) for k in ("model_type", "num_hidden_layers", "hidden_size", "vocab_size")]
+    return None if None in parts else "{}-{}x{}-v{}".format(*parts)
+
+
 @dataclass(frozen=True)
 class TunedSettings:
     """The content of a tuned settings file (see the module docstring).
@@ -68,6 +79,7 @@ class TunedSettings:
     max_new_tokens: int | None = None
     decision: str = "tuned"
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: str | None = None
     path: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -77,6 +89,7 @@ class TunedSettings:
             "version": VERSION,
             "decision": self.decision,
             "model": self.model,
+            "model_fingerprint": self.fingerprint,
             "prompt_hash": self.prompt_hash,
             "top_n": self.top_n,
             "max_new_tokens": self.max_new_tokens,
@@ -90,11 +103,19 @@ class TunedSettings:
             f.write("\n")
 
     def mismatches(
-        self, model: str | None = None, template: PromptTemplate | None = None, top_n: Any = "unknown"
+        self,
+        model: str | None = None,
+        template: PromptTemplate | None = None,
+        top_n: Any = "unknown",
+        fingerprint: str | None = None,
     ) -> list[str]:
-        """What differs from the set-up these settings were fitted to (an empty list: nothing)."""
+        """What differs from the set-up these settings were fitted to (an empty list: nothing). The model is
+        compared by its fingerprint (:func:`model_fingerprint`) where both sides have one, else by name."""
         out = []
-        if model is not None and str(model) != self.model:
+        if fingerprint is not None and self.fingerprint is not None:
+            if fingerprint != self.fingerprint:
+                out.append(f"model {model!r}, a {fingerprint} (tuned on {self.model!r}, a {self.fingerprint})")
+        elif model is not None and str(model) != self.model:
             out.append(f"model {model!r} (tuned on {self.model!r})")
         if template is not None and prompt_hash(template) != self.prompt_hash:
             out.append(f"a QA prompt with hash {prompt_hash(template)} (tuned with {self.prompt_hash})")
@@ -102,9 +123,15 @@ class TunedSettings:
             out.append(f"top_n={top_n} (tuned with top_n={self.top_n})")
         return out
 
-    def check(self, model: str | None = None, template: PromptTemplate | None = None, top_n: Any = "unknown") -> None:
+    def check(
+        self,
+        model: str | None = None,
+        template: PromptTemplate | None = None,
+        top_n: Any = "unknown",
+        fingerprint: str | None = None,
+    ) -> None:
         """Warn (:class:`TunedSettingsWarning`) when used with another model, prompt or top_n."""
-        found = self.mismatches(model, template, top_n)
+        found = self.mismatches(model, template, top_n, fingerprint)
         if found:
             where = f" ({self.path})" if self.path else ""
             warnings.warn(
@@ -141,7 +168,12 @@ def from_dict(data: Any, where: str = "the tuned settings") -> TunedSettings:
     evidence = data.get("evidence", {})
     if not isinstance(evidence, Mapping):
         raise ValueError(f"{where}: evidence must be an object")
-    return TunedSettings(settings, data["model"], data["prompt_hash"], top_n, budget, data["decision"], evidence)
+    fingerprint = data.get("model_fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise ValueError(f"{where}: model_fingerprint must be a string or null")
+    return TunedSettings(
+        settings, data["model"], data["prompt_hash"], top_n, budget, data["decision"], evidence, fingerprint
+    )
 
 
 def load_tuned(path: str | os.PathLike) -> TunedSettings:
@@ -187,7 +219,7 @@ def call_settings(settings: Any, overrides: Mapping[str, Any], scorer: Any, top_
     out = ModeSettings.build(settings, **overrides)
     tuned = tuned_source(out)
     if tuned is not None:
-        tuned.check(scorer.model_name, scorer.template, top_n)
+        tuned.check(scorer.model_name, scorer.template, top_n, model_fingerprint(getattr(scorer, "target", None)))
     return out
 
 
@@ -196,6 +228,7 @@ __all__ = [
     "TunedSettings",
     "TunedSettingsWarning",
     "prompt_hash",
+    "model_fingerprint",
     "load_tuned",
     "tuned_of",
     "from_dict",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ...core.checks import check_positive_int, check_top_n
 from ...core.prompts import RAG_QA_TEMPLATE, PromptTemplate, template_from_messages
-from ...rerank.tuned import TunedSettings, prompt_hash
+from ...rerank.tuned import TunedSettings, model_fingerprint, prompt_hash
 from ...runtime.models import DEFAULT_MODEL
 from .collect import collect
 from .examples import Example, load_examples
@@ -133,6 +133,7 @@ def set_up(scorer: Any, top_n: int) -> dict[str, Any]:
     """What records and the settings file say they were made with."""
     return {
         "model": str(scorer.model_name),
+        "model_fingerprint": model_fingerprint(scorer.target),
         "prompt_hash": prompt_hash(scorer.template),
         "top_n": top_n,
         "max_new_tokens": scorer.max_new_tokens,
@@ -228,6 +229,7 @@ def tune(
         max_new_tokens=meta["max_new_tokens"],
         decision=result.decision,
         evidence=result.evidence,
+        fingerprint=meta["model_fingerprint"],
     )
     if out is not None:
         path = os.path.join(out, "settings.json")

@@ -28,8 +28,8 @@ from .examples import Example
 
 #: the candidates collected for every question: every family tune replays is a subset of these
 COLLECT_SETTINGS = ModeSettings(family="swap_orders", swaps=2, gate="always")
-#: what a record must share with the run that reads it
-RECORD_KEYS = ("model", "prompt_hash", "top_n", "max_new_tokens")
+#: what a record must share with the run that reads it (and the model: its fingerprint, else its name)
+RECORD_KEYS = ("prompt_hash", "top_n", "max_new_tokens")
 
 
 def _row(result: Any) -> dict[str, Any]:
@@ -57,9 +57,14 @@ def read_records(path: str | None, meta: dict[str, Any]) -> dict[str, dict]:
             except json.JSONDecodeError:
                 raise ValueError(f"{path}:{n} is not a JSON record") from None
             other = {k: rec.get(k) for k in RECORD_KEYS if rec.get(k) != meta[k]}
+            if rec.get("model_fingerprint") and meta.get("model_fingerprint"):
+                if rec["model_fingerprint"] != meta["model_fingerprint"]:
+                    other["model_fingerprint"] = rec["model_fingerprint"]
+            elif rec.get("model") != meta.get("model"):
+                other["model"] = rec.get("model")
             if other:
                 raise ValueError(
-                    f"{path} holds records collected with {other}, not { ({k: meta[k] for k in other}) }: "
+                    f"{path} holds records collected with {other}, not { ({k: meta.get(k) for k in other}) }: "
                     "write this run's records elsewhere (another --out)"
                 )
             out[rec["id"]] = rec
