@@ -237,6 +237,24 @@ def test_rerank_gate_runs_in_the_service_as_in_process(service, remote, local):
             assert calls >= 3  # the first answer, the other five, then the teacher forcing
 
 
+def test_a_tuned_settings_file_reranks_in_the_service_as_in_process(remote, local, tmp_path):
+    """A grogu tune file given to the client (settings=PATH): its settings travel in the request and the
+    service decides as the library does with them. ``family="keep"`` (the retriever's order) too."""
+    from grogu.rerank.tuned import TunedSettings, prompt_hash
+
+    for settings in (
+        grogu.ModeSettings(family="swap_reversed", gate="always", rule="confidence", margin=0.0),
+        grogu.ModeSettings(family="keep"),
+    ):
+        path = tmp_path / f"{settings.family}.json"
+        TunedSettings(settings, remote.model_name, prompt_hash(local.template), 2, N, "tuned").save(path)
+        got = remote.rerank(QUERY, DOCS, top_n=2, settings=str(path))
+        want = local.rerank(QUERY, DOCS, top_n=2, settings=settings)
+        assert [r.index for r in got] == [r.index for r in want]
+        assert got[0].context.answer == want[0].context.answer and got[0].gate.changed == want[0].gate.changed
+    assert [r.index for r in got] == [0, 1] and got[0].gate.candidates == 1
+
+
 def test_concurrent_async_requests_share_engine_batches(service, remote, local):
     queries = [f"{QUERY} ({i})" for i in range(8)]
 

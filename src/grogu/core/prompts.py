@@ -144,6 +144,45 @@ def template_from_messages(
     )
 
 
+#: stand-ins for the slots while a prompt's text is escaped (never in real text)
+_MARKS = ("\x00context\x00", "\x00question\x00")
+
+
+def template_from_text(user: str, system: str | None = None) -> PromptTemplate:
+    """A grogu template from a QA prompt's text: ``user`` holds ``{context}`` and ``{question}`` once each
+    (other braces are literal); ``system`` (optional) is the system message."""
+    if not isinstance(user, str) or (system is not None and not isinstance(system, str)):
+        raise TypeError("a QA prompt's text must be a string (and its system part a string or None)")
+    for key in ("{context}", "{question}"):
+        if user.count(key) != 1:
+            raise ValueError(f"the QA prompt must hold {key} exactly once (it holds it {user.count(key)} times)")
+    text = user.replace("{context}", _MARKS[0]).replace("{question}", _MARKS[1])
+    messages = ([("system", system)] if system else []) + [("user", text)]
+    return template_from_messages(messages, context=_MARKS[0], query=_MARKS[1])
+
+
+def read_prompt_file(path: Any) -> PromptTemplate:
+    """A QA prompt from a file: a ``.json`` object ``{"system": ..., "user": ...}`` (system optional), or
+    any other file's whole text as the user message. ``{context}`` and ``{question}`` mark the slots."""
+    import json
+    import os
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no prompt file at {path!r}")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if not path.endswith(".json"):
+        return template_from_text(text)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON: {e}") from None
+    if not isinstance(data, dict) or "user" not in data or set(data) - {"system", "user"}:
+        raise ValueError(f'{path} must be an object {{"system": ..., "user": ...}} (system optional)')
+    return template_from_text(data["user"], data.get("system"))
+
+
 #: Short-answer prompting (``UtilityScorer(answer_style="short")``): small models otherwise answer with a
 #: sentence or two copied from whatever passage they get, and copying is confident whether or not the
 #: passage helps. Asking for a few words keeps the scored answer on the tokens that answer the question.

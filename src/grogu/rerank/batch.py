@@ -95,8 +95,14 @@ def record(item: dict, results: list, scorer: Any, mode: str, **rerank: Any) -> 
 def scorer_options(args: argparse.Namespace | dict[str, Any]) -> dict[str, Any]:
     """:class:`grogu.UtilityScorer` keyword arguments from the parsed ``score`` / ``rerank`` arguments."""
     a = vars(args) if isinstance(args, argparse.Namespace) else args
+    template = None
+    if a.get("prompt_file"):
+        from ..core.prompts import read_prompt_file
+
+        template = read_prompt_file(a["prompt_file"])
     return dict(
         model=target_of(a),
+        template=template,
         metric=a["metric"],
         alpha=a["alpha"],
         top_k_frac=a["top_k_frac"],

@@ -133,6 +133,11 @@ def _add_scoring_arguments(p: argparse.ArgumentParser, rerank: bool) -> None:
         choices=("long", "short"),
         help="'short': ask for the answer only and cut it at its first line/sentence (small models)",
     )
+    p.add_argument(
+        "--prompt-file",
+        default=None,
+        help="your pipeline's QA prompt: text with {context} and {question}, or .json {'system', 'user'}",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
     p.add_argument(
         "--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on CUDA, float32 on CPU and for GGUF)"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
-from .api import collect_records, prompt_template, template_from_text, tune
+from ...core.prompts import read_prompt_file, template_from_text
+from .api import collect_records, prompt_template, tune
 
-__all__ = ["tune", "collect_records", "prompt_template", "template_from_text"]
+__all__ = ["tune", "collect_records", "prompt_template", "template_from_text", "read_prompt_file"]

@@ -12,12 +12,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from ...core.checks import check_positive_int, check_top_n
-from ...core.prompts import RAG_QA_TEMPLATE, PromptTemplate, template_from_messages
+from ...core.prompts import RAG_QA_TEMPLATE, PromptTemplate, read_prompt_file, template_from_text
 from ...rerank.tuned import TunedSettings, model_fingerprint, prompt_hash
 from ...runtime.models import DEFAULT_MODEL
 from .collect import collect
@@ -25,39 +24,6 @@ from .examples import Example, load_examples
 
 #: the answer budget when neither the caller nor the model says one (UtilityScorer's default)
 DEFAULT_MAX_NEW_TOKENS = 64
-_MARKS = ("\x00context\x00", "\x00question\x00")
-
-
-def template_from_text(user: str, system: str | None = None) -> PromptTemplate:
-    """A grogu template from a QA prompt's text: ``user`` holds ``{context}`` and ``{question}`` once each
-    (other braces are literal); ``system`` (optional) is the system message."""
-    if not isinstance(user, str) or (system is not None and not isinstance(system, str)):
-        raise TypeError("a QA prompt's text must be a string (and its system part a string or None)")
-    for key in ("{context}", "{question}"):
-        if user.count(key) != 1:
-            raise ValueError(f"the QA prompt must hold {key} exactly once (it holds it {user.count(key)} times)")
-    text = user.replace("{context}", _MARKS[0]).replace("{question}", _MARKS[1])
-    messages = ([("system", system)] if system else []) + [("user", text)]
-    return template_from_messages(messages, context=_MARKS[0], query=_MARKS[1])
-
-
-def read_prompt_file(path: str | os.PathLike) -> PromptTemplate:
-    """A QA prompt from a file: a ``.json`` object ``{"system": ..., "user": ...}`` (system optional), or
-    any other file's whole text as the user message. ``{context}`` and ``{question}`` mark the slots."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no prompt file at {path!r}")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if not path.endswith(".json"):
-        return template_from_text(text)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON: {e}") from None
-    if not isinstance(data, Mapping) or "user" not in data or set(data) - {"system", "user"}:
-        raise ValueError(f'{path} must be an object {{"system": ..., "user": ...}} (system optional)')
-    return template_from_text(data["user"], data.get("system"))
 
 
 def _framework(obj: Any) -> str | None:
@@ -245,7 +211,6 @@ __all__ = [
     "collect_records",
     "prompt_template",
     "template_from_text",
-    "read_prompt_file",
     "build_scorer",
     "DEFAULT_MAX_NEW_TOKENS",
 ]

@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from .api import read_prompt_file, tune
+    from ...core.prompts import read_prompt_file
+    from .api import tune
 
     try:
         prompt = read_prompt_file(args.prompt_file) if args.prompt_file else None

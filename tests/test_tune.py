@@ -1,0 +1,289 @@
+"""grogu tune: the labelled examples, the collection (resumable), the replay (equal to the rerank pipeline's
+own decisions), the rule (by hand), the settings file (loaded everywhere, clear errors, warnings)."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+from grogu_research.testing import squad_paragraphs, with_shared_data
+
+from grogu import ModeSettings, UtilityScorer
+from grogu.apps.tune import template_from_text
+from grogu.apps.tune.api import set_up
+from grogu.apps.tune.choose import GUARD_P, choose, one_sided_p, pick
+from grogu.apps.tune.collect import collect
+from grogu.apps.tune.examples import load_examples
+from grogu.apps.tune.judging import answered_words, judgeable
+from grogu.apps.tune.replay import KEEP, SHIPPED, grid, outcomes, replay, setting_name
+from grogu.core.prompts import RAG_QA_TEMPLATE, read_prompt_file
+from grogu.rerank.tuned import TunedSettings, TunedSettingsWarning, load_tuned, prompt_hash
+
+PROMPT = "Answer the question using only the documents.\n\n{context}\n\nQuestion: {question}"
+
+
+def _examples(n: int = 5) -> list[dict]:
+    """n SQuAD questions, each with its own paragraph among 4 others (cut to 50 words), its own second."""
+    paras = squad_paragraphs(n + 4, 11)
+    cut = [" ".join(p["text"].split()[:50]) for p in paras]
+    return [
+        {
+            "question": paras[i]["question"],
+            "answers": paras[i]["answers"],
+            "documents": [cut[i + 1], cut[i], *cut[i + 2 : i + 5]],
+        }
+        for i in range(n)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- examples
+def test_examples_load_from_a_list_or_a_file_and_bad_ones_are_named(tmp_path):
+    good = [
+        {"question": f"q{i}?", "answers": ["a"], "documents": ["d1", {"text": "d2", "title": "T"}]} for i in range(4)
+    ]
+    path = tmp_path / "ex.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in good) + "\n")
+    from_file, from_list = load_examples(str(path)), load_examples(good)
+    assert [e.id for e in from_file] == [e.id for e in from_list] and len({e.id for e in from_list}) == 4
+    assert from_list[0].documents[1] == {"text": "d2", "title": "T"}
+    bad = [
+        ({"question": " ", "answers": ["a"], "documents": ["d"]}, ValueError, "empty"),
+        ({"question": "q?", "answers": [], "documents": ["d"]}, ValueError, "answers"),
+        ({"question": "q?", "answers": "a", "documents": ["d"]}, ValueError, "answers"),
+        ({"question": "q?", "answers": ["a"], "documents": []}, ValueError, "documents"),
+        ({"question": "q?", "answers": ["a"], "documents": [3]}, TypeError, "example 0"),
+        ({"question": "q?", "answers": ["a"]}, ValueError, "no 'documents'"),
+        ({"question": "q?", "answers": ["a"], "documents": ["d"], "gold": 1}, ValueError, "unknown field"),
+        ("q?", TypeError, "object"),
+    ]
+    for item, error, words in bad:
+        with pytest.raises(error, match=words):
+            load_examples([item] + good)
+    with pytest.raises(ValueError, match="repeats the id"):
+        load_examples(good + good[:1])
+    with pytest.raises(ValueError, match="at least 4"):
+        load_examples(good[:3])
+    path.write_text(json.dumps(good[0]) + "\n{not json\n")
+    with pytest.raises(ValueError, match="ex.jsonl:2 is not JSON"):
+        load_examples(str(path))
+    with pytest.raises(FileNotFoundError):
+        load_examples(str(tmp_path / "missing.jsonl"))
+
+
+def test_whole_word_judging():
+    assert answered_words("It was in 1908, in Paris.", ["1908"]) and not answered_words("In 19080.", ["1908"])
+    assert not answered_words("It is not there", ["no"]) and answered_words("The Eiffel Tower", ["Eiffel tower"])
+    assert not judgeable(["yes", "No"]) and judgeable(["no", "Paris"])
+
+
+def test_prompt_files_and_template_strings(tmp_path):
+    text = tmp_path / "prompt.txt"
+    text.write_text(PROMPT)
+    as_json = tmp_path / "prompt.json"
+    as_json.write_text(json.dumps({"system": "Be brief.", "user": "{context}\n\nQ: {question} {{literal}}"}))
+    t = read_prompt_file(text)
+    assert t == template_from_text(PROMPT) and t.system is None
+    assert t.grounded == "Answer the question using only the documents.\n\n{context}\n\nQuestion: {query}"
+    j = read_prompt_file(as_json)
+    assert j.system == "Be brief." and j.grounded == "{context}\n\nQ: {query} {{{{literal}}}}"
+    assert prompt_hash(t) != prompt_hash(j) and prompt_hash(t) == prompt_hash(template_from_text(PROMPT))
+    for bad in ("no slots", "{context} twice {context} {question}"):
+        with pytest.raises(ValueError, match="exactly once"):
+            template_from_text(bad)
+    as_json.write_text(json.dumps({"user": PROMPT, "assistant": "x"}))
+    with pytest.raises(ValueError, match="system"):
+        read_prompt_file(as_json)
+
+
+# ---------------------------------------------------------------------------------------------- the rule
+def _record(i: int, right: list[bool], seconds=(1.0, 0.5, 4.0)) -> dict:
+    """A hand-made record over 3 documents, top 2 (candidates [0, 1], [0, 2], [1, 0], [2, 0]): each answer
+    right where ``right`` says. No answer word is in the documents (support 0: the gate is in doubt)."""
+    from grogu.rerank.selection import context_candidates
+
+    cands = context_candidates(3, 2, "swap_orders", 2)
+    assert len(right) == len(cands)
+    # candidate 0 is the least sure, the others surer in order, so 'confidence' picks the last one
+    scored = [
+        {
+            "answer": "paris" if ok else f"wrong{j}",
+            "variants": {"key_entropy": -2.0 + 0.1 * j, "ppl": -3.0, "entropy": -1.0},
+            "n_tokens": 1,
+            "finished": True,
+        }
+        for j, ok in enumerate(right)
+    ]
+    secs = dict(zip(("answer_first", "force_first", "rest"), seconds))
+    return {
+        "id": f"r{i}",
+        "answers": ["Paris"],
+        "top_n": 2,
+        "texts": ["a", "b", "c"],
+        "candidates": cands,
+        "scored": scored,
+        "seconds": secs,
+    }
+
+
+def test_one_sided_sign_test_by_hand():
+    assert one_sided_p(7, 2) == pytest.approx((36 + 9 + 1) / 512)
+    assert one_sided_p(0, 0) == 1.0 and one_sided_p(3, 0) == pytest.approx(1 / 8)
+
+
+def test_replay_cost_and_pick_by_hand():
+    """Four candidates (swap_orders of 3 documents, top 2). On each record the last (reversed swap) is right
+    and the retriever's is wrong. 'confidence', margin 0, gate 'always' picks the last candidate: right."""
+    recs = [_record(i, [False, False, False, True]) for i in range(6)]
+    always = ModeSettings(gate="always", rule="confidence", margin=0.0)
+    c = replay(always.for_target(False), recs[0])
+    assert (c.candidate, c.answered, c.in_doubt) == (3, 4, None)
+    assert replay(KEEP.for_target(False), recs[0]).candidate == 0
+    out = outcomes(recs, answered_words, [KEEP, SHIPPED, always])
+    assert out.correct[2] == [True] * 6 and out.correct[0] == [False] * 6
+    # cost: (1 + 0.5 + 4 * 3/3) / 1 for 'always'; keep answers the first context and teacher-forces it
+    assert out.seconds[2][0] == pytest.approx(5.5) and out.seconds[0][0] == pytest.approx(1.5)
+    # the shipped default is in doubt (support 0) and answers all four, but its margin (0.3) is not beaten
+    assert out.correct[1] == [False] * 6 and out.seconds[1][0] == pytest.approx(5.5)
+    assert pick(out, range(6), None) == 2
+    assert pick(out, range(6), max_cost=5.0) == 0  # the cap leaves both out: keep
+
+
+def test_the_rule_adopts_a_real_gain_and_keeps_the_retriever_on_a_tie():
+    win = [_record(i, [False, False, False, True]) for i in range(12)]
+    result = choose(win, settings=[KEEP, ModeSettings(gate="always", rule="confidence", margin=0.0)])
+    cv = result.evidence["cross_validation"]
+    assert result.decision == "tuned" and (cv["wins"], cv["losses"]) == (12, 0)
+    assert cv["p_one_sided"] == pytest.approx(0.5**12) and result.evidence["folds"] == 5
+    # half the records reward the switch, half punish it: no setting beats keep on held-out folds
+    mixed = [_record(i, [i % 2 == 0, False, False, i % 2 == 1]) for i in range(12)]
+    kept = choose(mixed, settings=[KEEP, ModeSettings(gate="always", rule="confidence", margin=0.0)])
+    assert kept.decision == "keep" and kept.settings == KEEP
+    assert kept.evidence["cross_validation"]["p_one_sided"] > GUARD_P
+
+
+def test_the_grid_starts_with_keep_and_the_shipped_default():
+    g = grid()
+    assert g[0] == KEEP and g[1] == SHIPPED and len(set(g)) == len(g) > 1000
+    assert setting_name(SHIPPED) == "swap_orders/2, doubt s<0.8 c<0.4, confidence_support +0.3"
+
+
+# ---------------------------------------------------------------------------------------------- the pipeline
+@pytest.fixture(scope="module")
+def tiny_scorer(tiny_engine):
+    return UtilityScorer(tiny_engine, max_new_tokens=6, template=template_from_text(PROMPT))
+
+
+@pytest.mark.slow
+def test_replay_equals_the_rerank_pipeline(tiny_scorer):
+    """For several settings, the replayed choice on a collected record is what UtilityScorer.rerank does:
+    the same documents in the same order, with the same answer."""
+    exs = load_examples(with_shared_data(_examples, 4))
+    meta = set_up(tiny_scorer, 3)
+    records = collect(tiny_scorer, exs, 3, meta, progress=False)
+    assert [len(r["candidates"]) for r in records] == [6, 6, 6, 6]
+    tried = [
+        KEEP,
+        SHIPPED,
+        ModeSettings(gate="always", rule="agreement", margin=0.0),
+        ModeSettings(family="swap_reversed", swaps=1, gate="always", rule="confidence", margin=0.0),
+        ModeSettings(gate="doubt", gate_support=0.0, gate_confidence=0.0),  # never in doubt
+        ModeSettings(family="reversed", gate_entropy_change=0.0, rule="confidence", margin=0.0),
+    ]
+    changed = 0
+    for ex, rec in zip(exs, records):
+        for s in tried:
+            choice = replay(s.for_target(False), rec)
+            ranked = tiny_scorer.rerank(ex.question, list(ex.documents), top_n=3, settings=s)
+            assert [d.index for d in ranked] == rec["candidates"][choice.candidate], setting_name(s)
+            assert ranked[0].answer == rec["scored"][choice.candidate]["answer"]
+            if choice.in_doubt is not None:
+                assert ranked[0].gate.in_doubt == choice.in_doubt
+            changed += choice.candidate != 0
+    assert changed > 0  # some setting left the retriever's order, so the comparison saw real choices
+
+
+def test_keep_answers_one_context_and_still_reports_the_verdict(tiny_scorer):
+    [ex] = with_shared_data(_examples, 1)
+    ranked = tiny_scorer.rerank(ex["question"], ex["documents"], top_n=3, settings=KEEP)
+    assert [d.index for d in ranked] == [0, 1, 2]
+    gate = ranked[0].gate
+    assert gate.candidates == 1 and not gate.changed and isinstance(gate.in_doubt, bool)
+
+
+def test_collection_resumes_after_an_interruption(tiny_scorer, tmp_path):
+    exs = load_examples(with_shared_data(_examples, 4))
+    meta, path = set_up(tiny_scorer, 3), str(tmp_path / "records.jsonl")
+    first = collect(tiny_scorer, exs[:2], 3, meta, path, progress=False)
+    with open(path, "a") as f:  # an interrupted write: half a record, no newline
+        f.write('{"id": "cut')
+    calls = []
+    real = tiny_scorer.answer_contexts
+    tiny_scorer.answer_contexts = lambda ctx: calls.append(len(ctx)) or real(ctx)
+    try:
+        again = collect(tiny_scorer, exs, 3, meta, path, progress=False)
+    finally:
+        del tiny_scorer.answer_contexts
+    assert calls == [1, 5, 1, 5]  # only the two new questions: the first context, then the other five
+    assert again[:2] == first and len(again) == 4
+    lines = open(path).read().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [e.id for e in exs]
+    with pytest.raises(ValueError, match="another --out"):
+        collect(tiny_scorer, exs, 2, {**meta, "top_n": 2}, path, progress=False)
+
+
+# ---------------------------------------------------------------------------------------------- the file
+def test_the_settings_file_round_trips_and_a_bad_one_is_a_clear_error(tmp_path):
+    tuned = TunedSettings(
+        ModeSettings(family="swap", margin=0.1),
+        "m",
+        prompt_hash(RAG_QA_TEMPLATE),
+        3,
+        48,
+        "tuned",
+        {"n": 50},
+        "llama-2x64-v49152",
+    )
+    path = tmp_path / "settings.json"
+    tuned.save(path)
+    loaded = load_tuned(path)
+    assert loaded.settings == tuned.settings and loaded.fingerprint == "llama-2x64-v49152" and loaded.path == str(path)
+    assert ModeSettings.build(str(path)) == tuned.settings
+    assert ModeSettings.build(str(path), margin=0.5).margin == 0.5
+    data = json.loads(path.read_text())
+    for change, words in [
+        ({"format": "other"}, "not a grogu tune settings file"),
+        ({"version": 9}, "version 9"),
+        ({"decision": "maybe"}, "decision"),
+        ({"top_n": 0}, "top_n"),
+        ({"settings": {"mode": "context", "margin": -1}}, "margin"),
+        ({"settings": {"colour": "red"}}, "unknown rerank setting"),
+    ]:
+        path.write_text(json.dumps({**data, **change}))
+        with pytest.raises(ValueError, match=words):
+            load_tuned(path)
+    path.write_text("{")
+    with pytest.raises(ValueError, match="not JSON"):
+        ModeSettings.build(str(path))
+    with pytest.raises(ValueError, match="no tuned settings file"):
+        ModeSettings.build(str(tmp_path / "none.json"))
+
+
+def test_tuned_settings_warn_when_used_with_another_prompt_or_model(tiny_scorer, tmp_path):
+    [ex] = with_shared_data(_examples, 1)
+    meta = set_up(tiny_scorer, 3)
+    ok = TunedSettings(KEEP, meta["model"], meta["prompt_hash"], 3, 6, "keep", {}, meta["model_fingerprint"])
+    ok.save(tmp_path / "ok.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TunedSettingsWarning)
+        tiny_scorer.rerank(ex["question"], ex["documents"], top_n=3, settings=str(tmp_path / "ok.json"))
+    other_prompt = TunedSettings(KEEP, meta["model"], prompt_hash(RAG_QA_TEMPLATE), 3, 6, "keep", {}, None)
+    other_prompt.save(tmp_path / "prompt.json")
+    with pytest.warns(TunedSettingsWarning, match="QA prompt"):
+        tiny_scorer.rerank(ex["question"], ex["documents"], top_n=3, settings=str(tmp_path / "prompt.json"))
+    other_model = TunedSettings(KEEP, "x", meta["prompt_hash"], 3, 6, "keep", {}, "llama-30x576-v49152")
+    with pytest.warns(TunedSettingsWarning, match="model"):
+        tiny_scorer.rerank(ex["question"], ex["documents"], top_n=2, settings=other_model)
+    assert "top_n=2" in " ".join(ok.mismatches(top_n=2)) and not ok.mismatches(meta["model"], tiny_scorer.template, 3)
+    assert os.path.exists(tmp_path / "ok.json")
