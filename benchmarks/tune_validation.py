@@ -171,6 +171,250 @@ def collect(args) -> None:
         )
 
 
+def set_dir(data: str, prompt: str) -> str:
+    return os.path.join(OUT, f"{data}_{prompt}")
+
+
+def records(data: str, prompt: str, split: str) -> list[dict]:
+    path = os.path.join(OUT, f"records_{data}_{prompt}_{split}.jsonl")
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def tune_set(data: str, prompt: str, engine, model, tokenizer, max_cost: float | None = None):
+    """``grogu.tune`` on the set's 50 tuning questions, from their records (nothing is answered again): the
+    settings file, report.html and report.txt land in ``results/tune_validation/<data>_<prompt>[_cap]/``."""
+    import shutil
+
+    import grogu
+
+    out = set_dir(data, prompt) + ("" if max_cost is None else f"_cap{max_cost:g}")
+    os.makedirs(out, exist_ok=True)
+    shutil.copyfile(os.path.join(OUT, f"records_{data}_{prompt}_tune.jsonl"), os.path.join(out, "records.jsonl"))
+    tuned = grogu.tune(
+        read_examples(data, prompt, "tune"),
+        model=engine,
+        qa_prompt=template(prompt, model, tokenizer),
+        top_n=TOP_N,
+        out=out,
+        max_new_tokens=MAX_NEW_TOKENS,
+        max_cost=max_cost,
+        progress=False,
+    )
+    os.remove(os.path.join(out, "records.jsonl"))  # the same file as records_<set>_tune.jsonl
+    return tuned
+
+
+def compare(out, rows: list[int], a: int, b: int) -> dict:
+    """Wins and losses of arm ``a`` against arm ``b`` on ``rows``, with the exact two-sided sign test."""
+    from grogu.apps.audit.stats import exact_sign_test
+
+    wins = sum(out.correct[a][r] and not out.correct[b][r] for r in rows)
+    losses = sum(out.correct[b][r] and not out.correct[a][r] for r in rows)
+    return {"wins": wins, "losses": losses, "p": exact_sign_test(wins, losses)}
+
+
+def evaluate(args) -> None:
+    """Tune on each set's 50, replay keep / shipped / tuned on its 100, judge by words; the report and the
+    per-record results (``eval_results.jsonl``)."""
+    warnings.filterwarnings("ignore")
+    import torch
+
+    import grogu
+    from grogu.apps.tune.judging import answered_words, judgeable
+    from grogu.apps.tune.replay import KEEP, SHIPPED, outcomes, setting_name
+
+    torch.set_num_threads(1)
+    model, tokenizer = grogu.load_model(grogu.DEFAULT_MODEL, device="cpu")
+    engine = grogu.get_engine((model, tokenizer))
+    report, rows_out, pooled = (
+        {"rule": EVAL_RULE, "sets": []},
+        [],
+        {"tuned_vs_keep": [0, 0], "tuned_vs_shipped": [0, 0], "shipped_vs_keep": [0, 0]},
+    )
+    for data in DATA:
+        for prompt in PROMPTS:
+            tuned = tune_set(data, prompt, engine, model, tokenizer)
+            capped = tune_set(data, prompt, engine, model, tokenizer, max_cost=1.5)
+            recs = records(data, prompt, "eval")
+            arms = [KEEP, SHIPPED, tuned.settings, capped.settings]
+            out = outcomes(recs, answered_words, arms)
+            rows = [r for r, rec in enumerate(recs) if judgeable(rec["answers"])]
+            n = len(rows)
+
+            def arm(i: int) -> dict:
+                plain = sum(out.plain[r] for r in rows)
+                return {
+                    "accuracy": sum(out.correct[i][r] for r in rows) / n,
+                    "f1": sum(out.f1[i][r] for r in rows) / n,
+                    "words": sum(out.words[i][r] for r in rows) / n,
+                    "changed": sum(out.changed[i][r] for r in rows) / n,
+                    "cost": sum(out.seconds[i][r] for r in rows) / plain,
+                }
+
+            entry = {
+                "data": data,
+                "prompt": prompt,
+                "n": n,
+                "tuned": {
+                    "decision": tuned.decision,
+                    "setting": setting_name(tuned.settings),
+                    **tuned.evidence["cross_validation"],
+                },
+                "capped": {"decision": capped.decision, "setting": setting_name(capped.settings)},
+                "arms": {name: arm(i) for i, name in enumerate(("keep", "shipped", "tuned", "tuned_cap1.5"))},
+                "tuned_vs_keep": compare(out, rows, 2, 0),
+                "tuned_vs_shipped": compare(out, rows, 2, 1),
+                "shipped_vs_keep": compare(out, rows, 1, 0),
+                "capped_vs_keep": compare(out, rows, 3, 0),
+                "seconds_per_question": sum(
+                    sum(rec["seconds"].values()) for rec in records(data, prompt, "tune") + recs
+                )
+                / (N_TUNE + N_EVAL),
+            }
+            for key in pooled:
+                pooled[key][0] += entry[key]["wins"]
+                pooled[key][1] += entry[key]["losses"]
+            report["sets"].append(entry)
+            for r, rec in enumerate(recs):
+                rows_out.append(
+                    {
+                        "data": data,
+                        "prompt": prompt,
+                        "id": rec["id"],
+                        "judged": r in rows,
+                        **{
+                            name: {
+                                "answer": rec["scored"][out_choice]["answer"],
+                                "correct": out.correct[i][r],
+                                "changed": out.changed[i][r],
+                            }
+                            for i, name in enumerate(("keep", "shipped", "tuned", "tuned_cap1.5"))
+                            for out_choice in [_choice(out, i, r, rec)]
+                        },
+                    }
+                )
+            print(
+                json.dumps(
+                    {
+                        k: entry[k]
+                        for k in ("data", "prompt", "n", "tuned_vs_keep", "tuned_vs_shipped", "shipped_vs_keep")
+                    }
+                )
+            )
+    from grogu.apps.audit.stats import exact_sign_test
+
+    report["pooled"] = {k: {"wins": w, "losses": lo, "p": exact_sign_test(w, lo)} for k, (w, lo) in pooled.items()}
+    report["verdict"] = {
+        "tuned_never_loses_to_keep": all(
+            e["tuned_vs_keep"]["losses"] <= e["tuned_vs_keep"]["wins"] for e in report["sets"]
+        ),
+        "tuned_at_least_shipped_pooled": pooled["tuned_vs_shipped"][0] >= pooled["tuned_vs_shipped"][1],
+    }
+    with open(os.path.join(OUT, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    with open(os.path.join(OUT, "eval_results.jsonl"), "w") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows_out)
+    print(json.dumps({"pooled": report["pooled"], "verdict": report["verdict"]}, indent=1))
+
+
+def _choice(out, arm: int, r: int, rec: dict) -> int:
+    """The candidate arm ``arm`` chose on record ``r`` (by its answer's place in the record)."""
+    from grogu.apps.tune.replay import replay
+
+    return replay(out.settings[arm].for_target(False), rec).candidate
+
+
+def frontends(args) -> None:
+    """The real front ends on 5 evaluation questions with the set's tuned settings file: LlamaIndex's query
+    engine (GroguRerank) under its chat prompt, LangChain's chain (GroguRetriever.as_qa_chain) under the
+    README's prompt. Each answer against the replay's."""
+    warnings.filterwarnings("ignore")
+    import torch
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_grogu import GroguRetriever
+    from llama_index.core import Settings, get_response_synthesizer
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.core.retrievers import BaseRetriever as LIRetriever
+    from llama_index.core.schema import NodeWithScore, TextNode
+    from llama_index.llms.huggingface import HuggingFaceLLM
+    from llama_index.postprocessor.grogu import GroguRerank
+    from prompt_gate import chat_model, chat_prompt
+
+    import grogu
+    from grogu.apps.tune.replay import replay
+
+    torch.set_num_threads(1)
+    model, tokenizer = grogu.load_model(grogu.DEFAULT_MODEL, device="cpu")
+    Settings.tokenizer = tokenizer.encode
+    out = []
+    for data in DATA:
+        for prompt in PROMPTS:
+            path = os.path.join(set_dir(data, prompt), "settings.json")
+            tuned = grogu.load_tuned(path)
+            recs = records(data, prompt, "eval")[: args.questions]
+            exs = {e["id"]: e for e in read_examples(data, prompt, "eval")}
+            for rec in recs:
+                ex = exs[rec["id"]]
+                want = rec["scored"][replay(tuned.settings.for_target(False), rec).candidate]["answer"]
+                if prompt == "llamaindex":
+                    llm = HuggingFaceLLM(
+                        model=model,
+                        tokenizer=tokenizer,
+                        model_name="smollm2",
+                        context_window=8192,
+                        max_new_tokens=MAX_NEW_TOKENS,
+                        is_chat_model=True,
+                        generate_kwargs={"do_sample": False},
+                        stopping_ids=[tokenizer.convert_tokens_to_ids("<|im_end|>")],
+                    )
+                    nodes = [
+                        NodeWithScore(node=TextNode(text=t), score=1.0 - i / 10) for i, t in enumerate(ex["documents"])
+                    ]
+
+                    class Fixed(LIRetriever):
+                        def _retrieve(self, query_bundle):
+                            return nodes
+
+                    engine = RetrieverQueryEngine(
+                        retriever=Fixed(),
+                        response_synthesizer=get_response_synthesizer(llm=llm, response_mode="compact"),
+                        node_postprocessors=[GroguRerank(model=llm, top_n=TOP_N, settings=path)],
+                    )
+                    got = str(engine.query(ex["question"]))
+                else:
+                    chat = chat_model(model, tokenizer)
+
+                    class FixedLC(BaseRetriever):
+                        docs: list
+
+                        def _get_relevant_documents(self, query, *, run_manager=None):
+                            return self.docs
+
+                    docs = [Document(page_content=t) for t in ex["documents"]]
+                    chain = GroguRetriever(
+                        base_retriever=FixedLC(docs=docs),
+                        model=chat,
+                        top_n=TOP_N,
+                        qa_prompt=chat_prompt(prompt),
+                        settings=path,
+                    ).as_qa_chain()
+                    got = chain.invoke(ex["question"])["answer"]
+                row = {
+                    "data": data,
+                    "prompt": prompt,
+                    "id": rec["id"],
+                    "same": got.strip() == want.strip(),
+                    "answer": got,
+                    "replay": want,
+                }
+                out.append(row)
+                print(json.dumps(row, ensure_ascii=False), flush=True)
+    with open(os.path.join(OUT, "frontends.jsonl"), "w") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in out)
+    print(f"same answer as the replay: {sum(r['same'] for r in out)} / {len(out)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -182,8 +426,11 @@ def main() -> None:
     c.add_argument("--data", choices=DATA, required=True)
     c.add_argument("--prompt", choices=PROMPTS, required=True)
     c.add_argument("--batch", type=int, default=4)
+    sub.add_parser("evaluate")
+    f = sub.add_parser("frontends")
+    f.add_argument("--questions", type=int, default=5)
     args = ap.parse_args()
-    {"examples": examples, "collect": collect}[args.cmd](args)
+    {"examples": examples, "collect": collect, "evaluate": evaluate, "frontends": frontends}[args.cmd](args)
 
 
 if __name__ == "__main__":

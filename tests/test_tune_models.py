@@ -1,14 +1,14 @@
-"""grogu tune on the packaged SmolLM2, offline, in the exact forms the README shows: the command line, then
+"""grogu tune on the packaged SmolLM2, offline, in the exact forms the README shows (on examples/tune): the command line, then
 ``grogu.tune`` with a LangChain ``ChatHuggingFace`` and ``ChatPromptTemplate`` (the same set-up, so it resumes
 from the command's records), then one settings file loaded by every front end with the same result."""
 
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import pytest
-from grogu_research.testing import squad_paragraphs, with_shared_data
 
 import grogu
 from grogu.apps.cli import main
@@ -22,18 +22,7 @@ TOKENS = 8
 SYSTEM, USER = "Answer the question using only the documents.", "{context}\n\nQuestion: {question}"
 
 
-def _examples() -> list[dict]:
-    """6 SQuAD questions, each with 5 paragraphs cut to 40 words, its own second."""
-    paras = squad_paragraphs(10, 17)
-    cut = [" ".join(p["text"].split()[:40]) for p in paras]
-    return [
-        {
-            "question": paras[i]["question"],
-            "answers": paras[i]["answers"],
-            "documents": [cut[i + 1], cut[i], *cut[i + 2 : i + 5]],
-        }
-        for i in range(6)
-    ]
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "tune")
 
 
 def _chat(engine):
@@ -59,10 +48,14 @@ def test_tune_on_the_packaged_model_and_every_front_end_loads_its_file(smol_engi
     from llama_index.core.schema import NodeWithScore, TextNode
     from llama_index.postprocessor.grogu import GroguRerank
 
-    examples = with_shared_data(_examples)
-    ex_path, prompt_path, out = tmp_path / "labelled.jsonl", tmp_path / "prompt.json", tmp_path / "tuned"
-    ex_path.write_text("".join(json.dumps(e) + "\n" for e in examples))
-    prompt_path.write_text(json.dumps({"system": SYSTEM, "user": USER}))
+    # the example's 6 labelled SQuAD questions (5 paragraphs each, their own second) and the README's prompt
+    ex_path, prompt_path, out = (
+        os.path.join(EXAMPLE, "labelled.jsonl"),
+        os.path.join(EXAMPLE, "prompt.json"),
+        tmp_path / "tuned",
+    )
+    examples = [json.loads(line) for line in open(ex_path)]
+    assert json.load(open(prompt_path)) == {"system": SYSTEM, "user": USER}
     # the command line
     args = ["tune", "--examples", str(ex_path), "--model", "smollm2-135m-instruct", "--prompt-file", str(prompt_path)]
     args += ["--top-n", "3", "--out", str(out), "--max-new-tokens", str(TOKENS), "--quiet"]
