@@ -58,7 +58,7 @@ def test_tune_on_the_packaged_model_and_every_front_end_loads_its_file(smol_engi
     assert json.load(open(prompt_path)) == {"system": SYSTEM, "user": USER}
     # the command line
     args = ["tune", "--examples", str(ex_path), "--model", "smollm2-135m-instruct", "--prompt-file", str(prompt_path)]
-    args += ["--top-n", "3", "--out", str(out), "--max-new-tokens", str(TOKENS), "--quiet"]
+    args += ["--top-n", "3", "--out", str(out), "--max-new-tokens", str(TOKENS), "--device", "cpu", "--quiet"]
     assert main(args) == 0
     assert "wrote" in capsys.readouterr().out
     tuned = load_tuned(out / "settings.json")
@@ -74,7 +74,7 @@ def test_tune_on_the_packaged_model_and_every_front_end_loads_its_file(smol_engi
     assert (again.settings, again.decision, again.prompt_hash) == (tuned.settings, tuned.decision, tuned.prompt_hash)
 
     # one file with settings that change the order, for this model and prompt, loaded everywhere
-    moving = grogu.ModeSettings(gate="always", rule="confidence", margin=0.0)
+    moving = grogu.ModeSettings(family="reversed", gate="always", rule="confidence", margin=0.0)  # 2 contexts
     template = read_prompt_file(prompt_path)
     path = str(tmp_path / "moving.json")
     TunedSettings(
@@ -106,20 +106,19 @@ def test_tune_on_the_packaged_model_and_every_front_end_loads_its_file(smol_engi
         compressor = GroguCompressor(model=chat, qa_prompt=prompt, top_n=3, settings=path)
         assert [int(d.id) for d in compressor.compress_documents(docs, ex["question"])] == w
     # LlamaIndex's reranker scores with its own QA prompt here, not the tuned one: it warns, and runs
-    ex = examples[0]
     nodes = [
         NodeWithScore(node=TextNode(text=t, id_=str(i)), score=1.0 - i / 10) for i, t in enumerate(ex["documents"])
     ]
     with pytest.warns(TunedSettingsWarning, match="QA prompt"):
         kept = GroguRerank(
-            model="smollm2-135m-instruct", top_n=3, max_new_tokens=TOKENS, settings=path
+            model="smollm2-135m-instruct", device="cpu", top_n=3, max_new_tokens=TOKENS, settings=path
         ).postprocess_nodes(nodes, query_str=ex["question"])
     assert len(kept) == 3
     # the command line's rerank, with the same prompt file: the file's order
     docs_path = tmp_path / "docs.jsonl"
     docs_path.write_text("".join(json.dumps(d) + "\n" for d in ex["documents"]))
     rerank = ["rerank", "--query", ex["question"], "--docs", str(docs_path), "--settings", path, "--json"]
-    assert main(rerank + ["--prompt-file", str(prompt_path), "--max-new-tokens", str(TOKENS)]) == 0
+    assert main(rerank + ["--prompt-file", str(prompt_path), "--max-new-tokens", str(TOKENS), "--device", "cpu"]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [d["index"] for d in printed["results"]] == w
 
