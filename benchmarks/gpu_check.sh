@@ -27,6 +27,11 @@ prepare() {
     # retrieval done here (the GPU machine runs no embedder): the latency's 40 held-out SQuAD questions
     python benchmarks/pipeline_accuracy.py latency --whole-only --settings benchmarks/selective_latency_settings.json \
         --data squad --questions 40 --save-retrieved .gpu/stage/retrieved_squad.json || exit 1
+    # grogu tune's collection: 100 labelled SQuAD questions of the validation (its 'split' field dropped)
+    python -c "import json, sys; [print(json.dumps({k: v for k, v in json.loads(l).items() if k != 'split'})) \
+for l in list(open(sys.argv[1]))[:100]]" benchmarks/results/tune_validation/examples_squad_readme.jsonl \
+        >.gpu/stage/tune_examples.jsonl || exit 1
+    cp examples/tune/prompt.json .gpu/stage/prompt_readme.json  # the README's LangChain prompt
     tar cf - -C .gpu stage | split -b 57000000 -d - .gpu/blob.
     rm -rf .gpu/stage
     i=0
@@ -109,6 +114,12 @@ print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is
         --queries "$queries" --skip-naive-above 10 --variants "default;cuda_graphs=False;prompt_lookup=0" \
         --json "$OUT/engine_speed.json"
     latency bfloat16 130  # the dtype whose run once did not finish
+    local nt=100
+    [ "$quick" = 1 ] && nt=6
+    # grogu tune on the GPU: every candidate of 100 questions answered (bar: under 2 minutes), then the choice
+    step tune 200 bash -c "head -n $nt '$stage/tune_examples.jsonl' >/tmp/tune_examples.jsonl && \
+        /usr/bin/time -f 'tune wall %e s' python -c 'import sys; from grogu.apps.cli import main; sys.exit(main())' tune --examples /tmp/tune_examples.jsonl \
+        --prompt-file '$stage/prompt_readme.json' --top-n 3 --max-new-tokens 48 --device $device --out '$OUT/tune' --quiet"
     step cpu_tests 150 bash "$root/benchmarks/gpu_check.sh" cpu-tests
     grep -E "^== " "$OUT/log.txt"
 }

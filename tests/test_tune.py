@@ -19,7 +19,7 @@ from grogu.apps.tune.examples import load_examples
 from grogu.apps.tune.judging import answered_words, judgeable
 from grogu.apps.tune.replay import KEEP, SHIPPED, grid, outcomes, replay, setting_name
 from grogu.core.prompts import RAG_QA_TEMPLATE, read_prompt_file
-from grogu.rerank.tuned import TunedSettings, TunedSettingsWarning, load_tuned, prompt_hash
+from grogu.rerank.tuned import TunedSettings, TunedSettingsWarning, build_settings, load_tuned, prompt_hash
 
 PROMPT = "Answer the question using only the documents.\n\n{context}\n\nQuestion: {question}"
 
@@ -249,8 +249,8 @@ def test_the_settings_file_round_trips_and_a_bad_one_is_a_clear_error(tmp_path):
     tuned.save(path)
     loaded = load_tuned(path)
     assert loaded.settings == tuned.settings and loaded.fingerprint == "llama-2x64-v49152" and loaded.path == str(path)
-    assert ModeSettings.build(str(path)) == tuned.settings
-    assert ModeSettings.build(str(path), margin=0.5).margin == 0.5
+    assert build_settings(str(path)) == tuned.settings
+    assert build_settings(str(path), margin=0.5).margin == 0.5
     data = json.loads(path.read_text())
     for change, words in [
         ({"format": "other"}, "not a grogu tune settings file"),
@@ -265,9 +265,11 @@ def test_the_settings_file_round_trips_and_a_bad_one_is_a_clear_error(tmp_path):
             load_tuned(path)
     path.write_text("{")
     with pytest.raises(ValueError, match="not JSON"):
-        ModeSettings.build(str(path))
+        build_settings(str(path))
     with pytest.raises(ValueError, match="no tuned settings file"):
-        ModeSettings.build(str(tmp_path / "none.json"))
+        build_settings(str(tmp_path / "none.json"))
+    with pytest.raises(TypeError, match="ModeSettings"):  # ModeSettings.build itself reads no file
+        ModeSettings.build(str(path))
 
 
 def test_tuned_settings_warn_when_used_with_another_prompt_or_model(tiny_scorer, tmp_path):

@@ -27,6 +27,7 @@ from grogu.metrics.scales import utility_threshold
 from grogu.rerank import ModeSettings, split_settings
 from grogu.rerank.factory import Scorer, build_scorer, remote_target
 from grogu.rerank.scorer import DEFAULT_MAX_NEW_TOKENS
+from grogu.rerank.tuned import build_settings
 from grogu.runtime.models import DEFAULT_MODEL
 
 from . import spans
@@ -82,7 +83,7 @@ class GroguScoring(SharedSettings):
             return data
         named, rest = split_settings(data)
         if named or "settings" in rest:
-            rest["settings"] = ModeSettings.build(rest.get("settings"), **named)
+            rest["settings"] = build_settings(rest.get("settings"), **named)
         return rest
 
     _scorer: Scorer = PrivateAttr()

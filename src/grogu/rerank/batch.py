@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any
 
-from .settings import ModeSettings
+from .tuned import settings_from_arguments
 
 
 def target_of(args: argparse.Namespace | dict[str, Any]) -> Any:
@@ -45,7 +45,7 @@ def score_chunk(scorer: Any, options: dict[str, Any], chunk: list[dict]) -> list
     """The records of a chunk of queries scored together (``grogu score``: one engine batch;
     ``grogu rerank``: each query's mode runs its own batch). ``options``: the parsed arguments."""
     if options["command"] == "rerank":
-        settings = ModeSettings.from_arguments(options.get("settings"), options)
+        settings = settings_from_arguments(options)
         scored = [
             scorer.rerank(it["query"], it["documents"], options["top_n"], options["threshold"], settings=settings)
             for it in chunk

@@ -145,32 +145,19 @@ class ModeSettings:
 
     @classmethod
     def build(cls, base: "ModeSettings | Mapping[str, Any] | None" = None, **changes: Any) -> "ModeSettings":
-        """Settings from ``base`` with the ``changes`` that are not None; an unknown name is a TypeError
-        naming the known ones. ``base``: a ModeSettings, a mapping of settings, None for the defaults, or
-        a ``grogu tune`` settings file (its path, or :class:`grogu.rerank.tuned.TunedSettings`). Settings
-        from a file remember it (:func:`tuned_source`), so a scorer can warn when used with another model
-        or prompt than the file was fitted to."""
-        from .tuned import TunedSettings, tuned_of
-
-        tuned = tuned_of(base)
-        if isinstance(base, ModeSettings):
-            tuned = tuned_source(base)
-        if tuned is not None:
-            base = tuned.settings
+        """Settings from ``base`` (a ModeSettings, a mapping of settings, or None for the defaults) with
+        the ``changes`` that are not None; an unknown name is a TypeError naming the known ones. A
+        ``grogu tune`` file's path goes through :func:`grogu.rerank.tuned.build_settings`."""
         if base is not None and not isinstance(base, (ModeSettings, Mapping)):
             raise TypeError(
-                "settings must be a grogu.ModeSettings, a mapping of its settings or the path of a grogu tune "
-                f"settings file, got {type(base).__name__}"
+                f"settings must be a grogu.ModeSettings or a mapping of its settings, got {type(base).__name__}"
             )
         values = dict(base.as_dict() if isinstance(base, ModeSettings) else (base or {}))
         values.update({k: v for k, v in changes.items() if v is not None})
         unknown = sorted(set(values) - set(cls.names()))
         if unknown:
             raise TypeError(f"unknown rerank setting(s) {unknown}; the settings are {list(cls.names())}")
-        out = cls(**values)
-        if isinstance(tuned, TunedSettings):
-            object.__setattr__(out, "_tuned", tuned)  # not a field: equality, hashing and as_dict ignore it
-        return out
+        return cls(**values)
 
     @classmethod
     def from_arguments(
@@ -197,11 +184,6 @@ class ModeSettings:
         """A utility threshold needs per-document utilities, which the context mode does not compute."""
         if threshold is not None and not MODES[self.mode].per_document:
             raise ValueError(f"threshold applies to per-document utilities, which mode={self.mode!r} does not compute")
-
-
-def tuned_source(settings: Any) -> Any:
-    """The :class:`grogu.rerank.tuned.TunedSettings` whose file ``settings`` were built from, or None."""
-    return getattr(settings, "_tuned", None)
 
 
 #: The rerank settings as keyword arguments of ``rerank`` / ``arerank`` (each optional; None keeps the value
@@ -263,7 +245,6 @@ def decide(
 
 __all__ = [
     "ModeSettings",
-    "tuned_source",
     "ModeOverrides",
     "split_settings",
     "Selection",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..core.prompts import PromptTemplate
-from .settings import ModeSettings, tuned_source
+from .settings import ModeSettings
 
 #: the ``format`` value of a tuned settings file
 FORMAT = "grogu-tuned-settings"
@@ -213,10 +213,33 @@ def tuned_of(settings: Any) -> TunedSettings | None:
     return _LOADED[key]
 
 
+def tuned_source(settings: Any) -> TunedSettings | None:
+    """The :class:`TunedSettings` whose file ``settings`` were built from (:func:`build_settings`), or None."""
+    return getattr(settings, "_tuned", None)
+
+
+def build_settings(base: Any = None, **changes: Any) -> ModeSettings:
+    """:meth:`ModeSettings.build`, where ``base`` may also be a ``grogu tune`` file (its path, or
+    :class:`TunedSettings`). Settings from a file remember it (:func:`tuned_source`), so a scorer can warn
+    when used with another model or prompt than the file was fitted to. Every front end builds its
+    settings here: ``settings="tuned/settings.json"`` works wherever settings are taken."""
+    tuned = tuned_of(base) or tuned_source(base)
+    out = ModeSettings.build(tuned.settings if tuned is not None else base, **changes)
+    if tuned is not None:
+        object.__setattr__(out, "_tuned", tuned)  # not a field: equality, hashing and as_dict ignore it
+    return out
+
+
+def settings_from_arguments(arguments: Mapping[str, Any]) -> ModeSettings:
+    """A command's settings: its ``settings`` file (None: the defaults) with the settings it names."""
+    named = {name: arguments[name] for name in ModeSettings.names() if name in arguments}
+    return build_settings(arguments.get("settings"), **named)
+
+
 def call_settings(settings: Any, overrides: Mapping[str, Any], scorer: Any, top_n: Any) -> ModeSettings:
     """A rerank call's settings (``settings`` with ``overrides``; a ``grogu tune`` file too). Settings from a
     file warn when it was fitted to another model, prompt or top_n than ``scorer``'s and the call's."""
-    out = ModeSettings.build(settings, **overrides)
+    out = build_settings(settings, **overrides)
     tuned = tuned_source(out)
     if tuned is not None:
         tuned.check(scorer.model_name, scorer.template, top_n, model_fingerprint(getattr(scorer, "target", None)))
@@ -224,6 +247,9 @@ def call_settings(settings: Any, overrides: Mapping[str, Any], scorer: Any, top_
 
 
 __all__ = [
+    "build_settings",
+    "settings_from_arguments",
+    "tuned_source",
     "call_settings",
     "TunedSettings",
     "TunedSettingsWarning",

@@ -20,7 +20,7 @@ import importlib
 import json
 import sys
 
-from ...rerank.settings import ModeSettings
+from ...rerank.tuned import settings_from_arguments
 from .arguments import EXTRA_COMMANDS, build_parser
 from .runners import iter_queries, other_metric, record_table
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "rerank":  # the settings together, as the Python API checks them: a usage error here
         try:
-            ModeSettings.from_arguments(args.settings, vars(args)).check_threshold(args.threshold)
+            settings_from_arguments(vars(args)).check_threshold(args.threshold)
         except ValueError as exc:
             parser.error(str(exc))
     if args.command in ("influence", "seper", "acu"):

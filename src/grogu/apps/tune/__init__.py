@@ -1,9 +1,18 @@
 """``grogu tune``: fit the rerank decision to the user's own LLM and QA prompt from a few labelled questions
 (:func:`tune`; the command line is :mod:`grogu.apps.tune.cli`). docs/tune.md tells the whole story."""
 
-from __future__ import annotations
+from ...core.exports import lazy_names
 
-from ...core.prompts import read_prompt_file, template_from_text
-from .api import collect_records, prompt_template, tune
+#: the public names, each imported on first use (``grogu --help`` loads no model code)
+__getattr__, __dir__ = lazy_names(
+    __name__,
+    {
+        "tune": ".api",
+        "collect_records": ".api",
+        "prompt_template": ".api",
+        "template_from_text": "grogu.core.prompts",
+        "read_prompt_file": "grogu.core.prompts",
+    },
+)
 
 __all__ = ["tune", "collect_records", "prompt_template", "template_from_text", "read_prompt_file"]

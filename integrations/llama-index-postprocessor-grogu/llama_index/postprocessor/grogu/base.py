@@ -30,6 +30,7 @@ from grogu.core.checks import check_query, check_top_n
 from grogu.metrics.scales import utility_threshold
 from grogu.rerank import ModeSettings, split_settings
 from grogu.rerank.factory import Scorer, build_scorer
+from grogu.rerank.tuned import build_settings
 
 from . import spans
 from .nodes import failed_nodes, ranked_nodes, retrieval_relevance
@@ -114,7 +115,7 @@ class GroguRerank(SharedSettings, BaseNodePostprocessor):
             return data
         named, rest = split_settings(data)
         if named or "settings" in rest:
-            rest["settings"] = ModeSettings.build(rest.get("settings"), **named)
+            rest["settings"] = build_settings(rest.get("settings"), **named)
         return rest
 
     @field_validator(*FIELD_CHECKS, mode="before")
