@@ -40,6 +40,7 @@ ORDER = (
     "audit_seed5",
     "prompt_gate_seed6",
     "tune_validation_seed7",
+    "tune_validation_seed8",
 )
 
 

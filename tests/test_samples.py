@@ -67,7 +67,7 @@ def test_samples_overlap_only_where_documented():
             shared = len(set(held_out.frozen(a)) & set(held_out.frozen(b)))
             known = held_out.KNOWN_OVERLAPS.get((a, b), held_out.KNOWN_OVERLAPS.get((b, a), 0))
             assert shared == known, (a, b, shared)
-    assert len(held_out.sample_names("squad")) == 8 and len(held_out.sample_names("nq")) == 7
+    assert len(held_out.sample_names("squad")) == 9 and len(held_out.sample_names("nq")) == 8
     assert len(held_out.sample_names("hotpotqa-dev")) == 2
     for data in ("squad", "nq", "hotpotqa-dev"):  # every sample has its place in the draw order
         assert all(held_out.purpose(n) in held_out.ORDER for n in held_out.sample_names(data))
@@ -90,16 +90,19 @@ def test_a_stable_draw_only_skips_what_a_later_exclusion_adds():
     assert [order.index(q["qid"]) for q in second] == sorted(order.index(q["qid"]) for q in second)
 
 
-def test_the_tune_validation_draw_reproduces_its_frozen_sample():
-    """tune_validation.py's SQuAD draw (a stable draw leaving out every sample drawn before it) gives its
-    frozen sample, and shares no question with an earlier one."""
+def test_the_tune_validation_draws_reproduce_their_frozen_samples(monkeypatch):
+    """tune_validation.py's SQuAD draws (stable draws leaving out every sample drawn before them) give their
+    frozen samples, and share no question with an earlier one."""
     import tune_validation
 
-    _, drawn = tune_validation.draw("squad", None)
-    frozen = held_out.frozen("squad_tune_validation_seed7")
-    assert [q["qid"] for q in drawn] == frozen
-    earlier = set().union(*(held_out.frozen(n) for n in held_out.drawn_before("squad", "tune_validation_seed7")))
-    assert len(frozen) == 150 and not earlier & set(frozen)
+    for seed in (7, 8):
+        monkeypatch.setattr(tune_validation, "SEED", seed)
+        _, drawn = tune_validation.draw("squad", None)
+        frozen = held_out.frozen(f"squad_tune_validation_seed{seed}")
+        assert [q["qid"] for q in drawn] == frozen
+        before = held_out.drawn_before("squad", f"tune_validation_seed{seed}")
+        earlier = set().union(*(held_out.frozen(n) for n in before))
+        assert len(frozen) == 150 and not earlier & set(frozen)
 
 
 def test_the_union_files_are_the_union():

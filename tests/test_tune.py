@@ -163,6 +163,29 @@ def test_the_rule_adopts_a_real_gain_and_keeps_the_retriever_on_a_tie():
     assert kept.evidence["cross_validation"]["p_one_sided"] > GUARD_P
 
 
+def test_the_shipped_default_is_the_incumbent_and_keep_must_beat_it():
+    """With the shipped default in the grid, it is the setting to beat: a challenger that does no better
+    leaves it in place; keep replaces it where reranking loses; a cost cap it exceeds makes keep the incumbent."""
+    from grogu.apps.tune.choose import folds_of
+
+    # candidate 0 wrong and candidate 3 (the reversed swap, the surest) right: the shipped default's rule
+    # (confidence_support, margin 0.3) stays on candidate 0 here, so make its margin 0 with a custom grid
+    shipped_like = ModeSettings(gate="always", rule="confidence", margin=0.0)
+    grid_ = [KEEP, SHIPPED, shipped_like]
+    win = [_record(i, [False, False, False, True]) for i in range(12)]
+    res = choose(win, settings=grid_)
+    assert res.evidence["incumbent"] == setting_name(SHIPPED)
+    assert res.settings == shipped_like and res.decision == "tuned"  # it beats the incumbent 12 : 0 held out
+    lose = [_record(i, [True, False, False, False]) for i in range(12)]  # switching loses; SHIPPED never switches
+    kept = choose(lose, settings=grid_)
+    assert kept.settings == SHIPPED and kept.evidence["cross_validation"]["wins"] == 0  # keep ties it: it stays
+    capped = choose(win, settings=grid_, max_cost=1.2)  # the default costs 5.5x here: keep is the incumbent
+    assert capped.evidence["incumbent"] == setting_name(KEEP) and capped.settings == KEEP
+    assert choose(win, settings=grid_, incumbent="keep").evidence["incumbent"] == setting_name(KEEP)
+    sizes = [folds_of([f"q{i}" for i in range(13)], 5).count(f) for f in range(5)]
+    assert sorted(sizes) == [2, 2, 3, 3, 3]
+
+
 def test_the_grid_starts_with_keep_and_the_shipped_default():
     g = grid()
     assert g[0] == KEEP and g[1] == SHIPPED and len(set(g)) == len(g) > 1000

@@ -152,6 +152,7 @@ def tune(
     device: str | None = None,
     dtype: str | None = None,
     progress: bool = True,
+    incumbent: str = "shipped",
 ) -> TunedSettings:
     """Fit the rerank settings to ``model`` and ``qa_prompt`` on labelled ``examples`` (module docstring).
 
@@ -162,7 +163,8 @@ def tune(
     ``report.html``, ``report.txt`` and ``records.jsonl`` (None: nothing written, nothing resumed).
     judge: ``judge(answer, answers) -> bool`` (default: a gold answer's words among the answer's).
     max_cost: the most a setting may cost on average, relative to the plain answer (None: no cap).
-    folds: cross-validation folds (at most one per two questions).
+    folds: cross-validation folds (at most one per two questions). incumbent: the setting a challenger must
+    beat, ``"shipped"`` (the shipped default) or ``"keep"`` (the retriever's order; the first rule).
     Returns the chosen :class:`grogu.rerank.tuned.TunedSettings` (``decision="keep"`` where nothing paid).
     """
     from .choose import choose
@@ -186,7 +188,9 @@ def tune(
         os.makedirs(out, exist_ok=True)
         records_path = os.path.join(out, "records.jsonl")
     records = collect(scorer, exs, top_n, meta, records_path, batch=_batch(scorer, batch), progress=progress)
-    result = choose(records, judge=judge, max_cost=max_cost, folds=folds, grounded_only=scorer.grounded_only)
+    result = choose(
+        records, judge=judge, max_cost=max_cost, folds=folds, grounded_only=scorer.grounded_only, incumbent=incumbent
+    )
     tuned = TunedSettings(
         settings=result.settings,
         model=meta["model"],

@@ -63,11 +63,11 @@ def render_text(result: TuneResult, tuned: Any) -> str:
             f"{a['arm']:38} {a['accuracy']:6.3f} {a['f1']:6.3f} {a['words']:6.1f} {a['changed']:8.1%} "
             f"{a['cost']:5.2f}x {a['cost_p90']:5.2f}x"
         )
-    lines += ["", "folds (each: the setting picked on the other folds, judged on this one):"]
+    lines += ["", "folds (each: the setting picked on the other folds, judged on this one against the incumbent):"]
     for f in result.folds:
         lines.append(
             f"  fold {f.index}: {len(f.rows)} questions, {setting_name(result.outcomes.settings[f.chosen])}: "
-            f"{f.wins} wins / {f.losses} losses vs keep; shipped {f.shipped_wins} / {f.shipped_losses}"
+            f"{f.wins} wins / {f.losses} losses vs the incumbent; shipped vs keep {f.shipped_wins} / {f.shipped_losses}"
         )
     lines += ["", f"rule: {result.evidence['rule']}", f"settings file: model {tuned.model}, prompt {tuned.prompt_hash}"]
     return "\n".join(lines) + "\n"
