@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # annotations only: the core imports no tensor code
+    import torch
 
 #: the id of a token whose id the target does not report (a chat API returns token strings only; see
 #: ``Generation.tokens``)

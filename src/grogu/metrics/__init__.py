@@ -7,6 +7,9 @@ values (:mod:`.scales`); their names and defaults without tensor code (:mod:`.de
 the core and runtime layers only.
 """
 
+#: this package's modules (``from grogu.metrics import results`` imports that one, not :mod:`.grogu`)
+_SUBMODULES = ("acu", "attribution", "defaults", "grogu", "influence", "results", "scales", "seper")
+
 
 def __getattr__(name: str):
     """The names of the old module ``grogu.metrics`` (the GROGU family), from :mod:`.grogu`, imported on
@@ -15,6 +18,8 @@ def __getattr__(name: str):
 
     if name.startswith("__"):
         raise AttributeError(name)
+    if name in _SUBMODULES:  # ``from grogu.metrics import defaults`` imports that module alone
+        return importlib.import_module(f"{__name__}.{name}")
     try:
         return getattr(importlib.import_module(f"{__name__}.grogu"), name)
     except AttributeError:

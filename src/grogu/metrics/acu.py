@@ -11,13 +11,13 @@ Each label's probability sums its variants with and without a leading space (as 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..core.prompts import chat_ids, check_text
 from ..core.target import NEXT_TOKEN, NEXT_TOKEN_MESSAGE, require
 from ..runtime.engine import get_engine
 from ..runtime.models import DEFAULT_MODEL
+from .results import ACUResult  # noqa: F401 - this metric's result, defined without tensor code
 
 #: stance of the evidence -> the label it should raise
 STANCES = {
@@ -48,15 +48,6 @@ def acu(p_with: Mapping[str, float], p_without: Mapping[str, float], raised: str
     if raised not in p_with:
         raise ValueError(f"stance label {raised!r} is not one of the labels {sorted(p_with)}")
     return sum((1 if t == raised else -1) * delta_p(p_with[t], p_without[t]) for t in p_with) / len(p_with)
-
-
-@dataclass(kw_only=True)
-class ACUResult:
-    acu: float
-    delta_p: dict[str, float]
-    p_with: dict[str, float]
-    p_without: dict[str, float]
-    raised: str
 
 
 DEFAULT_PROMPT_WITH = (

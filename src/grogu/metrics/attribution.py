@@ -33,26 +33,12 @@ import numpy as np
 from ..core.checks import check_masks, check_positive_float, check_positive_int
 from ..core.prompts import Document
 from .defaults import FORWARD_METHODS  # noqa: F401 - this module's methods, named in the defaults
+from .results import ForwardData  # noqa: F401 - what a forward-only attribution read, defined without tensor code
 
 #: ContextCite's defaults (``ContextCiter(num_ablations=64, ablation_keep_prob=0.5)``, ``LassoRegression(0.01)``).
 CONTEXTCITE_ABLATIONS = 64
 CONTEXTCITE_KEEP_PROB = 0.5
 CONTEXTCITE_LASSO_ALPHA = 0.01
-
-
-@dataclass(kw_only=True)
-class ForwardData:
-    """What a forward-only attribution read. ``masks[j][i]``: document i was in the j-th scored context
-    (leave_one_out_logprob: row 0 is the full context, row i + 1 drops document i); ``logprobs[j]`` =
-    log P(target | context j) in nats; ``targets[j]``: the regression target of contextcite (the
-    logit-probability), else equal to ``logprobs``; ``target_token_ids``: the answer's tokens plus
-    the end-of-turn token when it has one; ``intercept``: the LASSO's bias (contextcite), else None."""
-
-    masks: list[list[bool]]
-    logprobs: list[float]
-    targets: list[float]
-    target_token_ids: list[int]
-    intercept: float | None = None
 
 
 # ---------------------------------------------------------------------------------------- pure parts

@@ -7,6 +7,8 @@ from __future__ import annotations
 #: GROGU: the key-token threshold alpha (nats) and the fallback fraction K (the paper's defaults)
 ALPHA = 0.05
 TOP_K_FRAC = 0.1
+#: n of the n-grams that mark answer tokens copied from the document (tuned, issue #8)
+COPY_NGRAM = 5
 #: the paper's default variant
 DEFAULT_METRIC = "key_entropy"
 #: every GROGU variant (grogu.metrics.grogu.METRICS computes them)

@@ -46,6 +46,7 @@ import torch
 from ..core.checks import check_alpha, check_float, check_fraction, check_positive_int, check_probability
 from .defaults import (  # noqa: F401 - the names and defaults, re-exported here
     ALPHA,
+    COPY_NGRAM,
     DEFAULT_METRIC,
     GROUNDED_DEFAULT_METRIC,
     GROUNDED_METRICS,
@@ -55,7 +56,6 @@ from .defaults import (  # noqa: F401 - the names and defaults, re-exported here
     metric_name,
 )
 
-COPY_NGRAM = 5  # n of the n-grams that mark answer tokens copied from the document (tuned, issue #8)
 # adaptive key tokens: |dH| at or above this quantile of the answer's |dH| (tuned on the tuning split, issue #8)
 ADAPTIVE_KEY_QUANTILE = 0.9  # key_entropy_adaptive, copy_aware_key_entropy, copy_aware_entropy_change
 CHANGE_KEY_QUANTILE = 0.5  # adaptive_entropy_change

@@ -46,8 +46,9 @@ from ..runtime.embedders import embedder_name, load_embedder
 from ..runtime.engine import get_engine
 from ..runtime.models import DEFAULT_MODEL
 from . import attribution
-from .attribution import AttributionRequest, ForwardData
+from .attribution import AttributionRequest
 from .defaults import FORWARD_METHODS, INFLUENCE_MAX_NEW_TOKENS, INFLUENCE_METHODS
+from .results import Ablations, InfluenceResult  # noqa: F401 - this metric's results, defined without tensor code
 
 #: ``method="auto"`` uses the ablation estimate above this many documents, when it also needs fewer
 #: generations than the exact score (n_ablations < 2k + 1).
@@ -57,17 +58,6 @@ METHODS = INFLUENCE_METHODS
 DEFAULT_MAX_NEW_TOKENS = INFLUENCE_MAX_NEW_TOKENS  #: the longest answer per context where none is given
 #: m when n_ablations is not given: 32 for the embedding estimate, ContextCite's 64 for contextcite.
 DEFAULT_ABLATIONS = {"ablation": 32, "auto": 32, "contextcite": attribution.CONTEXTCITE_ABLATIONS}
-
-
-@dataclass(kw_only=True)
-class Ablations:
-    """Raw data of the ablation estimate: masks[j][i] is True when document i was kept in ablation j;
-    similarities[j] = cos(F(G(mask_j)), F(G(1..k))); intercept is the surrogate's w_0."""
-
-    masks: list[list[bool]]
-    similarities: list[float]
-    answers: list[str]
-    intercept: float
 
 
 @dataclass
@@ -80,27 +70,6 @@ class InfluenceRequest:
     answer: str | None
     return_ablations: bool = False
     masks: Any = None
-
-
-@dataclass(kw_only=True)
-class InfluenceResult:
-    """Per-document Influence Scores (input order) and the answers they come from.
-
-    ``method`` is "exact" (the 2k + 1 formula; leave-one-out and single-document answers filled),
-    "ablation" (LASSO estimate; those two lists empty, ``ablations`` filled when asked for), or a
-    forward-only method, "leave_one_out_logprob" (scores in nats) or "contextcite" (LASSO weights on
-    the logit-probability), with ``forward`` holding the masks and log-probabilities read and
-    ``embedder`` None."""
-
-    scores: list[float]
-    answer: str
-    leave_one_out_answers: list[str]
-    single_answers: list[str]
-    model: str
-    embedder: str | None
-    method: str = "exact"
-    ablations: Ablations | None = None
-    forward: ForwardData | None = None
 
 
 def influence_scores(full: torch.Tensor, leave_one_out: torch.Tensor, single: torch.Tensor) -> list[float]:

@@ -17,7 +17,6 @@ stub), or :class:`NLIEntailment` around any NLI sequence-classification model.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -36,6 +35,7 @@ from ..core.prompts import Document, PromptBuilder, PromptTemplate
 from ..runtime.engine import Generation, get_engine
 from ..runtime.models import DEFAULT_MODEL
 from .defaults import SEPER_MAX_NEW_TOKENS
+from .results import SePerResult  # noqa: F401 - this metric's result, defined without tensor code
 
 Kernel = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 
@@ -142,20 +142,6 @@ def hard_belief(
     other (>= tau both ways). head_ref_entail[c] = E(head_c, a*), ref_head_entail[c] = E(a*, head_c)."""
     ok = [(head_ref_entail[c] >= tau) and (ref_head_entail[c] >= tau) for c in range(len(head_ref_entail))]
     return float(sum(float(w) for w, c in zip(weights, cluster_ids) if ok[c]))
-
-
-@dataclass(kw_only=True)
-class SePerResult:
-    """ΔSePer of one context; ``p_*`` are beliefs P(a*) in [0, 1] averaged over the references."""
-
-    delta_soft: float
-    delta_hard: float
-    p_soft_with: float
-    p_soft_without: float
-    p_hard_with: float
-    p_hard_without: float
-    samples_with: list[str]
-    samples_without: list[str]
 
 
 def check_references(references: Any) -> list[str]:

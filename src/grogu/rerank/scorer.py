@@ -46,14 +46,8 @@ from ..runtime.models import DEFAULT_MODEL
 from . import pipeline as rerank_pipeline
 from . import settings as rerank
 from .context_scoring import ContextScoring, QueryContext
-from .settings import DEFAULT_TOP_N
+from .settings import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_N  # noqa: F401 - re-exported
 from .tuned import call_settings
-
-#: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
-#: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
-ANSWER_STYLES = ("long", "short")
-#: the answer budget of each style where none is given (the scorer, the service, both integrations)
-DEFAULT_MAX_NEW_TOKENS = {"long": 64, "short": 16}
 
 
 class UtilityScorer(ContextScoring):

@@ -21,6 +21,11 @@ DEFAULT_MODE = "context"
 #: documents kept where none is said, everywhere: ``UtilityScorer.rerank``, the integrations' ``top_n``,
 #: ``grogu rerank --top-n``, ``/rerank``; the measured top 3 of 5 (``top_n=None`` keeps them all)
 DEFAULT_TOP_N = 3
+#: answer styles of the scoring pass: "long" (the paper's prompt, free-length answers) or "short"
+#: (a short-answer instruction, a small token budget, the answer cut at its first line or sentence end)
+ANSWER_STYLES = ("long", "short")
+#: the answer budget of each style where none is given (the scorer, the service, both integrations)
+DEFAULT_MAX_NEW_TOKENS = {"long": 64, "short": 16}
 DEFAULT_FAMILY = "swap_orders"
 DEFAULT_WEIGHT = 0.6
 DEFAULT_MARGIN = 0.3

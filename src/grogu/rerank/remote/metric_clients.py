@@ -13,8 +13,8 @@ from ...core.checks import (
     check_query,
 )
 from ...core.prompts import PromptTemplate
-from ...metrics.attribution import FORWARD_METHODS
-from ...metrics.influence import METHODS
+from ...metrics.defaults import FORWARD_METHODS
+from ...metrics.defaults import INFLUENCE_METHODS as METHODS
 from . import wire
 from .client_base import RemoteClient, check_prompt_template
 from .transport import ServiceError

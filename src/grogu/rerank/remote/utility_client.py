@@ -20,9 +20,8 @@ from ...core.checks import (
     check_top_n,
 )
 from ...core.prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
-from ...metrics import grogu as metrics
-from ..scorer import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS
-from ..settings import DEFAULT_TOP_N, ModeOverrides, ModeSettings
+from ...metrics import defaults as metrics
+from ..settings import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_N, ModeOverrides, ModeSettings
 from ..tuned import call_settings
 from . import wire
 from .client_base import RemoteClient, check_prompt_template

@@ -14,25 +14,28 @@ import dataclasses
 import string
 from typing import Any, Sequence
 
-import torch
-
 from ...core.prompts import Document, PromptTemplate, as_document
-from ...core.results import GateVerdict
-from ...metrics.acu import ACUResult
-from ...metrics.attribution import ForwardData
-from ...metrics.influence import Ablations, InfluenceResult
-from ...metrics.seper import SePerResult
-from ..scorer import ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail, UngroundedScore
+from ...core.results import (
+    ContextScore,
+    DocumentScore,
+    GateVerdict,
+    LayoutChoice,
+    ScoreResult,
+    TokenDetail,
+    UngroundedScore,
+)
+from ...metrics.results import Ablations, ACUResult, ForwardData, InfluenceResult, SePerResult
 
 #: fields of ScoreResult sent as they are (details are encoded apart)
 SCORE_FIELDS = ("score", "metric", "confidence", "answer", "n_tokens", "n_key_tokens", "variants", "answer_finished")
+#: the per-token details' tensors and their dtypes (torch's names: torch is imported only to decode them)
 _DETAIL_DTYPES = {
-    "grounded_entropy": torch.float32,
-    "grounded_logprob": torch.float32,
-    "ungrounded_entropy": torch.float32,
-    "ungrounded_logprob": torch.float32,
-    "key_mask": torch.bool,
-    "copied": torch.bool,
+    "grounded_entropy": "float32",
+    "grounded_logprob": "float32",
+    "ungrounded_entropy": "float32",
+    "ungrounded_logprob": "float32",
+    "key_mask": "bool",
+    "copied": "bool",
 }
 
 
@@ -130,8 +133,10 @@ def encode_details(details: TokenDetail | None) -> dict[str, Any] | None:
 def decode_details(data: dict[str, Any] | None) -> TokenDetail | None:
     if data is None:
         return None
+    import torch  # only here: details are tensors, asked for with details=True
+
     tensors = {
-        name: None if data.get(name) is None else torch.tensor(data[name], dtype=dtype)
+        name: None if data.get(name) is None else torch.tensor(data[name], dtype=getattr(torch, dtype))
         for name, dtype in _DETAIL_DTYPES.items()
     }
     return TokenDetail(tokens=list(data["tokens"]), token_ids=list(data["token_ids"]), **tensors)

@@ -47,9 +47,27 @@ programming), :mod:`.drafting` (:class:`~.drafting.PromptLookup`, ``propose(hist
 :mod:`.types` (results).
 """
 
-from ...core.types import Generation, TokenStats
-from .config import EngineConfig
-from .core import Engine, get_engine
-from .drafting import PromptLookup
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ...core.exports import lazy_names
+
+if TYPE_CHECKING:  # what static tools see; at run time each name is imported on first use
+    from ...core.types import Generation, TokenStats
+    from .config import EngineConfig
+    from .core import Engine, get_engine
+    from .drafting import PromptLookup
+
+#: the public names and the module each comes from: ``EngineConfig`` (and the integrations' settings,
+#: which hold one) import without torch; ``Engine`` loads the tensor code
+_EXPORTS = {
+    "Engine": ".core",
+    "get_engine": ".core",
+    "EngineConfig": ".config",
+    "PromptLookup": ".drafting",
+    "Generation": "grogu.core.types",
+    "TokenStats": "grogu.core.types",
+}
 __all__ = ["Engine", "EngineConfig", "get_engine", "Generation", "TokenStats", "PromptLookup"]
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.checks import check_choice, check_float, check_int, check_positive_int
-from .kernels import LINEAR_BACKENDS
+
+#: values of ``cpu_linear`` (which kernels run a CPU model's linear layers: :mod:`.kernels`)
+LINEAR_BACKENDS = ("auto", "onednn", "default")
 
 #: the defaults of the device-dependent settings (those an EngineConfig leaves None), per device type
 DEVICE_DEFAULTS: dict[str, dict[str, int | bool]] = {

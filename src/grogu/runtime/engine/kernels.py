@@ -28,8 +28,7 @@ from typing import Any, Iterator
 
 import torch
 
-#: values of ``Engine(cpu_linear=...)``
-LINEAR_BACKENDS = ("auto", "onednn", "default")
+from .config import LINEAR_BACKENDS
 
 _LOCK = threading.Lock()
 _ACTIVE: dict[int, int] = {}  # id(model) -> engines currently running it with oneDNN linears

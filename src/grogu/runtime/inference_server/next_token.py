@@ -18,9 +18,10 @@ teacher-forces each token instead.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:  # annotations only: torch is imported when a request's results are built
+    import torch
 
 from ...core.target import NEXT_TOKEN, ServerCapabilityError
 from .http import run
@@ -42,6 +43,8 @@ class ForcedNextToken:
         """Log-probabilities (float32) of the tokens ``token_ids`` right after each prompt:
         ``[len(prompts), len(token_ids)]``. Each is a one-token teacher-forced answer, exact up to the
         server's numerics. The whole distribution (``token_ids=None``) is the in-process engine's alone."""
+        import torch
+
         if NEXT_TOKEN not in self.capabilities:
             self.require_teacher_forcing(  # type: ignore[attr-defined]
                 "next_token_logprobs (given next tokens' log-probabilities, ACU's need)"

@@ -23,8 +23,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from ...core.prompts import ChatPrompt
 from ...core.target import ServerCapabilityError
 from ...core.types import UNKNOWN_TOKEN_ID, Generation
@@ -185,6 +183,8 @@ class RequestFormats(LlamaCppPrompts):
     def _parse_chat(self, data: Any) -> Generation:
         """A chat completion's answer: its text, and each generated token's text, log-probability and
         top-k entropy from ``choices[0].logprobs.content``."""
+        import torch
+
         try:
             choice = data["choices"][0]
         except (KeyError, IndexError, TypeError) as exc:

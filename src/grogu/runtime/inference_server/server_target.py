@@ -29,8 +29,6 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-import torch
-
 from ...core.checks import check_continuations, check_positive_int
 from ...core.prompts import ChatPrompt
 from ...core.target import GENERATE, NEXT_TOKEN, TEACHER_FORCE, ServerCapabilityError
@@ -331,6 +329,8 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         return gens  # type: ignore[return-value]
 
     def _generation(self, ids: list[int], steps: list[_Step], finish: str | None) -> Generation:
+        import torch
+
         ent = torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32)
         lp = torch.tensor([s.logprob for s in steps], dtype=torch.float32)
         return self._finish(Generation(ids, ent, lp, text=self.decode(ids)), finish)
@@ -344,6 +344,8 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
     async def atoken_stats(
         self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
     ) -> list[TokenStats]:
+        import torch
+
         self.require_teacher_forcing("token_stats (the statistics of an answer under the ungrounded prompt)")
         prompts = self._check_prompts(prompts)
         conts = check_continuations(continuations, len(prompts))

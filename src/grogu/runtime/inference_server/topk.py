@@ -23,9 +23,10 @@ on the 40 held-out ones its mean per-question Spearman with the exact ranking is
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import torch
+if TYPE_CHECKING:  # annotations only: torch is imported where a tensor is made
+    import torch
 
 TAILS = ("min", "uniform", "none")
 DEFAULT_TAIL = "uniform"
@@ -53,6 +54,8 @@ def topk_entropy(logprobs: Iterable[float], vocab_size: int, tail: str = DEFAULT
 def truncated_entropy(logits_or_logprobs: torch.Tensor, k: int, tail: str = DEFAULT_TAIL) -> torch.Tensor:
     """Rows of full log-probabilities (or logits) [n, V] -> the entropy a server returning the top k of
     each row gives with ``tail`` (float64). For measuring what truncation alone changes."""
+    import torch
+
     logp = torch.log_softmax(logits_or_logprobs.double(), dim=-1)
     vocab = logp.shape[-1]
     top = torch.topk(logp, min(k, vocab), dim=-1).values
