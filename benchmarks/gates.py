@@ -297,14 +297,20 @@ def choose(args) -> None:
     for i in ranked[: args.top]:
         print(" ", _row(rows[i]), "" if eligible(rows[i]) else "(not eligible)")
     print("shipped:", _row(shipped))
-    print("chosen:", json.dumps(_strip(chosen["gate"])), "(adopted)" if adopt else "(the shipped gate stays)")
+    print(
+        "chosen on tuning:",
+        json.dumps(_strip(chosen["gate"])),
+        "(beat the shipped gate)" if adopt else "(the shipped gate)",
+    )
     if args.save:
         json.dump(
             {
                 "rule": RULE,
                 "held_rule": HELD_RULE,
                 "chosen": _strip(chosen["gate"]),
-                "adopted": adopt,
+                # the tuning stage only: whether the gate becomes the default is the held-out rule's
+                # verdict (held_report.json), not this
+                "beat_shipped_on_tuning": adopt,
                 "shipped": SHIPPED,
                 "tuning": {"chosen": _brief(chosen), "shipped": _brief(shipped)},
             },

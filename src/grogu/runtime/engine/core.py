@@ -204,11 +204,11 @@ class Engine(Configured):
     # ------------------------------------------------------------------ public primitives
     def _check_prompts(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-            raise TypeError("prompts must be a list of token-id lists (render text with grogu.prompts)")
+            raise TypeError("prompts must be a list of token-id lists (render text with grogu.core.prompts)")
         out = []
         for p in prompts:
             if isinstance(p, (str, bytes)):
-                raise TypeError("prompts must be token ids, not text (render text with grogu.prompts)")
+                raise TypeError("prompts must be token ids, not text (render text with grogu.core.prompts)")
             p = [int(t) for t in p]
             if not p:
                 raise ValueError("a prompt has no tokens")

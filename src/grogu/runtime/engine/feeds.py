@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .kvcache import attention_kind, slot_layers
+from .kvcache import attention_kind, forward_with_cache, slot_layers
 from .prefill import PrefilledBatch
 from .stats import entropy_logprob
 
@@ -103,8 +103,8 @@ class SlotFeed:
             mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(
                 ~mask, torch.finfo(self.dtype).min
             )
-        logits = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self.cache, use_cache=True
+        logits = forward_with_cache(
+            self.model, self.cache, input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
         ).logits  # [rows, W, vocab]
         packed = step_outcome(logits, ids, drafted, self.chunk_rows, self.offsets)
         advance = (packed[:, -1].long() + 1) * alive  # the pending token and the accepted drafts
@@ -153,11 +153,12 @@ class AppendFeed:
     def step(self, limit: int | None = -1) -> tuple[torch.Tensor, torch.Tensor]:
         ids = self.inputs[:, :1]
         self.attention = torch.cat([self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
-        logits = self.model(
+        logits = forward_with_cache(
+            self.model,
+            self.cache,
             input_ids=ids,
             attention_mask=self.attention,
             position_ids=self.last_pos[:, None] + 1,
-            past_key_values=self.cache,
             use_cache=True,
         ).logits  # [rows, 1, vocab]
         self.last_pos += 1

@@ -19,6 +19,8 @@ It writes in one of two ways:
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import torch
@@ -28,6 +30,19 @@ from transformers.cache_utils import DynamicLayer
 #: SDPA, an additive float one for eager attention); a model with another keeps its rows one length
 #: (:attr:`grogu.runtime.engine.prefill.PrefixPrefill.stackable`)
 SLOT_MASKS = ("sdpa", "eager")
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(model_type: type) -> str:
+    forward = inspect.signature(model_type.forward).parameters
+    return "cache" if "cache" in forward else "past_key_values"
+
+
+def forward_with_cache(model: Any, cache: Any, **inputs: Any) -> Any:
+    """``model(**inputs)`` continuing ``cache``, under the keyword this transformers takes: ``cache`` where
+    the model's ``forward`` has it (transformers 5.24 renamed ``past_key_values``, which it removes in
+    5.40), else ``past_key_values``. Every forward pass of the engine goes through here."""
+    return model(**{_cache_keyword(type(model)): cache}, **inputs)
 
 
 def attention_kind(model: Any) -> str:

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from .config import EngineConfig
-from .kvcache import SLOT_MASKS, ReservedLayer, attention_kind, reserve
+from .kvcache import SLOT_MASKS, ReservedLayer, attention_kind, forward_with_cache, reserve
 from .prefixtree import PrefixGroup, common_prefix, prefix_groups
 
 
@@ -103,9 +103,10 @@ class PrefixPrefill:
 
             cache = self._new_cache()
             with torch.inference_mode():
-                self.model(
+                forward_with_cache(
+                    self.model,
+                    cache,
                     input_ids=torch.tensor([[self.pad_token_id]], device=self.device),
-                    past_key_values=cache,
                     use_cache=True,
                     logits_to_keep=1,
                 )
@@ -144,11 +145,12 @@ class PrefixPrefill:
             for i, (k, v) in enumerate(best.layers if done else []):  # cache layers only ever concatenate and
                 cache.update(k[..., :done, :], v[..., :done, :], i)  # index, so stored tensors stay intact
         if prefix > done:
-            self.model(
+            forward_with_cache(
+                self.model,
+                cache,
                 input_ids=torch.tensor([head[done:]], device=dev),
                 attention_mask=torch.ones(1, prefix, dtype=torch.long, device=dev),
                 position_ids=torch.arange(done, prefix, device=dev)[None],
-                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
@@ -169,11 +171,12 @@ class PrefixPrefill:
         ids, mask = ids.to(dev), mask.to(dev)
         position_ids = prefix + (mask.cumsum(-1) - 1).clamp(min=0)  # [rows, width]
         attention = torch.cat([torch.ones((n, prefix), dtype=torch.long, device=dev), mask], dim=1)
-        out = self.model(
+        out = forward_with_cache(
+            self.model,
+            cache,
             input_ids=ids,
             attention_mask=attention,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=logits_to_keep,
         )
