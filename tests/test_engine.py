@@ -349,6 +349,41 @@ def test_out_of_memory_backoff_gives_same_results(tokenizer):
         torch.testing.assert_close(g.entropy, e.entropy, atol=TOL, rtol=0)
 
 
+def test_the_batch_size_comes_back_after_memory_is_freed(tokenizer):
+    """An artificial memory limit: batches over 2 rows run out of memory while it holds. The engine halves
+    and retries (same results), then, once the limit is lifted, doubles its batch size back to where it
+    was after ``oom_restore_after`` batches in a row ran; under a limit that stays it keeps trying."""
+    engine = Engine(tiny_model("llama"), tokenizer, device="cpu", max_batch_size=8)
+    engine.oom_restore_after = 2
+    prompts = [[5, 6, 7, 8, 9, i] for i in range(20, 28)]
+    expected = engine.generate(prompts, 4)
+    real_forward = engine.model.forward
+    limit = {"rows": 2}
+    sizes = []
+
+    def forward(*args, **kwargs):
+        sizes.append(kwargs["input_ids"].shape[0])
+        if limit["rows"] is not None and kwargs["input_ids"].shape[0] > limit["rows"]:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_forward(*args, **kwargs)
+
+    engine.model.forward = forward
+    got = engine.generate(prompts, 4)  # 8 -> 4 -> 2: four batches of 2 ran, so the cap is back at 4
+    assert [g.token_ids for g in got] == [g.token_ids for g in expected]
+    assert engine.oom_backoffs == 3 and engine.max_batch_size == 4
+    got = engine.generate(prompts, 4)  # the limit holds: 4 fails again, and the cap goes back up
+    assert [g.token_ids for g in got] == [g.token_ids for g in expected]
+    assert engine.oom_backoffs == 5 and engine.max_batch_size == 4
+    limit["rows"] = None  # memory freed
+    for _ in range(2):
+        got = engine.generate(prompts, 4)
+        assert [g.token_ids for g in got] == [g.token_ids for g in expected]
+    assert engine.max_batch_size == 8 and engine.oom_backoffs == 5
+    sizes.clear()
+    engine.generate(prompts, 4)
+    assert max(sizes) == 8  # one batch of 8 again
+
+
 @pytest.mark.slow
 def test_threads_share_one_engine(tokenizer):
     engine = Engine(tiny_model("llama", seed=3), tokenizer, device="cpu")

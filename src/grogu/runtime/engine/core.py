@@ -144,6 +144,8 @@ class Engine(Configured):
         self.max_context_tokens = self._context_window()
         self._lock = threading.RLock()
         self.oom_backoffs = 0  # batches split in two on out-of-memory (diagnostics)
+        self._batch_ceiling: int | None = None  # the batch size before an out-of-memory back-off
+        self._batches_since_split = 0
         self._linears = CpuLinears(
             self.model,
             self.config.cpu_linear if self.device.type != "cuda" else "default",
@@ -252,7 +254,7 @@ class Engine(Configured):
                     zip(batch, self._generate_batch([prompts[i] for i in batch], max_new_tokens, sampling, config))
                 )
 
-            res = self.planner.run(batches, run, self._split_batches)
+            res = self.planner.run(batches, run, self._split_batches, self._batch_ran)
         return [res[i] for i in range(len(prompts))]
 
     def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
@@ -285,6 +287,7 @@ class Engine(Configured):
                             zip(b, self._token_stats_batch([prompts[i] for i in b], [conts[i] for i in b], config))
                         ),
                         self._split_batches,
+                        self._batch_ran,
                     )
                 )
         return [res[i] for i in range(len(prompts))]
@@ -320,7 +323,10 @@ class Engine(Configured):
             config = self.config
             lengths = [len(p) for p in prompts]
             res = self.planner.run(
-                self.planner.plan(lengths, config, padding=self.prefill.stackable), run, self._split_batches
+                self.planner.plan(lengths, config, padding=self.prefill.stackable),
+                run,
+                self._split_batches,
+                self._batch_ran,
             )
         return torch.stack([res[i] for i in range(len(prompts))])
 
@@ -360,12 +366,33 @@ class Engine(Configured):
         )  # per row [<= keep, vocab]
         return continuation_stats(logits, conts, config.entropy_chunk_rows)
 
+    #: after an out-of-memory back-off, the batch size doubles again (up to where it was) once this many
+    #: batches in a row have run: memory held by another process for a while does not shrink the
+    #: shared engine's batches for the life of the process
+    oom_restore_after = 8
+
     def _split_batches(self, half: int) -> None:
-        """The planner split a batch on out-of-memory: cap the batch size at ``half`` for later calls."""
+        """The planner split a batch on out-of-memory: cap the batch size at ``half`` for later calls,
+        remembering the size before the first back-off."""
         self.oom_backoffs += 1
+        if self._batch_ceiling is None:
+            self._batch_ceiling = self.max_batch_size
+        self._batches_since_split = 0
         self.max_batch_size = max(1, min(self.max_batch_size, half))
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+    def _batch_ran(self, rows: int) -> None:
+        """A batch ran: after :attr:`oom_restore_after` in a row since a back-off, double the cap, up to
+        the size before the back-off."""
+        if self._batch_ceiling is None:
+            return
+        self._batches_since_split += 1
+        if self._batches_since_split >= self.oom_restore_after:
+            self._batches_since_split = 0
+            self.max_batch_size = min(self._batch_ceiling, 2 * self.max_batch_size)
+            if self.max_batch_size >= self._batch_ceiling:
+                self._batch_ceiling = None
 
 
 _SHARED: dict[tuple, Engine] = {}

@@ -11,7 +11,7 @@ import torch
 
 from .config import EngineConfig
 
-logger = logging.getLogger("grogu.engine")
+logger = logging.getLogger(__name__)
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -120,18 +120,25 @@ class BatchPlanner:
 
     @staticmethod
     def run(
-        batches: list[list[int]], fn: Callable[[list[int]], dict[int, Any]], on_split: Callable[[int], None]
+        batches: list[list[int]],
+        fn: Callable[[list[int]], dict[int, Any]],
+        on_split: Callable[[int], None],
+        on_success: Callable[[int], None] | None = None,
     ) -> dict[int, Any]:
         """Run ``fn`` on each batch (it returns a result per row index) and merge the results. On
         out-of-memory the batch is split in two and both halves retried (first the first);
         ``on_split(half)`` is told first, with the size of the first half (the engine then caps its
-        batch size and counts the back-off). Other errors, and out-of-memory on a single row, raise."""
+        batch size and counts the back-off). ``on_success(rows)`` is told of each batch that ran (the
+        engine raises its cap again after enough of them). Other errors, and out-of-memory on a single
+        row, raise."""
         results: dict[int, Any] = {}
         queue = list(batches)
         while queue:
             batch = queue.pop(0)
             try:
                 results.update(fn(batch))
+                if on_success is not None:
+                    on_success(len(batch))
             except Exception as exc:  # noqa: BLE001 - only OOM is handled, the rest re-raised
                 if not _is_oom(exc) or len(batch) == 1:
                     raise
