@@ -352,9 +352,9 @@ def test_out_of_memory_backoff_gives_same_results(tokenizer):
 def test_the_batch_size_comes_back_after_memory_is_freed(tokenizer):
     """An artificial memory limit: batches over 2 rows run out of memory while it holds. The engine halves
     and retries (same results), then, once the limit is lifted, doubles its batch size back to where it
-    was after ``oom_restore_after`` batches in a row ran; under a limit that stays it keeps trying."""
+    was after ``batch_cap.restore_after`` batches in a row ran; under a limit that stays it keeps trying."""
     engine = Engine(tiny_model("llama"), tokenizer, device="cpu", max_batch_size=8)
-    engine.oom_restore_after = 2
+    engine.batch_cap.restore_after = 2
     prompts = [[5, 6, 7, 8, 9, i] for i in range(20, 28)]
     expected = engine.generate(prompts, 4)
     real_forward = engine.model.forward

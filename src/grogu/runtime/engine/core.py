@@ -22,7 +22,7 @@ from .config import NOT_GIVEN, Configured, EngineConfig, engine_config
 from .decode import Decoder, Sampling, row_generators
 from .drafting import PromptLookup
 from .kernels import CpuLinears
-from .planning import BatchPlanner
+from .planning import BatchCap, BatchPlanner
 from .prefill import PrefixPrefill
 from .stats import continuation_stats
 
@@ -144,8 +144,7 @@ class Engine(Configured):
         self.max_context_tokens = self._context_window()
         self._lock = threading.RLock()
         self.oom_backoffs = 0  # batches split in two on out-of-memory (diagnostics)
-        self._batch_ceiling: int | None = None  # the batch size before an out-of-memory back-off
-        self._batches_since_split = 0
+        self.batch_cap = BatchCap()  # the batch size under out-of-memory: halved, then restored
         self._linears = CpuLinears(
             self.model,
             self.config.cpu_linear if self.device.type != "cuda" else "default",
@@ -366,33 +365,17 @@ class Engine(Configured):
         )  # per row [<= keep, vocab]
         return continuation_stats(logits, conts, config.entropy_chunk_rows)
 
-    #: after an out-of-memory back-off, the batch size doubles again (up to where it was) once this many
-    #: batches in a row have run: memory held by another process for a while does not shrink the
-    #: shared engine's batches for the life of the process
-    oom_restore_after = 8
-
     def _split_batches(self, half: int) -> None:
-        """The planner split a batch on out-of-memory: cap the batch size at ``half`` for later calls,
-        remembering the size before the first back-off."""
+        """The planner split a batch on out-of-memory: cap the batch size for later calls (:class:`BatchCap`)."""
         self.oom_backoffs += 1
-        if self._batch_ceiling is None:
-            self._batch_ceiling = self.max_batch_size
-        self._batches_since_split = 0
-        self.max_batch_size = max(1, min(self.max_batch_size, half))
+        self.max_batch_size = self.batch_cap.split(self.max_batch_size, half)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
     def _batch_ran(self, rows: int) -> None:
-        """A batch ran: after :attr:`oom_restore_after` in a row since a back-off, double the cap, up to
-        the size before the back-off."""
-        if self._batch_ceiling is None:
-            return
-        self._batches_since_split += 1
-        if self._batches_since_split >= self.oom_restore_after:
-            self._batches_since_split = 0
-            self.max_batch_size = min(self._batch_ceiling, 2 * self.max_batch_size)
-            if self.max_batch_size >= self._batch_ceiling:
-                self._batch_ceiling = None
+        size = self.batch_cap.ran(self.max_batch_size)
+        if size != self.max_batch_size:
+            self.max_batch_size = size
 
 
 _SHARED: dict[tuple, Engine] = {}

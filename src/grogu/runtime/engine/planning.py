@@ -152,3 +152,36 @@ class BatchPlanner:
                 )
                 queue[:0] = [batch[:half], batch[half:]]
         return results
+
+
+class BatchCap:
+    """The engine's batch size under out-of-memory. A split halves it for later calls; once
+    ``restore_after`` batches in a row have run, it doubles again, up to the size before the first
+    back-off. So memory another process holds for a while does not shrink a shared engine's batches for
+    the life of the process; under a limit that stays, it retries the larger size every
+    ``restore_after`` batches."""
+
+    def __init__(self, restore_after: int = 8) -> None:
+        self.restore_after = restore_after
+        self.ceiling: int | None = None  # the size before the first back-off; None: not backed off
+        self.since_split = 0
+
+    def split(self, size: int, half: int) -> int:
+        """The size after a batch split on out-of-memory, its first half ``half`` rows."""
+        if self.ceiling is None:
+            self.ceiling = size
+        self.since_split = 0
+        return max(1, min(size, half))
+
+    def ran(self, size: int) -> int:
+        """The size after a batch ran."""
+        if self.ceiling is None:
+            return size
+        self.since_split += 1
+        if self.since_split < self.restore_after:
+            return size
+        self.since_split = 0
+        size = min(self.ceiling, 2 * size)
+        if size >= self.ceiling:
+            self.ceiling = None
+        return size
