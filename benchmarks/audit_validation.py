@@ -9,7 +9,7 @@ MuSiQue: its 1,890), differing in a known way: ``random-3`` (3 paragraphs drawn 
 ``records_*.jsonl``: per question, each set-up's answer, whether it is right and every signal the audit
 read (``benchmarks/audit_signals.py`` judges the signals from them).
 
-The audit (:func:`grogu.audit.audit`, contexts only) scores each set-up's context per query. The answer
+The audit (:func:`grogu.apps.audit.audit`, contexts only) scores each set-up's context per query. The answer
 the target LLM generates while a context is scored is its answer from that context, so the gold accuracy
 is read from the same run: a question is answered when a gold answer's normalised words occur, whole, in
 the normalised answer (short answer style: the answer is cut at its first sentence, so length cannot buy
@@ -234,7 +234,7 @@ def main() -> None:
     from pipeline_accuracy import excluded_ids, musique_questions, nq_questions, squad_questions
 
     import grogu
-    from grogu import cli
+    from grogu.apps import cli
 
     exclude = excluded_ids(args.exclude)
     if args.data == "squad":

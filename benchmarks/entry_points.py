@@ -5,7 +5,7 @@ packaged all-MiniLM-L6-v2; the top 5 are retrieved; SmolLM2-135M-Instruct answer
 (greedy, 48 tokens) from the chain's ``ChatPromptTemplate``. Three arms per question, one after the other:
   - ``plain``: the retriever's top 3 | prompt | chat model | parser;
   - ``lc_default``: ``GroguRetriever(base_retriever=<top 5>, model=<the chat model>, top_n=3)`` in the same
-    chain (no ``qa_prompt``: grogu scores with ``grogu.prompts.RAG_QA_TEMPLATE``; the chain answers again);
+    chain (no ``qa_prompt``: grogu scores with ``grogu.core.prompts.RAG_QA_TEMPLATE``; the chain answers again);
   - ``lc_qa``: the README's form, ``GroguRetriever(..., qa_prompt=<the chain's prompt>).as_qa_chain()``: the
     answer is the one generated while scoring.
 Each record holds each arm's answer, whole-word correctness, token F1, words, seconds, the documents given

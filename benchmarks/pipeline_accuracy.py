@@ -354,6 +354,7 @@ def collect(args) -> None:
 
     import grogu
     from grogu.rerank import doubt
+    from grogu.runtime.inference_server import target_from_llm
     from grogu.runtime.models import embedded_embedder_path
 
     pool, questions = load_data(args)
@@ -366,7 +367,7 @@ def collect(args) -> None:
 
     if args.server:  # the target LLM behind an OpenAI-compatible server: nothing is loaded here
         llm = served_llm(args)
-        engine = grogu.inference_server.target_from_llm(llm, tokenizer=args.model, top_logprobs=args.top_logprobs)
+        engine = target_from_llm(llm, tokenizer=args.model, top_logprobs=args.top_logprobs)
     else:
         model, tokenizer = grogu.load_model(args.model, device="cpu")
         stop = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
@@ -555,6 +556,7 @@ def _latency(args, stack) -> None:
     from llama_index.postprocessor.grogu import GroguRerank, GroguSynthesizer
 
     import grogu
+    from grogu.rerank.selection import context_candidates
     from grogu.runtime.models import embedded_embedder_path
 
     args.split, args.questions = "held", args.questions + args.skip
@@ -705,9 +707,7 @@ def _latency(args, stack) -> None:
     }
     for name in contexts:
         candidates = len(
-            grogu.selection.context_candidates(
-                args.top_k, 3, contexts[name].settings.family, contexts[name].settings.swaps
-            )
+            context_candidates(args.top_k, 3, contexts[name].settings.family, contexts[name].settings.swaps)
         )
         out[f"{name} ({candidates} candidates)"] = {
             "query_s with GroguSynthesizer": stats(reuse_q[name]),

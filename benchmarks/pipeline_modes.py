@@ -2,7 +2,7 @@
 
 A mode is a function of a record and a setting that returns the context the pipeline's LLM reads
 (indices into the retrieval order, in the order given). Its answer is the recorded answer of that
-context, generated with the pipeline's own prompt. The mode logic is ``grogu.selection``'s.
+context, generated with the pipeline's own prompt. The mode logic is ``grogu.rerank.selection``'s.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def grid(mode: str, k: int) -> list[dict]:
     if mode == "prune":
         return [{"k": k, "metric": m} for m in DOC_METRICS]
     out = []
-    for f in FAMILIES:  # each rule of grogu.selection; the support tie-break on (it never changes the answer)
+    for f in FAMILIES:  # each rule of grogu.rerank.selection; the support tie-break on (it never changes the answer)
         out += [
             {"k": k, "family": f, "rule": "confidence", "metric": m, "margin": g} for m in CTX_METRICS for g in MARGINS
         ]

@@ -6,7 +6,7 @@ de-quantises them to float32). Two parts, each one run:
 
 ``truncation`` (no server): the in-process engine's full next-token distributions at every answer
 position, grounded and ungrounded, cut to their top k and turned into entropies with each tail
-correction of :mod:`grogu.inference_server.topk`. Per question, documents are ranked by the exact utility and by
+correction of :mod:`grogu.runtime.inference_server.topk`. Per question, documents are ranked by the exact utility and by
 the truncated one: mean Spearman over questions, and how often the top document is the same. The
 tail correction is chosen on the tuning questions (every other question) and reported on the rest.
 

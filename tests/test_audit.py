@@ -1,4 +1,4 @@
-"""grogu.audit: the paired statistics against hand-computed cases, the aggregates on hand-built input,
+"""grogu.apps.audit: the paired statistics against hand-computed cases, the aggregates on hand-built input,
 the audit's scores against the scorer's one-at-a-time scores (tiny real model), the command line, the
 framework adapters, and the HTML report rendered in headless Chromium."""
 

@@ -1,5 +1,5 @@
-"""grogu.influence_log: the one influence record schema and recorder of both integrations, and
-grogu.scorer_factory: the influence scorer from what a user passes as ``model``.
+"""grogu.observe.influence_log: the one influence record schema and recorder of both integrations, and
+grogu.rerank.factory: the influence scorer from what a user passes as ``model``.
 
 Real tiny model (2-layer Llama, random weights, real SmolLM2 vocabulary) and the packaged embedder;
 the cross-framework test runs a real LlamaIndex query engine and a real LCEL chain on the same
@@ -86,7 +86,7 @@ def test_failures_are_recorded_and_raised_under_raise(scorer, caplog):
     records: list = []
     lenient = InfluenceRecorder(scorer, "tiny", [records], framework="test", on_error="passthrough")
     assert lenient.on_error == "record"
-    with caplog.at_level(logging.WARNING, logger="grogu.influence_log"):
+    with caplog.at_level(logging.WARNING, logger="grogu.observe.influence_log"):
         failed = lenient.run(job(query="  "))
     assert "query is empty" in failed["error"] and failed["influence"] is None and set(failed) == set(RECORD_FIELDS)
     assert [d["id"] for d in failed["documents"]] == ["d0", "d1", "d2"]
@@ -105,7 +105,7 @@ def test_a_failing_sink(scorer, caplog):
 
     records: list = []
     lenient = InfluenceRecorder(scorer, "tiny", [broken, records], framework="test")
-    with caplog.at_level(logging.ERROR, logger="grogu.influence_log"):
+    with caplog.at_level(logging.ERROR, logger="grogu.observe.influence_log"):
         lenient.run(job())
     assert len(records) == 1 and any("disk full" in r.getMessage() for r in caplog.records)
     strict = InfluenceRecorder(scorer, "tiny", [broken, records], framework="test", on_error="raise")

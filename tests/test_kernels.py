@@ -1,4 +1,4 @@
-"""CPU kernel choice (grogu.engine.kernels) and the decode cache with reserved room (grogu.engine.kvcache)."""
+"""CPU kernel choice (grogu.runtime.engine.kernels) and the decode cache with reserved room (grogu.runtime.engine.kvcache)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,24 @@
 """The module paths from before grogu's layers became packages still import, each as the very module of its
-new home; and importing the package or its command line's parser loads no tensor code."""
+new home, with a MovedPathWarning that names the new path and the version that removes the old one; the new
+paths warn nothing; and importing the package or its command line's parser loads no tensor code.
+
+This is the one test file that imports old paths on purpose; the test settings make a MovedPathWarning an
+error everywhere else."""
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import pkgutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 import grogu
-from grogu._moved import MOVED, PACKAGES, new_home
+from grogu._moved import MOVED, PACKAGES, REMOVED_IN, MovedPathWarning, new_home
 
 # every path the README, docs/ and the integrations used before the move, with a name read from it
 DOCUMENTED = [
@@ -60,11 +66,30 @@ DOCUMENTED = [
 ]
 
 
+def _moved_path_warnings(caught: list[warnings.WarningMessage]) -> dict[str, str]:
+    """old path -> message, of the MovedPathWarnings among ``caught``."""
+    return {str(w.message).split()[0]: str(w.message) for w in caught if issubclass(w.category, MovedPathWarning)}
+
+
 @pytest.mark.parametrize("old, name", DOCUMENTED)
 def test_documented_old_paths_import(old, name):
-    module = importlib.import_module(old)
+    """An old path imports and warns, naming its new path and the version that removes it. The alias is
+    dropped first, as an old path warns on its first import only. ``grogu.metrics`` and ``grogu.rerank``
+    are packages now, and import without a warning."""
+    moved = new_home(old) is not None
+    if moved:
+        sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
     if name is not None:
         assert getattr(module, name) is not None
+    found = _moved_path_warnings(caught)
+    if not moved:
+        assert found == {}
+        return
+    assert issubclass(MovedPathWarning, FutureWarning)
+    assert new_home(old) in found[old] and REMOVED_IN in found[old]
 
 
 def _new_submodules(package: str) -> list[str]:
@@ -79,14 +104,18 @@ def test_every_old_path_is_the_module_of_its_new_home():
     for package in PACKAGES:  # grogu.engine.config, grogu.serve.api, ...
         olds += [package + name[len(MOVED[package]) :] for name in _new_submodules(MOVED[package])]
     assert len(olds) > 80
-    for old in olds:
-        home = new_home(old)
-        if old in ("grogu.metrics", "grogu.rerank"):
-            continue
-        assert importlib.import_module(old) is importlib.import_module(home), old
-        assert sys.modules[old] is sys.modules[home]
-        assert sys.modules[home].__spec__.name == home  # the module's own spec, not the alias's
-    from grogu.engine.config import EngineConfig
+    first = [old for old in olds if old not in sys.modules]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for old in olds:
+            home = new_home(old)
+            if old in ("grogu.metrics", "grogu.rerank"):
+                continue
+            assert importlib.import_module(old) is importlib.import_module(home), old
+            assert sys.modules[old] is sys.modules[home]
+            assert sys.modules[home].__spec__.name == home  # the module's own spec, not the alias's
+        from grogu.engine.config import EngineConfig
+    assert set(first) <= set(_moved_path_warnings(caught))  # each old path warned on its first import
 
     from grogu.runtime.engine.config import EngineConfig as Same
 
@@ -101,7 +130,51 @@ def test_old_paths_imported_first_make_no_second_copy(tmp_path):
         "assert a is b and w is v;"
         "assert not [m for m in sys.modules if m.startswith('grogu.') and sys.modules[m] is None]"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-W", "ignore::FutureWarning", "-c", code], check=True, timeout=120)
+
+
+def _warnings_in_a_fresh_interpreter(code: str) -> list[dict[str, str]]:
+    """The warnings that ``code`` gives in a new interpreter, every one shown: category, message, file."""
+    script = (
+        "import json, warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        + "".join(f"    {line}\n" for line in code.splitlines())
+        + "print(json.dumps([{'category': w.category.__name__, 'message': str(w.message), 'file': w.filename}"
+        " for w in caught]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], check=True, timeout=120, capture_output=True, text=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_an_old_path_warns_once_at_its_importer():
+    """In a fresh interpreter an old path warns on its first import only, with a MovedPathWarning that names
+    the old path, its new path and the version that removes old paths, and points at the importing line;
+    an old package below which a module is imported warns too, for itself."""
+    found = _warnings_in_a_fresh_interpreter(
+        "import grogu.serve.wire\n"
+        "import grogu.serve.wire as again\n"
+        "import importlib; importlib.import_module('grogu.checks')\n"
+        "import grogu; grogu.prompts\n"
+    )
+    assert [w["message"].split()[0] for w in found] == [
+        "grogu.serve",
+        "grogu.serve.wire",
+        "grogu.checks",
+        "grogu.prompts",
+    ]
+    assert {w["category"] for w in found} == {"MovedPathWarning"} and {w["file"] for w in found} == {"<string>"}
+    wire = found[1]["message"]
+    assert "grogu.rerank.remote.wire" in wire and REMOVED_IN == "0.3.0" and "0.3.0" in wire
+    assert "grogu.apps.serve" in found[0]["message"] and "grogu.core.prompts" in found[3]["message"]
+
+
+def test_the_new_paths_warn_nothing():
+    """Every new home, imported in a fresh interpreter: no MovedPathWarning, and no warning from grogu."""
+    homes = sorted(set(MOVED.values()))
+    found = _warnings_in_a_fresh_interpreter(f"import importlib\nfor name in {homes!r}: importlib.import_module(name)")
+    folder = os.path.dirname(grogu.__file__)
+    assert [w for w in found if w["category"] == "MovedPathWarning" or w["file"].startswith(folder)] == []
 
 
 def test_the_package_and_the_command_line_parser_load_no_tensor_code():

@@ -1,4 +1,4 @@
-"""grogu.prompts.template_from_messages: a pipeline's own chat QA prompt, rendered token for token."""
+"""grogu.core.prompts.template_from_messages: a pipeline's own chat QA prompt, rendered token for token."""
 
 import pytest
 from grogu_research.testing import embedded_tokenizer

@@ -28,11 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from grogu import Document, UtilityScorer, checks, coalescer, metrics
+from grogu import Document, UtilityScorer, metrics
 from grogu.apps.cli import main as cli_main
+from grogu.core import checks
 from grogu.metrics.acu import ACUScorer
 from grogu.metrics.influence import InfluenceScorer
 from grogu.metrics.seper import SePerScorer
+from grogu.runtime import coalescer
 
 QUERY = "Which river flows through the old city of Prague?"
 DOCS = [

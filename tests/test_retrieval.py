@@ -1,4 +1,4 @@
-"""grogu.retrieval: the one BM25 (bm25s index, BM25Okapi scores) checked against rank_bm25 on real SQuAD
+"""grogu.rerank.retrieval: the one BM25 (bm25s index, BM25Okapi scores) checked against rank_bm25 on real SQuAD
 paragraphs and against the formula by hand; the tokenizer; the missing-extra error."""
 
 from __future__ import annotations

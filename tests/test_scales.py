@@ -1,6 +1,6 @@
-"""grogu.scales: the bounded score per metric family (values, order, bounds, bad input), the threshold
+"""grogu.metrics.scales: the bounded score per metric family (values, order, bounds, bad input), the threshold
 it implies on the utility (keeps exactly the documents at or above it on real scores), and
-grogu.engine.config.configure_engine (the integrations' batch/memory knob)."""
+grogu.runtime.engine.config.configure_engine (the integrations' batch/memory knob)."""
 
 from __future__ import annotations
 

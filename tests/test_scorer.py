@@ -14,13 +14,13 @@ from grogu import (
     Engine,
     TruncationWarning,
     UtilityScorer,
-    embedders,
     metrics,
     rerank,
-    rerank_pipeline,
-    selection,
 )
+from grogu.rerank import pipeline as rerank_pipeline
+from grogu.rerank import selection
 from grogu.rerank.scorer import long_context_order, standard_layouts
+from grogu.runtime import embedders
 
 QUERY = "Which river flows through the old city of Prague?"
 DOCS = [

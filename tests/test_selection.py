@@ -1,12 +1,11 @@
-"""The rerank modes' plain logic (grogu.selection, grogu.rerank.plan/decide), without a model."""
+"""The rerank modes' plain logic (grogu.rerank.selection, grogu.rerank.plan/decide), without a model."""
 
 import math
 from types import SimpleNamespace
 
 import pytest
 
-from grogu import selection
-from grogu.rerank import ModeSettings, decide, plan, split_settings
+from grogu.rerank import ModeSettings, decide, plan, selection, split_settings
 
 
 def test_rank_scores_by_hand():

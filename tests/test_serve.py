@@ -162,7 +162,7 @@ def test_score_and_batch_equal_in_process(remote, local):
 
 
 def test_audit_through_the_service_equals_in_process(remote, local):
-    """grogu.audit with the service's client: the same contexts, utilities and answers as in process."""
+    """grogu.apps.audit with the service's client: the same contexts, utilities and answers as in process."""
     from grogu.apps.audit import Setup, audit
     from grogu.apps.audit.setups import document
 
@@ -253,6 +253,37 @@ def test_a_tuned_settings_file_reranks_in_the_service_as_in_process(remote, loca
         assert [r.index for r in got] == [r.index for r in want]
         assert got[0].context.answer == want[0].context.answer and got[0].gate.changed == want[0].gate.changed
     assert [r.index for r in got] == [0, 1] and got[0].gate.candidates == 1
+
+
+def test_the_cohere_clients_rerank_through_the_service_as_in_process(service, model_dir, local):
+    """The light twin of tests/test_serve_compat.py (heavy): the real Cohere SDK (v2 and v1) and
+    langchain-cohere's ``CohereRerank``, unchanged, against ``/v2/rerank`` and ``/v1/rerank`` of this tiny
+    model's service. Each gets the in-process rerank's documents, in order, with its scores in [0, 1]."""
+    import os
+
+    cohere = pytest.importorskip("cohere")
+    pytest.importorskip("langchain_cohere")
+    from langchain_cohere import CohereRerank
+    from langchain_core.documents import Document
+
+    from grogu.metrics.scales import probability
+
+    name = os.path.basename(model_dir)  # the served model's name, as a client passes it
+    texts = [d if isinstance(d, str) else d["text"] if isinstance(d, dict) else d.text for d in DOCS]
+    want = grogu.UtilityScorer(local.target).rerank(QUERY, texts, top_n=2)  # the service's defaults
+    scores = [probability(r.metric, r.score) for r in want]
+    got = cohere.ClientV2(api_key=TOKEN, base_url=service).rerank(model=name, query=QUERY, documents=texts, top_n=2)
+    assert [r.index for r in got.results] == [r.index for r in want]
+    assert [r.relevance_score for r in got.results] == pytest.approx(scores, abs=TOL)
+    assert all(0.0 <= r.relevance_score <= 1.0 for r in got.results)
+    got = cohere.Client(api_key=TOKEN, base_url=service).rerank(model=name, query=QUERY, documents=texts, top_n=2)
+    assert [r.document.text for r in got.results] == [texts[r.index] for r in want]
+    with pytest.raises(cohere.errors.UnauthorizedError):
+        cohere.ClientV2(api_key="wrong", base_url=service).rerank(model=name, query=QUERY, documents=texts)
+    reranker = CohereRerank(base_url=service, cohere_api_key=TOKEN, model=name, top_n=2)
+    docs = reranker.compress_documents([Document(page_content=t) for t in texts], QUERY)
+    assert [d.page_content for d in docs] == [texts[r.index] for r in want]
+    assert [d.metadata["relevance_score"] for d in docs] == pytest.approx(scores, abs=TOL)
 
 
 def test_concurrent_async_requests_share_engine_batches(service, remote, local):
@@ -989,9 +1020,9 @@ def test_health_is_503_while_the_worker_is_stuck(model_dir):
     import threading
     import time
 
-    from grogu import coalescer
     from grogu.apps.serve.httpapi import StalledError
     from grogu.apps.serve.service import GroguService, ServeConfig
+    from grogu.runtime import coalescer
 
     wrapper = getattr(GroguService, "func_or_class", GroguService)  # Ray's ingress wrapper around the class
     cls = next(c for c in wrapper.__mro__ if "check_health" in vars(c))

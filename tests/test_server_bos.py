@@ -1,4 +1,4 @@
-"""What llama-cpp-python's server adds to a text prompt (grogu.inference_server.bos), on real servers.
+"""What llama-cpp-python's server adds to a text prompt (grogu.runtime.inference_server.bos), on real servers.
 
 The embedded SmolLM2 GGUF is copied with its tokenizer flags flipped (``grogu_research.testing.gguf_with_flags``):
 
@@ -18,7 +18,7 @@ import torch
 from grogu_research import testing
 
 import grogu
-from grogu.core.prompts import Document, PromptBuilder
+from grogu.core.prompts import Document, PromptBuilder, PromptTemplate
 from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget, topk_entropy
 from grogu.runtime.inference_server.bos import PROBE, leading
 
@@ -102,7 +102,7 @@ def test_one_bos_and_the_in_process_statistics(server, target, reference):
 
 def test_a_prompt_without_the_bos_is_refused(target):
     """A plain prompt (no chat template: no BOS rendered) would be read after a BOS it does not hold."""
-    plain = PromptBuilder(target.tokenizer, N_CTX, BUDGET, grogu.prompts.PromptTemplate(chat=False))
+    plain = PromptBuilder(target.tokenizer, N_CTX, BUDGET, PromptTemplate(chat=False))
     prompt = plain.ungrounded_ids(QUERY)
     assert leading(prompt, target.tokenizer.bos_token_id) == 0
     with pytest.raises(

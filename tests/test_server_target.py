@@ -188,13 +188,13 @@ def test_rerank_every_mode(target, served_scores):
     # context mode, top 2 of 3: the default candidates scored through the server, then decided by hand
     ctx = scorer.rerank(QUERY, DOCS, top_n=2, relevance=rel, return_details=True)
     assert len(ctx) == 2 and ctx[0].context is not None
-    plan = grogu.rerank_pipeline.plan(QUERY, DOCS, 2, None, None, rel, scorer.grounded_only)
+    plan = grogu.rerank.pipeline.plan(QUERY, DOCS, 2, None, None, rel, scorer.grounded_only)
     candidates = scorer.score_contexts(QUERY, [docs for _, docs in plan.context_documents()])
     want = grogu.rerank.decide(plan.settings, plan.base, plan.contexts, candidates, 2, None, rel, plan.support_texts())
     assert [r.index for r in ctx] == want.order and ctx[0].answer == candidates[want.chosen].answer
     # fusion: the utility ranks of the per-document scores fused with the relevance ranks (weight 0.6)
     fused = scorer.rerank(QUERY, DOCS, mode="fusion", relevance=rel)
-    expected = grogu.selection.order_by(grogu.selection.fuse([s.score for s in scores], rel, 0.6))
+    expected = grogu.rerank.selection.order_by(grogu.rerank.selection.fuse([s.score for s in scores], rel, 0.6))
     assert [r.index for r in fused] == expected
     pruned = scorer.rerank(QUERY, DOCS, mode="prune", relevance=rel)
     assert [r.index for r in pruned] == sorted(r.index for r in pruned)

@@ -1,4 +1,4 @@
-"""grogu.sinks: the record sinks shared by the LlamaIndex and LangChain integrations."""
+"""grogu.observe.sinks: the record sinks shared by the LlamaIndex and LangChain integrations."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""grogu.tracing without a framework: OpenInference's attribute names, the no-op paths (no
+"""grogu.observe.tracing without a framework: OpenInference's attribute names, the no-op paths (no
 opentelemetry installed, GROGU_TRACING=0, no SDK configured) and the spans on the real SDK."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from grogu import tracing
+from grogu.observe import tracing
 
 DOCS = [
     {"id": "a", "page_content": "Paris is in France.", "metadata": {"title": "Paris"}, "score": 0.9},
@@ -100,10 +100,10 @@ def test_no_sdk_no_env_no_package(monkeypatch, exporter):
     tracing.set_tracer_provider(None)
     with tracing.rerank_span(framework="t", query="q", model="m", top_k=None, documents=DOCS) as span:
         assert not span.recording
-    # opentelemetry not installed: grogu.tracing imports and every call is a no-op
+    # opentelemetry not installed: grogu.observe.tracing imports and every call is a no-op
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "from grogu import tracing\n"
+        "from grogu.observe import tracing\n"
         "assert not tracing.available() and tracing.tracer() is None and tracing.current_context() is None\n"
         "with tracing.rerank_span(framework='t', query='q', model='m', top_k=1, documents=[]) as s:\n"
         "    s.output([]); s.fail(ValueError('x'))\n"

@@ -7,8 +7,8 @@ target LLM behind an inference server, in place of an Engine).
 The package is six layers, each a subpackage that imports only the ones before it: :mod:`.core`,
 :mod:`.runtime`, :mod:`.metrics`, :mod:`.rerank`, :mod:`.observe` and :mod:`.apps`. The names below are
 imported on first use, so ``import grogu`` (and the command line's ``--help``) loads no model code. The
-module paths from before the layers (``grogu.runtime.models``, ``grogu.runtime.engine``, ...) still import: see
-:mod:`._moved`.
+module paths from before the layers (``grogu.models``, ``grogu.engine``, ...) still import, with a warning,
+until grogu 0.3.0: see :mod:`._moved`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Every old path keeps working and is the very module of its new home (``grogu.mod
 grogu.runtime.models``): a class is one class whichever path imported it, and a monkeypatch through either
 path reaches the code. A path below an old package (``grogu.engine.config``) follows its package
 (``grogu.runtime.engine.config``) unless the table names it. New code imports the new paths.
+
+Importing an old path warns once, with a :class:`MovedPathWarning` that names the new path. grogu 0.3.0
+removes the old paths.
 """
 
 from __future__ import annotations
@@ -11,7 +14,12 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
+import os
 import sys
+import warnings
+
+#: the version of grogu that removes the old paths
+REMOVED_IN = "0.3.0"
 
 #: old module path -> its new home
 MOVED: dict[str, str] = {
@@ -64,6 +72,10 @@ MOVED: dict[str, str] = {
 PACKAGES = ("grogu.audit", "grogu.engine", "grogu.inference_server", "grogu.serve")
 
 
+class MovedPathWarning(FutureWarning):
+    """An old module path of grogu was imported; the message names its new path."""
+
+
 def new_home(name: str) -> str | None:
     """The new path of an old module path (None: the path did not move)."""
     if name in MOVED:
@@ -88,7 +100,39 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return module
 
     def exec_module(self, module) -> None:
+        old = module.__spec__.name
         module.__spec__ = module.__spec__.loader_state
+        warnings.warn(
+            f"{old} has moved to {new_home(old)}; import the new path. "
+            f"grogu {REMOVED_IN} removes the old module paths.",
+            MovedPathWarning,
+            stacklevel=_importer_level(),
+        )
+
+
+# files whose frames stand between the importing code and the warning: this one, the package root (its
+# __getattr__ imports an old path read as an attribute) and importlib's import_module
+_NOT_THE_IMPORTER = {
+    os.path.normcase(os.path.abspath(f))
+    for f in (__file__, os.path.join(os.path.dirname(__file__), "__init__.py"), importlib.__file__)
+}
+
+
+def _importer_level() -> int:
+    """The ``stacklevel`` of a warning issued in :meth:`_OldPaths.exec_module` that points at the code that
+    imports the old path. ``warnings.warn`` skips the import system's own frames as it counts, so they are
+    not counted here either."""
+    level, frame = 1, sys._getframe(2)  # the caller of exec_module's caller: the import system, or above
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "importlib" in name and "_bootstrap" in name:  # as warnings.warn tells its internal frames
+            frame = frame.f_back
+            continue
+        level += 1
+        if os.path.normcase(os.path.abspath(name)) not in _NOT_THE_IMPORTER:
+            return level
+        frame = frame.f_back
+    return 2
 
 
 def install() -> None:

@@ -9,7 +9,7 @@ For every run tree it sees (a top-level ``invoke``/``ainvoke``/``batch`` item), 
 documents returned by the outermost retriever(s) (``on_retriever_end``; a retriever inside a
 retriever, e.g. the base retriever of :class:`~langchain_grogu.GroguRetriever`, is not counted twice)
 and the answer (the run's final output when it is text, else the last LLM output). When the run
-ends it computes each document's Influence Score (DocImpact; see ``grogu.influence``) with the target LLM:
+ends it computes each document's Influence Score (DocImpact; see ``grogu.metrics.influence``) with the target LLM:
 
     IS_i = cos(F(G(i)), F(answer)) - cos(F(G(all but i)), F(answer))
 
@@ -18,8 +18,8 @@ document i pulled the answer towards itself more; IS_i lies in [-2, 2]) and deli
 every sink and as a LangChain custom event named ``grogu_influence`` on the run (seen by other
 handlers' ``on_custom_event`` and in ``astream_events``). Runs are kept apart by their root run id,
 so interleaved and concurrent runs never mix. Scoring, timing, the record (its schema is documented
-in :mod:`grogu.influence_record`, shared with the LlamaIndex integration), the sinks and background work
-are grogu's :class:`~grogu.influence_log.InfluenceRecorder`; the run trees are
+in :mod:`grogu.observe.influence_record`, shared with the LlamaIndex integration), the sinks and background work
+are grogu's :class:`~grogu.observe.influence_log.InfluenceRecorder`; the run trees are
 :mod:`langchain_grogu.run_tracking`'s; this module holds LangChain's hooks.
 """
 
@@ -62,7 +62,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
     Args (named as in LlamaIndex's ``GroguInfluenceHandler``; the package README tells more):
         model: the target LLM that answered (as for GroguCompressor), or a ready ``InfluenceScorer``.
         embedder: the sentence embedder F: the packaged all-MiniLM-L6-v2, a ``SentenceTransformer`` or a path.
-        sinks: sink specs (``grogu.sinks.as_sink``); None logs on ``langchain_grogu.influence``; ``[]``: none.
+        sinks: sink specs (``grogu.observe.sinks.as_sink``); None logs on ``langchain_grogu.influence``; ``[]``: none.
         event_name: the custom event dispatched with each record; None dispatches none.
         on_error: 'raise' fails the run once the failure's record is out; 'record' ('passthrough') goes on.
         background: score on grogu's worker thread so the chain returns at once; :meth:`flush` waits.
@@ -76,7 +76,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         n_ablations: random ablations: default 32 for 'ablation' and 'auto', 64 for 'contextcite'.
         seed: seed of the ablation masks.
 
-    A record follows :mod:`grogu.influence_record`'s schema (``framework`` "langchain"; ``run_id``,
+    A record follows :mod:`grogu.observe.influence_record`'s schema (``framework`` "langchain"; ``run_id``,
     ``run_name``, ``tags`` and ``metadata`` of the root run; ``answer_source`` 'output': the run's
     final output, 'llm': the last LLM output, 'grogu': none was given, so the target LLM's
     full-context answer was used). Runs that retrieved nothing through a retriever are not recorded.
@@ -195,7 +195,7 @@ class InfluenceCallbackHandler(BaseCallbackHandler):
         self.recorder.flush(timeout)
 
     async def aflush(self) -> None:
-        """Wait for every pending record, event-loop tasks included (see ``grogu.influence_log``)."""
+        """Wait for every pending record, event-loop tasks included (see ``grogu.observe.influence_log``)."""
         await self.recorder.aflush()
 
     # ------------------------------------------------------------------ LangChain hooks

@@ -10,7 +10,7 @@ from a context: minus the mean entropy (nats) of the answer's key tokens by defa
 The rerank mode (``grogu.ModeSettings``) says what is scored: candidate contexts of ``top_n`` documents
 (context, the default) or each document alone (document, fusion, prune). ``metadata["relevance_score"]``
 is the document's score in that mode, where LangChain's rerankers put theirs; ``score_scale="probability"``
-puts it, and ``threshold``, in [0, 1] (:mod:`grogu.scales`).
+puts it, and ``threshold``, in [0, 1] (:mod:`grogu.metrics.scales`).
 
 Give the chain's prompt as ``qa_prompt``: the documents are then scored on what the LLM reads. Without it,
 the context mode scores LlamaIndex's QA prompt (``grogu.core.prompts.RAG_QA_TEMPLATE``) and warns.

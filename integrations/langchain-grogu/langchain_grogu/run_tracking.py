@@ -40,7 +40,7 @@ class RunTree:
     query: str | None = None
     llm_answer: str | None = None
     manager: BaseCallbackManager | None = None  # a callback manager inside this run, for the custom event
-    trace_context: Any = None  # OpenTelemetry context of the root run's traced span (grogu.tracing)
+    trace_context: Any = None  # OpenTelemetry context of the root run's traced span (grogu.observe.tracing)
 
     @property
     def first_query(self) -> str:

@@ -1,8 +1,8 @@
 """GroguScoring: the settings and the reranking that GroguCompressor and GroguRetriever share.
 
-Each setting is declared once, as a typed pydantic field with grogu's own check (``grogu.checks``), so a
+Each setting is declared once, as a typed pydantic field with grogu's own check (``grogu.core.checks``), so a
 bad value is the same error here as in grogu; those LlamaIndex's GroguRerank shares, in
-``grogu.integration_settings``. The rerank settings are one ``grogu.ModeSettings``; each of
+``grogu.apps.integration_settings``. The rerank settings are one ``grogu.ModeSettings``; each of
 them may also be given by name (``mode="fusion", weight=0.4``), as ``UtilityScorer.rerank`` takes them.
 """
 
@@ -49,8 +49,8 @@ class GroguScoring(SharedSettings):
     """Settings shared by :class:`~langchain_grogu.GroguCompressor` and :class:`~langchain_grogu.GroguRetriever`,
     and the reranking they both do. The settings LlamaIndex's GroguRerank has too (``top_n``, ``threshold``,
     ``metric``, ``max_new_tokens``, ``template``, ``answer_style``, ``score_scale``, ``on_error``, ``device``,
-    ``dtype``, ``batch_size``, ``engine_config``) are declared once, in ``grogu.integration_settings``. Without
-    ``qa_prompt``, the context mode scores with ``grogu.prompts.RAG_QA_TEMPLATE``. The scorer is built (a model
+    ``dtype``, ``batch_size``, ``engine_config``) are declared once, in ``grogu.apps.integration_settings``. Without
+    ``qa_prompt``, the context mode scores with ``grogu.core.prompts.RAG_QA_TEMPLATE``. The scorer is built (a model
     given by name loaded once per process) when the object is created. The package README has each setting."""
 
     model: Any = DEFAULT_MODEL
@@ -140,7 +140,7 @@ class GroguScoring(SharedSettings):
     @property
     def prompt(self) -> str:
         """Which prompt the documents were scored with (also ``metadata['grogu']['prompt']``): 'qa_prompt'
-        (the chain's), 'rag_qa' (``grogu.prompts.RAG_QA_TEMPLATE``), 'template' (the one given) or 'grogu'."""
+        (the chain's), 'rag_qa' (``grogu.core.prompts.RAG_QA_TEMPLATE``), 'template' (the one given) or 'grogu'."""
         return self._prompt
 
     @property
@@ -170,7 +170,7 @@ class GroguScoring(SharedSettings):
         """The documents chosen by the rerank mode, cut by ``threshold`` and ``top_n``, best first, as copies
         with ``metadata['grogu']`` and ``metadata['relevance_score']`` (:mod:`langchain_grogu.document_scores`).
         ``callbacks``: the run's callback or run manager, whose traced span (OpenInference) parents the
-        ``grogu.rerank`` OpenTelemetry span (``grogu.tracing``)."""
+        ``grogu.rerank`` OpenTelemetry span (``grogu.observe.tracing``)."""
         docs = check_documents(documents, query)
         if not docs:
             return []

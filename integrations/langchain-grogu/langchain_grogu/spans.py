@@ -1,4 +1,4 @@
-"""grogu's OpenTelemetry spans in LangChain (see :mod:`grogu.tracing`): the parent span of a run, and
+"""grogu's OpenTelemetry spans in LangChain (see :mod:`grogu.observe.tracing`): the parent span of a run, and
 LangChain documents as the spans' documents.
 
 LangChain traces through callback handlers, not through the OpenTelemetry context: OpenInference's
@@ -15,7 +15,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.documents import Document
 
-from grogu import tracing
+from grogu.observe import tracing
 from grogu.observe.influence_record import grogu_utility
 
 

@@ -8,7 +8,7 @@ a :class:`grogu.ServerTarget`, or the pipeline's ``ChatOpenAI`` / ``OpenAI`` wit
 ``ChatOpenAI`` on the OpenAI API or Ollama is a grounded-only target (its chat API returns no prompt
 log-probabilities): ``metric="entropy"`` or ``"ppl"``. Loaded weights are
 reused, never loaded a second time: one process-wide engine per model (:func:`grogu.get_engine`).
-The grogu service in place of a model is told apart by :func:`grogu.scorer_factory.remote_target`.
+The grogu service in place of a model is told apart by :func:`grogu.rerank.factory.remote_target`.
 """
 
 from __future__ import annotations

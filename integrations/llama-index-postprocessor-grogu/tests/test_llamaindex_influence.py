@@ -1,4 +1,4 @@
-"""Influence logging in real LlamaIndex query pipelines, checked against grogu.influence.InfluenceScorer
+"""Influence logging in real LlamaIndex query pipelines, checked against grogu.metrics.influence.InfluenceScorer
 computed directly on the response's source nodes and the answer actually given."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from llama_index.postprocessor.grogu import (
 )
 
 import grogu
-from grogu import sinks
 from grogu.metrics.influence import InfluenceScorer
+from grogu.observe import sinks
 from grogu.observe.influence_record import DOCUMENT_FIELDS, RECORD_FIELDS
 
 K = 4

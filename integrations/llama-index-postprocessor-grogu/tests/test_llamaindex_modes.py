@@ -1,5 +1,5 @@
 """GroguRerank's modes in real LlamaIndex query engines, each checked against grogu's plain logic
-(grogu.selection) on scores computed directly with grogu.UtilityScorer; and scoring with the pipeline's
+(grogu.rerank.selection) on scores computed directly with grogu.UtilityScorer; and scoring with the pipeline's
 own QA prompt, whose answer is the answer the synthesizer gives."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 from llama_index.postprocessor.grogu import GroguRerank, template_from_llama_index
 
 import grogu
-from grogu import selection
+from grogu.core.prompts import PromptBuilder
+from grogu.rerank import selection
 
 K = 5
 TOKENS = 8
@@ -47,7 +48,7 @@ def test_qa_template_renders_exactly_the_prompt_the_llm_reads(llm, synthesizer, 
     query = questions[0]
     nodes = index.as_retriever(similarity_top_k=3).retrieve(query)
     template = template_from_llama_index(synthesizer, llm)
-    builder = grogu.prompts.PromptBuilder(llm._tokenizer, 8192, TOKENS, template)
+    builder = PromptBuilder(llm._tokenizer, 8192, TOKENS, template)
     got = builder.grounded_ids(query, [grogu.Document(t) for t in texts(nodes)])
     prompt = synthesizer.get_prompts()["text_qa_template"].select(llm)
     messages = prompt.format_messages(context_str="\n\n".join(t.strip() for t in texts(nodes)), query_str=query)

@@ -79,7 +79,7 @@ def test_top_n_and_threshold(index, llm, scorer, questions):
     retrieved = retrieve(index, query)
     scores = sorted((r.score for r in scorer.score(query, texts(retrieved))), reverse=True)
     threshold = (scores[2] + scores[3]) / 2  # three nodes above it
-    # the default keeps 3 (grogu.scorer.DEFAULT_TOP_N, as in LangChain); top_n=None keeps every node
+    # the default keeps 3 (grogu.rerank.scorer.DEFAULT_TOP_N, as in LangChain); top_n=None keeps every node
     assert GroguRerank(model=llm, max_new_tokens=TOKENS, mode="document").top_n == 3
     all_nodes = GroguRerank(model=llm, top_n=None, max_new_tokens=TOKENS, mode="document").postprocess_nodes(
         retrieve(index, query), query_str=query

@@ -25,7 +25,7 @@ from openinference.semconv.trace import (
 from opentelemetry.trace import StatusCode
 
 import grogu
-from grogu import tracing
+from grogu.observe import tracing
 
 K, TOKENS = 4, 8
 KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND

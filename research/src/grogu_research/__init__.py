@@ -4,7 +4,7 @@ rewriter's trainer (:mod:`grogu_research.rewrite`, ``grogu-research rewrite-pair
 ``train-rewriter``), the plain reference computation (:mod:`grogu_research.naive`) and the helpers of the
 tests, examples and benchmarks (:mod:`grogu_research.testing`).
 
-The retrievers it shares with ``grogu audit`` are in the plug-in (:mod:`grogu.retrieval`). The import
+The retrievers it shares with ``grogu audit`` are in the plug-in (:mod:`grogu.rerank.retrieval`). The import
 direction is one way: this package uses the plug-in, and the plug-in never imports it
 (``tests/test_architecture.py`` checks it).
 """

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # annotations only: the results import no tensor code
 class TokenDetail:
     """Per-token arrays of a grounded answer (float32; entropies in nats). From a grounded-only target
     (a chat API) the ungrounded arrays and the key mask are None, ``tokens`` are the server's token
-    strings and ``token_ids`` :data:`~grogu.runtime.engine.types.UNKNOWN_TOKEN_ID`."""
+    strings and ``token_ids`` :data:`~grogu.core.types.UNKNOWN_TOKEN_ID`."""
 
     tokens: list[str]
     token_ids: list[int]

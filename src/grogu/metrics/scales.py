@@ -47,7 +47,7 @@ def _family(metric: str) -> str:
     for family, names in (("entropy", _ENTROPY), ("ppl", _PPL), ("change", _CHANGE)):
         if metric in names:
             return family
-    raise ValueError(f"metric {metric!r} has no bounded scale yet (grogu.scales)")
+    raise ValueError(f"metric {metric!r} has no bounded scale yet (grogu.metrics.scales)")
 
 
 def probability(metric: str, utility: float) -> float:

@@ -15,7 +15,8 @@ from typing import Any
 
 Record = dict[str, Any]
 
-DEFAULT_LOGGER = "grogu.influence"
+#: the logger of a logger sink given no logger: this module's, under ``grogu`` as every grogu logger is
+DEFAULT_LOGGER = __name__
 
 
 def to_json(record: Record) -> str:

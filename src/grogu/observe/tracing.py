@@ -17,13 +17,13 @@ current span):
     status to ERROR with the exception recorded and ``grogu.error`` ("Type: message"); with
     ``on_error="passthrough"`` the output documents are then the input ones.
 
-``grogu.metrics.influence`` (``EVALUATOR``): one per influence record (:mod:`grogu.observe.influence_record`).
+``grogu.influence`` (``EVALUATOR``): one per influence record (:mod:`grogu.observe.influence_record`).
     ``input.value`` the query, ``output.value`` the answer scored, and every field of the record as
-    ``grogu.metrics.influence.<field>``: str and numbers as they are, lists of numbers or str as arrays
-    (``grogu.metrics.influence.influence``: the scores in document order), ``documents``, ``metadata`` and
-    other structures as JSON (``grogu.metrics.influence.documents``: every document's id, text, metadata,
-    retrieval score, utility, influence and answers); ``grogu.metrics.influence.document_ids`` lists the
-    documents' ids. A failed scoring: status ERROR, ``grogu.metrics.influence.error`` set, the rest of the
+    ``grogu.influence.<field>``: str and numbers as they are, lists of numbers or str as arrays
+    (``grogu.influence.influence``: the scores in document order), ``documents``, ``metadata`` and
+    other structures as JSON (``grogu.influence.documents``: every document's id, text, metadata,
+    retrieval score, utility, influence and answers); ``grogu.influence.document_ids`` lists the
+    documents' ids. A failed scoring: status ERROR, ``grogu.influence.error`` set, the rest of the
     record still there. The span that was current when the query was recorded (the query's span)
     also gets an event ``grogu_influence`` with the method, model, ids and scores, when it is still
     open when the scores are ready (always in synchronous queries; not with ``background=True``).

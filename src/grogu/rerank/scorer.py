@@ -223,7 +223,7 @@ class UtilityScorer(ContextScoring):
 
     # ------------------------------------------------------------------ async API
     # Each coroutine runs its engine work in a worker thread (the event loop is not blocked) and is
-    # batched together with every other request waiting at the same time (see grogu.coalescer).
+    # batched together with every other request waiting at the same time (see grogu.runtime.coalescer).
     # Answers equal the sync calls; scores agree to float32 rounding (~1e-6), as padding may differ.
     async def _acontexts(self, contexts: list[QueryContext], details: bool) -> list[ScoreResult]:
         results = await self._coalescer.run(contexts)

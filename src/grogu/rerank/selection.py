@@ -254,7 +254,7 @@ def selection_scores(
     if rule == "confidence_support":
         if support is None or len(support) != len(utilities):
             raise ValueError(
-                "rule 'confidence_support' needs each candidate's support (grogu.selection.support_scores "
+                "rule 'confidence_support' needs each candidate's support (grogu.rerank.selection.support_scores "
                 "of its answer in its own documents' text)"
             )
         weight = check_float("support_weight", support_weight, minimum=0.0)

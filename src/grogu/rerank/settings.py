@@ -68,7 +68,7 @@ class ModeSettings:
     weight: float = _setting(DEFAULT_WEIGHT, "fusion: weight of the utility rank (1 - weight: retrieval rank)")
     family: str = _setting(
         DEFAULT_FAMILY,
-        "context: the candidate contexts (grogu.selection.context_candidates)",
+        "context: the candidate contexts (grogu.rerank.selection.context_candidates)",
         selection.CANDIDATE_FAMILIES,
     )
     swaps: int = _setting(2, "context: how many next documents try the last slot of the top-n")
@@ -86,7 +86,7 @@ class ModeSettings:
     )
     rule: str = _setting(
         DEFAULT_RULE,
-        "context: how the candidate is chosen (grogu.selection.selection_scores)",
+        "context: how the candidate is chosen (grogu.rerank.selection.selection_scores)",
         selection.SELECTION_RULES,
     )
     confidence_weight: float = _setting(
@@ -101,7 +101,7 @@ class ModeSettings:
     supported: bool = _setting(
         True,
         "context: among candidates giving the chosen answer, hand over the one whose "
-        "documents hold it (grogu.selection.prefer_supported)",
+        "documents hold it (grogu.rerank.selection.prefer_supported)",
     )
     gate: str = _setting(
         DEFAULT_GATE,

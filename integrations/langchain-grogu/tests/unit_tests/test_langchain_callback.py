@@ -137,7 +137,7 @@ def test_the_sink_classes_each_get_the_record(chain, llm, questions, tmp_path, c
     """The package's sinks are grogu's four, named as grogu names them, and each receives the run's record."""
     names = ["CallableSink", "JSONLSink", "ListSink", "LoggerSink"]
     assert sorted(n for n in langchain_grogu.__all__ if n.endswith("Sink")) == names
-    assert all(getattr(langchain_grogu, n) is getattr(grogu.sinks, n) for n in names)
+    assert all(getattr(langchain_grogu, n) is getattr(grogu.observe.sinks, n) for n in names)
 
     records: list[dict] = []
     called: list[dict] = []

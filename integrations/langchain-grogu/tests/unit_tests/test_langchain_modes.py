@@ -12,7 +12,8 @@ from langchain_core.runnables import RunnablePassthrough
 from langchain_grogu import GroguCompressor, GroguRetriever, template_from_langchain
 
 import grogu
-from grogu import selection
+from grogu.core.prompts import PromptBuilder
+from grogu.rerank import selection
 
 N = 8
 K = 5
@@ -30,13 +31,13 @@ def base(vectorstore):
 
 def test_chain_prompt_renders_exactly_what_the_llm_reads(llm, tokenizer, documents):
     template = template_from_langchain(PROMPT, llm)
-    builder = grogu.prompts.PromptBuilder(tokenizer, 8192, N, template)
+    builder = PromptBuilder(tokenizer, 8192, N, template)
     docs = documents[:3]
     got = builder.grounded_ids("Who?", [grogu.Document(d.page_content) for d in docs])
     text = PROMPT.format(context=format_docs(docs), question="Who?")
     assert got == tokenizer(text)["input_ids"]
     chat = ChatPromptTemplate.from_messages([("system", "Answer briefly."), ("human", "{context}\n\nQ: {question}")])
-    builder = grogu.prompts.PromptBuilder(tokenizer, 8192, N, template_from_langchain(chat))
+    builder = PromptBuilder(tokenizer, 8192, N, template_from_langchain(chat))
     rendered = tokenizer.apply_chat_template(
         [
             {"role": "system", "content": "Answer briefly."},

@@ -27,7 +27,7 @@ from openinference.semconv.trace import (
 )
 from opentelemetry.trace import StatusCode
 
-from grogu import tracing
+from grogu.observe import tracing
 
 N, K = 8, 4
 PROMPT = PromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}\nAnswer:")

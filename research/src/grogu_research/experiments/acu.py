@@ -2,7 +2,7 @@
 
 Claims of ``sufficient-facts/fever_sufficient_facts.jsonl`` (or another file) whose evidence became
 insufficient after a span was removed (``label_after`` = NOT ENOUGH, ``label_before`` = SUPPORTS or
-REFUTES), in file order. Each claim is scored twice with :class:`grogu.acu.ACUScorer`: the original
+REFUTES), in file order. Each claim is scored twice with :class:`grogu.metrics.acu.ACUScorer`: the original
 evidence (``text_orig`` with the removed span put back; stance = label_before, raising True / False)
 and the evidence with information removed (stance NOT ENOUGH, raising None). Reported: both mean ACUs
 and the fraction of claims whose sufficient evidence has the higher ACU, overall and per label_before.

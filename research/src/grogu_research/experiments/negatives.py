@@ -1,5 +1,5 @@
 """The harness's retrievers over a fixed list of paragraphs: ``bm25`` and ``minilm`` (the packaged
-all-MiniLM-L6-v2, cosine similarity), both from :mod:`grogu.retrieval`, with one relevance score per
+all-MiniLM-L6-v2, cosine similarity), both from :mod:`grogu.rerank.retrieval`, with one relevance score per
 (query, paragraph); higher = more relevant. The MiniLM paragraph embeddings of a corpus are cached in
 ``$GROGU_CACHE`` (default ``~/.cache/grogu``), so a second run does not re-encode.
 """

@@ -3,7 +3,7 @@
 For each conversational turn (history + current question):
 
 1. candidate rewrites: given in the input, or sampled from a local LLM (``n`` per turn, all turns in
-   one batched :meth:`grogu.engine.Engine.generate` call); identical candidates are merged and the
+   one batched :meth:`grogu.runtime.engine.Engine.generate` call); identical candidates are merged and the
    original question is always one of them;
 2. each rewrite retrieves its top-k (default 10) passages with any :class:`Retriever` (BM25, a
    sentence-transformers index, or a LlamaIndex / LangChain retriever through the adapters);
@@ -27,7 +27,7 @@ This package is light to import: torch, transformers and sentence-transformers l
 Modules: :mod:`.turns` (input and prompt), :mod:`.candidates` (sampling, cleaning), :mod:`.pairs`
 (pair selection, plain logic), :mod:`.scoring` (retrieval + GROGU per rewrite), :mod:`.pipeline`
 (:func:`build_rewrite_pairs` and the files), :mod:`.command` (``grogu-research rewrite-pairs``); the retrievers
-are :mod:`grogu.retrieval`'s.
+are :mod:`grogu.rerank.retrieval`'s.
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ class TurnResult:
 
 
 def score_contexts_many(scorer: "UtilityScorer", jobs: Sequence[tuple[str, list[list[str]]]]) -> list[list[Any]]:
-    """:class:`~grogu.scorer.ContextScore` of every context of every (query, contexts) job, all in one
-    batched engine pass (:meth:`~grogu.scorer.UtilityScorer.score_contexts_batch`)."""
+    """:class:`~grogu.rerank.scorer.ContextScore` of every context of every (query, contexts) job, all in one
+    batched engine pass (:meth:`~grogu.rerank.scorer.UtilityScorer.score_contexts_batch`)."""
     return scorer.score_contexts_batch(jobs) if jobs else []
 
 

@@ -139,7 +139,7 @@ def train_rewriter(
     """SFT warm-up on ``sft_records`` then DPO on ``dpo_records``; returns the losses and paths.
 
     Args:
-        model: a model spec (embedded alias, path, hub id; see :func:`grogu.models.load_model`), or a
+        model: a model spec (embedded alias, path, hub id; see :func:`grogu.runtime.models.load_model`), or a
             loaded causal LM (then pass ``tokenizer``). It is trained in place and saved to
             ``<output_dir>/final`` with its tokenizer.
         sft_records / dpo_records: the rewrite-pairs outputs (string records); either may be empty to

@@ -1,6 +1,6 @@
 """Audit retrieval set-ups for one target LLM, without gold answers (``grogu audit``).
 
->>> from grogu.audit import audit, read_setup, write_report
+>>> from grogu.apps.audit import audit, read_setup, write_report
 >>> result = audit(grogu.UtilityScorer("smollm2-135m-instruct"), [read_setup("bm25.jsonl"), read_setup("dense.jsonl")],
 ...                top_n=3)
 >>> result.ranking(), result.comparisons[0]

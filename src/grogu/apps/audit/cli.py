@@ -2,7 +2,7 @@
 
   grogu audit --example --out audit-report/
   grogu audit --setup bm25=bm25.jsonl --setup dense=dense.jsonl --top-n 3 --out audit-report/
-  grogu audit --logs influence.jsonl --out audit-report/          # from grogu.influence_log records
+  grogu audit --logs influence.jsonl --out audit-report/          # from grogu.observe.influence_log records
   grogu audit --setup a=a.jsonl --setup b=b.jsonl --remote http://host:8000 --token ...   # grogu serve
 
 Each set-up file holds one ``{"query", "documents"}`` object a line (documents best first).
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--logs",
         nargs="+",
         default=None,
-        help="aggregate influence-log JSONL files instead (grogu.influence_log records; no model is run)",
+        help="aggregate influence-log JSONL files instead (grogu.observe.influence_log records; no model is run)",
     )
     src.add_argument("--setup-field", default=None, help="--logs: the metadata key naming each record's set-up")
     p.add_argument("--out", default="audit-report", help="folder for report.html and summary.json")

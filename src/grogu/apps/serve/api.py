@@ -2,7 +2,7 @@
 names the field. Settings are those of the Python classes, with the same defaults; their values are
 checked while the request is parsed, with the checks the classes use (:mod:`grogu.core.checks`), so a bad
 value is a 422 with the message it has in Python, before any work. Templates are checked by
-:func:`grogu.apps.serve.wire.check_template` (the client runs the same check)."""
+:func:`grogu.rerank.remote.wire.check_template` (the client runs the same check)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _query(value: str) -> str:
     return _check(checks.check_query, value)
 
 
-#: a query: a non-empty str (grogu.checks.check_query)
+#: a query: a non-empty str (grogu.core.checks.check_query)
 Query = Annotated[str, AfterValidator(_query)]
 
 
@@ -211,7 +211,7 @@ class InfluenceSettings(_Strict):
 
     max_new_tokens: int = influence.DEFAULT_MAX_NEW_TOKENS
     template: Optional[TemplateIn] = None
-    method: str = "exact"  # grogu.influence.METHODS, checked by InfluenceScorer
+    method: str = "exact"  # grogu.metrics.influence.METHODS, checked by InfluenceScorer
     n_ablations: Optional[int] = None  # None: the method's default
     seed: Optional[int] = 0
     lasso_alpha: float = 0.01

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...core.version import __version__
 from .config import ServeConfig
 
-logger = logging.getLogger("grogu.serve")
+logger = logging.getLogger(__name__)
 
 
 class LimitError(Exception):

@@ -11,7 +11,7 @@ come back on the caller's own document objects. Connection errors, 502/503/504 a
 grogu did not write (the replica died under the request) are retried with exponential backoff (``retries`` times: ``backoff``, 2x, 4x ... seconds, at most 8 s apart); a
 4xx answer raises at once with the server's message: :class:`ServiceValueError` (a ``ValueError``) for
 a bad value or a request over the limits, :class:`ServiceTypeError`, :class:`ServiceAuthError` (401).
-Prompt templates are checked here as the service checks them (:func:`grogu.apps.serve.wire.check_template`):
+Prompt templates are checked here as the service checks them (:func:`grogu.rerank.remote.wire.check_template`):
 a placeholder the service would refuse is a ValueError when the client is made.
 
 Where they live: :mod:`.utility_client` (RemoteScorer), :mod:`.metric_clients` (the other metrics), and

@@ -31,7 +31,7 @@ from .feeds import AppendFeed, SlotFeed
 from .kvcache import SLOT_MASKS, attention_kind, slot_layers
 from .prefill import PrefilledBatch
 
-logger = logging.getLogger("grogu.engine")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ APIs (``api=``):
   Influence and ΔSePer need generations only and work. The tokenizer is optional there: without one,
   documents are not cut to the context window (the server's own error says when a prompt does not
   fit), answer tokens are the strings the server returns (their ids are
-  :data:`~grogu.runtime.engine.types.UNKNOWN_TOKEN_ID`), and the entropy's tail correction is ``"min"`` unless
+  :data:`~grogu.core.types.UNKNOWN_TOKEN_ID`), and the entropy's tail correction is ``"min"`` unless
   ``vocab_size`` is given. An empty answer (the end-of-turn token first) has no statistics a chat API
   returns, and scoring it is an error.
 
@@ -122,7 +122,7 @@ def no_teacher_forcing(target: str, api: str, what: str) -> str:
         why = (
             "llama-server returns no prompt log-probabilities, and teacher forcing through a token-id grammar "
             "was switched off (grammar_forcing=False). Leave grammar_forcing at its default to turn it on "
-            "(see grogu.inference_server.llama_server)"
+            "(see grogu.runtime.inference_server.llama_server)"
         )
     else:
         why = "a chat API returns log-probabilities of the tokens it generates only, no prompt log-probabilities"

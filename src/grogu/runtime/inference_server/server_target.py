@@ -240,11 +240,11 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
 
     def _check_prompts(self, prompts: Sequence[Any]) -> list[Any]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-            raise TypeError("prompts must be a list of prompts (render them with grogu.prompts.PromptBuilder)")
+            raise TypeError("prompts must be a list of prompts (render them with grogu.core.prompts.PromptBuilder)")
         if self.api in CHAT_APIS:
             if not all(isinstance(p, ChatPrompt) for p in prompts):
                 raise TypeError(
-                    f"a ServerTarget with api={self.api!r} takes grogu.prompts.ChatPrompt messages (the server "
+                    f"a ServerTarget with api={self.api!r} takes grogu.core.prompts.ChatPrompt messages (the server "
                     "applies the chat template); PromptBuilder.for_target(target, ...) renders them"
                 )
             return list(prompts)

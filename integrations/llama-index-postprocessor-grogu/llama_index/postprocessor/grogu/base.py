@@ -67,7 +67,7 @@ class GroguRerank(SharedSettings, BaseNodePostprocessor):
     ``metadata["grogu"]``, both hidden from the LLM prompt. Which mode to pick: the package README.
 
     Every setting is a field (``GroguRerank.model_fields`` lists them with their descriptions). Those
-    LangChain's GroguRetriever has too are declared once, in ``grogu.integration_settings``.
+    LangChain's GroguRetriever has too are declared once, in ``grogu.apps.integration_settings``.
     The mode's settings are one ``grogu.ModeSettings`` (``settings``). Each of its settings may also
     be given by name (``mode="fusion", weight=0.4``); a name given replaces the value in ``settings``.
     An unknown argument is a ``pydantic.ValidationError``. A bad value is a ``ValueError`` (a
@@ -121,7 +121,7 @@ class GroguRerank(SharedSettings, BaseNodePostprocessor):
     @field_validator(*FIELD_CHECKS, mode="before")
     @classmethod
     def _check_field(cls, value: Any, info: ValidationInfo) -> Any:
-        """grogu's own check of the field (grogu.checks): the same error as in grogu."""
+        """grogu's own check of the field (grogu.core.checks): the same error as in grogu."""
         return FIELD_CHECKS[info.field_name](value)
 
     def model_post_init(self, context: Any, /) -> None:

@@ -1,7 +1,7 @@
 """Influence logging: after a query, how much each source node shaped the answer that was given.
 
 For a response with source nodes 1..k and answer A, the Influence Score of node i (DocImpact,
-``grogu.influence``) is IS_i = cos(F(G(i)), F(A)) - cos(F(G(all but i)), F(A)), with G the target
+``grogu.metrics.influence``) is IS_i = cos(F(G(i)), F(A)) - cos(F(G(all but i)), F(A)), with G the target
 LLM's greedy answer from the given nodes and F a sentence-embedding model. Higher = more influence.
 
 Two ways to hook it into LlamaIndex, both writing ``source_nodes[i].metadata["influence"]`` and one
@@ -15,8 +15,8 @@ record per query to every sink (the Python logger, a JSONL file, an in-memory li
 - :class:`GroguInfluenceCallbackHandler`, for the legacy ``CallbackManager`` (``CBEventType.QUERY``).
 
 The records, the sinks, timing, failures and where the work runs are grogu's
-(:mod:`grogu.influence_log`, shared with the LangChain integration; the record schema is documented
-in :mod:`grogu.influence_record`). In a synchronous query the scores are computed before ``query()`` returns (or on grogu's
+(:mod:`grogu.observe.influence_log`, shared with the LangChain integration; the record schema is documented
+in :mod:`grogu.observe.influence_record`). In a synchronous query the scores are computed before ``query()`` returns (or on grogu's
 worker thread with ``background=True``; ``flush()`` waits). Inside a running event loop (``aquery``)
 they are computed in a task that does not block the loop; ``await handler.aflush()`` waits for them.
 """
@@ -36,8 +36,8 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.query import QueryEndEvent
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from grogu import influence_log
 from grogu.metrics.influence import DEFAULT_MAX_NEW_TOKENS
+from grogu.observe import influence_log
 from grogu.observe.influence_record import AnsweredQuery, grogu_utility
 from grogu.observe.sinks import CallableSink, JSONLSink, ListSink, LoggerSink
 from grogu.observe.sinks import as_sink as _as_sink
@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 def as_sink(sink: Any) -> Any:
     """None -> log on ``llama_index.postprocessor.grogu.influence``; a Logger; a JSONL path; a list; an
-    object with ``write(record)``; or a callable (see :func:`grogu.sinks.as_sink`)."""
+    object with ``write(record)``; or a callable (see :func:`grogu.observe.sinks.as_sink`)."""
     return _as_sink(sink, logger)
 
 
@@ -196,7 +196,7 @@ class _RecorderAccess:
         self.recorder.record_response(query, response)
 
     def flush(self, timeout: Optional[float] = None) -> None:
-        """Wait for background records (see :meth:`grogu.influence_log.InfluenceRecorder.flush`)."""
+        """Wait for background records (see :meth:`grogu.observe.influence_log.InfluenceRecorder.flush`)."""
         self.recorder.flush(timeout)
 
     async def aflush(self) -> None:
@@ -210,7 +210,7 @@ class GroguInfluenceHandler(_RecorderAccess, BaseEventHandler):
 
     Args (keyword-only but ``model``; the same names as LangChain's ``InfluenceCallbackHandler``):
         model: the target LLM (as for :class:`GroguRerank`: name/path, grogu Engine, (model, tokenizer)
-            pair or HuggingFaceLLM), a ready ``grogu.influence.InfluenceScorer``, or the shared scoring
+            pair or HuggingFaceLLM), a ready ``grogu.metrics.influence.InfluenceScorer``, or the shared scoring
             service: its URL (``grogu serve``; its ``--embedder`` is used) or a ``grogu.RemoteInfluenceScorer``.
         embedder: sentence-embedding model F: 'all-minilm-l6-v2' (packaged, default), a path/hub id, a
             SentenceTransformer or a LlamaIndex HuggingFaceEmbedding (its model is reused).
@@ -225,7 +225,7 @@ class GroguInfluenceHandler(_RecorderAccess, BaseEventHandler):
         background: in synchronous queries, compute on grogu's worker thread instead of before
             ``query()`` returns (``flush()`` waits).
         metadata_mode: which metadata the LLM reads with each node's text (default ``MetadataMode.LLM``).
-        max_new_tokens, template, device, dtype: as for ``grogu.influence.InfluenceScorer``.
+        max_new_tokens, template, device, dtype: as for ``grogu.metrics.influence.InfluenceScorer``.
         method: "exact" (2k + 1 generations; default), "ablation" (ContextCite-style estimate from
             ``n_ablations`` random ablations; no per-document answers in the record) or "auto"
             (ablation above 12 nodes when it is cheaper); forward-only, generating nothing since the
@@ -233,11 +233,11 @@ class GroguInfluenceHandler(_RecorderAccess, BaseEventHandler):
             node, nats; k + 1 forward passes) or "contextcite" (ContextCite's LASSO weights from
             ``n_ablations`` masks, default 64). The record's ``method`` says which made it; forward-only
             records have ``logprobs`` (log P(answer | each scored context)) and ``embedder`` None.
-            See ``grogu.influence.InfluenceScorer`` and the README's "which method when".
+            See ``grogu.metrics.influence.InfluenceScorer`` and the README's "which method when".
         n_ablations, seed: the number of random ablations (default: 32 for "ablation"/"auto", 64 for
             "contextcite") and the seed of their masks.
 
-    The record schema is :mod:`grogu.influence_record`'s (``framework`` "llama_index"; ``run_id`` the
+    The record schema is :mod:`grogu.observe.influence_record`'s (``framework`` "llama_index"; ``run_id`` the
     query's span id, ``metadata`` its instrument tags).
     """
 

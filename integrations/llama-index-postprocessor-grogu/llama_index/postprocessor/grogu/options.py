@@ -23,7 +23,7 @@ def callback_manager(value: Any) -> Any:
 
 
 #: each LlamaIndex-only field's check, given the value before pydantic reads it (the settings both
-#: integrations share carry grogu's checks in grogu.integration_settings)
+#: integrations share carry grogu's checks in grogu.apps.integration_settings)
 FIELD_CHECKS: Dict[str, Callable[[Any], Any]] = {"callback_manager": callback_manager}
 
 

@@ -1,5 +1,5 @@
 """GroguRerank's OpenTelemetry span (``grogu.rerank``, OpenInference's reranker attributes; see
-:mod:`grogu.tracing`): LlamaIndex nodes as the span's documents. The span is a child of the current
+:mod:`grogu.observe.tracing`): LlamaIndex nodes as the span's documents. The span is a child of the current
 OpenTelemetry span, which under OpenInference's LlamaIndexInstrumentor is the postprocessor's own span."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from grogu import tracing
+from grogu.observe import tracing
 from grogu.observe.influence_record import grogu_utility
 
 

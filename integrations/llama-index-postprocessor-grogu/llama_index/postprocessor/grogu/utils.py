@@ -1,5 +1,5 @@
 """Helpers shared by the reranker and the influence handlers: which target LLM to score with, and
-which text of a node that LLM reads. (The grogu service in place of a model: :mod:`grogu.scorer_factory`.)"""
+which text of a node that LLM reads. (The grogu service in place of a model: :mod:`grogu.rerank.factory`.)"""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def resolve_engine(model: Any, device: Optional[str] = None, dtype: Optional[str
     name/path/hub id, a loaded ``(model, tokenizer)`` pair, a LlamaIndex ``HuggingFaceLLM`` whose
     model and tokenizer are reused (no second copy is loaded), a ``grogu.ServerTarget``, or an
     ``OpenAILike`` / ``OpenAI`` LLM pointing at an OpenAI-compatible server (scored through that server,
-    :func:`grogu.inference_server.target_from_llm`; the OpenAI API and Ollama are grounded-only targets:
+    :func:`grogu.runtime.inference_server.target_from_llm`; the OpenAI API and Ollama are grounded-only targets:
     ``metric="ppl"``, their default, or ``"entropy"``).
     """
     if isinstance(model, Target):  # a grogu Engine or ServerTarget
