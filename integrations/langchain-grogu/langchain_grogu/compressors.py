@@ -9,8 +9,9 @@ GROGU (Hua et al.; see ``grogu.metrics``) is the target LLM's confidence in the 
 from a context: minus the mean entropy (nats) of the answer's key tokens by default, so higher is better.
 The rerank mode (``grogu.ModeSettings``) says what is scored: candidate contexts of ``top_n`` documents
 (context, the default) or each document alone (document, fusion, prune). ``metadata["relevance_score"]``
-is the document's score in that mode, where LangChain's rerankers put theirs; ``score_scale="probability"``
-puts it, and ``threshold``, in [0, 1] (:mod:`grogu.metrics.scales`).
+is the document's score in that mode, where LangChain's rerankers put theirs, in [0, 1] as theirs is
+(``score_scale="probability"``, the default here; :mod:`grogu.metrics.scales`). ``metadata["grogu"]`` keeps
+the utility; ``score_scale="utility"`` puts it, and ``threshold``, on the utility's own scale.
 
 Give the chain's prompt as ``qa_prompt``: the documents are then scored on what the LLM reads. Without it,
 the context mode scores LlamaIndex's QA prompt (``grogu.core.prompts.RAG_QA_TEMPLATE``) and warns.

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.prompts.chat import BaseChatPromptTemplate
@@ -23,7 +23,7 @@ from grogu.apps.integration_settings import SharedSettings, checked
 from grogu.core.checks import check_alpha, check_fraction, check_top_n
 from grogu.core.prompts import RAG_QA_TEMPLATE
 from grogu.metrics import ALPHA, TOP_K_FRAC
-from grogu.metrics.scales import utility_threshold
+from grogu.metrics.scales import check_score_scale, utility_threshold
 from grogu.rerank import ModeSettings, split_settings
 from grogu.rerank.factory import Scorer, build_scorer, remote_target
 from grogu.rerank.scorer import DEFAULT_MAX_NEW_TOKENS
@@ -71,6 +71,9 @@ class GroguScoring(SharedSettings):
     """Variable of ``qa_prompt`` that receives the question."""
     relevance_key: str | None = None
     """Metadata key holding the retriever's relevance score (fusion); None: the retrieval order."""
+    score_scale: Annotated[Literal["utility", "probability"], checked(check_score_scale)] = "probability"
+    """Scale of ``metadata['relevance_score']`` and of ``threshold``: 'probability' (default: in [0, 1], as
+    LangChain's rerankers give it; the utility stays in ``metadata['grogu']``) or 'utility' (unbounded)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 

@@ -71,7 +71,8 @@ class SharedSettings(BaseModel):
     score_scale: Annotated[Literal["utility", "probability"], checked(check_score_scale)] = Field(
         default="utility",
         description="Scale of the per-document score and of threshold: 'utility' (unbounded) or 'probability' "
-        "(in [0, 1], the same order; grogu.metrics.scales).",
+        "(in [0, 1], the same order; grogu.metrics.scales). LangChain's classes default to 'probability', the "
+        "scale of relevance_score there.",
     )
     on_error: Annotated[Literal["raise", "passthrough"], checked(check_choice, "on_error", choices=ON_ERROR)] = Field(
         default="raise",

@@ -41,21 +41,27 @@ def test_order_and_scores_equal_utility_scorer(llm, documents, reference):
 def test_top_n_and_threshold(llm, documents, reference):
     query, ranked = reference
     scores = [r.score for r in ranked]
-    threshold = scores[len(scores) // 2]  # keeps the better half (ties included)
+    threshold = scores[len(scores) // 2]  # keeps the better half (ties included), on the utility's scale
     expect_ids = [documents[r.index].id for r in ranked]
 
     top3 = GroguCompressor(model=llm, top_n=3, max_new_tokens=N, mode="document").compress_documents(documents, query)
     assert [d.id for d in top3] == expect_ids[:3]
 
-    above = GroguCompressor(model=llm, top_n=None, threshold=threshold, max_new_tokens=N, mode="document")
+    above = GroguCompressor(
+        model=llm, top_n=None, threshold=threshold, max_new_tokens=N, mode="document", score_scale="utility"
+    )
     kept = above.compress_documents(documents, query)
     assert [d.id for d in kept] == [documents[r.index].id for r in ranked if r.score >= threshold]
     assert 0 < len(kept) < len(documents)
 
-    both = GroguCompressor(model=llm, top_n=2, threshold=threshold, max_new_tokens=N, mode="document")
+    both = GroguCompressor(
+        model=llm, top_n=2, threshold=threshold, max_new_tokens=N, mode="document", score_scale="utility"
+    )
     assert [d.id for d in both.compress_documents(documents, query)] == [d.id for d in kept][:2]
 
-    nothing = GroguCompressor(model=llm, top_n=None, threshold=scores[0] + 1.0, max_new_tokens=N, mode="document")
+    nothing = GroguCompressor(
+        model=llm, top_n=None, threshold=scores[0] + 1.0, max_new_tokens=N, mode="document", score_scale="utility"
+    )
     assert nothing.compress_documents(documents, query) == []
 
 
@@ -69,7 +75,7 @@ def test_metadata_kept_and_added_inputs_untouched(llm, documents, reference):
         assert doc.id == original.id and doc.page_content == original.page_content
         assert {k: v for k, v in doc.metadata.items() if k not in (METADATA_KEY, RELEVANCE_KEY)} == original.metadata
         info = doc.metadata[METADATA_KEY]
-        assert doc.metadata[RELEVANCE_KEY] == info["score"]  # the document mode's score: its utility
+        assert doc.metadata[RELEVANCE_KEY] == info["probability"]  # the document mode's score, in [0, 1]
         assert info["rank"] == rank and info["index"] == r.index
         assert info["metric"] == "key_entropy" and info["confidence"] == pytest.approx(-info["score"])
         assert set(info["variants"]) == set(METRICS)  # every metric, the paper's four included

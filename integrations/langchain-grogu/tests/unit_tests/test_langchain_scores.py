@@ -46,7 +46,7 @@ def test_relevance_score_is_the_score_of_the_chosen_mode(llm, engine, base, quer
     texts = [d.page_content for d in base.invoke(query)]
     scorer = UtilityScorer(engine, max_new_tokens=N)
 
-    out = _pipeline(base, model=llm, top_n=None, mode="document").invoke(query)
+    out = _pipeline(base, model=llm, top_n=None, mode="document", score_scale="utility").invoke(query)
     expected = scorer.rerank(query, texts, top_n=None, mode="document")
     assert [d.page_content for d in out] == [texts[r.index] for r in expected]
     assert [d.metadata[RELEVANCE_KEY] for d in out] == [d.metadata[METADATA_KEY]["score"] for d in out]
@@ -59,20 +59,29 @@ def test_relevance_score_is_the_score_of_the_chosen_mode(llm, engine, base, quer
     assert [d.metadata[RELEVANCE_KEY] for d in fused] == [d.metadata[METADATA_KEY]["fused_score"] for d in fused]
     assert all(0.0 <= d.metadata[RELEVANCE_KEY] <= 1.0 for d in fused)
 
-    context = _pipeline(base, model=llm, top_n=3, mode="context").invoke(query)
+    context = _pipeline(base, model=llm, top_n=3, mode="context", score_scale="utility").invoke(query)
     shared = context[0].metadata[METADATA_KEY]["context"]["score"]
     assert len(context) == 3 and all(d.metadata[RELEVANCE_KEY] == shared for d in context)
 
-    pruned = _pipeline(base, model=llm, top_n=None, mode="prune").invoke(query)
+    pruned = _pipeline(base, model=llm, top_n=None, mode="prune", score_scale="utility").invoke(query)
     assert 0 < len(pruned) <= K
     assert all(d.metadata[RELEVANCE_KEY] == d.metadata[METADATA_KEY]["score"] for d in pruned)
+
+    # the default scale: in [0, 1], as LangChain's rerankers give it; the utility stays in metadata["grogu"]
+    default = _pipeline(base, model=llm, top_n=None, mode="document").invoke(query)
+    assert [d.page_content for d in default] == [d.page_content for d in out]
+    assert [d.metadata[RELEVANCE_KEY] for d in default] == pytest.approx(
+        [probability("key_entropy", r.score) for r in expected], abs=1e-6
+    )
+    assert all(0.0 < d.metadata[RELEVANCE_KEY] <= 1.0 for d in default)
+    assert [d.metadata[METADATA_KEY]["score"] for d in default] == pytest.approx([r.score for r in expected], abs=1e-6)
 
 
 def test_retriever_writes_relevance_score_sync_async_and_keeps_a_previous_one(llm, base, query):
     retriever = GroguRetriever(base_retriever=base, model=llm, top_n=3, max_new_tokens=N, mode="document")
     out = retriever.invoke(query)
     assert len(out) == 3 and [d.metadata[RELEVANCE_KEY] for d in out] == [
-        d.metadata[METADATA_KEY]["score"] for d in out
+        d.metadata[METADATA_KEY]["probability"] for d in out
     ]
     one = retriever.invoke(query, top_n=1)  # per-call top_n: the best of the same ranking
     assert [d.page_content for d in one] == [out[0].page_content]
@@ -88,7 +97,7 @@ def test_retriever_writes_relevance_score_sync_async_and_keeps_a_previous_one(ll
     for d in again:
         original = docs[d.metadata[METADATA_KEY]["index"]]
         assert d.metadata[METADATA_KEY]["previous_relevance_score"] == original.metadata[RELEVANCE_KEY]
-        assert d.metadata[RELEVANCE_KEY] == d.metadata[METADATA_KEY]["score"]
+        assert d.metadata[RELEVANCE_KEY] == d.metadata[METADATA_KEY]["probability"]
 
 
 def test_probability_scale_bounds_scores_and_thresholds(llm, base, query):

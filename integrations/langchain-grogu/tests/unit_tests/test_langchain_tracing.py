@@ -27,6 +27,7 @@ from openinference.semconv.trace import (
 )
 from opentelemetry.trace import StatusCode
 
+from grogu.metrics.scales import probability  # noqa: E402
 from grogu.observe import tracing
 
 N, K = 8, 4
@@ -77,7 +78,7 @@ def test_rerank_and_influence_spans_in_a_chain(vectorstore, llm, paragraphs, exp
     expected = retriever.scorer.rerank(query, grogu_documents(retrieved, None), top_n=3, mode="document")
     outputs = documents(a, OUTPUTS)
     assert [d[ID] for d in outputs] == [retrieved[r.index].id for r in expected]
-    assert [d[SCORE] for d in outputs] == pytest.approx([r.score for r in expected], abs=1e-5)
+    assert [d[SCORE] for d in outputs] == pytest.approx([probability(r.metric, r.score) for r in expected], abs=1e-5)
     assert list(a["grogu.output.utility"]) == pytest.approx([r.score for r in expected], abs=1e-5)
     assert list(a["grogu.output.index"]) == [r.index for r in expected]
     meta = json.loads(outputs[0][METADATA])
