@@ -179,6 +179,7 @@ def test_the_shipped_default_is_the_incumbent_and_keep_must_beat_it():
     lose = [_record(i, [True, False, False, False]) for i in range(12)]  # switching loses; SHIPPED never switches
     kept = choose(lose, settings=grid_)
     assert kept.settings == SHIPPED and kept.evidence["cross_validation"]["wins"] == 0  # keep ties it: it stays
+    assert kept.decision == "default"
     capped = choose(win, settings=grid_, max_cost=1.2)  # the default costs 5.5x here: keep is the incumbent
     assert capped.evidence["incumbent"] == setting_name(KEEP) and capped.settings == KEEP
     assert choose(win, settings=grid_, incumbent="keep").evidence["incumbent"] == setting_name(KEEP)

@@ -3,7 +3,8 @@
 The file is JSON. It holds the :class:`ModeSettings` fields, and what they were fitted to: the model's
 name, a hash of the prompt (:func:`prompt_hash`), ``top_n`` and the answer budget. It also holds the
 evidence: how many questions, the wins and losses on the cross-validation's held-out folds, the sign
-test's p, and the decision (``"tuned"``, or ``"keep"``: the retriever's order).
+test's p, and the decision: ``"tuned"`` (a setting that beat the shipped default), ``"default"`` (the
+shipped default stays) or ``"keep"`` (the retriever's order).
 
 Every front end takes the file where it takes settings (``settings="grogu-tuned.json"``):
 ``UtilityScorer.rerank``, ``GroguRerank``, ``GroguCompressor``, ``GroguRetriever``, ``RemoteScorer`` and
@@ -28,7 +29,7 @@ FORMAT = "grogu-tuned-settings"
 #: the file format's version this code reads and writes
 VERSION = 1
 #: what a tuned file decides: the fitted settings, or the retriever's order kept
-DECISIONS = ("tuned", "keep")
+DECISIONS = ("tuned", "default", "keep")
 
 
 class TunedSettingsWarning(UserWarning):
@@ -69,7 +70,7 @@ class TunedSettings:
 
     settings: the rerank settings to use. model: the model's name it was fitted on. prompt_hash: the
     hash of its QA prompt (:func:`prompt_hash`). top_n: documents kept. max_new_tokens: the answer
-    budget. decision: ``"tuned"`` or ``"keep"``. evidence: the tuning's figures (n, folds, wins,
+    budget. decision: ``"tuned"``, ``"default"`` or ``"keep"``. evidence: the tuning's figures (n, folds, wins,
     losses, p, cost), kept as written."""
 
     settings: ModeSettings

@@ -165,7 +165,8 @@ def tune(
     max_cost: the most a setting may cost on average, relative to the plain answer (None: no cap).
     folds: cross-validation folds (at most one per two questions). incumbent: the setting a challenger must
     beat, ``"shipped"`` (the shipped default) or ``"keep"`` (the retriever's order; the first rule).
-    Returns the chosen :class:`grogu.rerank.tuned.TunedSettings` (``decision="keep"`` where nothing paid).
+    Returns the chosen :class:`grogu.rerank.tuned.TunedSettings`: ``decision`` is ``"tuned"`` where a setting
+    beat the incumbent, else ``"default"`` (the shipped default stays) or ``"keep"`` (the retriever's order).
     """
     from .choose import choose
     from .report import write_report

@@ -194,7 +194,7 @@ def choose(
     p_one = one_sided_p(wins, losses)
     adopt = wins > losses and p_one <= GUARD_P
     chosen = pick(out, rows, max_cost, base) if adopt else base
-    decision = "tuned" if chosen != 0 else "keep"
+    decision = "keep" if chosen == 0 else "default" if chosen == shipped else "tuned"
     sw = sum(f.shipped_wins for f in result_folds)
     sl = sum(f.shipped_losses for f in result_folds)
     kw = sum(out.correct[held[r]][r] and not out.correct[0][r] for r in rows)
