@@ -255,37 +255,6 @@ def test_a_tuned_settings_file_reranks_in_the_service_as_in_process(remote, loca
     assert [r.index for r in got] == [0, 1] and got[0].gate.candidates == 1
 
 
-def test_the_cohere_clients_rerank_through_the_service_as_in_process(service, model_dir, local):
-    """The light twin of tests/test_serve_compat.py (heavy): the real Cohere SDK (v2 and v1) and
-    langchain-cohere's ``CohereRerank``, unchanged, against ``/v2/rerank`` and ``/v1/rerank`` of this tiny
-    model's service. Each gets the in-process rerank's documents, in order, with its scores in [0, 1]."""
-    import os
-
-    cohere = pytest.importorskip("cohere")
-    pytest.importorskip("langchain_cohere")
-    from langchain_cohere import CohereRerank
-    from langchain_core.documents import Document
-
-    from grogu.metrics.scales import probability
-
-    name = os.path.basename(model_dir)  # the served model's name, as a client passes it
-    texts = [d if isinstance(d, str) else d["text"] if isinstance(d, dict) else d.text for d in DOCS]
-    want = grogu.UtilityScorer(local.target).rerank(QUERY, texts, top_n=2)  # the service's defaults
-    scores = [probability(r.metric, r.score) for r in want]
-    got = cohere.ClientV2(api_key=TOKEN, base_url=service).rerank(model=name, query=QUERY, documents=texts, top_n=2)
-    assert [r.index for r in got.results] == [r.index for r in want]
-    assert [r.relevance_score for r in got.results] == pytest.approx(scores, abs=TOL)
-    assert all(0.0 <= r.relevance_score <= 1.0 for r in got.results)
-    got = cohere.Client(api_key=TOKEN, base_url=service).rerank(model=name, query=QUERY, documents=texts, top_n=2)
-    assert [r.document.text for r in got.results] == [texts[r.index] for r in want]
-    with pytest.raises(cohere.errors.UnauthorizedError):
-        cohere.ClientV2(api_key="wrong", base_url=service).rerank(model=name, query=QUERY, documents=texts)
-    reranker = CohereRerank(base_url=service, cohere_api_key=TOKEN, model=name, top_n=2)
-    docs = reranker.compress_documents([Document(page_content=t) for t in texts], QUERY)
-    assert [d.page_content for d in docs] == [texts[r.index] for r in want]
-    assert [d.metadata["relevance_score"] for d in docs] == pytest.approx(scores, abs=TOL)
-
-
 def test_concurrent_async_requests_share_engine_batches(service, remote, local):
     queries = [f"{QUERY} ({i})" for i in range(8)]
 
@@ -1086,6 +1055,39 @@ def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, loc
     assert stats["batches"] - before >= 12 + 3  # the heavy request took at least 12 engine calls
     assert stats["max_call_tokens"] <= 100  # no call held more than one heavy slice
     assert max(light) < out["heavy_s"] / 3, (light, out["heavy_s"])
+
+
+def test_the_cohere_clients_rerank_through_the_service_as_in_process(service, model_dir, local):
+    """The light twin of tests/test_serve_compat.py (heavy): the real Cohere SDK (v2 and v1) and
+    langchain-cohere's ``CohereRerank``, unchanged, against ``/v2/rerank`` and ``/v1/rerank`` of this tiny
+    model's service. Each gets the in-process rerank's documents, in order, with its scores in [0, 1].
+    After the heavy-request test: these calls use the service's answer budget, and that test reads the
+    largest engine call since the service started."""
+    import os
+
+    cohere = pytest.importorskip("cohere")
+    pytest.importorskip("langchain_cohere")
+    from langchain_cohere import CohereRerank
+    from langchain_core.documents import Document
+
+    from grogu.metrics.scales import probability
+
+    name = os.path.basename(model_dir)  # the served model's name, as a client passes it
+    texts = [d if isinstance(d, str) else d["text"] if isinstance(d, dict) else d.text for d in DOCS]
+    want = grogu.UtilityScorer(local.target).rerank(QUERY, texts, top_n=2)  # the service's defaults
+    scores = [probability(r.metric, r.score) for r in want]
+    got = cohere.ClientV2(api_key=TOKEN, base_url=service).rerank(model=name, query=QUERY, documents=texts, top_n=2)
+    assert [r.index for r in got.results] == [r.index for r in want]
+    assert [r.relevance_score for r in got.results] == pytest.approx(scores, abs=TOL)
+    assert all(0.0 <= r.relevance_score <= 1.0 for r in got.results)
+    got = cohere.Client(api_key=TOKEN, base_url=service).rerank(model=name, query=QUERY, documents=texts, top_n=2)
+    assert [r.document.text for r in got.results] == [texts[r.index] for r in want]
+    with pytest.raises(cohere.errors.UnauthorizedError):
+        cohere.ClientV2(api_key="wrong", base_url=service).rerank(model=name, query=QUERY, documents=texts)
+    reranker = CohereRerank(base_url=service, cohere_api_key=TOKEN, model=name, top_n=2)
+    docs = reranker.compress_documents([Document(page_content=t) for t in texts], QUERY)
+    assert [d.page_content for d in docs] == [texts[r.index] for r in want]
+    assert [d.metadata["relevance_score"] for d in docs] == pytest.approx(scores, abs=TOL)
 
 
 @pytest.mark.heavy  # waits for Ray to replace a killed replica and reload its model
