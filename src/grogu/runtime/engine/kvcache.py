@@ -15,6 +15,17 @@ It writes in one of two ways:
   the first ``limit`` slots (the whole buffer when ``limit`` is None), the decode loop's mask saying
   which of them each row sees. Nothing in this path reads a number back to the host, so a decode step
   can be captured in a CUDA graph.
+
+What the engine relies on in transformers, all named in this module:
+
+- ``transformers.DynamicCache`` (:func:`new_cache`): made empty, with ``config=`` where its constructor
+  takes one; its ``update(keys, values, layer)``, ``batch_repeat_interleave(n)`` and ``layers`` list,
+  which :func:`reserve` rewrites in place;
+- ``transformers.cache_utils.DynamicLayer``: its ``keys`` / ``values`` ([batch, heads, seq, dim]) and the
+  methods :class:`ReservedLayer` overrides (``update``, ``get_seq_length``, ``reset``, ``crop``,
+  ``batch_select_indices``, ``batch_repeat_interleave``);
+- the model's ``forward`` keyword for the cache: ``cache`` (transformers 5.24) or ``past_key_values``
+  (:func:`forward_with_cache`); and ``logits_to_keep``.
 """
 
 from __future__ import annotations
@@ -24,7 +35,16 @@ import inspect
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+_CACHE_TAKES_CONFIG = "config" in inspect.signature(DynamicCache.__init__).parameters
+
+
+def new_cache(model: Any) -> DynamicCache:
+    """An empty ``DynamicCache`` for ``model`` (given its config where this transformers takes one)."""
+    return DynamicCache(config=model.config) if _CACHE_TAKES_CONFIG else DynamicCache()
+
 
 #: attention implementations whose 4-D masks the decode loop writes for a slot cache (a boolean mask for
 #: SDPA, an additive float one for eager attention); a model with another keeps its rows one length

@@ -18,14 +18,13 @@ query's other candidates keep its first documents in place, so they continue the
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import torch
 
 from .config import EngineConfig
-from .kvcache import SLOT_MASKS, ReservedLayer, attention_kind, forward_with_cache, reserve
+from .kvcache import SLOT_MASKS, DynamicLayer, ReservedLayer, attention_kind, forward_with_cache, new_cache, reserve
 from .prefixtree import PrefixGroup, common_prefix, prefix_groups
 
 
@@ -73,20 +72,15 @@ class PrefixPrefill:
     """
 
     def __init__(self, model: Any, pad_token_id: int) -> None:
-        from transformers import DynamicCache
-
         self.model = model
         self.device = next(model.parameters()).device
         self.pad_token_id = pad_token_id
         self.encoded_tokens = 0
-        self._cache_takes_config = "config" in inspect.signature(DynamicCache.__init__).parameters
         self._stackable: bool | None = None  # found on first use (it takes a forward pass)
         self.retained: list[_StoredPrefix] = []  # prompts kept for later calls, the latest last
 
     def _new_cache(self):
-        from transformers import DynamicCache
-
-        return DynamicCache(config=self.model.config) if self._cache_takes_config else DynamicCache()
+        return new_cache(self.model)
 
     @property
     def stackable(self) -> bool:
@@ -99,8 +93,6 @@ class PrefixPrefill:
         model whose attention implementation takes no 4-D mask (flash attention: only 'sdpa' and
         'eager' do), as the decode loop writes each row's slots and masks itself."""
         if self._stackable is None:
-            from transformers.cache_utils import DynamicLayer
-
             cache = self._new_cache()
             with torch.inference_mode():
                 forward_with_cache(
