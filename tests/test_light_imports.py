@@ -71,10 +71,18 @@ def test_the_metric_results_are_one_class_under_each_name():
     assert attribution.ForwardData is results.ForwardData
 
 
-def test_the_metrics_package_knows_its_modules():
-    """``grogu.metrics`` imports a module named after it as that module; its list is the package's own."""
-    import pkgutil
-
+def test_a_package_gives_its_table_names_and_its_modules():
+    """``grogu.metrics`` and ``grogu.rerank`` (one table each, PEP 562): a name of the table is the object of
+    the module it comes from; a module's name imports that module; anything else is an AttributeError."""
     import grogu.metrics as metrics
+    import grogu.rerank as rerank
+    from grogu.metrics import grogu as family
+    from grogu.metrics import scales
+    from grogu.rerank import settings
 
-    assert set(metrics._SUBMODULES) == {m.name for m in pkgutil.iter_modules(metrics.__path__)}
+    assert metrics.key_entropy is family.key_entropy and metrics.ALPHA == family.ALPHA
+    assert rerank.ModeSettings is settings.ModeSettings and rerank.DEFAULT_TOP_N == settings.DEFAULT_TOP_N
+    assert scales.__name__ == "grogu.metrics.scales" and set(metrics.__all__) <= set(dir(metrics))
+    for package in (metrics, rerank):
+        with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+            package.nonsense  # noqa: B018

@@ -9,16 +9,75 @@ client (:mod:`.remote`: the scorer's interface over HTTP, so it stands where the
 the core, runtime and metrics layers only.
 """
 
-from .settings import *  # noqa: F401,F403 - the old module grogu.rerank is this package
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def __getattr__(name: str):
-    """Every other name of the old module ``grogu.rerank`` (its constants and helpers), from :mod:`.settings`."""
-    import importlib
+from ..core.exports import lazy_names
 
-    if name.startswith("__"):
-        raise AttributeError(name)
-    try:
-        return getattr(importlib.import_module(f"{__name__}.settings"), name)
-    except AttributeError:
-        raise AttributeError(f"module 'grogu.rerank' has no attribute {name!r}") from None
+if TYPE_CHECKING:  # what static tools see; at run time each name is imported from .settings on first use
+    from .settings import (  # noqa: F401
+        ANSWER_STYLES,
+        DEFAULT_CONFIDENCE_WEIGHT,
+        DEFAULT_CONTEXT_METRIC,
+        DEFAULT_FAMILY,
+        DEFAULT_GATE,
+        DEFAULT_GATE_CONFIDENCE,
+        DEFAULT_GATE_ENTROPY_CHANGE,
+        DEFAULT_GATE_SUPPORT,
+        DEFAULT_MARGIN,
+        DEFAULT_MAX_NEW_TOKENS,
+        DEFAULT_MODE,
+        DEFAULT_RULE,
+        DEFAULT_SUPPORT_WEIGHT,
+        DEFAULT_TOP_N,
+        DEFAULT_WEIGHT,
+        MODES,
+        ModeOverrides,
+        ModeSettings,
+        Selection,
+        decide,
+        doubt,
+        gate_reading,
+        gated,
+        grounded_choice,
+        mode_of,
+        plan,
+        plan_size,
+        split_settings,
+        verdict,
+    )
+
+#: the names of the old module ``grogu.rerank`` (its settings, rules and defaults), from :mod:`.settings`
+__all__ = [
+    "ModeSettings",
+    "ModeOverrides",
+    "split_settings",
+    "Selection",
+    "plan",
+    "grounded_choice",
+    "gated",
+    "gate_reading",
+    "doubt",
+    "verdict",
+    "decide",
+    "plan_size",
+    "mode_of",
+    "MODES",
+    "DEFAULT_MODE",
+    "DEFAULT_TOP_N",
+    "ANSWER_STYLES",
+    "DEFAULT_MAX_NEW_TOKENS",
+    "DEFAULT_FAMILY",
+    "DEFAULT_WEIGHT",
+    "DEFAULT_MARGIN",
+    "DEFAULT_RULE",
+    "DEFAULT_CONFIDENCE_WEIGHT",
+    "DEFAULT_SUPPORT_WEIGHT",
+    "DEFAULT_GATE",
+    "DEFAULT_GATE_SUPPORT",
+    "DEFAULT_GATE_CONFIDENCE",
+    "DEFAULT_GATE_ENTROPY_CHANGE",
+    "DEFAULT_CONTEXT_METRIC",
+]
+__getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(__all__, ".settings"))
