@@ -14,12 +14,27 @@ until grogu 0.3.0: see :mod:`._moved`.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._moved import MOVED, install
 from .core.exports import lazy_names
 
 install()
+
+if TYPE_CHECKING:  # what static tools see; at run time each name is imported on first use
+    from grogu.apps.tune import tune  # noqa: F401
+    from grogu.core.prompts import Document, PromptTemplate, TruncationWarning  # noqa: F401
+    from grogu.core.results import ContextScore, DocumentScore, GateVerdict, LayoutChoice  # noqa: F401
+    from grogu.core.types import Generation, TokenStats  # noqa: F401
+    from grogu.core.version import __version__  # noqa: F401
+    from grogu.metrics.grogu import ALPHA, DEFAULT_METRIC, METRICS, TOP_K_FRAC  # noqa: F401
+    from grogu.rerank.remote.client import RemoteInfluenceScorer, RemoteScorer  # noqa: F401
+    from grogu.rerank.scorer import UtilityScorer, standard_layouts  # noqa: F401
+    from grogu.rerank.settings import ModeSettings  # noqa: F401
+    from grogu.rerank.tuned import TunedSettings, load_tuned  # noqa: F401
+    from grogu.runtime.engine import Engine, EngineConfig, get_engine  # noqa: F401
+    from grogu.runtime.inference_server import ServerCapabilityError, ServerError, ServerTarget  # noqa: F401
+    from grogu.runtime.models import DEFAULT_MODEL, load_model  # noqa: F401
 
 #: the public names and the module each comes from
 _EXPORTS = {
