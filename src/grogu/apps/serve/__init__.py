@@ -6,7 +6,21 @@ and are named here too, imported on first use; Ray is imported by the server sid
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...core.exports import lazy_names
+
+if TYPE_CHECKING:  # what static tools see; at run time each name is imported on first use
+    from grogu.rerank.remote import is_url  # noqa: F401
+    from grogu.rerank.remote.client import RemoteACUScorer, RemoteInfluenceScorer, RemoteScorer, RemoteSePerScorer  # noqa: F401
+    from grogu.rerank.remote.transport import (  # noqa: F401
+        ServiceAuthError,
+        ServiceError,
+        ServiceTypeError,
+        ServiceUnavailable,
+        ServiceValueError,
+        Transport,
+    )
 
 #: the client's names, as this package has always offered them
 _CLIENT = {

@@ -1,7 +1,15 @@
 """The target LLM behind an inference server (vLLM, SGLang, llama.cpp; grounded-only through a chat API:
 OpenAI, Ollama): :class:`ServerTarget`."""
 
+from typing import TYPE_CHECKING
+
 from ...core.exports import lazy_names
+
+if TYPE_CHECKING:  # what static tools see; at run time each name is imported on first use
+    from .apis import APIS, choose_api  # noqa: F401
+    from .frameworks import sampling_differences, server_connection, target_from_llm  # noqa: F401
+    from .server_target import ServerCapabilityError, ServerError, ServerTarget  # noqa: F401
+    from .topk import DEFAULT_TAIL, TAILS, topk_entropy  # noqa: F401
 
 __getattr__, __dir__ = lazy_names(
     __name__,
