@@ -26,7 +26,13 @@ Steps (one local Ray, one Serve application with ONE replica of 1 CPU; torch on 
 6. ``--scenario memory``: four authorised requests of ``--oversized-mb`` MB at once (one document that
    large, a valid JSON body): their status codes, and the replica's resident memory before and at its
    peak while they are in flight (sampled every 20 ms).
-``--scenario`` takes a comma-separated list of load, fairness, memory (default: load).
+7. ``--scenario sustained``: ``--sustained-clients`` clients (default 4) for ``--minutes`` (default 10),
+   each cycling through /score, /rerank and /v2/rerank, small (``--docs`` documents) and large (four
+   times as many) in turn. Every /score answer is checked against the reference; a rerank must keep
+   documents it was given. Reported: requests per second, p50 / p99 latency, errors by kind, and the
+   replica's resident memory at the start (after a minute of this load), the middle and the end,
+   sampled every 5 s. Growth over 5 % from the start to the end counts as a leak.
+``--scenario`` takes a comma-separated list of load, fairness, memory, sustained (default: load).
 Prints one JSON object with every figure (and writes it to ``--json`` when given).
 """
 
@@ -291,6 +297,83 @@ def oversized(url: str, n: int, megabytes: int) -> dict:
     }
 
 
+def sustained(url: str, items, ref, clients: int, minutes: float, max_new_tokens: int) -> dict:
+    """Mixed load for ``minutes``: see step 7 of the module docstring."""
+    import psutil
+
+    proc = psutil.Process(replica_pid(url))
+    large = [(q, d + [x for _, other in items[i + 1 : i + 4] for x in other]) for i, (q, d) in enumerate(items)]
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+    warm_up, total = 60.0, 60.0 + minutes * 60
+    start = time.perf_counter()
+    memory: list[tuple[float, int]] = []
+
+    def client(c: int) -> None:
+        remote = RemoteScorer(url, max_new_tokens=max_new_tokens, retries=0)
+        j = 0
+        while time.perf_counter() - start < total:
+            i = (c + j) % len(items)
+            route, big = ("score", "rerank", "v2")[j % 3], (j // 3) % 2 == 1
+            q, docs = large[i] if big else items[i]
+            t0 = time.perf_counter()
+            try:
+                if route == "score":
+                    got = remote.score(q, docs)
+                    if not big:
+                        check(got, ref.results[i])
+                elif route == "rerank":
+                    kept = remote.rerank(q, docs, top_n=2)
+                    assert kept and all(0 <= r.index < len(docs) for r in kept)
+                else:
+                    texts = [d["text"] for d in docs]
+                    r = httpx.post(f"{url}/v2/rerank", json={"query": q, "documents": texts, "top_n": 2}, timeout=300)
+                    r.raise_for_status()
+                    assert all(0 <= x["index"] < len(texts) for x in r.json()["results"])
+                ok = True
+            except Exception as exc:  # noqa: BLE001 - every failure is counted by kind
+                ok = False
+                with lock:
+                    errors[f"{route}: {type(exc).__name__}"] = errors.get(f"{route}: {type(exc).__name__}", 0) + 1
+            elapsed = time.perf_counter() - t0
+            with lock:
+                if ok and t0 - start >= warm_up:
+                    latencies.append(elapsed)
+                    counts[route] = counts.get(route, 0) + 1
+            j += 1
+
+    def sample() -> None:
+        while time.perf_counter() - start < total:
+            memory.append((time.perf_counter() - start, proc.memory_info().rss))
+            time.sleep(5)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    threads.append(threading.Thread(target=sample))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    window = [(t, rss) for t, rss in memory if t >= warm_up]
+    first, middle, last = window[0][1], window[len(window) // 2][1], window[-1][1]
+    lat = np.array(latencies)
+    return {
+        "clients": clients,
+        "minutes_measured": minutes,
+        "requests": int(len(lat)),
+        "by_route": counts,
+        "req_per_s": round(len(lat) / (minutes * 60), 3),
+        "p50_s": round(float(np.percentile(lat, 50)), 3),
+        "p99_s": round(float(np.percentile(lat, 99)), 3),
+        "mean_s": round(float(lat.mean()), 3),
+        "errors": errors,
+        "replica_rss_mb_start_middle_end": [round(first / 2**20, 1), round(middle / 2**20, 1), round(last / 2**20, 1)],
+        "replica_rss_growth_pct": round(100 * (last - first) / first, 2),
+        "leak_over_5pct": (last - first) / first > 0.05,
+    }
+
+
 class Reference:
     def __init__(self, scorer: grogu.UtilityScorer, items) -> None:
         self.scorer, self.max_new_tokens = scorer, scorer.max_new_tokens
@@ -346,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heavy-docs", type=int, default=16, help="fairness: documents per heavy request")
     p.add_argument("--heavy-tokens", type=int, default=500, help="fairness: answer tokens of the heavy requests")
     p.add_argument("--oversized-mb", type=int, default=50, help="memory: size of each oversized request (MB)")
+    p.add_argument("--minutes", type=float, default=10.0, help="sustained: minutes measured (after one of warm-up)")
+    p.add_argument("--sustained-clients", type=int, default=4, help="sustained: concurrent clients")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     args = p.parse_args(argv)
 
@@ -416,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
                     url, items, ref, args.clients, args.requests, args.heavy_docs, args.heavy_tokens, heavy
                 )
                 print(json.dumps({name: figures[name]}), file=sys.stderr, flush=True)
+        if "sustained" in scenarios:
+            figures["sustained"] = sustained(url, items, ref, args.sustained_clients, args.minutes, args.max_new_tokens)
+            print(json.dumps({"sustained": figures["sustained"]}), file=sys.stderr, flush=True)
         if "load" in scenarios:
             figures["service"] = load(url, items, ref, args.clients, args.requests)
             print(json.dumps({"service": figures["service"]}), file=sys.stderr, flush=True)

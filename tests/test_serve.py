@@ -379,6 +379,22 @@ def test_client_retries_then_fails_clearly():
         RemoteScorer("localhost:8000")
 
 
+def test_cpu_linear_reaches_the_replicas_engine(model_dir):
+    """``grogu serve --cpu-linear default`` (ServeConfig.cpu_linear): the replica's engine runs PyTorch's own
+    linear kernels, which keep a long-running replica's memory flat (docs/benchmarks.md)."""
+    import dataclasses
+
+    from grogu.apps.cli.arguments import build_parser
+    from grogu.apps.serve.cli import config_kwargs
+    from grogu.apps.serve.config import ServeConfig
+    from grogu.apps.serve.replica_work import ReplicaWork
+
+    kwargs = config_kwargs(build_parser().parse_args(["serve", "--cpu-linear", "default"]))
+    assert kwargs["cpu_linear"] == "default" and ServeConfig().cpu_linear == "auto"
+    work = ReplicaWork(dataclasses.asdict(ServeConfig(model=model_dir, device="cpu", cpu_linear="default")))
+    assert work.engine.config.cpu_linear == "default"
+
+
 def test_a_metric_not_given_keeps_the_scorers_own():
     """The integrations pass metric=None when the user named none: a RemoteScorer given as the model keeps
     its own metric then (no request is made: the service is not running)."""

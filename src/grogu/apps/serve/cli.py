@@ -62,6 +62,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "scored in several calls, taking turns with the others (default %(default)s)",
     )
     p.add_argument(
+        "--cpu-linear",
+        choices=("auto", "onednn", "default"),
+        default=ServeConfig.default("cpu_linear"),
+        help="the CPU kernels of the model's linear layers: 'default' keeps a long-running replica's memory "
+        "flat; oneDNN's ('auto' picks them where faster) grow under sustained load (default %(default)s)",
+    )
+    p.add_argument(
         "--batch-wait-ms",
         type=float,
         default=1000 * ServeConfig.default("batch_wait_s"),
@@ -183,6 +190,7 @@ def config_kwargs(args: argparse.Namespace) -> dict:
         nli=args.nli,
         stats_pids=args.stats_pids,
         health_stall_s=args.health_stall_s,
+        cpu_linear=args.cpu_linear,
         **{name: getattr(args, name) for name, _, _ in ServeConfig.size_limits()},
     )
 

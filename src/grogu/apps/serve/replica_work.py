@@ -34,7 +34,7 @@ class ReplicaWork:
         c = self.config
         set_replica_token(c.token)
         set_replica_limits(max_body_bytes=c.max_body_bytes, body_timeout_s=c.body_timeout_s)
-        self.engine = get_engine(c.model, device=c.device, dtype=c.dtype)
+        self.engine = get_engine(c.model, device=c.device, dtype=c.dtype, cpu_linear=c.cpu_linear)
         self._scorers: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._embedder: Any = None
         self._nli: Any = None
