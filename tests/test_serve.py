@@ -1109,50 +1109,17 @@ def test_the_cohere_clients_rerank_through_the_service_as_in_process(service, mo
 @pytest.mark.parametrize("examples", [20, pytest.param(200, marks=pytest.mark.heavy)])
 def test_every_route_fuzzed_from_its_schema_gets_no_server_error(service, remote, local, examples):
     """schemathesis reads the service's own OpenAPI schema and generates requests for every route, valid
-    and not. None may get a status of 500 or more, every 4xx has the documented body (``detail``, the same
-    ``message``, ``error``), none takes over 30 s, and the service still answers as in process afterwards. After the tests that read the service's
-    statistics: these requests go up to its limits."""
-    import collections
-    import time
+    and not (grogu_research.fuzz). None may get a status of 500 or more, every 4xx has the documented body
+    (``detail``, the same ``message``, ``error``), none takes over 30 s, and the service still answers as in
+    process afterwards. After the tests that read the service's statistics: these requests go up to its limits."""
+    pytest.importorskip("schemathesis")
+    from grogu_research.fuzz import fuzz_routes
 
-    schemathesis = pytest.importorskip("schemathesis")
-    from hypothesis import HealthCheck, Phase, given, settings
-
-    schema = schemathesis.openapi.from_dict(httpx.get(f"{service}/openapi.json").json())
-    statuses: dict = collections.defaultdict(collections.Counter)
-    bad = []
-    for operation in schema.get_all_operations():
-        op = operation.ok()
-
-        @settings(
-            max_examples=examples,
-            deadline=None,
-            database=None,
-            phases=[Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        )
-        @given(case=op.as_strategy())
-        def call(case):
-            start = time.perf_counter()
-            response = case.call(base_url=service, headers=AUTH, timeout=60)
-            seconds = time.perf_counter() - start
-            statuses[op.label][response.status_code] += 1
-            if response.status_code >= 500 or seconds > 30:
-                bad.append((op.label, response.status_code, round(seconds, 1), response.text[:200]))
-            elif response.status_code >= 400:  # the documented error shape
-                body = response.json()
-                if not (
-                    isinstance(body.get("detail"), str) and body.get("message") == body["detail"] and body.get("error")
-                ):
-                    bad.append((op.label, response.status_code, "error shape", response.text[:200]))
-
-        call()
-    assert not bad, bad
-    assert {"/rerank", "/v1/rerank", "/v2/rerank", "/score", "/seper", "/acu", "/influence"} <= {
-        label.split()[1] for label in statuses
-    }
-    ok = sum(c[200] for c in statuses.values())  # some generated requests are valid and scored
-    assert ok >= 5 and sum(sum(c.values()) for c in statuses.values()) >= 10 * examples
+    out = fuzz_routes(service, AUTH, examples)
+    assert not out.failures, out.failures
+    routes = {label.split()[1] for label in out.statuses}
+    assert {"/rerank", "/v1/rerank", "/v2/rerank", "/score", "/seper", "/acu", "/influence"} <= routes
+    assert out.count(200) >= 5 and out.requests >= 10 * examples  # some generated requests are valid and scored
     same(remote.score(QUERY, DOCS[:1])[0], local.score(QUERY, DOCS[:1])[0])  # the service is still right
 
 
