@@ -21,11 +21,13 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from grogu.runtime.engine.config import LINEAR_BACKENDS  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=200)
-    ap.add_argument("--linear", default="auto", choices=("auto", "onednn", "default"))
+    ap.add_argument("--linear", default="auto", choices=LINEAR_BACKENDS)
     ap.add_argument("--trim", action="store_true")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")

@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 
+from ...runtime.engine.config import LINEAR_BACKENDS
 from ...runtime.models import DEFAULT_MODEL
 from .config import app_name, model_names
 
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cpu-linear",
-        choices=("auto", "onednn", "default"),
+        choices=LINEAR_BACKENDS,
         default=ServeConfig.default("cpu_linear"),
         help="the CPU kernels of the model's linear layers: 'default' keeps a long-running replica's memory "
         "flat; oneDNN's ('auto' picks them where faster) grow under sustained load (default %(default)s)",
