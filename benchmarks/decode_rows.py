@@ -21,6 +21,7 @@ import time
 import torch
 
 from grogu import Engine
+from grogu.runtime.engine.kvcache import forward_with_cache
 from grogu.runtime.models import DEFAULT_MODEL
 
 
@@ -31,14 +32,15 @@ def step_ms(engine: Engine, rows: int, positions: int, steps: int) -> float:
     model = engine.model
     ids = torch.randint(100, 20_000, (rows, positions), device=engine.device)
     cache = DynamicCache()
-    model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    forward_with_cache(model, cache, input_ids=ids, use_cache=True, logits_to_keep=1)
     token = torch.randint(100, 20_000, (rows, 1), device=engine.device)
     times = []
     for i in range(steps + 2):  # the first two warm up
         t0 = time.perf_counter()
-        model(
+        forward_with_cache(
+            model,
+            cache,
             input_ids=token,
-            past_key_values=cache,
             use_cache=True,
             position_ids=torch.full((rows, 1), positions + i, device=engine.device),
         )

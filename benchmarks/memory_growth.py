@@ -4,7 +4,8 @@ the engine's own? (``serve_load.py --scenario sustained`` found it.)
 Mixed /score-like and /rerank-like calls on SQuAD items (2 and 8 documents, 8 answer tokens) through one
 in-process ``UtilityScorer`` for ``--seconds``, the process's RSS and Python's object count every 20 s.
 ``--linear`` sets the engine's ``cpu_linear`` (``auto``, ``onednn`` or ``default``); ``--trim`` calls glibc's
-``malloc_trim`` after each call.
+``malloc_trim`` after each call. ``--shapes any`` passes every row count to oneDNN as it comes (what the
+engine did before it bounded them: ``grogu.runtime.engine.kernels.row_shapes``).
 
     GROGU_SHARED_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/memory_growth.py --linear default
 """
@@ -29,6 +30,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=200)
     ap.add_argument("--linear", default="auto", choices=LINEAR_BACKENDS)
     ap.add_argument("--trim", action="store_true")
+    ap.add_argument("--shapes", default="bounded", choices=("bounded", "any"))
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     import psutil
@@ -36,7 +38,10 @@ def main() -> None:
     from serve_load import work_items
 
     import grogu
+    from grogu.runtime.engine import kernels
 
+    if args.shapes == "any":
+        kernels.EXACT_ROWS = 10**9
     torch.set_num_threads(1)
     items = work_items(40, 2)
     large = [(q, d + [x for _, o in items[i + 1 : i + 4] for x in o]) for i, (q, d) in enumerate(items)]

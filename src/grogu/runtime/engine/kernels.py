@@ -165,11 +165,51 @@ def _reorder_op() -> Any | None:
     return getattr(torch.ops.mkldnn, "_reorder_linear_weight", None) if op is not None else None
 
 
+#: oneDNN calls see at most these row counts: 1..EXACT_ROWS as they are, more rows in chunks of
+#: CHUNK_ROWS with the last chunk padded to a multiple of ROW_STEP (see :func:`row_shapes`)
+EXACT_ROWS, ROW_STEP, CHUNK_ROWS = 64, 16, 256
+
+
+def row_shapes(rows: int) -> list[tuple[int, int]]:
+    """How :func:`onednn_linear` cuts an input of ``rows`` rows: (rows taken, rows oneDNN sees) per call.
+
+    oneDNN builds and caches a primitive per input shape and layer shape (up to 1,024 of them), each
+    holding 0.6 MB (a few rows) to 5 MB (a thousand rows) whatever the weight's size. A serving process
+    sees a new row count with almost every prompt, so its memory grew for hours (+35 % in ten minutes:
+    ``docs/service.md``). Here a layer sees at most 76 row counts: decode steps (up to 64 rows) run as
+    they are; a longer input runs in chunks of 256 rows, its last chunk padded to a multiple of 16."""
+    if rows <= EXACT_ROWS:
+        return [(rows, rows)]
+    out = [(CHUNK_ROWS, CHUNK_ROWS)] * (rows // CHUNK_ROWS)
+    rest = rows % CHUNK_ROWS
+    if rest:
+        out.append((rest, rest if rest <= EXACT_ROWS else -(-rest // ROW_STEP) * ROW_STEP))
+    return out
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, W, bias)`` by oneDNN on ``weight`` (W or its packed copy), through a bounded set of
+    input shapes (:func:`row_shapes`). Each output row is computed from its input row alone, so cutting
+    and padding change no row beyond float32 rounding."""
+    op = torch.ops.mkldnn._linear_pointwise
+    rows = x.numel() // max(x.shape[-1], 1)
+    if rows <= EXACT_ROWS or rows == CHUNK_ROWS:
+        return op(x, weight, bias, "none", [], "")
+    flat, outs, start = x.reshape(rows, x.shape[-1]), [], 0
+    for take, size in row_shapes(rows):
+        chunk = flat[start : start + take]
+        if size > take:
+            chunk = torch.cat([chunk, chunk.new_zeros(size - take, chunk.shape[1])])
+        outs.append(op(chunk, weight, bias, "none", [], "")[:take])
+        start += take
+    return torch.cat(outs).reshape(*x.shape[:-1], -1)
+
+
 def _bound_forward(weight: torch.Tensor):
     def forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():  # oneDNN's op has no backward: a caller that needs gradients gets the original
             return torch.nn.functional.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, "none", [], "")
+        return onednn_linear(x, weight, self.bias)
 
     return forward
 
