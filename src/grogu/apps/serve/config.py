@@ -50,8 +50,7 @@ class ServeConfig:
     nli: Optional[str] = None  # NLI model for ΔSePer (none: /seper answers 422)
     stats_pids: bool = False  # /stats shows the replica's process id (benchmarks kill it)
     health_stall_s: float = 120.0  # /health is 503 while one engine slice has run this long (a stuck worker)
-    #: the engine's CPU linear kernels (EngineConfig.cpu_linear): "default" keeps a long-running replica's
-    #: memory flat; oneDNN's ("auto" picks it where faster) grows under sustained load (docs/benchmarks.md)
+    #: the engine's CPU linear kernels (EngineConfig.cpu_linear): "auto", "onednn" or "default"
     cpu_linear: str = "auto"
 
     #: the limits, with the option of each (what /info lists and the 413 messages name)
