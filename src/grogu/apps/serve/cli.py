@@ -50,6 +50,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-replica", type=float, default=0.0, help="GPUs per replica (fractions share a GPU)")
     p.add_argument("--cpus-per-replica", type=float, default=1.0, help="CPUs per replica (default 1)")
     p.add_argument(
+        "--max-replicas-per-node",
+        type=POSITIVE_INT,
+        default=None,
+        help="spread replicas over a cluster's nodes (1: one per node, so a lost node loses one replica)",
+    )
+    p.add_argument(
+        "--proxy-location",
+        choices=("EveryNode", "HeadOnly"),
+        default="EveryNode",
+        help="where Ray Serve runs HTTP proxies (default EveryNode; HeadOnly: one proxy, on the head node)",
+    )
+    p.add_argument(
         "--max-batch-size",
         type=POSITIVE_INT,
         default=ServeConfig.default("max_batch_size"),
@@ -66,8 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--cpu-linear",
         choices=LINEAR_BACKENDS,
         default=ServeConfig.default("cpu_linear"),
-        help="the CPU kernels of the model's linear layers: 'default' keeps a long-running replica's memory "
-        "flat; oneDNN's ('auto' picks them where faster) grow under sustained load (default %(default)s)",
+        help="the CPU kernels of the model's linear layers: oneDNN's or PyTorch's 'default'; 'auto' picks "
+        "oneDNN where it measures faster (default %(default)s)",
     )
     p.add_argument(
         "--batch-wait-ms",
@@ -224,12 +236,13 @@ def start(args: argparse.Namespace) -> list[tuple[str, str]]:
         else:
             ray.init(num_cpus=args.num_cpus, include_dashboard=False)
     serve.start(
+        proxy_location=args.proxy_location,
         http_options=http_options(
             args.host,
             args.port,
             request_timeout_s=args.request_timeout_s,
             keep_alive_timeout_s=args.keep_alive_timeout_s,
-        )
+        ),
     )
     urls = []
     for model, name in zip(models, names):
@@ -239,6 +252,7 @@ def start(args: argparse.Namespace) -> list[tuple[str, str]]:
             num_replicas=args.replicas,
             min_replicas=args.min_replicas,
             max_replicas=args.max_replicas,
+            max_replicas_per_node=args.max_replicas_per_node,
             num_cpus=args.cpus_per_replica,
             num_gpus=args.gpus_per_replica,
         )

@@ -301,14 +301,19 @@ def build_app(
     num_cpus: float = 1,
     num_gpus: float = 0,
     max_ongoing_requests: Optional[int] = None,
+    max_replicas_per_node: Optional[int] = None,
 ) -> Any:
     """The Ray Serve application of one model. ``min_replicas``/``max_replicas`` turn on autoscaling
     (instead of a fixed ``num_replicas``); ``num_gpus`` / ``num_cpus`` are per replica (fractions share
-    a device). ``max_ongoing_requests`` (default 4 x max_batch_size) must let a batch fill."""
+    a device). ``max_ongoing_requests`` (default 4 x max_batch_size) must let a batch fill.
+    ``max_replicas_per_node`` spreads the replicas over a cluster's nodes (1: one per node, so losing
+    a node loses one replica)."""
     options: dict[str, Any] = {
         "ray_actor_options": {"num_cpus": num_cpus, "num_gpus": num_gpus},
         "max_ongoing_requests": max_ongoing_requests or max(4 * config.max_batch_size, 16),
     }
+    if max_replicas_per_node is not None:
+        options["max_replicas_per_node"] = max_replicas_per_node
     if min_replicas is not None or max_replicas is not None:
         low = 1 if min_replicas is None else min_replicas
         options["autoscaling_config"] = {
