@@ -144,6 +144,9 @@ def two_node_service(
     from .testing import free_port
 
     env = proxy_environment(max_body_bytes=config.max_body_bytes, header_timeout_s=header_timeout_s)
+    # the proxy would send every request to the replica on its own node while that one keeps up: spread
+    # them, so that the lost node's replica has requests in flight
+    env["RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING"] = "0"
     with two_node_cluster(cpus_per_node=cpus_per_node, env=env) as nodes:
         port = free_port()
         try:
@@ -347,4 +350,76 @@ def node_loss_load(
         "events_s": events,
         "seconds": round(time.monotonic() - start, 1),
         "wrong": wrong,
+    }
+
+
+def _lines(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def score_with_node_loss(
+    nodes: TwoNodes,
+    argv: list[str],
+    out: str,
+    *,
+    kill_after_records: int,
+    rejoin_after_s: float = 5.0,
+    timeout: float = 900.0,
+    on_event: Callable[[str], None] | None = None,
+) -> dict:
+    """``grogu score`` with ``argv`` (``--ray`` on this cluster, writing ``out``) in a thread; when ``out``
+    holds ``kill_after_records`` records the worker node is killed, and ``rejoin_after_s`` later a new
+    one joins. When the run fails it is run again, which resumes from the records written (a run still
+    going ``timeout`` seconds after the kill is reported as such, and not run again beside itself).
+    Returns what happened, with times."""
+    from grogu.apps.cli import main
+
+    start = time.monotonic()
+    events: dict[str, float] = {}
+
+    def note(what: str) -> None:
+        events[what] = round(time.monotonic() - start, 2)
+        if on_event:
+            on_event(f"{events[what]:7.1f} s  {what}")
+
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["exit"] = main(argv)
+        except BaseException as exc:  # noqa: BLE001 - the run's failure is the measurement
+            result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    while thread.is_alive() and _lines(out) < kill_after_records:
+        time.sleep(0.1)
+    records_at_kill = _lines(out)
+    killed = thread.is_alive()
+    if killed:
+        pids = nodes.kill_worker_node()
+        note(f"killed the worker node at {records_at_kill} records ({len(pids)} processes)")
+        time.sleep(rejoin_after_s)
+        nodes.rejoin()
+        note("a new worker node joined")
+    thread.join(timeout)
+    first = {"finished": not thread.is_alive(), **result}
+    note("the first run " + ("ended" if first["finished"] else f"had not ended after {timeout} s"))
+    resumed = None
+    if first["finished"] and "error" in first:
+        before = _lines(out)
+        rc = main(argv)  # a crashed or stuck run: the rerun keeps the records written and scores the rest
+        resumed = {"records_kept": before, "exit": rc}
+        note("the resumed run ended")
+    return {
+        "killed": killed,
+        "records_at_kill": records_at_kill,
+        "first_run": first,
+        "resumed_run": resumed,
+        "events_s": events,
+        "seconds": round(time.monotonic() - start, 1),
     }
