@@ -1,7 +1,7 @@
 """The light entry points load no tensor code: each is imported in a fresh interpreter, which must not
 load torch, transformers or numpy. These are the modules a process imports that never runs a model: the
 service's client, the integrations' shared settings (``EngineConfig`` included), a server target until its
-first request, the service's HTTP proxy, and the package itself."""
+first request (made, it sends none), the service's HTTP proxy, and the package itself."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ LIGHT = [
     ),
     (
         "ServerTarget",
-        "from grogu.runtime.inference_server import ServerTarget, APIS, topk_entropy;"
-        "from grogu.runtime.inference_server import server_target, requests, next_token",
+        "from grogu.runtime.inference_server import ServerTarget, APIS, APIS_BY_NAME, ServerAPI, topk_entropy;"
+        "from grogu.runtime.inference_server import server_target, requests, next_token, apis, connecting;"
+        "ServerTarget('http://127.0.0.1:9/v1', 'm', api='vllm', tokenizer='t')",  # made, not connected
     ),
     ("proxy", "import grogu.apps.serve.proxy"),
     (

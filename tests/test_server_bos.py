@@ -80,9 +80,9 @@ def test_one_bos_and_the_in_process_statistics(server, target, reference):
     grounded, ungrounded = builder.grounded_ids(QUERY, [Document(DOC)]), builder.ungrounded_ids(QUERY)
     assert leading(grounded, bos) == leading(ungrounded, bos) == 1  # the template renders the BOS token
     gen = target.generate([grounded], BUDGET)[0]
-    assert target._server_bos is True  # decided on the first token of the server's reading
+    assert target.server_api.prompts.server_bos is True  # decided on the first token of the server's reading
     # what the server reads: the text sent gives grogu's ids, one BOS; the whole prompt's text would give two
-    assert server_tokens(server, target._prompt_text(grounded)) == grounded
+    assert server_tokens(server, target.server_api.prompts.text(grounded)) == grounded
     whole = server_tokens(server, target.tokenizer.decode(grounded, skip_special_tokens=False))
     assert leading(whole, bos) == 2
     # the greedy answer is llama.cpp's to the same ids (a token-id prompt gets no BOS added in process)

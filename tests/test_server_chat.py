@@ -351,7 +351,7 @@ def test_the_hosted_openai_api_is_a_chat_target_without_a_request():
     assert target.capabilities == {"generate"}  # no teacher forcing: grounded-only
     assert isinstance(target, Target) and target.stop_token_ids == [] and target.max_context_tokens is None
     assert target.tokenizer is None and target.vocab_size is None and target.tail == "min"
-    body = target._chat_body(ChatPrompt("Who wrote Hamlet?", "Be brief."), 7, None, 3)
+    body = target.server_api.body(ChatPrompt("Who wrote Hamlet?", "Be brief."), 7, None, 3)
     assert body["max_completion_tokens"] == 7 and "max_tokens" not in body and "repeat_penalty" not in body
     assert body["messages"] == [
         {"role": "system", "content": "Be brief."},

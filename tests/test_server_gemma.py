@@ -109,8 +109,10 @@ def test_the_served_model_reads_the_intended_prompt(server, target, reference):
     for p in prompts:
         fresh(server)
         gens.append(target.generate([p], BUDGET)[0])
-    assert target._server_bos is True  # the server adds a BOS itself: the text leaves the prompt's out
-    assert not target._prompt_text(prompts[0]).startswith("<bos>")
+    assert (
+        target.server_api.prompts.server_bos is True
+    )  # the server adds a BOS itself: the text leaves the prompt's out
+    assert not target.server_api.prompts.text(prompts[0]).startswith("<bos>")
     stops = set(target.stop_token_ids)
     worst_g = worst_t = 0.0
     for prompt, gen in zip(prompts, gens):

@@ -113,23 +113,25 @@ def test_told_by_its_version_route(server, target):
     """api="auto" takes Ollama from /api/version; a Modelfile that bends greedy answers is named once."""
     assert (target.api, target.backend) == ("ollama", "ollama")
     with pytest.warns(UserWarning, match="presence_penalty=1.5, repeat_penalty=1.5"):
-        ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, retries=0)
+        ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, retries=0).connect()
     kept, server.modelfile = server.modelfile, {"temperature": 0.7, "repeat_penalty": 1.5, "repeat_last_n": 0}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no penalty window: nothing to name
-            ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, retries=0)
+            ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, retries=0).connect()
     finally:
         server.modelfile = kept
     assert target.grounded_only and target.takes_messages and target.capabilities == {"generate"}
     server.version = "0.12.10"  # before log-probabilities came to /api/chat
     try:
         with pytest.raises(ServerCapabilityError, match="0.12.11"):
-            ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, retries=0)
+            ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, retries=0).connect()
     finally:
         server.version = "0.33.0"
-    with pytest.raises(ValueError, match="top_logprobs"):
-        ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=21, retries=0)
+    with pytest.raises(ValueError, match="top_logprobs"):  # told when the API is: on connecting
+        ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, top_logprobs=21, retries=0).connect()
+    with pytest.raises(ValueError, match="top_logprobs"):  # a named API: when the target is made
+        ServerTarget(server.url, tokenizer=grogu.DEFAULT_MODEL, api="ollama", top_logprobs=21)
     with pytest.raises(ValueError, match="needs an Ollama server"):  # no request is sent there
         ServerTarget("https://api.openai.com/v1", "gpt-4o-mini", api="ollama")
 

@@ -745,11 +745,11 @@ def test_llama_server_chat_route_sends_every_neutral_field(llama_server, tokeniz
     (server-common.cpp, oaicompat_chat_params_parse copies them): all sent neutral. Any other chat API
     gets the OpenAI penalties at 0."""
     target = ServerTarget(llama_server.url, api="chat", retries=0)
-    body = target._chat_body(ChatPrompt("Where?"), 5, None, None)
+    body = target.server_api.body(ChatPrompt("Where?"), 5, None, None)
     assert {k: body[k] for k in NEUTRAL} == NEUTRAL and (body["temperature"], body["top_k"]) == (0.0, 1)
     other = _Stub("library")  # Ollama
     try:
-        body = ServerTarget(other.url, api="chat", retries=0)._chat_body(ChatPrompt("Where?"), 5, None, None)
+        body = ServerTarget(other.url, api="chat", retries=0).server_api.body(ChatPrompt("Where?"), 5, None, None)
         assert (body["presence_penalty"], body["frequency_penalty"], body["top_p"]) == (0.0, 0.0, 1.0)
         assert "samplers" not in body and "repeat_penalty" not in body
     finally:
@@ -761,8 +761,9 @@ def test_llama_server_model_name_without_a_tokenizer_falls_back_to_chat():
     one from it, says so and scores through the chat API (grounded-only)."""
     stub = _Stub("llamacpp", id="qwen2.5-7b-instruct-q4_k_m.gguf")
     try:
+        target = ServerTarget(stub.url, retries=0)  # no request yet: the API is told on connecting
         with pytest.warns(UserWarning, match="Pass tokenizer="):
-            target = ServerTarget(stub.url, retries=0)
-        assert target.api == "chat" and target.backend == "llama-server" and target.grounded_only
+            assert target.api == "chat"
+        assert target.backend == "llama-server" and target.grounded_only
     finally:
         stub.close()

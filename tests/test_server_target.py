@@ -394,27 +394,30 @@ def test_log_probabilities_do_not_depend_on_k(server, target, served_scores):
 
 
 def test_server_down_is_a_clear_error():
+    """Making the target sends nothing; its first use says the server is not there."""
+    target = ServerTarget(
+        f"http://127.0.0.1:{testing.free_port()}",
+        model="m",
+        tokenizer=grogu.DEFAULT_MODEL,
+        retries=1,
+        backoff=0.01,
+        timeout=2,
+    )
+    assert target.requests_sent == 0 and target.http.clients_made == 0
     with pytest.raises(ServerError, match="cannot reach the LLM server"):
-        ServerTarget(
-            f"http://127.0.0.1:{testing.free_port()}",
-            model="m",
-            tokenizer=grogu.DEFAULT_MODEL,
-            retries=1,
-            backoff=0.01,
-            timeout=2,
-        )
+        target.generate([[1, 2, 3]], 2)
 
 
 def test_unknown_model_is_a_clear_error(server):
     with pytest.raises(ValueError, match="does not serve model 'no-such-model'"):
-        ServerTarget(server.url, model="no-such-model", tokenizer=grogu.DEFAULT_MODEL, retries=0)
+        ServerTarget(server.url, model="no-such-model", tokenizer=grogu.DEFAULT_MODEL, retries=0).connect()
 
 
 def test_wrong_api_key_is_a_clear_error():
     testing.require_llama_cpp()
     with testing.LlamaCppServer(api_key="right-key") as srv:
         with pytest.raises(ServerError, match="refused the API key"):
-            ServerTarget(srv.url, tokenizer=grogu.DEFAULT_MODEL, api_key="wrong-key", retries=0)
+            ServerTarget(srv.url, tokenizer=grogu.DEFAULT_MODEL, api_key="wrong-key", retries=0).connect()
         ok = ServerTarget(srv.url, tokenizer=grogu.DEFAULT_MODEL, api_key="right-key", retries=0)
         assert ok.model_name == grogu.DEFAULT_MODEL
 

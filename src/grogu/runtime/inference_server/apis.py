@@ -4,14 +4,14 @@ APIs (``api=``):
 
 - ``"vllm"``: vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts,
   ``return_tokens_as_token_ids`` and ``prompt_logprobs`` (start vLLM with ``--max-logprobs`` at least
-  ``top_logprobs``); bodies and parsing in :mod:`grogu.runtime.inference_server.requests`.
+  ``top_logprobs``). Details: :mod:`grogu.runtime.inference_server.vllm`.
 - ``"sglang"``: SGLang's native ``/generate`` endpoint: token-id prompts, greedy decoding with every
   sampling field sent neutral, each token's top-k with ids, and teacher forcing through its prompt
   log-probabilities (``logprob_start_len``). Its OpenAI completions API returns no prompt
   log-probabilities. Not verified against a real SGLang server. Details: :mod:`grogu.runtime.inference_server.sglang`.
 - ``"llama-cpp"``: llama-cpp-python's server (``python -m llama_cpp.server``, ``logits_all`` on, its
   default): text prompts (the special tokens are parsed by the server), ``echo`` with ``logprobs``
-  for the prompt's log-probabilities.
+  for the prompt's log-probabilities. Details: :mod:`grogu.runtime.inference_server.llama_cpp`.
 - ``"llama-server"``: llama.cpp's own ``llama-server`` through its native ``/completion`` endpoint:
   token-id prompts, greedy decoding with every sampler field sent neutral, each token's top-k with ids.
   It returns no prompt log-probabilities. So grogu teacher-forces an answer through a token-id grammar
@@ -35,7 +35,7 @@ APIs (``api=``):
   fit), answer tokens are the strings the server returns (their ids are
   :data:`~grogu.core.types.UNKNOWN_TOKEN_ID`), and the entropy's tail correction is ``"min"`` unless
   ``vocab_size`` is given. An empty answer (the end-of-turn token first) has no statistics a chat API
-  returns, and scoring it is an error.
+  returns, and scoring it is an error. Details: :mod:`grogu.runtime.inference_server.chat`.
 
 ``api="auto"`` (:func:`choose_api`) takes ``"vllm"``, ``"llama-cpp"``, ``"llama-server"`` or ``"sglang"``
 when ``/v1/models`` names vLLM, llama-cpp-python, llama.cpp's ``llama-server`` (``"llamacpp"``) or SGLang as
@@ -44,16 +44,40 @@ the owner. Another owner gets one ``/api/version`` request: ``"ollama"`` when Ol
 ``api="chat"`` given explicitly still reaches SGLang's chat API (for a proxy in front of it). A server that does return prompt log-probabilities
 behind an unknown owner (a proxy) is scored fully with ``api="vllm"`` or ``"llama-cpp"`` given
 explicitly.
+
+Each API is one class in its own module, implementing :class:`~grogu.runtime.inference_server.protocol.ServerAPI`.
+:data:`APIS_BY_NAME` is the registry: a new server is a new module and one line there. The API is chosen
+here once, when a target connects (:func:`discover`, :func:`settle`), and nowhere else.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 from urllib.parse import urlparse
 
-APIS = ("vllm", "llama-cpp", "llama-server", "sglang", "ollama", "chat")
-#: the APIs that take chat messages and generate only (grounded-only)
-CHAT_APIS = ("chat", "ollama")
+from ...core.target import ServerCapabilityError
+from .base import BaseAPI, Settings
+from .chat import ChatAPI
+from .http import Connection
+from .listing import only_model, served_models
+from .llama_cpp import LlamaCppAPI
+from .llama_server import LlamaServerAPI, auto_tokenizer, llama_server_sampling
+from .ollama import MIN_VERSION, OllamaAPI, ollama_version
+from .requests import llama_cpp_sampling, neutral_sampling, openai_sampling
+from .sglang import SglangAPI
+from .vllm import VllmAPI
+
+#: every API by its ``api=`` name: a new server is one module and one line here
+APIS_BY_NAME: dict[str, type[BaseAPI]] = {
+    "vllm": VllmAPI,
+    "llama-cpp": LlamaCppAPI,
+    "llama-server": LlamaServerAPI,
+    "sglang": SglangAPI,
+    "ollama": OllamaAPI,
+    "chat": ChatAPI,
+}
+APIS = tuple(APIS_BY_NAME)
 #: ``owned_by`` of a server's ``/v1/models`` entries -> the server that runs behind (its completions API).
 #: llama.cpp's own ``llama-server`` ("llamacpp") is scored through its native /completion endpoint, SGLang
 #: ("sglang") through its native /generate. llama-cpp-python says "me", a generic value: /extras/tokenize
@@ -65,12 +89,11 @@ _OWNERS = {
     "llama-cpp": "llama-cpp",
     "llamacpp": "llama-server",
 }
-#: the servers grogu scores through their own completions endpoint with token ids (their api= name)
-_COMPLETIONS = ("vllm", "llama-cpp", "llama-server", "sglang")
+#: the servers whose model name may name no tokenizer (a GGUF file name): without tokenizer= they are
+#: scored through their chat API
+_NAMED_BY_FILE = ("llama-server", "sglang")
 #: hosts of the hosted OpenAI API (chat only; it wants ``max_completion_tokens``)
 OPENAI_HOSTS = ("api.openai.com",)
-#: the most alternatives per token the OpenAI chat API returns (``top_logprobs`` 0..20); Ollama's too
-CHAT_MAX_TOP_LOGPROBS = 20
 
 
 def is_hosted_openai(base_url: str) -> bool:
@@ -85,12 +108,12 @@ def choose_api(base_url: str, owners: Iterable[str]) -> str:
     completions endpoints return prompt log-probabilities). ``"llama-server"`` for llama.cpp's
     ``llama-server`` (``"llamacpp"``), ``"sglang"`` for SGLang (its native ``/generate``). Else
     ``"chat"``: the hosted OpenAI API and any server grogu does not know (Ollama is told by
-    ``/api/version``, in :class:`~grogu.runtime.inference_server.ServerTarget`), whose chat endpoint returns
-    generated tokens' log-probabilities only."""
+    ``/api/version``, in :func:`discover`), whose chat endpoint returns generated tokens'
+    log-probabilities only."""
     if is_hosted_openai(base_url):
         return "chat"
-    backend = server_backend(owners)
-    return backend if backend in _COMPLETIONS else "chat"
+    backend = server_backend(owners)  # each server _OWNERS names is scored through its own API
+    return backend if backend is not None else "chat"
 
 
 def server_backend(owners: Iterable[str]) -> str | None:
@@ -102,35 +125,99 @@ def server_backend(owners: Iterable[str]) -> str | None:
     return None
 
 
-def check_chat_settings(tokenizer: Any, context_window: Any, stop_token_ids: Any) -> None:
-    """Refuse the settings that do not apply to ``api="chat"`` or ``"ollama"``."""
-    if context_window is not None and tokenizer is None:
-        raise ValueError(
-            "context_window is used to cut documents to fit, which needs the model's tokenizer: "
-            "pass tokenizer= too, or leave context_window out (the server then refuses a prompt "
-            "that does not fit, with its own message)"
-        )
-    if stop_token_ids is not None:
-        raise ValueError(
-            "stop_token_ids do not apply to api='chat': the server ends the answer at the end of its chat turn"
-        )
+def server_sampling(api: str, backend: str | None) -> Callable[[float | None, int | None], dict[str, Any]]:
+    """The neutral sampling fields of the OpenAI-compatible routes for ``api`` on the server ``backend``."""
+    if "llama-cpp" in (api, backend):  # llama.cpp samples with these on by default
+        return llama_cpp_sampling
+    if backend == "llama-server" and api == "chat":  # its chat route passes all its sampler fields through
+        return llama_server_sampling
+    if api == "vllm" or backend in ("vllm", "sglang"):  # else from the model's generation_config
+        return neutral_sampling
+    return openai_sampling  # any other chat API: the OpenAI fields a server may fill from its own defaults
 
 
-def no_teacher_forcing(target: str, api: str, what: str) -> str:
-    """Why ``what`` fails on a grounded-only target, what works through it, and how to get the rest."""
-    if api == "llama-server":
-        why = (
-            "llama-server returns no prompt log-probabilities, and teacher forcing through a token-id grammar "
-            "was switched off (grammar_forcing=False). Leave grammar_forcing at its default to turn it on "
-            "(see grogu.runtime.inference_server.llama_server)"
-        )
-    else:
-        why = "a chat API returns log-probabilities of the tokens it generates only, no prompt log-probabilities"
-    return (
-        f"{what} needs teacher forcing (a given answer's log-probabilities under another prompt), which "
-        f"{target} cannot do: {why}. Through this target choose metric='entropy' or metric='ppl' "
-        "(UtilityScorer and the integrations' rerankers: the grounded answer's mean token entropy or "
-        "perplexity), InfluenceScorer with method='exact', 'ablation' or 'auto', or SePerScorer. For the "
-        "other metrics serve the model with vLLM (api='vllm'), SGLang (api='sglang') or llama-cpp-python's "
-        "server (api='llama-cpp'), which return prompt log-probabilities"
-    )
+def api_class(api: str, base_url: str) -> type[BaseAPI] | None:
+    """The class of ``api`` when it is known before any request (named, or ``"auto"`` on the hosted
+    OpenAI API), else None (``"auto"``: told on connecting). Refuses an unknown name, and Ollama on the
+    hosted OpenAI API."""
+    if api not in APIS + ("auto",):
+        raise ValueError(f"api must be 'auto' or one of {APIS}, got {api!r}")
+    if is_hosted_openai(base_url):
+        if api == "ollama":
+            raise ValueError(f"api='ollama' needs an Ollama server, not the hosted OpenAI API at {base_url}")
+        return ChatAPI if api == "auto" else APIS_BY_NAME[api]
+    return None if api == "auto" else APIS_BY_NAME[api]
+
+
+@dataclass
+class Discovery:
+    """What connecting found: the listing, the served model, the server behind the URL and its API."""
+
+    entries: list[dict[str, Any]]
+    model_name: str
+    #: the server behind the URL when its listing (or ``/api/version``) names it, else None
+    backend: str | None
+    #: the ``api=`` name, "auto" resolved (but for :func:`settle`)
+    api: str
+    #: the API was told from the server (``api="auto"``)
+    detected: bool
+
+
+async def discover(http: Connection, settings: Settings) -> Discovery:
+    """The server's listing (none for the hosted OpenAI API), the model checked against it, and the API:
+    ``"auto"`` resolved by :func:`choose_api`, or ``"ollama"`` when ``/api/version`` answers as Ollama does."""
+    base_url, api, model = settings.base_url, settings.api, settings.model
+    detected = api == "auto"
+    if settings.hosted_openai:  # no listing request (an unknown model is an error on first use)
+        name = model if model is not None else only_model(await served_models(http), base_url)
+        return Discovery([], name, None, "chat" if detected else api, detected)
+    entries = await served_models(http)
+    name = model if model is not None else only_model(entries, base_url)
+    served = [m.get("id") for m in entries]
+    if name not in served:  # some servers (llama-cpp-python) answer for any name
+        raise ValueError(f"the LLM server at {base_url} does not serve model {name!r}; it serves {served}")
+    owners = [str(m.get("owned_by", "")) for m in entries]
+    backend = server_backend(owners)
+    if api in ("auto", "ollama") and backend is None:
+        version = await ollama_version(http, base_url[: -len("/v1")])
+        if version is not None:
+            backend = "ollama"
+            if version < MIN_VERSION:
+                raise ServerCapabilityError(
+                    f"the Ollama server at {base_url} is version {'.'.join(map(str, version))}, whose "
+                    "/api/chat returns no log-probabilities; grogu needs 0.12.11 or later"
+                )
+    if api == "ollama" and backend != "ollama":
+        raise ValueError(f"api='ollama' needs an Ollama server; {base_url} did not answer /api/version as one")
+    if detected:
+        api = "ollama" if backend == "ollama" else choose_api(base_url, owners)
+    return Discovery(entries, name, backend, api, detected)
+
+
+def settle(found: Discovery, tokenizer: Any) -> tuple[type[BaseAPI], Any, dict[str, Any]]:
+    """(the API class, the tokenizer, the server's traits for :class:`~.base.Served`). A detected
+    llama-server or SGLang whose model name names no tokenizer is scored through its chat API (with a
+    warning)."""
+    api = found.api
+    if found.detected and api in _NAMED_BY_FILE and tokenizer is None:
+        tokenizer = auto_tokenizer(found.model_name, api)
+        api = api if tokenizer is not None else "chat"
+    traits = {
+        "sampling": server_sampling(api, found.backend),
+        "llama_server_behind": found.backend == "llama-server",
+    }
+    return APIS_BY_NAME[api], tokenizer, traits
+
+
+__all__ = [
+    "APIS",
+    "APIS_BY_NAME",
+    "Discovery",
+    "api_class",
+    "choose_api",
+    "discover",
+    "is_hosted_openai",
+    "server_backend",
+    "server_sampling",
+    "settle",
+]

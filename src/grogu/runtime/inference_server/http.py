@@ -1,13 +1,22 @@
-"""HTTP to an inference server: one async client per call with at most ``max_concurrency`` requests in
-flight, retries with exponential backoff on connection errors, timeouts, 408/429/5xx (``Retry-After``
-honoured), and the errors a :class:`~grogu.runtime.inference_server.ServerTarget` raises."""
+"""HTTP to an inference server: one async client per target, reused across calls, with at most
+``max_concurrency`` requests in flight; retries with exponential backoff on connection errors, timeouts,
+408/429/5xx (``Retry-After`` honoured); and the errors a :class:`~grogu.runtime.inference_server.ServerTarget`
+raises.
+
+An ``httpx.AsyncClient`` belongs to the event loop it first ran on. So every request of every target runs
+on one event loop, in a background thread of this process (:func:`background_loop`). Sync code reaches it
+with :func:`run`, async code on any other loop with :func:`call`. A forked child starts its own loop, and
+its targets their own clients.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import math
-from typing import Any, Callable
+import os
+import threading
+import weakref
+from typing import Any, Callable, Coroutine
 
 from ...core.checks import check_positive_int
 
@@ -18,19 +27,51 @@ class ServerError(RuntimeError):
     """The inference server could not be reached or refused a request (the message says which and why)."""
 
 
-def run(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, also when called inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+_LOCK = threading.Lock()
+_LOOP: dict[str, Any] = {"loop": None, "pid": None, "thread": None}
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """The event loop every request runs on: started on first use in a daemon thread, once per process."""
+    with _LOCK:
+        loop = _LOOP["loop"]
+        if loop is None or _LOOP["pid"] != os.getpid() or loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="grogu-http", daemon=True)
+            thread.start()
+            _LOOP.update(loop=loop, pid=os.getpid(), thread=thread)
+        return loop
+
+
+def _on_background_loop() -> bool:
+    return _LOOP["thread"] is threading.current_thread() and _LOOP["pid"] == os.getpid()
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine on the background loop and wait for its result, from sync code (also from inside
+    another running event loop, whose thread waits)."""
+    if _on_background_loop():
+        coro.close()
+        raise RuntimeError("a sync ServerTarget call inside its own event loop would wait on itself; await it")
+    return asyncio.run_coroutine_threadsafe(coro, background_loop()).result()
+
+
+async def call(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Await a coroutine on the background loop from async code on any loop."""
+    if _on_background_loop():
+        return await coro
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, background_loop()))
+
+
+def _close_soon(client: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Close a dropped target's client on its loop, when that loop still runs."""
+    if not loop.is_closed() and loop.is_running():
+        loop.call_soon_threadsafe(lambda: loop.create_task(client.aclose()))
 
 
 class Connection:
-    """Requests to one server's base URL. ``explain(response, url)`` turns a refused request (4xx, or a
-    5xx after the retries) into the exception to raise."""
+    """Requests to one server's base URL, through one client kept for the target's life. ``explain(response,
+    url)`` turns a refused request (4xx, or a 5xx after the retries) into the exception to raise."""
 
     def __init__(
         self,
@@ -54,18 +95,48 @@ class Connection:
         self.timeout, self.retries, self.backoff = float(timeout), retries, float(backoff)
         self.explain = explain
         self.requests_sent = 0
+        #: how many clients this connection has opened (one, unless it was closed and used again)
+        self.clients_made = 0
+        self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (pickled, or sent to another process) opens its own client."""
+        return {**self.__dict__, "_client": None, "_loop": None}
 
     def client(self) -> Any:
-        import httpx
+        """The connection's client, opened on first use; called on the background loop."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client.is_closed or self._loop is not loop:
+            import httpx
 
-        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=headers)
+            n = self.max_concurrency
+            limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            # no pool timeout: a request waits for a free connection as long as it takes, then times out alone
+            timeout = httpx.Timeout(self.timeout, pool=None)
+            self._client = httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers)
+            self._loop = loop
+            self.clients_made += 1
+            weakref.finalize(self, _close_soon, self._client, loop).atexit = False
+        return self._client
 
-    async def request(self, client: Any, method: str, path: str, body: Any, url: str | None = None) -> Any:
+    async def aclose(self) -> None:
+        """Close the client (a later request opens a new one); on the background loop."""
+        client, self._client, self._loop = self._client, None, None
+        if client is not None and not client.is_closed:
+            await client.aclose()
+
+    def close(self) -> None:
+        """Close the client from sync code."""
+        if self._client is not None:
+            run(self.aclose())
+
+    async def request(self, method: str, path: str, body: Any, url: str | None = None) -> Any:
         """One request's JSON answer, retried on connection errors and retriable statuses."""
         import httpx
 
+        client = self.client()
         url = url or self.base_url + path
         for attempt in range(self.retries + 1):
             wait = self.backoff * 2**attempt
@@ -95,8 +166,7 @@ class Connection:
         raise AssertionError("unreachable")
 
     async def get(self, path: str, url: str | None = None) -> Any:
-        async with self.client() as client:
-            return await self.request(client, "GET", path, None, url=url)
+        return await self.request("GET", path, None, url=url)
 
     async def post_all(
         self, bodies: list[dict[str, Any]], path: str = "/completions", url: str | None = None
@@ -104,10 +174,9 @@ class Connection:
         """POST every body to ``path`` (or to the full ``url``) at once, at most ``max_concurrency`` in
         flight; the answers in order."""
         sem = asyncio.Semaphore(self.max_concurrency)
-        async with self.client() as client:
 
-            async def one(body: dict[str, Any]) -> Any:
-                async with sem:
-                    return await self.request(client, "POST", path, body, url=url)
+        async def one(body: dict[str, Any]) -> Any:
+            async with sem:
+                return await self.request("POST", path, body, url=url)
 
-            return await asyncio.gather(*(one(b) for b in bodies))
+        return list(await asyncio.gather(*(one(b) for b in bodies)))

@@ -46,10 +46,11 @@ from __future__ import annotations
 import warnings
 from typing import Any, Sequence
 
-from ...core.target import ServerCapabilityError
+from ...core.target import GENERATE, ServerCapabilityError
 from ...core.types import Generation
+from .base import BaseAPI, Served, Settings
 from .http import ServerError
-from .requests import RequestFormats, Step
+from .requests import Step
 
 #: every sampler field of ``/completion`` (server-schema.cpp, ``make_llama_cmpl_schema``, "Sampling
 #: params"), at the value that switches its sampler off; a switched-off sampler's own settings at
@@ -123,65 +124,75 @@ def auto_tokenizer(model_name: str, server: str = "llama-server") -> Any:
         return None
 
 
-class LlamaServerFormats(RequestFormats):
-    """llama-server's request bodies and answers (the target's mixin; the attributes used are the target's)."""
+#: why llama-server without grammar forcing cannot teacher-force
+NO_GRAMMAR_WHY = (
+    "llama-server returns no prompt log-probabilities, and teacher forcing through a token-id grammar "
+    "was switched off (grammar_forcing=False). Leave grammar_forcing at its default to turn it on "
+    "(see grogu.runtime.inference_server.llama_server)"
+)
 
-    def _native_url(self) -> str | None:
-        """The URL of llama-server's ``/completion`` (outside ``/v1``), or None for another API."""
-        return self.base_url[: -len("/v1")] + "/completion" if self.api == "llama-server" else None
 
-    def _served_meta(self, key: str) -> int | None:
-        """A positive int of the served model's ``meta`` in ``/v1/models`` (llama-server's), else None."""
-        for m in self._models or []:
-            meta = m.get("meta")
-            if m.get("id") == self.model_name and isinstance(meta, dict):
-                value = meta.get(key)
-                return value if isinstance(value, int) and value > 0 else None
+class LlamaServerAPI(BaseAPI):
+    """llama-server's native ``/completion``: token-id prompts, teacher forcing by a token grammar."""
+
+    name = "llama-server"
+
+    def __init__(self, served: Served) -> None:
+        super().__init__(served)
+        #: teacher forcing through a token-id grammar (on unless ``grammar_forcing=False``)
+        self.grammar_forcing = served.grammar_forcing is not False
+        if not self.grammar_forcing:
+            self.capabilities = frozenset({GENERATE})  # no prompt log-probabilities: grounded-only
+
+    @classmethod
+    def check_settings(cls, settings: Settings) -> None:
+        """Every setting applies (``grammar_forcing`` is this API's)."""
+
+    @property
+    def generate_url(self) -> str:
+        return self.served.root + "/completion"
+
+    def why_grounded_only(self) -> str:
+        return NO_GRAMMAR_WHY
+
+    def refusal(self, status: int, text: str, url: str) -> Exception | None:
+        if "grammar" in text.lower():
+            return ServerCapabilityError(
+                f"llama-server at {url} refused the token grammar grogu forces answers with ({text}). A llama.cpp "
+                "without token-id grammars (<[id]>) does that: update llama-server, or pass grammar_forcing=False "
+                "(grounded-only)"
+            )
         return None
 
-    def _sampling(self, temperature: float | None, seed: int | None) -> dict[str, Any]:
-        if self.backend == "llama-server" and self.api == "chat":  # its chat route passes these through
-            return llama_server_sampling(temperature, seed)
-        return super()._sampling(temperature, seed)
-
-    def _llama_server_body(
-        self, prompt: Sequence[int], n_predict: int, temperature: float | None, seed: int | None
-    ) -> dict[str, Any]:
+    # ------------------------------------------------------------------ bodies
+    def body(self, prompt: Sequence[int], n_predict: int, temperature: float | None, seed: int | None) -> dict:
+        s = self.served
         return {
-            "model": self.model_name,
+            "model": s.model_name,
             "prompt": [int(t) for t in prompt],
             "n_predict": int(n_predict),
-            "n_probs": self.top_logprobs,
+            "n_probs": s.top_logprobs,
             "return_tokens": True,
             "stream": False,
             **llama_server_sampling(temperature, seed),
         }
 
-    def _gen_body(
-        self, prompt: list[int], max_new_tokens: int, temperature: float | None, seed: int | None
-    ) -> dict[str, Any]:
-        if self.api != "llama-server":
-            return super()._gen_body(prompt, max_new_tokens, temperature, seed)
-        return self._llama_server_body(prompt, max_new_tokens, temperature, seed)
-
-    def _forced_body(self, prompt: list[int], cont: list[int]) -> dict[str, Any]:
-        if self.api != "llama-server":
-            return super()._forced_body(prompt, cont)
-        body = self._llama_server_body(prompt, len(cont), None, None)
+    def forced_body(self, prompt: list[int], cont: list[int]) -> dict[str, Any]:
+        body = self.body(prompt, len(cont), None, None)
         named = list(cont)
-        if named[-1] in self.stop_token_ids:  # after the complete grammar only end tokens pass: bias this one
+        if named[-1] in self.served.stop_token_ids:  # after the complete grammar only end tokens pass: bias this one
             body["logit_bias"] = [[named.pop(), FORCE_BIAS]]
-        self._check_forceable(named)
+        self.check_forceable(named)
         body.update(grammar=token_grammar(named), grammar_lazy=False)
         return body
 
-    def _check_forceable(self, ids: list[int]) -> None:
+    def check_forceable(self, ids: list[int]) -> None:
         """Refuse, before any request, an answer the token grammar cannot force. llama.cpp's grammar rejects
         a named token that leaves a character unfinished, or whose text starts with a NUL byte
         (src/llama-grammar.cpp, ``llama_grammar_apply_impl`` and ``llama_grammar_reject_candidates_for_stack``).
         Every candidate is then rejected, and accepting the token sampled anyway aborts llama.cpp
         (``llama_grammar_accept_impl``; seen in process)."""
-        decode = self.tokenizer.decode
+        decode = self.served.tokenizer.decode
         for k, t in enumerate(ids):
             alone = decode([t], skip_special_tokens=False)
             cut = "\ufffd" in alone and decode(ids[: k + 1], skip_special_tokens=False).endswith("\ufffd")
@@ -193,23 +204,41 @@ class LlamaServerFormats(RequestFormats):
                     "llama-cpp-python's server"
                 )
 
-    def _parse_forced(self, data: Any, prompt: list[int], cont: list[int]) -> list[Step]:
-        if self.api != "llama-server":
-            return super()._parse_forced(data, prompt, cont)
-        ids, steps = self._llama_server_steps(data)
-        if ids != list(cont):
-            raise ServerError(
-                f"the LLM server at {self.base_url} decoded {ids[:8]}... where the token grammar forces "
-                f"{list(cont)[:8]}...; llama-server cannot force a token with empty text, nor an end-of-generation "
-                "token inside an answer"
-            )
-        return steps
+    # ------------------------------------------------------------------ the protocol
+    async def generate(
+        self, prompts: list[Any], max_new_tokens: int, temperature: float | None, seeds: list[int | None]
+    ) -> list[Generation]:
+        bodies = [self.body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
+        replies = await self.http.post_all(bodies, url=self.generate_url)
+        out = []
+        for data in replies:
+            ids, steps = self.steps(data, generated=True)
+            out.append(self.stopped_generation(ids, steps, data.get("stop_type") == "eos"))
+        return out
 
-    def _llama_server_steps(self, data: Any, generated: bool = False) -> tuple[list[int], list[Step]]:
+    async def forced_steps(self, prompts: list[list[int]], conts: list[list[int]]) -> list[list[Step]]:
+        if not self.grammar_forcing:
+            return await super().forced_steps(prompts, conts)
+        bodies = [self.forced_body(p, c) for p, c in zip(prompts, conts)]
+        replies = await self.http.post_all(bodies, url=self.generate_url)
+        out = []
+        for data, cont in zip(replies, conts):
+            ids, steps = self.steps(data)
+            if ids != list(cont):
+                raise ServerError(
+                    f"{self.where()} decoded {ids[:8]}... where the token grammar forces "
+                    f"{list(cont)[:8]}...; llama-server cannot force a token with empty text, nor an "
+                    "end-of-generation token inside an answer"
+                )
+            out.append(steps)
+        return out
+
+    # ------------------------------------------------------------------ reading answers
+    def steps(self, data: Any, generated: bool = False) -> tuple[list[int], list[Step]]:
         """(generated ids, one step per id) of a ``/completion`` answer (server-task.cpp,
         ``to_json_non_oaicompat`` and ``probs_vector_to_json``). A ``generated`` answer cut by the budget
         inside a character ends before that character: the tokens a smaller budget gives."""
-        where = f"the LLM server at {self.base_url}"
+        where = self.where()
         if not isinstance(data, dict):
             raise ServerError(f"{where} answered /completion with {str(data)[:200]}")
         ids = data.get("tokens")
@@ -244,36 +273,19 @@ class LlamaServerFormats(RequestFormats):
             top = [float(t["logprob"]) for t in e.get("top_logprobs") or [] if float(t["logprob"]) > _LOWEST]
             if not top:
                 raise ServerCapabilityError(
-                    f"{where} returned no top log-probabilities for a token (n_probs={self.top_logprobs}). "
+                    f"{where} returned no top log-probabilities for a token (n_probs={self.served.top_logprobs}). "
                     "llama-server reports none for tokens drafted by speculative decoding: start it without"
                 )
             steps.append(Step(float(e["logprob"]), top))
         return ids, steps
 
-    def _llama_server_generation(self, data: Any) -> Generation:
-        """A ``/completion`` answer (:meth:`_stopped_generation`)."""
-        ids, steps = self._llama_server_steps(data, generated=True)
-        return self._stopped_generation(ids, steps, data.get("stop_type") == "eos")
 
-    def _stopped_generation(self, ids: list[int], steps: list[Step], on_stop: bool) -> Generation:
-        """Generated ids ended at their first stop token (greedy decoding is causal, so the cut is exact),
-        or at the last token when the server says it stopped on an end-of-generation token (``on_stop``)."""
-        cut = next((i for i, t in enumerate(ids) if t in self.stop_token_ids), None)
-        if cut is None and on_stop and ids:
-            cut = len(ids) - 1
-        if cut is None:
-            return self._generation(ids, steps, "length")
-        gen = self._generation(ids[:cut], steps[:cut], None)
-        gen.stop_token_id = ids[cut]
-        gen.stop_entropy, gen.stop_logprob = self._entropy(steps[cut].top), steps[cut].logprob
-        return gen
-
-    async def _native_generate(
-        self, prompts: list[list[int]], max_new_tokens: int, temperature: float | None, seeds: list[int | None]
-    ) -> list[Generation]:
-        bodies = [self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
-        replies = await self.http.post_all(bodies, url=self._native_url())
-        return [self._llama_server_generation(r) for r in replies]
-
-
-__all__ = ["NEUTRAL", "FORCE_BIAS", "LlamaServerFormats", "llama_server_sampling", "token_grammar", "auto_tokenizer"]
+__all__ = [
+    "NEUTRAL",
+    "FORCE_BIAS",
+    "NO_GRAMMAR_WHY",
+    "LlamaServerAPI",
+    "llama_server_sampling",
+    "token_grammar",
+    "auto_tokenizer",
+]

@@ -1,4 +1,4 @@
-"""Ollama through its native ``/api/chat`` endpoint (``api="ollama"``), grounded-only.
+"""Ollama through its native ``/api/chat`` endpoint (``api="ollama"``), grounded-only: :class:`OllamaAPI`.
 
 Read from Ollama v0.33.0-rc2 (``api/types.go``, ``server/routes.go``, ``llm/llama_server.go``). It is not
 run against a real Ollama here. The tests run llama.cpp in process behind a stand-in transcribed from
@@ -33,11 +33,11 @@ A thinking model thinks unless the pipeline says otherwise, and grogu scores wha
 from __future__ import annotations
 
 import json
-import warnings
 from typing import Any
 
 from ...core.prompts import ChatPrompt
-from .http import ServerError, run
+from .chat import ChatAPI
+from .http import Connection, ServerError
 
 #: every sampler option of Ollama's ``Options`` (api/types.go) at the value that switches it off;
 #: ``temperature``, ``num_predict`` and ``seed`` are set per request
@@ -91,51 +91,66 @@ def parse_version(text: Any) -> tuple[int, ...] | None:
     return tuple(parts) if parts else None
 
 
-class OllamaFormats:
-    """Ollama's request bodies and answers (the target's mixin; the attributes used are the target's)."""
+async def ollama_version(http: Connection, root: str) -> tuple[int, ...] | None:
+    """Ollama's version from ``/api/version`` at the server root, or None when the server is not Ollama."""
+    try:
+        data = await http.get("", url=root + "/api/version")
+    except ServerError:
+        return None
+    return parse_version(data.get("version")) if isinstance(data, dict) else None
 
-    def _warn_modelfile(self) -> None:
-        """Warn once when the served model's Modelfile sets parameters that bend a greedy answer. grogu
+
+class OllamaAPI(ChatAPI):
+    """Ollama's ``/api/chat`` with messages and every sampler option pinned; grounded-only."""
+
+    name = "ollama"
+
+    @property
+    def generate_url(self) -> str:
+        return self.served.root + "/api/chat"
+
+    async def start(self) -> list[str]:
+        """A warning when the served model's Modelfile sets parameters that bend a greedy answer. grogu
         pins them off; a pipeline's own requests through ``/v1`` cannot (``repeat_penalty``, ``typical_p``),
         so its answer may then differ from the one grogu scores."""
-        root = self.base_url[: -len("/v1")]  # type: ignore[attr-defined]
+        s = self.served
         try:
-            shown = run(self.http.post_all([{"model": self.model_name}], url=root + "/api/show"))[0]  # type: ignore[attr-defined]
+            shown = (await self.http.post_all([{"model": s.model_name}], url=s.root + "/api/show"))[0]
         except ServerError:
-            return
+            return []
         bends = greedy_benders(modelfile_parameters(shown.get("parameters") if isinstance(shown, dict) else None))
-        if bends:
-            listed = ", ".join(f"{k}={v}" for k, v in sorted(bends.items()))
-            warnings.warn(
-                f"Ollama's Modelfile of {self.model_name!r} sets {listed}. grogu's requests switch them off, but "  # type: ignore[attr-defined]
-                "a pipeline's requests through /v1 apply them (it cannot set repeat_penalty or typical_p), so "
-                "its answer may differ from the one grogu scores. Send them neutral from the pipeline (Ollama's "
-                "native API: options) or serve a Modelfile without them",
-                UserWarning,
-                stacklevel=4,
-            )
+        if not bends:
+            return []
+        listed = ", ".join(f"{k}={v}" for k, v in sorted(bends.items()))
+        return [
+            f"Ollama's Modelfile of {s.model_name!r} sets {listed}. grogu's requests switch them off, but "
+            "a pipeline's requests through /v1 apply them (it cannot set repeat_penalty or typical_p), so "
+            "its answer may differ from the one grogu scores. Send them neutral from the pipeline (Ollama's "
+            "native API: options) or serve a Modelfile without them"
+        ]
 
-    def _ollama_body(self, prompt: ChatPrompt, max_new_tokens: int, temperature: float | None, seed: int | None):
+    def body(self, prompt: ChatPrompt, max_new_tokens: int, temperature: float | None, seed: int | None) -> dict:
         options: dict[str, Any] = {**NEUTRAL, "temperature": 0.0 if temperature is None else float(temperature)}
         options["num_predict"] = int(max_new_tokens)
         if seed is not None:
             options["seed"] = int(seed)
         return {
-            "model": self.model_name,  # type: ignore[attr-defined]
+            "model": self.served.model_name,
             "messages": prompt.messages(),
             "stream": False,
             "logprobs": True,
-            "top_logprobs": self.top_logprobs,  # type: ignore[attr-defined]
+            "top_logprobs": self.served.top_logprobs,
             "truncate": False,
             "options": options,
         }
 
-    def _ollama_as_chat(self, data: Any) -> dict[str, Any]:
-        """An ``/api/chat`` answer in the chat completions' shape that ``_parse_chat`` reads."""
+    def as_chat(self, data: Any) -> dict[str, Any]:
+        """An ``/api/chat`` answer in the chat completions' shape that :meth:`ChatAPI.parse` reads."""
+        where = f"the Ollama server at {self.served.base_url}"
         if not isinstance(data, dict) or not isinstance(data.get("message"), dict):
-            raise ServerError(f"the Ollama server at {self.base_url} answered /api/chat with {str(data)[:200]}")  # type: ignore[attr-defined]
+            raise ServerError(f"{where} answered /api/chat with {str(data)[:200]}")
         if data.get("done") is not True:
-            raise ServerError(f"the Ollama server at {self.base_url} sent a partial answer (done is not true)")  # type: ignore[attr-defined]
+            raise ServerError(f"{where} sent a partial answer (done is not true)")
         content = data["message"].get("content") or ""
         entries = data.get("logprobs")
         if entries is None and not content:  # an empty answer: Ollama leaves the empty list out
@@ -156,7 +171,8 @@ __all__ = [
     "NEUTRAL",
     "MIN_VERSION",
     "BENDS_GREEDY",
-    "OllamaFormats",
+    "OllamaAPI",
+    "ollama_version",
     "parse_version",
     "modelfile_parameters",
     "greedy_benders",

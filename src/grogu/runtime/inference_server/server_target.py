@@ -22,38 +22,37 @@ with a tail correction (:mod:`grogu.runtime.inference_server.topk`); log-probabi
 (up to the server's numerics and quantisation). Whether a hosted API reports the log-probabilities of
 the untempered distribution when sampling (ΔSePer samples at temperature 1, where both agree) is the
 API's own; llama-cpp-python and llama-server report the untempered ones.
+
+Making a target sends no request. It connects on first use (or at :meth:`ServerTarget.connect`): it
+lists the served models, tells the API, loads the tokenizer and reads the context window. Its requests
+go through one HTTP client, kept open until :meth:`ServerTarget.close` (or the end of a ``with`` block).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ...core.checks import check_continuations, check_positive_int
-from ...core.prompts import ChatPrompt
-from ...core.target import GENERATE, NEXT_TOKEN, TEACHER_FORCE, ServerCapabilityError
+from ...core.target import NEXT_TOKEN, TEACHER_FORCE, ServerCapabilityError
 from ...core.types import Generation, TokenStats
-from .apis import (
-    APIS,
-    CHAT_APIS,
-    CHAT_MAX_TOP_LOGPROBS,
-    check_chat_settings,
-    choose_api,
-    is_hosted_openai,
-    no_teacher_forcing,
-    server_backend,
-)
-from .http import Connection, ServerError, run
-from .listing import ServedModels
-from .next_token import ForcedNextToken
-from .ollama import OllamaFormats
-from .requests import STOP_TOKEN_NAMES as _STOP_TOKEN_NAMES
-from .requests import Step as _Step
-from .sglang import SglangFormats
-from .topk import DEFAULT_TAIL, TAILS
+from .apis import APIS, Discovery, choose_api, discover, server_backend
+from .base import Served, no_teacher_forcing
+from .connecting import bind, check_settings
+from .errors import refusal
+from .http import Connection, ServerError, call, run
+from .listing import served_models
+from .next_token import check_token_ids, next_token_table
+from .protocol import ServerAPI
+from .requests import check_prompts
+
+if TYPE_CHECKING:  # annotations only: torch is imported when a request's results are built
+    import torch
 
 
-class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
+class ServerTarget:
     """A target LLM served by an inference server (see the module docstring).
 
     Args:
@@ -83,14 +82,11 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         max_concurrency: most requests in flight at once (default 16).
         timeout: seconds for one request (default 120); retries: attempts after a connection error, a
             timeout, 429 or 5xx (default 4), with exponential backoff from ``backoff`` seconds.
+
+    The settings are checked here. The attributes the server tells (``api``, ``tokenizer``...) connect when read.
     """
 
     device = "server"
-    #: a completions API generates and teacher-forces (prompt log-probabilities), and so gives given next
-    #: tokens' log-probabilities (:mod:`.next_token`); a chat API only generates
-    capabilities = frozenset({GENERATE, TEACHER_FORCE, NEXT_TOKEN})
-    #: True when prompts are :class:`grogu.core.prompts.ChatPrompt` messages (the server applies its chat template)
-    takes_messages = False
 
     def __init__(
         self,
@@ -111,22 +107,20 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         stop_token_ids: Sequence[int] | None = None,
         grammar_forcing: bool | None = None,
     ) -> None:
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL of an OpenAI-compatible server, got {base_url!r}")
-        if api not in APIS + ("auto",):
-            raise ValueError(f"api must be 'auto' or one of {APIS}, got {api!r}")
-        if tail is not None and tail not in TAILS:
-            raise ValueError(f"tail must be one of {TAILS}, got {tail!r}")
-        self.top_logprobs = check_positive_int("top_logprobs", top_logprobs)
-        if vocab_size is not None:
-            vocab_size = check_positive_int("vocab_size", vocab_size)
-        url = base_url.rstrip("/")
-        self.base_url = url if url.endswith("/v1") else url + "/v1"
-        self.hosted_openai = is_hosted_openai(self.base_url)
-        if api == "auto" and self.hosted_openai:
-            api = "chat"
-        if api in CHAT_APIS:
-            check_chat_settings(tokenizer, context_window, stop_token_ids)
+        self._settings = check_settings(
+            base_url,
+            model,
+            api=api,
+            tokenizer=tokenizer,
+            top_logprobs=top_logprobs,
+            tail=tail,
+            vocab_size=vocab_size,
+            context_window=context_window,
+            stop_token_ids=stop_token_ids,
+            grammar_forcing=grammar_forcing,
+        )
+        self.base_url, self.hosted_openai = self._settings.base_url, self._settings.hosted_openai
+        self.top_logprobs = self._settings.top_logprobs
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.http = Connection(
             self.base_url,
@@ -137,80 +131,156 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
             max_concurrency=max_concurrency,
             explain=self._http_error,
         )
-        self._models = None
-        self._echo_shift: int | None = None
-        self._server_bos: bool | None = None  # llama-cpp-python adds a BOS to text prompts (bos.py, probed once)
-        self.model_name = model if model is not None else self._only_model()
-        if not isinstance(self.model_name, str) or not self.model_name:
-            raise ValueError(f"model must be the served model's name, got {model!r}")
-        #: the server behind the URL when its /v1/models names it ("vllm", "sglang", "llama-cpp"), else None
-        self.backend: str | None = None
-        api, tokenizer = self._resolve_api(api, tokenizer, context_window, stop_token_ids)
-        self.api = api
-        if api == "ollama":
-            self._warn_modelfile()
-        if grammar_forcing and api != "llama-server":
-            raise ValueError(f"grammar_forcing applies to api='llama-server' only; this target's api is {api!r}")
-        self.grammar_forcing = api == "llama-server" and grammar_forcing is not False
-        if api == "llama-server" and not self.grammar_forcing:
-            self.capabilities = frozenset({GENERATE})  # no prompt log-probabilities: grounded-only
-        if api in CHAT_APIS:
-            self.takes_messages = True
-            self.capabilities = frozenset({GENERATE})
-            if self.top_logprobs > CHAT_MAX_TOP_LOGPROBS:
-                raise ValueError(
-                    f"top_logprobs must be at most {CHAT_MAX_TOP_LOGPROBS} with api={api!r} (the "
-                    f"OpenAI chat API's range, which Ollama follows), got {self.top_logprobs}"
-                )
-        elif tokenizer is None:
-            tokenizer = self.model_name
-        if isinstance(tokenizer, (str, os.PathLike)):
-            from ..models import load_tokenizer
+        self._models: list[dict[str, Any]] | None = None
+        self._backend: str | None = None
+        self._served: Served | None = None
+        self._api: ServerAPI | None = None
+        self._window: int | None = None
+        self._lock = threading.Lock()
 
-            tokenizer = load_tokenizer(os.fspath(tokenizer))
-        self.tokenizer = tokenizer
-        if vocab_size is None:
-            vocab_size = self._served_meta("n_vocab") or (len(tokenizer) if tokenizer is not None else None)
-        self.vocab_size = vocab_size
-        if tail is None:
-            tail = DEFAULT_TAIL if self.vocab_size is not None else "min"
-        if tail == "uniform" and self.vocab_size is None:
-            raise ValueError(
-                "tail='uniform' spreads the mass outside the top k over the rest of the vocabulary, "
-                "whose size is unknown here: pass vocab_size= (or tokenizer=), or tail='min'"
-            )
-        self.tail = tail
-        if tokenizer is None:  # api="chat" without a tokenizer: the server ends and counts on its own
-            self.stop_token_ids: list[int] = []
-            self.max_context_tokens = None
-            return
-        self.stop_token_ids = sorted(set(stop_token_ids) if stop_token_ids is not None else self._default_stops())
-        if not self.stop_token_ids:
-            raise ValueError("the tokenizer defines no end-of-sequence token; pass stop_token_ids=")
-        self.max_context_tokens = context_window if context_window is not None else self._context_window()
-        self.max_context_tokens = check_positive_int("context_window", self.max_context_tokens)
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+    def __repr__(self) -> str:
+        api = self._api.name if self._api is not None else self._settings.api
+        model = self._served.model_name if self._served is not None else self._settings.model
+        return f"ServerTarget({self.base_url!r}, model={model!r}, api={api!r})"
+
+    # ------------------------------------------------------------------ connecting
+    def connect(self) -> ServerTarget:
+        """Read what the server serves and choose its API, once (later calls return at once): the
+        ``/v1/models`` listing, the model checked against it, the tokenizer, the context window."""
+        if self._api is None:
+            with self._lock:
+                if self._api is None:
+                    api = self._bind(run(discover(self.http, self._settings)))
+                    self._start(api, run(api.start()))
+        return self
+
+    async def aconnect(self) -> ServerTarget:
+        """:meth:`connect` from async code."""
+        if self._api is None:
+            found = await call(discover(self.http, self._settings))
+            if self._api is None:
+                api = self._bind(found)
+                self._start(api, await call(api.start()))
+        return self
+
+    def _bind(self, found: Discovery) -> ServerAPI:
+        api, self._served, self._window = bind(found, self._settings, self.http)
+        self._models, self._backend = found.entries, found.backend
+        return api
+
+    def _start(self, api: ServerAPI, notes: list[str]) -> None:  # the API's warnings, then the API in use
+        for note in notes:
+            warnings.warn(note, UserWarning, stacklevel=3)
+        self._api = api
+
+    def _connected(self) -> tuple[ServerAPI, Served]:
+        self.connect()
+        assert self._api is not None and self._served is not None
+        return self._api, self._served
+
+    def close(self) -> None:
+        """Close the target's HTTP client (a later request opens a new one)."""
+        self.http.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` from async code."""
+        await call(self.http.aclose())
+
+    def __enter__(self) -> ServerTarget:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def __aenter__(self) -> ServerTarget:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------ what connecting tells
+    @property
+    def server_api(self) -> ServerAPI:
+        """The API object this target speaks through (:class:`~.protocol.ServerAPI`)."""
+        return self._connected()[0]
+
+    @property
+    def api(self) -> str:
+        """The API's name: ``"vllm"``, ``"llama-cpp"``, ``"llama-server"``, ``"sglang"``, ``"ollama"`` or ``"chat"``."""
+        return self._connected()[0].name
+
+    @property
+    def backend(self) -> str | None:
+        """The server behind the URL when its listing names it ("vllm", "llama-server", "ollama"...), else None."""
+        self.connect()
+        return self._backend
+
+    @property
+    def model_name(self) -> str:
+        return self._settings.model if self._settings.model is not None else self._connected()[1].model_name
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._connected()[1].tokenizer
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self._connected()[1].vocab_size
+
+    @property
+    def tail(self) -> str:
+        return self._connected()[1].tail
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        return self._connected()[1].stop_token_ids
+
+    @property
+    def max_context_tokens(self) -> int | None:
+        self.connect()
+        return self._window
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What the API can do: a chat API, and llama-server without ``grammar_forcing``, only generate."""
+        return self._connected()[0].capabilities
+
+    @property
+    def takes_messages(self) -> bool:
+        """True when prompts are :class:`grogu.core.prompts.ChatPrompt` messages (the server applies its chat template)."""
+        return self._connected()[0].takes_messages
+
+    @property
+    def grounded_only(self) -> bool:
+        """True for a target that cannot teacher-force: only the grounded metrics work."""
+        return TEACHER_FORCE not in self.capabilities
+
+    @property
+    def grammar_forcing(self) -> bool:
+        """Whether answers are teacher-forced through llama-server's token grammar."""
+        return bool(getattr(self._connected()[0], "grammar_forcing", False))
 
     @property
     def requests_sent(self) -> int:
         """HTTP requests this target has sent (retries included)."""
         return self.http.requests_sent
 
-    def __repr__(self) -> str:
-        return f"ServerTarget({self.base_url!r}, model={self.model_name!r}, api={self.api!r})"
-
-    # ------------------------------------------------------------------ setup
-    def _default_stops(self) -> set[int]:
-        tok = self.tokenizer
-        stops = {int(tok.eos_token_id)} if isinstance(tok.eos_token_id, int) else set()
-        vocab = tok.get_vocab()
-        stops.update(vocab[name] for name in _STOP_TOKEN_NAMES if name in vocab)
-        return stops
-
     @property
     def end_of_turn(self) -> int:
         """The token an answer ends with: the tokenizer's EOS when it is a stop token, else the first one."""
-        eos = self.tokenizer.eos_token_id
-        return int(eos) if eos in self.stop_token_ids else self.stop_token_ids[0]
+        return self._connected()[1].end_of_turn
+
+    def served_models(self) -> list[dict[str, Any]]:
+        """The server's ``/v1/models`` entries."""
+        if self._models is None:
+            self._models = run(served_models(self.http))
+        return self._models
 
     # ------------------------------------------------------------------ text helpers (as the Engine)
     def _need_tokenizer(self, what: str) -> Any:
@@ -225,35 +295,15 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         return self._need_tokenizer("decoding token ids").decode(list(ids), skip_special_tokens=True).strip()
 
     # ------------------------------------------------------------------ the Target protocol's primitives
-    @property
-    def grounded_only(self) -> bool:
-        """True for a target that cannot teacher-force (``api="chat"``, or ``"llama-server"`` without
-        ``grammar_forcing``): only the grounded metrics work."""
-        return TEACHER_FORCE not in self.capabilities
-
     def require_teacher_forcing(self, what: str) -> None:
-        """Raise for ``what`` on a grounded-only target: it needs teacher forcing, which a chat API
-        cannot do (nor llama-server without ``grammar_forcing``). The error says what works through
-        this target and which servers can."""
-        if self.grounded_only:
-            raise ServerCapabilityError(no_teacher_forcing(repr(self), self.api, what))
+        """Raise for ``what`` on a grounded-only target, which cannot teacher-force. The error says what
+        works through this target and which servers can."""
+        api = self._connected()[0]
+        if api.grounded_only:
+            raise ServerCapabilityError(no_teacher_forcing(repr(self), api.why_grounded_only(), what))
 
     def _check_prompts(self, prompts: Sequence[Any]) -> list[Any]:
-        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-            raise TypeError("prompts must be a list of prompts (render them with grogu.core.prompts.PromptBuilder)")
-        if self.api in CHAT_APIS:
-            if not all(isinstance(p, ChatPrompt) for p in prompts):
-                raise TypeError(
-                    f"a ServerTarget with api={self.api!r} takes grogu.core.prompts.ChatPrompt messages (the server "
-                    "applies the chat template); PromptBuilder.for_target(target, ...) renders them"
-                )
-            return list(prompts)
-        if any(isinstance(p, ChatPrompt) for p in prompts):
-            raise TypeError(f"a ServerTarget with api={self.api!r} takes token-id prompts, not ChatPrompt messages")
-        out = [[int(t) for t in p] for p in prompts]
-        if any(not p for p in out):
-            raise ValueError("a prompt has no tokens")
-        return out
+        return check_prompts(prompts, self.takes_messages, self.api)
 
     def generate(
         self,
@@ -266,103 +316,85 @@ class ServerTarget(SglangFormats, OllamaFormats, ServedModels, ForcedNextToken):
         """One answer per prompt from the server (greedy when ``temperature`` is None), with each token's
         top-k entropy and log-probability; all prompts sent at once. Prompts are token-id lists, or
         :class:`~grogu.core.prompts.ChatPrompt` messages with ``api="chat"``."""
-        return run(self.agenerate(prompts, max_new_tokens, temperature=temperature, seed=seed))
-
-    def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
-        """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]`` from the server's prompt
-        log-probabilities; all requests at once."""
-        return run(self.atoken_stats(prompts, continuations))
+        self.connect()
+        return run(self._generate(prompts, max_new_tokens, temperature, seed))
 
     async def agenerate(
         self,
-        prompts: Sequence[Sequence[int]],
+        prompts: Sequence[Any],
         max_new_tokens: int = 64,
         *,
         temperature: float | None = None,
         seed: int | None = None,
+    ) -> list[Generation]:
+        await self.aconnect()
+        return await call(self._generate(prompts, max_new_tokens, temperature, seed))
+
+    async def _generate(
+        self, prompts: Sequence[Any], max_new_tokens: int, temperature: float | None, seed: int | None
     ) -> list[Generation]:
         prompts = self._check_prompts(prompts)
         max_new_tokens = check_positive_int("max_new_tokens", max_new_tokens)
         if not prompts:
             return []
         seeds = [None if seed is None else int(seed) + i for i in range(len(prompts))]
-        if self.api == "chat":
-            replies = await self.http.post_all(
-                [self._chat_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)],
-                "/chat/completions",
-            )
-            return [self._parse_chat(r) for r in replies]
-        if self.api == "ollama":  # its native /api/chat, at the server root
-            bodies = [self._ollama_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
-            replies = await self.http.post_all(bodies, url=self.base_url[: -len("/v1")] + "/api/chat")
-            return [self._parse_chat(self._ollama_as_chat(r)) for r in replies]
-        if self.api in ("llama-server", "sglang"):
-            return await self._native_generate(prompts, max_new_tokens, temperature, seeds)
-        await self._prepare_prompts(prompts)  # llama-cpp-python: its BOS, and each prompt's round trip
-        replies = await self.http.post_all(
-            [self._gen_body(p, max_new_tokens, temperature, s) for p, s in zip(prompts, seeds)]
-        )
-        parsed = [self._parse_generation(r) for r in replies]
-        if self.api == "llama-cpp":  # its answers come as text: their token ids as the server reads them
-            answer_ids = await self._answer_ids([(p, text) for p, (text, *_) in zip(prompts, parsed)])
-            parsed = [(text, finish, steps, ids) for (text, finish, steps, _), ids in zip(parsed, answer_ids)]
-        gens: list[Generation | None] = []
-        refit: list[int] = []
-        for i, (text, finish, steps, ids) in enumerate(parsed):
-            if len(ids) != len(steps):
-                refit.append(i)  # generated tokens the server reads back otherwise: teacher-force its reading
-            while ids and ids[-1] in self.stop_token_ids:  # a stop token the server kept in the text
-                ids, steps = ids[:-1], steps[:-1]
-            gens.append(self._generation(ids, steps, finish) if i not in refit else None)
-        empty = [i for i, g in enumerate(gens) if g is not None and not g.token_ids and g.finished]
-        todo = refit + empty
-        if todo:  # statistics by teacher forcing: re-tokenised answers, and the stop token of empty ones
-            conts = [parsed[i][3] if i in refit else [self.end_of_turn] for i in todo]
-            stats = await self.atoken_stats([prompts[i] for i in todo], conts)
-            for i, st in zip(todo, stats):
-                if i in refit:
-                    g = Generation(st.token_ids, st.entropy, st.logprob, text=self.decode(st.token_ids))
-                    gens[i] = self._finish(g, parsed[i][1])
-                else:
-                    g = gens[i]
-                    g.stop_entropy, g.stop_logprob = float(st.entropy[0]), float(st.logprob[0])
-        return gens  # type: ignore[return-value]
+        return await self._connected()[0].generate(prompts, max_new_tokens, temperature, seeds)
 
-    def _generation(self, ids: list[int], steps: list[_Step], finish: str | None) -> Generation:
-        import torch
-
-        ent = torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32)
-        lp = torch.tensor([s.logprob for s in steps], dtype=torch.float32)
-        return self._finish(Generation(ids, ent, lp, text=self.decode(ids)), finish)
-
-    def _finish(self, gen: Generation, finish: str | None) -> Generation:
-        if finish == "stop":  # ended with an end-of-turn token (not returned); its statistics only when needed
-            gen.stop_token_id = self.end_of_turn
-            gen.stop_entropy = gen.stop_logprob = None
-        return gen
+    def token_stats(self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]) -> list[TokenStats]:
+        """Teacher-forced statistics of ``continuations[i]`` after ``prompts[i]`` from the server's prompt
+        log-probabilities; all requests at once."""
+        self.connect()
+        return run(self._token_stats(prompts, continuations))
 
     async def atoken_stats(
+        self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
+    ) -> list[TokenStats]:
+        await self.aconnect()
+        return await call(self._token_stats(prompts, continuations))
+
+    async def _token_stats(
         self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
     ) -> list[TokenStats]:
         import torch
 
         self.require_teacher_forcing("token_stats (the statistics of an answer under the ungrounded prompt)")
+        api = self._connected()[0]
         prompts = self._check_prompts(prompts)
         conts = check_continuations(continuations, len(prompts))
         todo = [i for i, c in enumerate(conts) if c]
         empty = torch.zeros(0, dtype=torch.float32)
         out: list[TokenStats] = [TokenStats([], empty, empty) for _ in conts]
-        if todo:
-            await self._prepare_prompts([prompts[i] + conts[i] for i in todo])
-            await self._probe_echo(prompts[todo[0]])
-        forced = await self._forced_steps([prompts[i] for i in todo], [conts[i] for i in todo])
+        forced = await api.forced_steps([prompts[i] for i in todo], [conts[i] for i in todo]) if todo else []
         for i, steps in zip(todo, forced):
-            out[i] = TokenStats(
-                conts[i],
-                torch.tensor([self._entropy(s.top) for s in steps], dtype=torch.float32),
-                torch.tensor([s.logprob for s in steps], dtype=torch.float32),
-            )
+            out[i] = api.statistics(conts[i], steps)
         return out
+
+    def next_token_logprobs(
+        self, prompts: Sequence[Sequence[int]], token_ids: Sequence[int] | None = None
+    ) -> torch.Tensor:
+        """Log-probabilities (float32) of the tokens ``token_ids`` right after each prompt:
+        ``[len(prompts), len(token_ids)]``. Each is a one-token teacher-forced answer, exact up to the
+        server's numerics (:mod:`.next_token`). The whole distribution (``token_ids=None``) is the
+        in-process engine's alone."""
+        if NEXT_TOKEN not in self.capabilities:
+            self.require_teacher_forcing("next_token_logprobs (given next tokens' log-probabilities, ACU's need)")
+        cols = check_token_ids(token_ids, self.vocab_size)
+        prompts = self._check_prompts(list(prompts))
+        rows = run(self._connected()[0].next_token_rows(prompts, cols)) if prompts else None
+        return next_token_table(self, prompts, cols, rows)
+
+    def _http_error(self, resp: Any, url: str) -> Exception:
+        """What a refused request means, in this target's terms (:class:`Connection`'s ``explain``)."""
+        served = self._served
+        return refusal(
+            resp,
+            url,
+            api=self._api,
+            has_tokenizer=served is not None and served.tokenizer is not None,
+            top_logprobs=self.top_logprobs,
+            model=served.model_name if served is not None else self._settings.model,
+            models=self._models,
+        )
 
 
 __all__ = ["ServerTarget", "ServerError", "ServerCapabilityError", "APIS", "choose_api", "server_backend"]

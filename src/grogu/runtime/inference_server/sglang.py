@@ -1,4 +1,5 @@
-"""SGLang through its native ``/generate`` endpoint (``api="sglang"``): generation and teacher forcing.
+"""SGLang through its native ``/generate`` endpoint (``api="sglang"``): :class:`SglangAPI`, generation and
+teacher forcing.
 
 Read from SGLang 0.5.23 as released on PyPI (``python/sglang/``). It is not run against a real SGLang
 server here. The tests run llama.cpp in process behind a stand-in transcribed from that source
@@ -45,12 +46,12 @@ the matched token. A speculative-decoding server skips the prefill-only path, wh
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from ...core.target import ServerCapabilityError
 from ...core.types import Generation
+from .base import BaseAPI
 from .http import ServerError
-from .llama_server import LlamaServerFormats
 from .requests import Step
 
 #: every API field of SGLang's ``SamplingParams`` (srt/sampling/sampling_params.py) at its neutral value;
@@ -95,31 +96,33 @@ def sglang_sampling(max_new_tokens: int, temperature: float | None, seed: int | 
     }
 
 
-class SglangFormats(LlamaServerFormats):
-    """SGLang's ``/generate`` bodies and answers (the target's mixin; the attributes used are the target's)."""
+class SglangAPI(BaseAPI):
+    """SGLang's native ``/generate``: token-id prompts in batches, teacher forcing by prompt log-probabilities."""
 
-    def _native_url(self) -> str | None:
-        if self.api == "sglang":
-            return self.base_url[: -len("/v1")] + "/generate"
-        return super()._native_url()
+    name = "sglang"
 
-    def _sglang_body(self, items: list[list[int]], params: list[dict], starts: list[int] | int) -> dict[str, Any]:
+    @property
+    def generate_url(self) -> str:
+        return self.served.root + "/generate"
+
+    # ------------------------------------------------------------------ bodies
+    def body(self, items: list[list[int]], params: list[dict], starts: list[int] | int) -> dict[str, Any]:
         return {
             "input_ids": items,
             "sampling_params": params,
             "return_logprob": True,
-            "top_logprobs_num": self.top_logprobs,
+            "top_logprobs_num": self.served.top_logprobs,
             "logprob_start_len": starts,
             "return_text_in_logprobs": False,
             "stream": False,
         }
 
-    def _sglang_gen_bodies(
+    def gen_bodies(
         self, prompts: list[list[int]], max_new_tokens: int, temperature: float | None, seeds: list[int | None]
     ) -> list[dict[str, Any]]:
-        stops = list(self.stop_token_ids)
+        stops = list(self.served.stop_token_ids)
         return [
-            self._sglang_body(
+            self.body(
                 prompts[i : i + BATCH],
                 [sglang_sampling(max_new_tokens, temperature, s, stops) for s in seeds[i : i + BATCH]],
                 -1,  # the generated tokens' log-probabilities only
@@ -127,10 +130,10 @@ class SglangFormats(LlamaServerFormats):
             for i in range(0, len(prompts), BATCH)
         ]
 
-    def _sglang_forced_bodies(self, prompts: list[list[int]], conts: list[list[int]]) -> list[dict[str, Any]]:
-        stops = list(self.stop_token_ids)
+    def forced_bodies(self, prompts: list[list[int]], conts: list[list[int]]) -> list[dict[str, Any]]:
+        stops = list(self.served.stop_token_ids)
         return [
-            self._sglang_body(
+            self.body(
                 [list(p) + list(c) for p, c in zip(prompts[i : i + BATCH], conts[i : i + BATCH])],
                 [sglang_sampling(0, None, None, stops)] * len(prompts[i : i + BATCH]),
                 [len(p) - 1 for p in prompts[i : i + BATCH]],
@@ -138,85 +141,77 @@ class SglangFormats(LlamaServerFormats):
             for i in range(0, len(prompts), BATCH)
         ]
 
-    async def _sglang_post(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def post(self, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each batch's answers, flattened in order; an aborted item raises with SGLang's message."""
         out = []
-        for body, replies in zip(bodies, await self.http.post_all(bodies, url=self._native_url())):
+        for body, replies in zip(bodies, await self.http.post_all(bodies, url=self.generate_url)):
             if not isinstance(replies, list) or len(replies) != len(body["input_ids"]):
                 raise ServerError(
-                    f"the LLM server at {self.base_url} answered a batch of {len(body['input_ids'])} on /generate "
+                    f"{self.where()} answered a batch of {len(body['input_ids'])} on /generate "
                     f"with {str(replies)[:200]}; api='sglang' needs SGLang's /generate"
                 )
             for r in replies:
                 finish = ((r or {}).get("meta_info") or {}).get("finish_reason") if isinstance(r, dict) else None
                 if isinstance(finish, dict) and finish.get("type") == "abort":
-                    raise ServerError(f"the LLM server at {self.base_url} aborted a request: {finish.get('message')}")
+                    raise ServerError(f"{self.where()} aborted a request: {finish.get('message')}")
             out.extend(replies)
         return out
 
-    def _sglang_steps(self, entries: Any, tops: Any, what: str) -> tuple[list[int], list[Step]]:
+    # ------------------------------------------------------------------ the protocol
+    async def generate(
+        self, prompts: list[Any], max_new_tokens: int, temperature: float | None, seeds: list[int | None]
+    ) -> list[Generation]:
+        replies = await self.post(self.gen_bodies(prompts, max_new_tokens, temperature, seeds))
+        return [self.parse_generation(r) for r in replies]
+
+    async def forced_steps(self, prompts: list[list[int]], conts: list[list[int]]) -> list[list[Step]]:
+        """The steps of each ``conts[i]`` teacher-forced after ``prompts[i]``, in SGLang's batches."""
+        replies = await self.post(self.forced_bodies(list(prompts), list(conts)))
+        return [self.parse_forced(r, c) for r, c in zip(replies, conts)]
+
+    # ------------------------------------------------------------------ reading answers
+    def steps(self, entries: Any, tops: Any, what: str) -> tuple[list[int], list[Step]]:
         """(ids, steps) of ``[logprob, id, text]`` triples and their top-k triples."""
-        where = f"the LLM server at {self.base_url}"
         if not isinstance(entries, list) or not isinstance(tops, list) or len(entries) != len(tops):
             raise ServerCapabilityError(
-                f"{where} returned no {what} log-probabilities in SGLang's form (meta_info triples [logprob, "
+                f"{self.where()} returned no {what} log-probabilities in SGLang's form (meta_info triples [logprob, "
                 "token_id, text] with their top_logprobs_num alternatives); api='sglang' needs SGLang's /generate"
             )
         ids, steps = [], []
         for e, top in zip(entries, tops):
             if not top or e[0] is None:
-                raise self._no_logprobs()
+                raise self.no_logprobs()
             ids.append(int(e[1]))
             steps.append(Step(float(e[0]), [float(t[0]) for t in top]))
         return ids, steps
 
-    def _sglang_generation(self, data: dict[str, Any]) -> Generation:
+    def parse_generation(self, data: dict[str, Any]) -> Generation:
         meta = data.get("meta_info") or {}
         finish = meta.get("finish_reason") or {}
         if finish.get("type") == "stop" and not isinstance(finish.get("matched"), int):
             raise ServerCapabilityError(
-                f"the LLM server at {self.base_url} stopped at {finish.get('matched')!r}, a stop string or "
+                f"{self.where()} stopped at {finish.get('matched')!r}, a stop string or "
                 "pattern grogu did not send; grogu ends answers at the end-of-turn token"
             )
-        ids, steps = self._sglang_steps(meta.get("output_token_logprobs"), meta.get("output_top_logprobs"), "output")
+        ids, steps = self.steps(meta.get("output_token_logprobs"), meta.get("output_top_logprobs"), "output")
         if ids != list(data.get("output_ids") or []):
-            raise ServerError(
-                f"the LLM server at {self.base_url} returned log-probabilities out of step with its tokens"
-            )
-        return self._stopped_generation(ids, steps, finish.get("type") == "stop")
+            raise ServerError(f"{self.where()} returned log-probabilities out of step with its tokens")
+        return self.stopped_generation(ids, steps, finish.get("type") == "stop")
 
-    def _sglang_forced(self, data: dict[str, Any], prompt: list[int], cont: list[int]) -> list[Step]:
+    def parse_forced(self, data: dict[str, Any], cont: list[int]) -> list[Step]:
         meta = data.get("meta_info") or {}
         entries, tops = meta.get("input_token_logprobs"), meta.get("input_top_logprobs")
         if isinstance(entries, list) and isinstance(tops, list) and entries and len(entries) == len(tops):
             entries, tops = entries[1:], tops[1:]  # the first is the prompt's last token, without a value
         else:
             entries = None
-        ids, steps = self._sglang_steps(entries, tops, "prompt")
+        ids, steps = self.steps(entries, tops, "prompt")
         if ids != list(cont):
             raise ServerError(
-                f"the LLM server at {self.base_url} returned prompt log-probabilities for the ids {ids[:8]}... "
+                f"{self.where()} returned prompt log-probabilities for the ids {ids[:8]}... "
                 f"where grogu forced {list(cont)[:8]}...; they are not the answer's statistics"
             )
         return steps
 
-    async def _native_generate(
-        self, prompts: list[list[int]], max_new_tokens: int, temperature: float | None, seeds: list[int | None]
-    ) -> list[Generation]:
-        if self.api != "sglang":
-            return await super()._native_generate(prompts, max_new_tokens, temperature, seeds)
-        replies = await self._sglang_post(self._sglang_gen_bodies(prompts, max_new_tokens, temperature, seeds))
-        return [self._sglang_generation(r) for r in replies]
 
-    async def _forced_steps(self, prompts: Sequence[list[int]], conts: Sequence[list[int]]) -> list[list[Step]]:
-        """The steps of each ``conts[i]`` teacher-forced after ``prompts[i]`` (one request each, or SGLang's
-        batches)."""
-        if self.api == "sglang":
-            replies = await self._sglang_post(self._sglang_forced_bodies(list(prompts), list(conts)))
-            return [self._sglang_forced(r, p, c) for r, p, c in zip(replies, prompts, conts)]
-        bodies = [self._forced_body(p, c) for p, c in zip(prompts, conts)]
-        replies = await self.http.post_all(bodies, url=self._native_url())
-        return [self._parse_forced(r, p, c) for r, p, c in zip(replies, prompts, conts)]
-
-
-__all__ = ["NEUTRAL", "BATCH", "SglangFormats", "sglang_sampling"]
+__all__ = ["NEUTRAL", "BATCH", "SglangAPI", "sglang_sampling"]
