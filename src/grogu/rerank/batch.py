@@ -188,7 +188,7 @@ def score_on_ray(args: argparse.Namespace, items: list[dict], done: int) -> int:
         ChunkScorer,
         fn_constructor_kwargs={"options": options},
         batch_size=1,
-        concurrency=args.workers,
+        compute=ray.data.ActorPoolStrategy(size=args.workers),
         num_cpus=1,
         num_gpus=args.gpus_per_worker,
     )
