@@ -316,9 +316,9 @@ def node_loss_load(
     for t in threads:
         t.start()
     # the node's kill and rejoin run here: Ray adds nodes from the main thread only
-    while not killed.wait(0.2):
-        pass
-    if done[0] < requests:
+    while not killed.wait(0.2) and any(t.is_alive() for t in threads):
+        pass  # (clients that all failed before the kill end the wait: their requests count as lost)
+    if killed.is_set() and done[0] < requests:
         before = nodes.replicas()
         lost_node = nodes.worker.node_id
         replica = next(pid for node, pid in before if node == lost_node)
