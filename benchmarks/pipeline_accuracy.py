@@ -49,6 +49,7 @@ LlamaIndex's completion QA prompt), scoring only the contexts the default mode c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -631,8 +632,8 @@ def _latency(args, stack) -> None:
         )
     for r in reranks.values():  # prompts kept between calls: an engine setting, off by default
         target = getattr(r.scorer, "target", None)
-        if hasattr(target, "retain_prefix_tokens"):
-            target.retain_prefix_tokens = args.retain_prefix_tokens
+        if isinstance(target, grogu.Engine):
+            target.config = dataclasses.replace(target.config, retain_prefix_tokens=args.retain_prefix_tokens)
     if args.whole_only:
         return whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reranks)
     times: dict[str, list[float]] = {name: [] for name in reranks}

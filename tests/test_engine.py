@@ -178,14 +178,22 @@ def test_config_or_keyword_settings_give_the_same_engine():
         model, _ToyTokenizer(), device="cpu", stop_token_ids=[1], config=EngineConfig(prompt_lookup=5, max_batch_size=2)
     )
     assert by_kwargs.config == by_config.config == EngineConfig(prompt_lookup=5, max_batch_size=2).resolved("cpu")
-    assert (by_config.prompt_lookup, by_config.max_batch_size, by_config.max_batch_tokens) == (5, 2, 16384)
+    assert by_kwargs.config.max_batch_size == 2 and by_kwargs.config.max_batch_tokens == 16384
+    # the keyword arguments only build the configuration: the settings are not attributes of the engine
+    with pytest.raises(AttributeError):
+        by_kwargs.max_batch_size
+    with pytest.raises(AttributeError, match=r"dataclasses\.replace\(config, max_batch_size=\.\.\.\)"):
+        by_kwargs.max_batch_size = 4  # would otherwise change nothing
+    assert by_kwargs.config.max_batch_size == 2
+    with pytest.raises(TypeError, match="not both"):
+        Engine(model, _ToyTokenizer(), device="cpu", config=EngineConfig(), max_batch_size=4)
     prompts = [[5, 6, 7, 5, 6, 7, 5], [9, 8, 9, 8], [4, 4, 4, 4, 4]]
     got, want = by_config.generate(prompts, 8), by_kwargs.generate(prompts, 8)
     assert [g.token_ids for g in got] == [g.token_ids for g in want]
     config = EngineConfig(min_batch_fill=0.25)
     shared = get_engine((model, _ToyTokenizer()), device="cpu", config=config)
     assert get_engine((model, shared.tokenizer), device="cpu", config=config) is shared
-    assert shared.min_batch_fill == 0.25
+    assert shared.config.min_batch_fill == 0.25
 
 
 class _ToyTokenizer:
@@ -207,7 +215,8 @@ def test_sliding_window_model_batched_equals_one_at_a_time():
     transformers' own greedy generate and plain forward passes on each prompt alone."""
     model = tiny_model("gemma3", vocab_size=64, seed=3)
     engine = Engine(model, _ToyTokenizer(), device="cpu", prompt_lookup=5, stop_token_ids=[1])
-    engine.retain_prefix_tokens = 4096  # asked for, but its caches cannot be continued: none is kept
+    # asked for, but its caches cannot be continued: none is kept
+    engine.config = replace(engine.config, retain_prefix_tokens=4096)
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(2, 64, (n,), generator=gen).tolist() for n in (30, 45, 60, 38)]
     prompts.append(prompts[1][:40] + [5, 6, 7, 8, 9])  # the same length as prompts[1], sharing 40 tokens
@@ -270,7 +279,7 @@ def test_kept_prompts_stay_within_their_budget(tiny_engine, monkeypatch):
     """At most retain_prefix_tokens are kept, the latest first; a kept prompt that a newer one starts
     with is dropped; none by default; a bad budget is refused."""
     monkeypatch.setattr(tiny_engine.prefill, "retained", [])
-    assert tiny_engine.retain_prefix_tokens == 0
+    assert tiny_engine.config.retain_prefix_tokens == 0
     tiny_engine.generate([[5, 6, 7, 8]], 2)
     assert tiny_engine.prefill.retained == []
     query, docs = _docs(4, 9)
@@ -343,7 +352,7 @@ def test_out_of_memory_backoff_gives_same_results(tokenizer):
 
     engine.model.forward = forward
     got = engine.generate(prompts, 5)
-    assert engine.oom_backoffs >= 2 and engine.max_batch_size <= 2
+    assert engine.oom_backoffs >= 2 and engine.config.max_batch_size <= 2
     assert [g.token_ids for g in got] == [g.token_ids for g in expected]
     for g, e in zip(got, expected):
         torch.testing.assert_close(g.entropy, e.entropy, atol=TOL, rtol=0)
@@ -370,15 +379,15 @@ def test_the_batch_size_comes_back_after_memory_is_freed(tokenizer):
     engine.model.forward = forward
     got = engine.generate(prompts, 4)  # 8 -> 4 -> 2: four batches of 2 ran, so the cap is back at 4
     assert [g.token_ids for g in got] == [g.token_ids for g in expected]
-    assert engine.oom_backoffs == 3 and engine.max_batch_size == 4
+    assert engine.oom_backoffs == 3 and engine.config.max_batch_size == 4
     got = engine.generate(prompts, 4)  # the limit holds: 4 fails again, and the cap goes back up
     assert [g.token_ids for g in got] == [g.token_ids for g in expected]
-    assert engine.oom_backoffs == 5 and engine.max_batch_size == 4
+    assert engine.oom_backoffs == 5 and engine.config.max_batch_size == 4
     limit["rows"] = None  # memory freed
     for _ in range(2):
         got = engine.generate(prompts, 4)
         assert [g.token_ids for g in got] == [g.token_ids for g in expected]
-    assert engine.max_batch_size == 8 and engine.oom_backoffs == 5
+    assert engine.config.max_batch_size == 8 and engine.oom_backoffs == 5
     sizes.clear()
     engine.generate(prompts, 4)
     assert max(sizes) == 8  # one batch of 8 again
@@ -429,8 +438,8 @@ def test_leave_one_out_prompts_reuse_the_full_prompts_prefix(tiny_engine, monkey
     groups = prefix_groups(
         rows,
         [len(r) - 1 for r in rows],
-        min_shared_prefix=tiny_engine.min_shared_prefix,
-        group_overhead_tokens=tiny_engine.group_overhead_tokens,
+        min_shared_prefix=tiny_engine.config.min_shared_prefix,
+        group_overhead_tokens=tiny_engine.config.group_overhead_tokens,
     )
     assert sorted(i for g, _ in groups for i in g) == list(range(11))
     assert all(rows[i][:p] == rows[g[0]][:p] and p < len(rows[i]) for g, p in groups for i in g)

@@ -131,18 +131,23 @@ class _Part(Configured):
 def test_engine_settings_read_and_assigned_through_config():
     part = _Part("cpu", EngineConfig(prompt_lookup=2))
     assert part.config == dataclasses.replace(CPU, prompt_lookup=2)
-    assert (part.max_batch_size, part.prompt_lookup, part.min_batch_fill) == (32, 2, 0.5)
     assert part.logits_budget_bytes == 256 * 2**20
-    part.max_batch_size = 6  # e.g. the out-of-memory back-off
-    assert part.config.max_batch_size == 6 and part.max_batch_size == 6 and part.prompt_lookup == 2
-    part.max_batch_size = None  # back to the device's default
-    assert part.max_batch_size == 32
+    part.config = dataclasses.replace(part.config, max_batch_size=6)  # e.g. the out-of-memory back-off
+    assert (part.config.max_batch_size, part.config.prompt_lookup) == (6, 2)
+    part.config = dataclasses.replace(part.config, max_batch_size=None)  # back to the device's default
+    assert part.config.max_batch_size == 32
     with pytest.raises(ValueError, match="min_batch_fill must be in"):
-        part.min_batch_fill = 2
-    assert part.min_batch_fill == 0.5
+        part.config = dataclasses.replace(part.config, min_batch_fill=2)
+    assert part.config.min_batch_fill == 0.5
     with pytest.raises(TypeError, match="config must be an EngineConfig"):
         part.config = {"max_batch_size": 3}
-    assert _Part("cuda:0", EngineConfig()).group_overhead_tokens == 256
+    assert _Part("cuda:0", EngineConfig()).config.group_overhead_tokens == 256
+    # a setting is not an attribute of the engine, and assigning one there would change nothing
+    for field in dataclasses.fields(EngineConfig):
+        assert not hasattr(part, field.name), field.name
+        with pytest.raises(AttributeError, match=f"{field.name} is a setting of _Part.config"):
+            setattr(part, field.name, getattr(part.config, field.name))
+    assert part.config.max_batch_size == 32
 
 
 # ---------------------------------------------------------------------------------------- batch planning

@@ -17,9 +17,9 @@ TOL = 1e-4
 def _limits(engine: Engine) -> dict:
     """plan_batches' limits under an engine's settings (the logits budget is far from binding here)."""
     return dict(
-        max_batch_size=engine.max_batch_size,
-        max_batch_tokens=engine.max_batch_tokens,
-        min_batch_fill=engine.min_batch_fill,
+        max_batch_size=engine.config.max_batch_size,
+        max_batch_tokens=engine.config.max_batch_tokens,
+        min_batch_fill=engine.config.min_batch_fill,
     )
 
 

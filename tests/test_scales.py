@@ -95,9 +95,10 @@ def test_configure_engine_sets_the_batch_and_memory_settings(tokenizer):
     configure_engine(engine)
     assert engine.config == default
     configure_engine(engine, batch_size=3)
-    assert engine.max_batch_size == 3 and engine.config.max_batch_tokens == default.max_batch_tokens
+    assert engine.config.max_batch_size == 3 and engine.config.max_batch_tokens == default.max_batch_tokens
     configure_engine(engine, config=EngineConfig(max_batch_tokens=2048, logits_budget_mb=64))
-    assert (engine.max_batch_size, engine.max_batch_tokens, engine.config.logits_budget_mb) == (32, 2048, 64)
+    c = engine.config
+    assert (c.max_batch_size, c.max_batch_tokens, c.logits_budget_mb) == (32, 2048, 64)
     for bad in (0, -2, 1.5, True, "8"):
         with pytest.raises(ValueError, match="batch_size"):
             configure_engine(engine, batch_size=bad)
@@ -105,7 +106,7 @@ def test_configure_engine_sets_the_batch_and_memory_settings(tokenizer):
         configure_engine(engine, batch_size=2, config=EngineConfig())
     with pytest.raises(TypeError, match="EngineConfig"):
         configure_engine(engine, config={"max_batch_size": 2})
-    assert engine.max_batch_tokens == 2048  # a failed call changes nothing
+    assert engine.config.max_batch_tokens == 2048  # a failed call changes nothing
     # scores do not depend on the batch size
     before = [r.score for r in UtilityScorer(engine, max_new_tokens=8).score(QUERY, DOCS)]
     configure_engine(engine, batch_size=1)

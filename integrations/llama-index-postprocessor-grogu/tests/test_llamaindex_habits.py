@@ -137,13 +137,13 @@ def test_batch_size_and_engine_config(index, llm, questions, restore_engine):
         retrieve(index, query), query_str=query
     )
     small = GroguRerank(top_n=None, model=llm, max_new_tokens=TOKENS, mode="document", batch_size=2)
-    assert small.scorer.target is engine and engine.max_batch_size == 2 and small.batch_size == 2
+    assert small.scorer.target is engine and engine.config.max_batch_size == 2 and small.batch_size == 2
     got = small.postprocess_nodes(retrieve(index, query), query_str=query)
     assert ids(got) == ids(reference)
     assert [n.score for n in got] == pytest.approx([n.score for n in reference], abs=1e-4)
 
     GroguRerank(model=llm, engine_config=grogu.EngineConfig(max_batch_tokens=1024, max_batch_size=4))
-    assert (engine.max_batch_size, engine.max_batch_tokens) == (4, 1024)
+    assert (engine.config.max_batch_size, engine.config.max_batch_tokens) == (4, 1024)
     for bad in (0, -3, 1.5, True, "2"):
         with pytest.raises(ValueError, match="batch_size"):
             GroguRerank(model=llm, batch_size=bad)
@@ -153,4 +153,4 @@ def test_batch_size_and_engine_config(index, llm, questions, restore_engine):
         GroguRerank(model=llm, engine_config={"max_batch_size": 2})
     with pytest.raises(ValueError, match="the grogu service chooses its own"):
         GroguRerank(model="http://127.0.0.1:9", batch_size=2)
-    assert (engine.max_batch_size, engine.max_batch_tokens) == (4, 1024)  # failed settings change nothing
+    assert (engine.config.max_batch_size, engine.config.max_batch_tokens) == (4, 1024)  # failed settings change nothing

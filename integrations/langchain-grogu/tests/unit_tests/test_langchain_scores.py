@@ -150,7 +150,7 @@ def test_batch_size_and_engine_config_set_the_engine(llm, base, query, restore_e
     engine = restore_engine
     reference = _pipeline(base, model=llm, top_n=None, mode="document").invoke(query)
     small = _pipeline(base, model=llm, top_n=None, mode="document", batch_size=2)
-    assert engine.max_batch_size == 2 and small.base_compressor.scorer.target is engine  # the shared engine
+    assert engine.config.max_batch_size == 2 and small.base_compressor.scorer.target is engine  # the shared engine
     out = small.invoke(query)
     assert [d.page_content for d in out] == [d.page_content for d in reference]
     assert [d.metadata[RELEVANCE_KEY] for d in out] == pytest.approx(
@@ -158,7 +158,7 @@ def test_batch_size_and_engine_config_set_the_engine(llm, base, query, restore_e
     )
 
     GroguRetriever(base_retriever=base, model=llm, engine_config=EngineConfig(max_batch_tokens=1024, max_batch_size=4))
-    assert (engine.max_batch_size, engine.max_batch_tokens) == (4, 1024)
+    assert (engine.config.max_batch_size, engine.config.max_batch_tokens) == (4, 1024)
     for bad in (0, -1, 2.5, True, "4"):
         with pytest.raises(ValueError, match="batch_size"):
             GroguCompressor(model=llm, batch_size=bad)
@@ -166,4 +166,4 @@ def test_batch_size_and_engine_config_set_the_engine(llm, base, query, restore_e
         GroguCompressor(model=llm, batch_size=2, engine_config=EngineConfig())
     with pytest.raises(ValueError, match="service chooses its own"):
         GroguCompressor(model="http://127.0.0.1:9", batch_size=2)
-    assert (engine.max_batch_size, engine.max_batch_tokens) == (4, 1024)  # failed settings change nothing
+    assert (engine.config.max_batch_size, engine.config.max_batch_tokens) == (4, 1024)  # failed settings change nothing

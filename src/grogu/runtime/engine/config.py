@@ -5,11 +5,12 @@ the setting, as everywhere in :mod:`grogu.core.checks`). A setting left ``None``
 device the engine runs on (:data:`DEVICE_DEFAULTS`, applied by :meth:`EngineConfig.resolved`): a GPU
 affords wider batches and pays less for drafted tokens than a CPU.
 
-``Engine(config=EngineConfig(...))`` takes a whole configuration; the Engine's keyword arguments
-(``max_batch_size=`` ...) still set one each, but not together with ``config=`` (a ``TypeError``: a
-setting given twice would leave it unclear which one counts). ``engine.config`` is the configuration
-in use, every ``None`` resolved, and each setting also reads as an attribute (``engine.max_batch_size``);
-assigning one (``engine.max_batch_size = 8``) replaces ``engine.config`` by a validated copy.
+An EngineConfig is the one way to configure an engine: ``Engine(config=EngineConfig(...))``. The
+Engine's keyword arguments (``max_batch_size=`` ...) are a convenience that builds one
+(:func:`engine_config`), not together with ``config=`` (a ``TypeError``: a setting given twice would
+leave it unclear which one counts). ``engine.config`` is the configuration in use, every ``None``
+resolved; read a setting there (``engine.config.max_batch_size``) and change one by assigning a new
+configuration (``engine.config = dataclasses.replace(engine.config, max_batch_size=8)``, validated).
 """
 
 from __future__ import annotations
@@ -153,22 +154,26 @@ def engine_config(config: EngineConfig | None, **settings: Any) -> EngineConfig:
     return config
 
 
-def _setting(name: str) -> property:
-    def get(self: "Configured") -> Any:
-        return getattr(self.config, name)
-
-    def set_(self: "Configured", value: Any) -> None:
-        self.config = dataclasses.replace(self.config, **{name: value})
-
-    return property(get, set_, doc=f"``config.{name}`` (assigning it replaces ``config`` by a validated copy)")
+#: the names of the settings, which an engine holds in ``engine.config`` only
+_SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(EngineConfig))
 
 
 class Configured:
-    """Engine part: ``engine.config``, the settings in use (resolved for ``engine.device``), and each
-    tuned setting as an attribute of the engine."""
+    """Engine part: ``engine.config``, the settings in use (resolved for ``engine.device``); assigning
+    it takes a validated :class:`EngineConfig`. A setting is not an attribute of the engine: reading one
+    there (``engine.max_batch_size``) is an AttributeError, and so is assigning one (which would
+    otherwise change nothing)."""
 
     device: Any
     _config: EngineConfig
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SETTING_NAMES:
+            raise AttributeError(
+                f"{name} is a setting of {type(self).__name__}.config: "
+                f"assign config = dataclasses.replace(config, {name}=...)"
+            )
+        super().__setattr__(name, value)
 
     @property
     def config(self) -> EngineConfig:
@@ -180,18 +185,6 @@ class Configured:
             raise TypeError(f"config must be an EngineConfig, got {type(config).__name__}")
         self._config = config.resolved(self.device)
 
-    max_batch_size = _setting("max_batch_size")
-    max_batch_tokens = _setting("max_batch_tokens")
-    min_shared_prefix = _setting("min_shared_prefix")
-    retain_prefix_tokens = _setting("retain_prefix_tokens")
-    group_overhead_tokens = _setting("group_overhead_tokens")
-    min_batch_fill = _setting("min_batch_fill")
-    prompt_lookup = _setting("prompt_lookup")
-    prompt_lookup_ngram = _setting("prompt_lookup_ngram")
-    prompt_lookup_min_ngram = _setting("prompt_lookup_min_ngram")
-    entropy_chunk_rows = _setting("entropy_chunk_rows")
-    cuda_graphs = _setting("cuda_graphs")
-
     @property
     def logits_budget_bytes(self) -> int:
         """``config.logits_budget_mb`` in bytes."""
@@ -200,7 +193,7 @@ class Configured:
 
 def configure_engine(engine: Any, *, batch_size: int | None = None, config: EngineConfig | None = None) -> None:
     """Apply an integration's batch/memory settings to ``engine`` (an :class:`~grogu.runtime.engine.Engine`):
-    ``batch_size`` sets ``max_batch_size`` (most prompts in one forward pass), ``config`` replaces the
+    ``batch_size`` sets ``config.max_batch_size`` (most prompts in one forward pass), ``config`` replaces the
     whole configuration (``max_batch_tokens``, ``logits_budget_mb``: the memory a forward pass may
     take). One or the other (a TypeError for both, as for the Engine); neither leaves the engine as it
     is. The engine is the process-wide one of its model (:func:`grogu.get_engine`), so the settings

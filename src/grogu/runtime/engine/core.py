@@ -8,6 +8,7 @@ logits turned into statistics (:func:`~.stats.continuation_stats`). Each primiti
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from typing import Any, Sequence
@@ -70,11 +71,10 @@ class Engine(Configured):
             (default: oneDNN where it measures faster than the default BLAS, as on AMD CPUs, where it
             is about twice as fast), 'onednn' or 'default'. The model is only switched while the
             engine runs it. Ignored on a GPU.
-        config: all settings at once, as an :class:`~grogu.runtime.engine.config.EngineConfig` (which also holds
-            the tuned constants that have no keyword argument: ``group_overhead_tokens``,
-            ``min_batch_fill``, ``prompt_lookup_min_ngram``, ``entropy_chunk_rows``,
-            ``cpu_linear_pack_limit_mb``). Not together with the setting keyword arguments above (a
-            TypeError). ``engine.config`` is the configuration in use, defaults resolved for the device.
+        config: the engine's settings, an :class:`~grogu.runtime.engine.config.EngineConfig` (the keyword
+            arguments above are a convenience that builds one; not both: a TypeError). ``engine.config`` is
+            the configuration in use, resolved for the device; a setting changes by a new one
+            (``engine.config = dataclasses.replace(engine.config, max_batch_size=8)``).
 
     Its parts (see :mod:`grogu.runtime.engine`): ``planner`` (:class:`~grogu.runtime.engine.planning.BatchPlanner`),
     ``prefill`` (:class:`~grogu.runtime.engine.prefill.PrefixPrefill`), ``decoder``
@@ -135,7 +135,7 @@ class Engine(Configured):
         self.model.eval()
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
-        self.config = config  # resolved for the device: engine.max_batch_size ... read it
+        self.config = config  # resolved for the device: engine.config.max_batch_size ... read it
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         self.pad_token_id = self._pad_token_id()
         self.stop_token_ids = sorted(set(stop_token_ids) if stop_token_ids is not None else self._default_stops())
@@ -368,14 +368,14 @@ class Engine(Configured):
     def _split_batches(self, half: int) -> None:
         """The planner split a batch on out-of-memory: cap the batch size for later calls (:class:`BatchCap`)."""
         self.oom_backoffs += 1
-        self.max_batch_size = self.batch_cap.split(self.max_batch_size, half)
+        size = self.batch_cap.split(self.config.max_batch_size, half)
+        self.config = dataclasses.replace(self.config, max_batch_size=size)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
     def _batch_ran(self, rows: int) -> None:
-        size = self.batch_cap.ran(self.max_batch_size)
-        if size != self.max_batch_size:
-            self.max_batch_size = size
+        if (size := self.batch_cap.ran(self.config.max_batch_size)) != self.config.max_batch_size:
+            self.config = dataclasses.replace(self.config, max_batch_size=size)
 
 
 _SHARED: dict[tuple, Engine] = {}
