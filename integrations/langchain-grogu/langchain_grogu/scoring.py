@@ -123,18 +123,13 @@ class GroguScoring(SharedSettings):
         # a service (documents' metadata stay here), or the model / server run for this process
         self._scorer, self._model_label = build_scorer(
             self.model,
+            self,
             resolve_engine=resolve_engine,
             model_label=model_label,
-            device=self.device,
-            dtype=self.dtype,
-            batch_size=self.batch_size,
-            engine_config=self.engine_config,
-            metric=self.metric,
+            template=template,
+            max_new_tokens=self.max_new_tokens,
             alpha=self.alpha,
             top_k_frac=self.top_k_frac,
-            max_new_tokens=self.max_new_tokens,
-            template=template,
-            answer_style=self.answer_style,
         )
         self.metric = self._scorer.metric  # None: the target's default
         if self.score_scale == "probability":

@@ -19,7 +19,6 @@ from ..metrics.influence import InfluenceScorer
 from ..runtime.engine import Engine
 from ..runtime.engine.config import configure_engine
 from .scorer import UtilityScorer
-from .settings import DEFAULT_TOP_N, ModeSettings
 
 
 @runtime_checkable
@@ -39,29 +38,11 @@ class Scorer(Protocol):
         self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False
     ) -> list: ...
 
-    def rerank(
-        self,
-        query: str,
-        documents: Sequence[Any],
-        top_n: int | None = DEFAULT_TOP_N,
-        threshold: float | None = None,
-        *,
-        settings: ModeSettings | None = None,
-        relevance: Sequence[float] | None = None,
-        return_details: bool = False,
-    ) -> list: ...
+    def rerank(self, query: str, documents: Sequence[Any], *args: Any, **kwargs: Any) -> list:
+        """The arguments of :func:`grogu.rerank.arguments.rerank_arguments`."""
 
-    async def arerank(
-        self,
-        query: str,
-        documents: Sequence[Any],
-        top_n: int | None = DEFAULT_TOP_N,
-        threshold: float | None = None,
-        *,
-        settings: ModeSettings | None = None,
-        relevance: Sequence[float] | None = None,
-        return_details: bool = False,
-    ) -> list: ...
+    async def arerank(self, query: str, documents: Sequence[Any], *args: Any, **kwargs: Any) -> list:
+        """Async :meth:`rerank`."""
 
     def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]) -> Any: ...
 
@@ -72,7 +53,9 @@ def remote_target(model: Any) -> Any:
     """The service client when ``model`` is a grogu service URL (``http(s)://...``) or a remote scorer
     (``grogu.RemoteScorer``, ``grogu.RemoteInfluenceScorer``), else None."""
     from .remote import is_url
-    from .remote.client import RemoteInfluenceScorer, RemoteScorer  # the client needs httpx: imported on use
+
+    # the client needs httpx and pydantic: imported on use
+    from .remote.client import RemoteInfluenceScorer, RemoteScorer
 
     if is_url(model) or isinstance(model, (RemoteScorer, RemoteInfluenceScorer)):
         return model
@@ -90,42 +73,51 @@ def engine_label(engine: Engine) -> str:
 
 def build_scorer(
     model: Any,
+    settings: Any,
     *,
     resolve_engine: Callable[[Any, str | None, str | None], Any],
     model_label: Callable[[Any, Any], str],
-    device: str | None = None,
-    dtype: str | None = None,
-    batch_size: int | None = None,
-    engine_config: Any = None,
+    template: PromptTemplate | None = None,
+    max_new_tokens: int | None = None,
     **options: Any,
 ) -> tuple[Scorer, str]:
     """The utility :class:`Scorer` for ``model`` and a readable name of the target LLM: the one place an
     integration's ``model=`` becomes a scorer.
 
-    ``model``: a service URL or a ``grogu.RemoteScorer`` (the service's client, with ``options``; node and
-    document metadata stay in this process), else anything ``resolve_engine(model, device, dtype)`` turns
-    into an engine or a ServerTarget (the framework's own resolution of its LLM objects), scored here.
-    ``options``: :class:`grogu.UtilityScorer`'s settings (``metric``, ``max_new_tokens``, ``template``...).
-    ``batch_size`` / ``engine_config`` configure the process-wide engine of a model run here
-    (:func:`grogu.runtime.engine.config.configure_engine`); for anything else they are an error.
+    ``model``: a service URL or a ``grogu.RemoteScorer`` (the service's client; node and document
+    metadata stay in this process), else anything ``resolve_engine(model, device, dtype)`` turns into an
+    engine or a ServerTarget (the framework's own resolution of its LLM objects), scored here.
+    ``settings``: the integration itself, a :class:`grogu.apps.integration_settings.SharedSettings`, passed
+    whole: its ``metric`` and ``answer_style`` go to the scorer; ``device``, ``dtype``, ``batch_size`` and
+    ``engine_config`` to a model run here (:func:`grogu.runtime.engine.config.configure_engine`; for
+    anything else they are an error). ``template`` and ``max_new_tokens``: the prompt and answer budget
+    the integration resolved. ``options``: more :class:`grogu.UtilityScorer` settings (``alpha`` ...).
     """
-    if batch_size is not None and engine_config is not None:
+    s = settings
+    if s.batch_size is not None and s.engine_config is not None:
         raise ValueError("give batch_size or engine_config (which holds max_batch_size), not both")
+    options = {
+        "metric": s.metric,
+        "answer_style": s.answer_style,
+        "template": template,
+        "max_new_tokens": max_new_tokens,
+        **options,
+    }
     remote = remote_target(model)
     if remote is not None:
-        if device is not None or dtype is not None:
+        if s.device is not None or s.dtype is not None:
             raise ValueError("device/dtype apply to a model loaded here; the grogu service chooses its own")
-        if batch_size is not None or engine_config is not None:
+        if s.batch_size is not None or s.engine_config is not None:
             raise ValueError("batch_size/engine_config apply to a model run here; the grogu service chooses its own")
         from .remote.client import RemoteScorer
 
         scorer = (RemoteScorer(remote) if isinstance(remote, str) else remote).with_settings(**options)
         return scorer, scorer.model_name
-    engine = resolve_engine(model, device, dtype)
-    if batch_size is not None or engine_config is not None:
+    engine = resolve_engine(model, s.device, s.dtype)
+    if s.batch_size is not None or s.engine_config is not None:
         if not hasattr(engine, "config"):
             raise ValueError(f"batch_size/engine_config apply to a model run here, not to {type(engine).__name__}")
-        configure_engine(engine, batch_size=batch_size, config=engine_config)
+        configure_engine(engine, batch_size=s.batch_size, config=s.engine_config)
     return UtilityScorer(engine, **options), model_label(model, engine)
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from typing_extensions import Unpack
-
 from ..core.checks import (
     check_alpha,
     check_choice,
@@ -44,7 +42,7 @@ from ..runtime.coalescer import Coalescer
 from ..runtime.engine import get_engine
 from ..runtime.models import DEFAULT_MODEL
 from . import pipeline as rerank_pipeline
-from . import settings as rerank
+from .arguments import RerankCall, takes_rerank_arguments
 from .context_scoring import ContextScoring, QueryContext
 from .settings import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_N  # noqa: F401 - re-exported
 from .tuned import call_settings
@@ -183,18 +181,8 @@ class UtilityScorer(ContextScoring):
             raise ValueError("best_layout needs at least one layout")
         return choose_layout(self.score_contexts(query, layouts))
 
-    def rerank(
-        self,
-        query: str,
-        documents: Sequence[Any],
-        top_n: int | None = DEFAULT_TOP_N,
-        threshold: float | None = None,
-        *,
-        settings: rerank.ModeSettings | str | None = None,
-        relevance: Sequence[float] | None = None,
-        return_details: bool = False,
-        **overrides: Unpack[rerank.ModeOverrides],
-    ) -> list[DocumentScore]:
+    @takes_rerank_arguments
+    def rerank(self, call: RerankCall) -> list[DocumentScore]:
         """The documents to give the LLM, in order, chosen by a rerank mode (``grogu.rerank.selection``):
 
         - ``"context"`` (default): the retriever's top-n is answered first and kept unless its answer is in
@@ -217,9 +205,13 @@ class UtilityScorer(ContextScoring):
         ``top_n``: most documents kept (default 3, as measured and as the integrations keep; None: all).
         Each result carries ``index`` (input position) and the original ``document``.
         """
-        settings = call_settings(settings, overrides, self, top_n)
-        p = rerank_pipeline.plan(query, documents, top_n, threshold, settings, relevance, self.grounded_only)
-        return rerank_pipeline.run(self, [p], return_details)[0]
+        return rerank_pipeline.run(self, [self._rerank_plan(call)], call.return_details)[0]
+
+    def _rerank_plan(self, call: RerankCall) -> Any:
+        settings = call_settings(call.settings, call.overrides, self, call.top_n)
+        return rerank_pipeline.plan(
+            call.query, call.documents, call.top_n, call.threshold, settings, call.relevance, self.grounded_only
+        )
 
     # ------------------------------------------------------------------ async API
     # Each coroutine runs its engine work in a worker thread (the event loop is not blocked) and is
@@ -243,23 +235,11 @@ class UtilityScorer(ContextScoring):
             for i, (o, r) in enumerate(zip(originals, results, strict=True))
         ]
 
-    async def arerank(
-        self,
-        query: str,
-        documents: Sequence[Any],
-        top_n: int | None = DEFAULT_TOP_N,
-        threshold: float | None = None,
-        *,
-        settings: rerank.ModeSettings | None = None,
-        relevance: Sequence[float] | None = None,
-        return_details: bool = False,
-        **overrides: Unpack[rerank.ModeOverrides],
-    ) -> list[DocumentScore]:
+    @takes_rerank_arguments
+    async def arerank(self, call: RerankCall) -> list[DocumentScore]:
         """Async :meth:`rerank`."""
-        settings = call_settings(settings, overrides, self, top_n)
-        p = rerank_pipeline.plan(query, documents, top_n, threshold, settings, relevance, self.grounded_only)
-        [ranked] = await self._plan_coalescer.run([p])
-        return ranked if return_details else rerank_pipeline.without_details(ranked)
+        [ranked] = await self._plan_coalescer.run([self._rerank_plan(call)])
+        return ranked if call.return_details else rerank_pipeline.without_details(ranked)
 
     async def ascore_contexts(
         self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False

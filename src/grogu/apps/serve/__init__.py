@@ -1,8 +1,8 @@
 """The shared scoring service: ``grogu serve`` runs engines on Ray Serve (``pip install "grogu[serve]"``);
 :class:`RemoteScorer` and :class:`RemoteInfluenceScorer` use it from any process with the in-process
-classes' methods and results. The clients live in :mod:`grogu.rerank.remote` (they need only ``httpx``)
-and are named here too, imported on first use; Ray is imported by the server side
-(:mod:`grogu.apps.serve.service`) alone; ``grogu score --ray`` runs Ray Data from :mod:`grogu.rerank.batch`."""
+classes' methods and results. The clients live in :mod:`grogu.rerank.remote` (they need ``httpx`` and
+``pydantic``: extra ``server``) and are named here too, imported on first use; Ray is imported by the
+server side (:mod:`grogu.apps.serve.service`) alone; ``grogu score --ray`` runs Ray Data from :mod:`grogu.rerank.batch`."""
 
 from __future__ import annotations
 

@@ -28,35 +28,14 @@ from __future__ import annotations
 import uuid
 from typing import Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from ...metrics.scales import probability
+from ...rerank.remote.schema import CompatRerankRequest
 from . import api
 
 #: the fields of a compatible request that grogu reads; any other is accepted and ignored
 READ_FIELDS = ("model", "query", "documents", "top_n", "return_documents", "rank_fields", "grogu")
 #: the header naming the fields a request sent that grogu ignored
 IGNORED_HEADER = "X-Grogu-Ignored-Fields"
-
-
-class CompatRerankRequest(BaseModel):
-    """A Cohere (v1, v2) or Jina rerank request. Unknown fields are accepted (vendors add their own)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    model: Optional[str] = Field(None, description="the target LLM: the model this service serves")
-    query: str
-    documents: list[Union[str, dict[str, Any]]] = Field(
-        description="strings, or objects with a 'text' field (or the fields named in rank_fields)"
-    )
-    top_n: Optional[int] = Field(None, description="documents to return; absent or 0: all")
-    return_documents: Optional[bool] = None
-    rank_fields: Optional[list[str]] = Field(None, description="the fields of object documents to rank on")
-    grogu: Optional[dict[str, Any]] = Field(None, description="grogu's own rerank settings (see /rerank)")
-
-    def ignored(self) -> list[str]:
-        """The fields this request sent that grogu does not use, sorted."""
-        return sorted(self.model_extra or {})
 
 
 def document_text(doc: Union[str, dict[str, Any]], i: int, rank_fields: Optional[list[str]]) -> Any:

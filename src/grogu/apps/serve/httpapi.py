@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...core.version import __version__
+from ...rerank.remote.schema import validation_message
 from .config import ServeConfig
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,13 @@ app = FastAPI(
 )
 
 
+def answers(model: Any) -> dict[str, Any]:
+    """A route's response settings: its answer is validated against ``model`` (the wire schema's, which
+    the clients validate with too, :mod:`grogu.rerank.remote.schema`) and documented by it in the
+    OpenAPI schema; fields the handler did not set are not sent (an answer keeps its shape)."""
+    return {"response_model": model, "response_model_exclude_unset": True}
+
+
 def _error(status: int, message: str, kind: str, headers: dict | None = None) -> _JSON:
     # "detail": FastAPI's and Jina's key; "message": Cohere's (its SDK and clients read that one)
     return _JSON({"detail": message, "message": message, "error": kind}, status_code=status, headers=headers)
@@ -64,31 +72,14 @@ async def _invalid(request: Request, exc: RequestValidationError) -> _JSON:
         return _error(
             400, f"malformed JSON body: {errors[0].get('ctx', {}).get('error', errors[0]['msg'])}", "MalformedJSON"
         )
-    return _error(422, *_validation_message(errors))
-
-
-def _validation_message(errors: list[dict]) -> tuple[str, str]:
-    """(message, kind) of pydantic's errors: grogu's own checks with their own messages (kind
-    ValueError), others with the field and pydantic's message (kind ValidationError)."""
-    parts, grogu_checks = [], True
-    for e in errors[:10]:
-        field = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
-        if e.get("type") == "value_error" and "error" in e.get("ctx", {}):
-            message = str(e["ctx"]["error"])  # grogu's own check, its own message
-            parts.append(message if field == "body" or message.startswith(field) else f"{field}: {message}")
-        else:
-            grogu_checks = False
-            parts.append(f"{field}: {e.get('msg')}")
-    if grogu_checks:
-        return "; ".join(parts), "ValueError"
-    return "invalid request: " + "; ".join(parts), "ValidationError"
+    return _error(422, *validation_message(errors))
 
 
 @app.exception_handler(ValueError)
 @app.exception_handler(TypeError)
 async def _bad_value(request: Request, exc: Exception) -> _JSON:
     if isinstance(exc, ValidationError):  # a request built inside a route (the compatible rerank API)
-        return _error(422, *_validation_message(exc.errors()))
+        return _error(422, *validation_message(exc.errors()))
     return _error(422, str(exc), type(exc).__name__)
 
 

@@ -39,12 +39,12 @@ from ...core.version import __version__
 from ...metrics import grogu as metrics
 from ...metrics.acu import DEFAULT_PROMPT_WITH, DEFAULT_PROMPT_WITHOUT, ACUScorer
 from ...rerank.modes import MODES
-from ...rerank.remote import wire
+from ...rerank.remote import schema, wire
 from ...runtime import coalescer
 from . import api, compat
 from .admission import PREFILL_COST, admit_budget, admit_rerank, influence_runs
 from .config import ServeConfig, model_names
-from .httpapi import ModelNotFound, StalledError, app
+from .httpapi import ModelNotFound, StalledError, answers, app
 from .replica_work import ReplicaWork
 from .scheduler import Work
 
@@ -66,7 +66,7 @@ class GroguService(ReplicaWork):
     (:class:`~grogu.apps.serve.replica_work.ReplicaWork`)."""
 
     # ------------------------------------------------------------------ service routes
-    @app.get("/health")
+    @app.get("/health", **answers(schema.HealthResponse))
     async def health(self) -> dict:
         """Readiness: 200 once the replica has loaded its model (no token needed); 503 while its worker
         thread has run one engine slice for ``health_stall_s`` seconds (stuck). While no replica is
@@ -84,7 +84,7 @@ class GroguService(ReplicaWork):
                 f"{self.config.health_stall_s:g} s, grogu serve --health-stall-s): it is stuck"
             )
 
-    @app.get("/info")
+    @app.get("/info", **answers(schema.InfoResponse))
     async def info(self) -> dict:
         """The model this deployment serves (its name, no filesystem path), its limits and batching."""
         c, e = self.config, self.engine
@@ -106,7 +106,7 @@ class GroguService(ReplicaWork):
             "nli": _public_name(c.nli),
         }
 
-    @app.get("/stats")
+    @app.get("/stats", **answers(schema.StatsResponse))
     async def stats(self) -> dict:
         """Engine calls this replica ran, by number of requests gathered; the largest generation budget
         one call held. The process id only with ``stats_pids`` (``grogu serve --stats-pids``)."""
@@ -121,7 +121,7 @@ class GroguService(ReplicaWork):
         return out
 
     # ------------------------------------------------------------------ GROGU routes
-    @app.post("/score")
+    @app.post("/score", **answers(schema.ScoresResponse))
     async def score(self, body: api.ScoreRequest) -> dict:
         """Each document alone as the context (``UtilityScorer.score``)."""
         self._admit(body)
@@ -129,7 +129,7 @@ class GroguService(ReplicaWork):
         [results] = await self._contexts(body, [(body.query, [[d] for d in docs])], body.return_details)
         return {"results": self._scores(results, body.return_details)}
 
-    @app.post("/score_batch")
+    @app.post("/score_batch", **answers(schema.ScoresBatchResponse))
     async def score_batch(self, body: api.ScoreBatchRequest) -> dict:
         """Per-document scores of many (query, documents) items (``UtilityScorer.score_batch``)."""
         self._admit(body)
@@ -137,7 +137,7 @@ class GroguService(ReplicaWork):
         results = await self._contexts(body, items, body.return_details)
         return {"results": [self._scores(r, body.return_details) for r in results]}
 
-    @app.post("/score_contexts")
+    @app.post("/score_contexts", **answers(schema.ScoresResponse))
     async def score_contexts(self, body: api.ContextsRequest) -> dict:
         """Each ordered document list as one context (``UtilityScorer.score_contexts``)."""
         self._admit(body)
@@ -146,7 +146,7 @@ class GroguService(ReplicaWork):
         )
         return {"results": self._scores(results, body.return_details)}
 
-    @app.post("/score_contexts_batch")
+    @app.post("/score_contexts_batch", **answers(schema.ScoresBatchResponse))
     async def score_contexts_batch(self, body: api.ContextsBatchRequest) -> dict:
         """Contexts of many queries (``UtilityScorer.score_contexts_batch``)."""
         self._admit(body)
@@ -154,7 +154,7 @@ class GroguService(ReplicaWork):
         results = await self._contexts(body, items, body.return_details)
         return {"results": [self._scores(r, body.return_details) for r in results]}
 
-    @app.post("/best_layout")
+    @app.post("/best_layout", **answers(schema.LayoutResponse))
     async def best_layout(self, body: api.LayoutRequest) -> dict:
         """The most useful of several orders of the documents (``UtilityScorer.best_layout``)."""
         self._admit(body)
@@ -163,7 +163,7 @@ class GroguService(ReplicaWork):
         [results] = await self._contexts(body, [(body.query, [api.plain_docs(c) for c in body.layouts])], False)
         return wire.encode_layout(choose_layout(results))
 
-    @app.post("/rerank")
+    @app.post("/rerank", **answers(schema.RerankResponse))
     async def rerank(self, body: api.RerankRequest) -> dict:
         """The documents to give the LLM, by rerank mode (``UtilityScorer.rerank``)."""
         self._admit(body)
@@ -177,13 +177,13 @@ class GroguService(ReplicaWork):
         return out
 
     # ------------------------------------------------------------------ the clients' rerank API
-    @app.post("/v1/rerank")
+    @app.post("/v1/rerank", **answers(schema.CompatRerankResponse))
     async def rerank_v1(self, body: compat.CompatRerankRequest, response: Response) -> dict:
         """Cohere's v1 and Jina's rerank API (:mod:`grogu.apps.serve.compat`): the ``/rerank`` pipeline,
         ``relevance_score`` in [0, 1], documents returned unless ``return_documents`` is false."""
         return await self._compat(body, 1, response)
 
-    @app.post("/v2/rerank")
+    @app.post("/v2/rerank", **answers(schema.CompatRerankResponse))
     async def rerank_v2(self, body: compat.CompatRerankRequest, response: Response) -> dict:
         """Cohere's v2 rerank API (:mod:`grogu.apps.serve.compat`): the ``/rerank`` pipeline,
         ``relevance_score`` in [0, 1], documents returned only with ``return_documents``."""
@@ -207,7 +207,7 @@ class GroguService(ReplicaWork):
             response.headers[compat.IGNORED_HEADER] = ", ".join(ignored)
         return compat.response(body, version, ranked, served, usage, own.mode_settings().mode)
 
-    @app.post("/ungrounded")
+    @app.post("/ungrounded", **answers(schema.UngroundedResponse))
     async def ungrounded(self, body: api.UngroundedRequest) -> dict:
         """The ungrounded answer's KeyEntropy (``UtilityScorer.ungrounded``)."""
         self._admit(body)
@@ -222,9 +222,9 @@ class GroguService(ReplicaWork):
                 lambda sc, us, want: [sc.ungrounded(q) for q in us],
             )
         )
-        return wire.encode_ungrounded(result)
+        return dataclasses.asdict(result)
 
-    @app.post("/influence")
+    @app.post("/influence", **answers(schema.InfluenceResponse))
     async def influence(self, body: api.InfluenceRequest) -> dict:
         """Influence Scores of many (query, documents, answer) items (``InfluenceScorer.score_batch``)."""
         self._admit(body)
@@ -248,9 +248,9 @@ class GroguService(ReplicaWork):
                 lambda sc, us, want: sc.score_batch(us, return_ablations=want),
             )
         )
-        return {"results": [wire.encode_influence(r) for r in result]}
+        return {"results": [dataclasses.asdict(r) for r in result]}
 
-    @app.post("/seper")
+    @app.post("/seper", **answers(schema.SePerResponse))
     async def seper(self, body: api.SePerRequest) -> dict:
         """ΔSePer of each document, or of all of them as one context (``SePerScorer``): the samples are
         drawn in slices through the scheduler, then each prompt's entailment beliefs, one per slice."""
@@ -269,9 +269,9 @@ class GroguService(ReplicaWork):
         )
         scorer = await self._seper_scorer(key, body)
         results = await self._seper_results(key, scorer, body, docs)
-        return {"results": [wire.encode_seper(r) for r in results]}
+        return {"results": [dataclasses.asdict(r) for r in results]}
 
-    @app.post("/acu")
+    @app.post("/acu", **answers(schema.ACUResponse))
     async def acu(self, body: api.ACURequest) -> dict:
         """ACU of (claim, evidence, stance) items (``ACUScorer.score_batch``), a slice of items per call."""
         self._admit(body)
@@ -289,7 +289,7 @@ class GroguService(ReplicaWork):
         results = await self._scheduler.submit(
             Work(key, scorer, items, [2 * PREFILL_COST] * len(items), False, lambda sc, us, want: sc.score_batch(us))
         )
-        return {"results": [wire.encode_acu(r) for r in results]}
+        return {"results": [dataclasses.asdict(r) for r in results]}
 
 
 def build_app(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ...core.aio import blocking
 from ...core.checks import (
     check_choice,
     check_document_list,
@@ -15,7 +16,7 @@ from ...core.checks import (
 from ...core.prompts import PromptTemplate
 from ...metrics.defaults import FORWARD_METHODS
 from ...metrics.defaults import INFLUENCE_METHODS as METHODS
-from . import wire
+from . import schema, wire
 from .client_base import RemoteClient, check_prompt_template
 from .transport import ServiceError
 
@@ -57,37 +58,40 @@ class RemoteInfluenceScorer(RemoteClient):
         except ServiceError:
             return "remote"
 
-    def _call(self, items: Any, return_ablations: bool):
+    async def ascore_batch(self, items: Sequence[Any], *, return_ablations: bool = False):
+        """Influence Scores of (query, documents, answer) items (``InfluenceScorer.score_batch``)."""
         checked = []
-        for query, documents, answer in check_influence_items(items):
+        for query, documents, answer in check_influence_items(list(items)):
             query = check_query(query)
             _, docs = check_document_list(documents)
             if answer is not None and not isinstance(answer, str):
                 raise TypeError(f"answer must be a str or None, got {type(answer).__name__}")
             checked.append({"query": query, "documents": wire.encode_documents(docs), "answer": answer})
-        body = {
-            "items": checked,
-            "return_ablations": bool(return_ablations),
-            "max_new_tokens": self.max_new_tokens,
-            "template": wire.encode_template(self.template),
-            "method": self.method,
-            "n_ablations": self.n_ablations,
-            "seed": self.seed,
-            "lasso_alpha": self.lasso_alpha,
-        }
-        return "/influence", body, lambda data: [wire.decode_influence(r) for r in data["results"]]
-
-    def score(self, query: str, documents: Sequence[Any], answer: str | None = None, *, return_ablations: bool = False):
-        return self._run(*self._call([(query, documents, answer)], return_ablations))[0]
-
-    def score_batch(self, items: Sequence[Any], *, return_ablations: bool = False):
-        items = list(items)
-        return self._run(*self._call(items, return_ablations)) if items else []
+        if not checked:
+            return []
+        request = schema.build(
+            schema.InfluenceRequest,
+            {
+                "items": checked,
+                "return_ablations": bool(return_ablations),
+                "max_new_tokens": self.max_new_tokens,
+                "template": wire.encode_template(self.template),
+                "method": self.method,
+                "n_ablations": self.n_ablations,
+                "seed": self.seed,
+                "lasso_alpha": self.lasso_alpha,
+            },
+        )
+        return (await self._call("/influence", request, schema.InfluenceResponse)).results
 
     async def ascore(
         self, query: str, documents: Sequence[Any], answer: str | None = None, *, return_ablations: bool = False
     ):
-        return (await self._arun(*self._call([(query, documents, answer)], return_ablations)))[0]
+        """Influence Scores of the documents on the answer (``InfluenceScorer.score``)."""
+        return (await self.ascore_batch([(query, documents, answer)], return_ablations=return_ablations))[0]
+
+    score = blocking(ascore)
+    score_batch = blocking(ascore_batch)
 
 
 class RemoteSePerScorer(RemoteClient):
@@ -118,28 +122,31 @@ class RemoteSePerScorer(RemoteClient):
             "template": wire.encode_template(check_prompt_template(template)),
         }
 
-    def _body(self, query: str, documents: Sequence[Any], references: Any, as_context: bool) -> dict[str, Any]:
+    async def _seper(self, query: str, documents: Sequence[Any], references: Any, as_context: bool):
         _, docs = check_document_list(documents)
         refs = [references] if isinstance(references, str) else list(references)
-        return {
-            **self.settings,
-            "query": check_query(query),
-            "documents": wire.encode_documents(docs),
-            "references": refs,
-            "as_context": as_context,
-        }
-
-    def score(self, query: str, documents: Sequence[Any], references: Any):
-        return self._run(
-            "/seper",
-            self._body(query, documents, references, False),
-            lambda data: [wire.decode_seper(r) for r in data["results"]],
+        request = schema.build(
+            schema.SePerRequest,
+            {
+                **self.settings,
+                "query": check_query(query),
+                "documents": wire.encode_documents(docs),
+                "references": refs,
+                "as_context": as_context,
+            },
         )
+        return (await self._call("/seper", request, schema.SePerResponse)).results
 
-    def score_context(self, query: str, documents: Sequence[Any], references: Any):
-        return self._run(
-            "/seper", self._body(query, documents, references, True), lambda data: wire.decode_seper(data["results"][0])
-        )
+    async def ascore(self, query: str, documents: Sequence[Any], references: Any):
+        """ΔSePer of each document alone (``SePerScorer.score``)."""
+        return await self._seper(query, documents, references, False)
+
+    async def ascore_context(self, query: str, documents: Sequence[Any], references: Any):
+        """ΔSePer of the documents as one context (``SePerScorer.score_context``)."""
+        return (await self._seper(query, documents, references, True))[0]
+
+    score = blocking(ascore)
+    score_context = blocking(ascore_context)
 
 
 class RemoteACUScorer(RemoteClient):
@@ -164,9 +171,14 @@ class RemoteACUScorer(RemoteClient):
             wire.check_format("prompt_without", prompt_without, ("claim",))
         self.settings = {"labels": list(labels), "prompt_with": prompt_with, "prompt_without": prompt_without}
 
-    def score_batch(self, items: Sequence[tuple[str, str, str]]):
+    async def ascore_batch(self, items: Sequence[tuple[str, str, str]]):
+        """ACU of (claim, evidence, stance) items (``ACUScorer.score_batch``)."""
         rows = [{"claim": c, "evidence": e, "stance": s} for c, e, s in items]
-        return self._run("/acu", {**self.settings, "items": rows}, lambda d: [wire.decode_acu(r) for r in d["results"]])
+        request = schema.build(schema.ACURequest, {**self.settings, "items": rows})
+        return (await self._call("/acu", request, schema.ACUResponse)).results
 
-    def score(self, claim: str, evidence: str, stance: str):
-        return self.score_batch([(claim, evidence, stance)])[0]
+    async def ascore(self, claim: str, evidence: str, stance: str):
+        return (await self.ascore_batch([(claim, evidence, stance)]))[0]
+
+    score = blocking(ascore)
+    score_batch = blocking(ascore_batch)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from typing import Any, Iterator
+from typing import Any
 
+from ...core import aio
 from ...core.checks import check_positive_int
 
 #: answers retried (the service, or its proxy, is starting, restarting or overloaded)
@@ -68,7 +68,9 @@ def _retriable(response: Any) -> bool:
 
 
 class Transport:
-    """JSON over HTTP to one service URL, with retries; sync (one shared ``httpx.Client``) and async."""
+    """JSON over HTTP to one service URL, with retries. One ``httpx.AsyncClient``, kept for the
+    transport's life on grogu's background event loop (:mod:`grogu.core.aio`), serves every call: async
+    ones from any loop, and sync ones, which wait for it."""
 
     def __init__(
         self, url: str, token: str | None = None, *, timeout: float = 120.0, retries: int = 4, backoff: float = 0.25
@@ -85,6 +87,12 @@ class Transport:
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
         self._client: Any = None
         self.retried = 0  # requests sent again (connection error or 502/503/504)
+        #: how many clients this transport has opened (one, unless it was closed and used again)
+        self.clients_made = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (pickled, or sent to another process) opens its own client."""
+        return {**self.__dict__, "_client": None}
 
     def _delay(self, attempt: int) -> float:
         return min(self.backoff * 2**attempt, MAX_BACKOFF_S)
@@ -98,63 +106,61 @@ class Transport:
             _raise_for(response.status_code, data)
         return data
 
-    def _waits(self) -> Iterator[float]:
-        """The wait before each attempt (none before the first), counting the retries."""
-        yield 0.0
-        for attempt in range(self.retries):
-            self.retried += 1
-            yield self._delay(attempt)
+    def _http(self) -> Any:
+        """The client, opened on first use; on the background loop."""
+        if self._client is None or self._client.is_closed:
+            import httpx
 
-    def _outcome(self, response: Any) -> tuple[bool, Any]:
-        """One attempt's response (or transport error) as (done, the decoded result or why it is sent again)."""
+            self._client = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout)
+            self.clients_made += 1
+        return self._client
+
+    async def _send(self, method: str, path: str, body: Any) -> Any:
+        """One call, retried; on the background loop."""
         import httpx
 
-        if isinstance(response, httpx.TransportError):
-            return False, f"{type(response).__name__}: {response}"
-        if _retriable(response):
-            return False, f"HTTP {response.status_code}: {response.text[:200]}"
-        return True, self._result(response)
-
-    def _unreachable(self, path: str, last: str) -> ServiceUnavailable:
-        return ServiceUnavailable(None, f"{self.url}{path} unreachable after {self.retries + 1} attempts ({last})")
-
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        import httpx
-
-        if self._client is None:
-            self._client = httpx.Client(base_url=self.url, headers=self._headers, timeout=self._timeout)
-        for wait in self._waits():
-            time.sleep(wait)
+        client, last = self._http(), ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.retried += 1
+                await asyncio.sleep(self._delay(attempt - 1))
             try:
-                done, value = self._outcome(self._client.request(method, path, json=body))
+                response = await client.request(method, path, json=body)
             except httpx.TransportError as exc:
-                done, value = self._outcome(exc)
-            if done:
-                return value
-        raise self._unreachable(path, value)
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if not _retriable(response):
+                return self._result(response)
+            last = f"HTTP {response.status_code}: {response.text[:200]}"
+        raise ServiceUnavailable(None, f"{self.url}{path} unreachable after {self.retries + 1} attempts ({last})")
 
     async def arequest(self, method: str, path: str, body: Any = None) -> Any:
-        import httpx
+        """The JSON answer of one call, from async code on any event loop."""
+        return await aio.call(self._send(method, path, body))
 
-        async with httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout) as client:
-            for wait in self._waits():
-                await asyncio.sleep(wait)
-                try:
-                    done, value = self._outcome(await client.request(method, path, json=body))
-                except httpx.TransportError as exc:
-                    done, value = self._outcome(exc)
-                if done:
-                    return value
-        raise self._unreachable(path, value)
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """The JSON answer of one call, from sync code (it waits)."""
+        return aio.run(self._send(method, path, body))
+
+    async def _aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and not client.is_closed:
+            await client.aclose()
 
     def close(self) -> None:
-        """Close the pooled sync connections (also done when the transport is garbage-collected)."""
+        """Close the connections (a later call opens a new client)."""
         if self._client is not None:
-            self._client.close()
-            self._client = None
+            aio.run(self._aclose())
+
+    async def aclose(self) -> None:
+        """Close the connections, from async code."""
+        if self._client is not None:
+            await aio.call(self._aclose())
 
     def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+        client = self.__dict__.get("_client")
+        if client is not None and not client.is_closed:
+            try:
+                aio.background_loop().call_soon_threadsafe(lambda: aio.background_loop().create_task(client.aclose()))
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass

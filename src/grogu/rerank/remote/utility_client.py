@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from typing_extensions import Unpack
-
+from ...core.aio import blocking
 from ...core.checks import (
     check_alpha,
     check_choice,
@@ -21,9 +20,10 @@ from ...core.checks import (
 )
 from ...core.prompts import SHORT_ANSWER_TEMPLATE, PromptTemplate
 from ...metrics import defaults as metrics
-from ..settings import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS, DEFAULT_TOP_N, ModeOverrides, ModeSettings
+from ..arguments import RerankCall, takes_rerank_arguments
+from ..settings import ANSWER_STYLES, DEFAULT_MAX_NEW_TOKENS, ModeSettings
 from ..tuned import call_settings
-from . import wire
+from . import schema, wire
 from .client_base import RemoteClient, check_prompt_template
 
 
@@ -101,149 +101,115 @@ class RemoteScorer(RemoteClient):
             "copy_ngram": self.copy_ngram,
         }
 
-    # ------------------------------------------------------------------ requests
-    def _score_call(self, items: Any, return_details: bool, single: bool):
+    # ------------------------------------------------------------------ the UtilityScorer API, async at the core
+    async def ascore_batch(self, items: Sequence[tuple[str, Sequence[Any]]], *, return_details: bool = False):
+        """Each document of each (query, documents) item alone as the context (``UtilityScorer.score_batch``)."""
         checked = []
         for query, documents in check_pairs("items", items, "(query, documents)"):
             originals, docs = check_document_list(documents)
             checked.append((check_query(query), docs, originals))
-        body = {
-            **self._settings(),
-            "return_details": bool(return_details),
-            "items": [{"query": q, "documents": wire.encode_documents(d)} for q, d, _ in checked],
-        }
+        request = schema.build(
+            schema.ScoreBatchRequest,
+            {
+                **self._settings(),
+                "return_details": bool(return_details),
+                "items": [{"query": q, "documents": wire.encode_documents(d)} for q, d, _ in checked],
+            },
+        )
+        answer = await self._call("/score_batch", request, schema.ScoresBatchResponse)
+        return [wire.decode_document_scores(rows, orig) for rows, (_, _, orig) in zip(answer.results, checked)]
 
-        def decode(data: Any) -> Any:
-            out = [wire.decode_document_scores(rows, orig) for rows, (_, _, orig) in zip(data["results"], checked)]
-            return out[0] if single else out
+    async def ascore(self, query: str, documents: Sequence[Any], *, return_details: bool = False):
+        """Each document alone as the context; results in input order (``UtilityScorer.score``)."""
+        return (await self.ascore_batch([(query, documents)], return_details=return_details))[0]
 
-        return "/score_batch", body, decode
-
-    def _contexts_call(self, items: Any, return_details: bool, single: bool):
+    async def ascore_contexts_batch(
+        self, items: Sequence[tuple[str, Sequence[Sequence[Any]]]], *, return_details: bool = False
+    ):
+        """Each context of each (query, contexts) item (``UtilityScorer.score_contexts_batch``)."""
         checked = []
         for query, contexts in check_pairs("items", items, "(query, contexts)"):
             query = check_query(query)
             if isinstance(contexts, (str, bytes)) or not isinstance(contexts, Sequence):
                 raise TypeError("contexts must be a list of document lists")
             checked.append((query, [check_document_list(c) for c in contexts]))
-        body = {
-            **self._settings(),
-            "return_details": bool(return_details),
-            "items": [{"query": q, "contexts": [wire.encode_documents(d) for _, d in pairs]} for q, pairs in checked],
-        }
+        request = schema.build(
+            schema.ContextsBatchRequest,
+            {
+                **self._settings(),
+                "return_details": bool(return_details),
+                "items": [
+                    {"query": q, "contexts": [wire.encode_documents(d) for _, d in pairs]} for q, pairs in checked
+                ],
+            },
+        )
+        answer = await self._call("/score_contexts_batch", request, schema.ScoresBatchResponse)
+        return [
+            [wire.decode_context(r, orig) for r, (orig, _) in zip(rows, pairs)]
+            for rows, (_, pairs) in zip(answer.results, checked)
+        ]
 
-        def decode(data: Any) -> Any:
-            out = [
-                [wire.decode_context(r, orig) for r, (orig, _) in zip(rows, pairs)]
-                for rows, (_, pairs) in zip(data["results"], checked)
-            ]
-            return out[0] if single else out
+    async def ascore_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False):
+        """Each ordered document list as one context (``UtilityScorer.score_contexts``)."""
+        if isinstance(contexts, (str, bytes)):
+            raise TypeError("contexts must be a list of document lists")
+        return (await self.ascore_contexts_batch([(query, contexts)], return_details=return_details))[0]
 
-        return "/score_contexts_batch", body, decode
+    async def ascore_context(self, query: str, documents: Sequence[Any], *, return_details: bool = False):
+        """The documents as one context (``UtilityScorer.score_context``)."""
+        return (await self.ascore_contexts(query, [documents], return_details=return_details))[0]
 
-    def _layout_call(self, query: str, layouts: Sequence[Sequence[Any]]):
+    async def abest_layout(self, query: str, layouts: Sequence[Sequence[Any]]):
+        """The most useful of several orders of the documents (``UtilityScorer.best_layout``)."""
         if len(layouts) == 0:
             raise ValueError("best_layout needs at least one layout")
         query = check_query(query)
         pairs = [check_document_list(c) for c in layouts]
-        body = {**self._settings(), "query": query, "layouts": [wire.encode_documents(d) for _, d in pairs]}
-        return "/best_layout", body, lambda data: wire.decode_layout(data, [orig for orig, _ in pairs])
+        request = schema.build(
+            schema.LayoutRequest,
+            {**self._settings(), "query": query, "layouts": [wire.encode_documents(d) for _, d in pairs]},
+        )
+        answer = await self._call("/best_layout", request, schema.LayoutResponse)
+        return wire.decode_layout(answer, [orig for orig, _ in pairs])
 
-    def _rerank_call(self, query, documents, top_n, threshold, settings, relevance, return_details):
-        top_n, threshold = check_top_n(top_n), check_threshold(threshold)
-        settings.check_threshold(threshold)
-        query = check_query(query)
-        originals, docs = check_document_list(documents)
-        if relevance is not None:
-            relevance = check_relevance(relevance, len(docs))
-        body = {
-            **self._settings(),
-            **settings.as_dict(),
-            "query": query,
-            "documents": wire.encode_documents(docs),
-            "top_n": top_n,
-            "threshold": threshold,
-            "relevance": relevance,
-            "return_details": bool(return_details),
-        }
-        return "/rerank", body, lambda data: wire.decode_ranked(data, originals)
-
-    # ------------------------------------------------------------------ the UtilityScorer API
-    def score(self, query: str, documents: Sequence[Any], *, return_details: bool = False):
-        """Each document alone as the context; results in input order (``UtilityScorer.score``)."""
-        return self._run(*self._score_call([(query, documents)], return_details, True))
-
-    def score_batch(self, items: Sequence[tuple[str, Sequence[Any]]], *, return_details: bool = False):
-        return self._run(*self._score_call(items, return_details, False))
-
-    def score_context(self, query: str, documents: Sequence[Any], *, return_details: bool = False):
-        return self.score_contexts(query, [documents], return_details=return_details)[0]
-
-    def score_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False):
-        if isinstance(contexts, (str, bytes)):
-            raise TypeError("contexts must be a list of document lists")
-        return self._run(*self._contexts_call([(query, contexts)], return_details, True))
-
-    def score_contexts_batch(
-        self, items: Sequence[tuple[str, Sequence[Sequence[Any]]]], *, return_details: bool = False
-    ):
-        return self._run(*self._contexts_call(items, return_details, False))
-
-    def best_layout(self, query: str, layouts: Sequence[Sequence[Any]]):
-        return self._run(*self._layout_call(query, layouts))
-
-    def rerank(
-        self,
-        query: str,
-        documents: Sequence[Any],
-        top_n: int | None = DEFAULT_TOP_N,
-        threshold: float | None = None,
-        *,
-        settings: ModeSettings | str | None = None,
-        relevance: Sequence[float] | None = None,
-        return_details: bool = False,
-        **overrides: Unpack[ModeOverrides],
-    ):
+    @takes_rerank_arguments
+    async def arerank(self, call: RerankCall):
         """The documents to give the LLM, in order (``UtilityScorer.rerank``; the server computes the
         MiniLM relevance when none is given)."""
-        settings = call_settings(settings, overrides, self, top_n)
-        return self._run(*self._rerank_call(query, documents, top_n, threshold, settings, relevance, return_details))
-
-    def ungrounded(self, query: str):
-        body = {**self._settings(), "query": check_query(query)}
-        return self._run("/ungrounded", body, wire.decode_ungrounded)
-
-    # async twins
-    async def ascore(self, query: str, documents: Sequence[Any], *, return_details: bool = False):
-        return await self._arun(*self._score_call([(query, documents)], return_details, True))
-
-    async def ascore_batch(self, items: Sequence[tuple[str, Sequence[Any]]], *, return_details: bool = False):
-        return await self._arun(*self._score_call(items, return_details, False))
-
-    async def ascore_contexts(self, query: str, contexts: Sequence[Sequence[Any]], *, return_details: bool = False):
-        if isinstance(contexts, (str, bytes)):
-            raise TypeError("contexts must be a list of document lists")
-        return await self._arun(*self._contexts_call([(query, contexts)], return_details, True))
-
-    async def ascore_context(self, query: str, documents: Sequence[Any], *, return_details: bool = False):
-        return (await self.ascore_contexts(query, [documents], return_details=return_details))[0]
-
-    async def abest_layout(self, query: str, layouts: Sequence[Sequence[Any]]):
-        return await self._arun(*self._layout_call(query, layouts))
-
-    async def arerank(
-        self,
-        query: str,
-        documents: Sequence[Any],
-        top_n: int | None = DEFAULT_TOP_N,
-        threshold: float | None = None,
-        *,
-        settings: ModeSettings | str | None = None,
-        relevance: Sequence[float] | None = None,
-        return_details: bool = False,
-        **overrides: Unpack[ModeOverrides],
-    ):
-        settings = call_settings(settings, overrides, self, top_n)
-        return await self._arun(
-            *self._rerank_call(query, documents, top_n, threshold, settings, relevance, return_details)
+        if call.settings is not None and not isinstance(call.settings, ModeSettings):
+            await self._known()  # a grogu tune file is checked against the served model's name
+        settings = call_settings(call.settings, call.overrides, self, call.top_n)
+        top_n, threshold = check_top_n(call.top_n), check_threshold(call.threshold)
+        settings.check_threshold(threshold)
+        query = check_query(call.query)
+        originals, docs = check_document_list(call.documents)
+        relevance = None if call.relevance is None else check_relevance(call.relevance, len(docs))
+        request = schema.build(
+            schema.RerankRequest,
+            {
+                **self._settings(),
+                **settings.as_dict(),
+                "query": query,
+                "documents": wire.encode_documents(docs),
+                "top_n": top_n,
+                "threshold": threshold,
+                "relevance": relevance,
+                "return_details": bool(call.return_details),
+            },
         )
+        return await self._call("/rerank", request, schema.RerankResponse, lambda a: wire.decode_ranked(a, originals))
+
+    async def aungrounded(self, query: str):
+        """The ungrounded answer and its KeyEntropy (``UtilityScorer.ungrounded``)."""
+        request = schema.build(schema.UngroundedRequest, {**self._settings(), "query": check_query(query)})
+        return await self._call("/ungrounded", request, schema.UngroundedResponse)
+
+    # the sync twins: each waits for its async method
+    score = blocking(ascore)
+    score_batch = blocking(ascore_batch)
+    score_contexts = blocking(ascore_contexts)
+    score_contexts_batch = blocking(ascore_contexts_batch)
+    score_context = blocking(ascore_context)
+    best_layout = blocking(abest_layout)
+    rerank = blocking(arerank)
+    ungrounded = blocking(aungrounded)

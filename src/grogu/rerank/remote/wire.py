@@ -1,11 +1,11 @@
-"""The JSON form of grogu's inputs, settings and results, shared by the service and its client.
+"""grogu's own objects to and from the wire schema's bodies (:mod:`.schema`), on both sides.
 
-Plain dicts, lists, strings and numbers only (no pydantic, no httpx), so the client and the server
-agree on one encoding. Documents travel as ``{"text", "title"}``: anything else a document carries
-(metadata, ids, the framework's node object) stays with the caller, who gets its own objects back in
-the results. Floats travel as Python's ``repr`` (``json`` round-trips them exactly); a NaN or an
-infinity (a perplexity can overflow) is written as JSON's non-standard ``NaN`` / ``Infinity``, which
-Python's ``json`` reads back.
+The server encodes its results (:func:`encode_score`, :func:`encode_ranked`, :func:`encode_layout`); the
+client decodes the validated answers onto the caller's own documents (:func:`decode_document_scores`,
+:func:`decode_ranked`, ...). Documents travel as ``{"text", "title"}``: anything else a document carries
+(metadata, ids, the framework's node object) stays with the caller, who gets its own objects back in the
+results. The prompt checks both sides run (:func:`check_template`, :func:`check_format`) are here too.
+No pydantic and no httpx here.
 """
 
 from __future__ import annotations
@@ -15,21 +15,12 @@ import string
 from typing import Any, Sequence
 
 from ...core.prompts import Document, PromptTemplate, as_document
-from ...core.results import (
-    ContextScore,
-    DocumentScore,
-    GateVerdict,
-    LayoutChoice,
-    ScoreResult,
-    TokenDetail,
-    UngroundedScore,
-)
-from ...metrics.results import Ablations, ACUResult, ForwardData, InfluenceResult, SePerResult
+from ...core.results import ContextScore, DocumentScore, LayoutChoice, ScoreResult, TokenDetail
 
 #: fields of ScoreResult sent as they are (details are encoded apart)
-SCORE_FIELDS = ("score", "metric", "confidence", "answer", "n_tokens", "n_key_tokens", "variants", "answer_finished")
+SCORE_FIELDS = tuple(f.name for f in dataclasses.fields(ScoreResult) if f.name != "details")
 #: the per-token details' tensors and their dtypes (torch's names: torch is imported only to decode them)
-_DETAIL_DTYPES = {
+DETAIL_DTYPES = {
     "grounded_entropy": "float32",
     "grounded_logprob": "float32",
     "ungrounded_entropy": "float32",
@@ -124,22 +115,23 @@ def encode_details(details: TokenDetail | None) -> dict[str, Any] | None:
     if details is None:
         return None
     out: dict[str, Any] = {"tokens": list(details.tokens), "token_ids": [int(t) for t in details.token_ids]}
-    for name in _DETAIL_DTYPES:
+    for name in DETAIL_DTYPES:
         value = getattr(details, name)
         out[name] = None if value is None else value.tolist()
     return out
 
 
-def decode_details(data: dict[str, Any] | None) -> TokenDetail | None:
+def decode_details(data: Any) -> TokenDetail | None:
+    """A validated answer's details (:class:`~grogu.rerank.remote.schema.TokenDetailsOut`) as tensors."""
     if data is None:
         return None
     import torch  # only here: details are tensors, asked for with details=True
 
     tensors = {
-        name: None if data.get(name) is None else torch.tensor(data[name], dtype=getattr(torch, dtype))
-        for name, dtype in _DETAIL_DTYPES.items()
+        name: None if getattr(data, name) is None else torch.tensor(getattr(data, name), dtype=getattr(torch, dtype))
+        for name, dtype in DETAIL_DTYPES.items()
     }
-    return TokenDetail(tokens=list(data["tokens"]), token_ids=list(data["token_ids"]), **tensors)
+    return TokenDetail(tokens=list(data.tokens), token_ids=list(data.token_ids), **tensors)
 
 
 def encode_score(result: ScoreResult) -> dict[str, Any]:
@@ -149,17 +141,19 @@ def encode_score(result: ScoreResult) -> dict[str, Any]:
     return out
 
 
-def _fields(data: dict[str, Any]) -> dict[str, Any]:
-    fields = {name: data[name] for name in SCORE_FIELDS}
-    fields["details"] = decode_details(data.get("details"))
+def _fields(row: Any) -> dict[str, Any]:
+    """A validated row's (:class:`~grogu.rerank.remote.schema.ScoreOut`) ScoreResult fields."""
+    fields = {name: getattr(row, name) for name in SCORE_FIELDS}
+    fields["variants"] = dict(row.variants)
+    fields["details"] = decode_details(row.details)
     return fields
 
 
-def decode_context(data: dict[str, Any], documents: list[Any]) -> ContextScore:
-    return ContextScore(documents=documents, **_fields(data))
+def decode_context(row: Any, documents: list[Any]) -> ContextScore:
+    return ContextScore(documents=documents, **_fields(row))
 
 
-def decode_document_scores(rows: list[dict[str, Any]], originals: list[Any]) -> list[DocumentScore]:
+def decode_document_scores(rows: list[Any], originals: list[Any]) -> list[DocumentScore]:
     """Per-document results back onto the caller's own documents (``index`` = input position)."""
     return [DocumentScore(index=i, document=originals[i], **_fields(r)) for i, r in enumerate(rows)]
 
@@ -176,20 +170,18 @@ def encode_ranked(results: list[DocumentScore]) -> dict[str, Any]:
     }
 
 
-def decode_ranked(data: dict[str, Any], originals: list[Any]) -> list[DocumentScore]:
-    rows = data["results"]
-    context = None
-    if data.get("context") is not None:
-        context = decode_context(data["context"], [originals[r["index"]] for r in rows])
-    gate = data.get("gate")
-    gate = None if gate is None else GateVerdict(**{**gate, "reasons": tuple(gate["reasons"])})
+def decode_ranked(answer: Any, originals: list[Any]) -> list[DocumentScore]:
+    """A validated ``/rerank`` answer (:class:`~grogu.rerank.remote.schema.RerankResponse`) on the caller's
+    documents."""
+    rows = answer.results
+    context = None if answer.context is None else decode_context(answer.context, [originals[r.index] for r in rows])
     return [
         DocumentScore(
-            index=r["index"],
-            document=originals[r["index"]],
-            rank_score=r.get("rank_score"),
+            index=r.index,
+            document=originals[r.index],
+            rank_score=r.rank_score,
             context=context,
-            gate=gate,
+            gate=answer.gate,
             **_fields(r),
         )
         for r in rows
@@ -200,43 +192,5 @@ def encode_layout(choice: LayoutChoice) -> dict[str, Any]:
     return {"best": choice.best, "scores": [encode_score(s) for s in choice.scores]}
 
 
-def decode_layout(data: dict[str, Any], layouts: list[list[Any]]) -> LayoutChoice:
-    return LayoutChoice(best=data["best"], scores=[decode_context(s, docs) for s, docs in zip(data["scores"], layouts)])
-
-
-def encode_ungrounded(result: UngroundedScore) -> dict[str, Any]:
-    return dataclasses.asdict(result)
-
-
-def decode_ungrounded(data: dict[str, Any]) -> UngroundedScore:
-    return UngroundedScore(**data)
-
-
-# ------------------------------------------------------------------ other metrics
-def encode_influence(result: InfluenceResult) -> dict[str, Any]:
-    return dataclasses.asdict(result)
-
-
-def decode_influence(data: dict[str, Any]) -> InfluenceResult:
-    data = dict(data)
-    if data.get("ablations") is not None:
-        data["ablations"] = Ablations(**data["ablations"])
-    if data.get("forward") is not None:
-        data["forward"] = ForwardData(**data["forward"])
-    return InfluenceResult(**data)
-
-
-def encode_seper(result: SePerResult) -> dict[str, Any]:
-    return dataclasses.asdict(result)
-
-
-def decode_seper(data: dict[str, Any]) -> SePerResult:
-    return SePerResult(**data)
-
-
-def encode_acu(result: ACUResult) -> dict[str, Any]:
-    return dataclasses.asdict(result)
-
-
-def decode_acu(data: dict[str, Any]) -> ACUResult:
-    return ACUResult(**data)
+def decode_layout(answer: Any, layouts: list[list[Any]]) -> LayoutChoice:
+    return LayoutChoice(best=answer.best, scores=[decode_context(s, docs) for s, docs in zip(answer.scores, layouts)])

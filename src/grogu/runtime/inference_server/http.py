@@ -3,21 +3,19 @@
 408/429/5xx (``Retry-After`` honoured); and the errors a :class:`~grogu.runtime.inference_server.ServerTarget`
 raises.
 
-An ``httpx.AsyncClient`` belongs to the event loop it first ran on. So every request of every target runs
-on one event loop, in a background thread of this process (:func:`background_loop`). Sync code reaches it
-with :func:`run`, async code on any other loop with :func:`call`. A forked child starts its own loop, and
-its targets their own clients.
+Every request of every target runs on grogu's one background event loop (:mod:`grogu.core.aio`): an
+``httpx.AsyncClient`` belongs to the loop it first ran on. A forked child starts its own loop, and its
+targets their own clients.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import os
-import threading
 import weakref
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable
 
+from ...core.aio import run
 from ...core.checks import check_positive_int
 
 RETRY_STATUS = (408, 429, 500, 502, 503, 504)
@@ -25,42 +23,6 @@ RETRY_STATUS = (408, 429, 500, 502, 503, 504)
 
 class ServerError(RuntimeError):
     """The inference server could not be reached or refused a request (the message says which and why)."""
-
-
-_LOCK = threading.Lock()
-_LOOP: dict[str, Any] = {"loop": None, "pid": None, "thread": None}
-
-
-def background_loop() -> asyncio.AbstractEventLoop:
-    """The event loop every request runs on: started on first use in a daemon thread, once per process."""
-    with _LOCK:
-        loop = _LOOP["loop"]
-        if loop is None or _LOOP["pid"] != os.getpid() or loop.is_closed():
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="grogu-http", daemon=True)
-            thread.start()
-            _LOOP.update(loop=loop, pid=os.getpid(), thread=thread)
-        return loop
-
-
-def _on_background_loop() -> bool:
-    return _LOOP["thread"] is threading.current_thread() and _LOOP["pid"] == os.getpid()
-
-
-def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine on the background loop and wait for its result, from sync code (also from inside
-    another running event loop, whose thread waits)."""
-    if _on_background_loop():
-        coro.close()
-        raise RuntimeError("a sync ServerTarget call inside its own event loop would wait on itself; await it")
-    return asyncio.run_coroutine_threadsafe(coro, background_loop()).result()
-
-
-async def call(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Await a coroutine on the background loop from async code on any loop."""
-    if _on_background_loop():
-        return await coro
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, background_loop()))
 
 
 def _close_soon(client: Any, loop: asyncio.AbstractEventLoop) -> None:

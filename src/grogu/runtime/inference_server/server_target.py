@@ -6,8 +6,7 @@ the engine does. The APIs it speaks, and what each can score: :mod:`grogu.runtim
 It has the engine's primitives — :meth:`generate` (the greedy grounded answer with each token's entropy
 and log-probability) and :meth:`token_stats` (the same answer's statistics teacher-forced under another
 prompt, through the server's prompt log-probabilities or llama-server's token grammar) — computed by
-HTTP requests to the server the pipeline already runs.
-All the requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
+HTTP requests to the server the pipeline already runs. All the requests of a call go out at once, at most ``max_concurrency`` in flight, so the server's own
 batching does the work (vLLM skips its prefix cache for requests with ``prompt_logprobs``: each
 teacher-forcing request encodes its whole prompt).
 
@@ -35,6 +34,7 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ...core.aio import call, run
 from ...core.checks import check_continuations, check_positive_int
 from ...core.target import NEXT_TOKEN, TEACHER_FORCE, ServerCapabilityError
 from ...core.types import Generation, TokenStats
@@ -42,7 +42,7 @@ from .apis import APIS, Discovery, choose_api, discover, server_backend
 from .base import Served, no_teacher_forcing
 from .connecting import bind, check_settings
 from .errors import refusal
-from .http import Connection, ServerError, call, run
+from .http import Connection, ServerError
 from .listing import served_models
 from .next_token import check_token_ids, next_token_table
 from .protocol import ServerAPI

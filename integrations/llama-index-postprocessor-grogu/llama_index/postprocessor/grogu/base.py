@@ -134,16 +134,11 @@ class GroguRerank(SharedSettings, BaseNodePostprocessor):
         # a service (node metadata stay here), or the model / server run for this process
         scorer, label = build_scorer(
             self.model,
+            self,
             resolve_engine=resolve_engine,
             model_label=model_label,
-            device=self.device,
-            dtype=self.dtype,
-            batch_size=self.batch_size,
-            engine_config=self.engine_config,
-            metric=self.metric,
-            max_new_tokens=budget,
             template=template,
-            answer_style=self.answer_style,
+            max_new_tokens=budget,
         )
         if self.score_scale == "probability":
             utility_threshold(scorer.metric, self.threshold)  # a ValueError unless in [0, 1]
