@@ -52,6 +52,12 @@ async def call(coro: Coroutine[Any, Any, Any]) -> Any:
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, background_loop()))
 
 
+def close_soon(client: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Close a dropped HTTP client on its loop, when that loop still runs (a finalizer's work)."""
+    if not loop.is_closed() and loop.is_running():
+        loop.call_soon_threadsafe(lambda: loop.create_task(client.aclose()))
+
+
 def blocking(method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
     """The sync twin of the async ``method`` (``score = blocking(ascore)``): the same arguments and
     signature; it runs ``method`` on the background loop and waits. Its name drops the leading ``a``."""
@@ -68,4 +74,4 @@ def blocking(method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., A
     return twin
 
 
-__all__ = ["background_loop", "on_background_loop", "run", "call", "blocking"]
+__all__ = ["background_loop", "on_background_loop", "run", "call", "close_soon", "blocking"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from typing import Any
 
 from ...core import aio
@@ -86,13 +87,14 @@ class Transport:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, 10.0))
         self._client: Any = None
+        self._loop: Any = None
         self.retried = 0  # requests sent again (connection error or 502/503/504)
         #: how many clients this transport has opened (one, unless it was closed and used again)
         self.clients_made = 0
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (pickled, or sent to another process) opens its own client."""
-        return {**self.__dict__, "_client": None}
+        return {**self.__dict__, "_client": None, "_loop": None}
 
     def _delay(self, attempt: int) -> float:
         return min(self.backoff * 2**attempt, MAX_BACKOFF_S)
@@ -107,12 +109,16 @@ class Transport:
         return data
 
     def _http(self) -> Any:
-        """The client, opened on first use; on the background loop."""
-        if self._client is None or self._client.is_closed:
+        """The client, opened on first use (and again in a forked child, whose loop is its own); on the
+        background loop. A transport dropped unclosed closes its client there."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client.is_closed or self._loop is not loop:
             import httpx
 
             self._client = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout)
+            self._loop = loop
             self.clients_made += 1
+            weakref.finalize(self, aio.close_soon, self._client, loop).atexit = False
         return self._client
 
     async def _send(self, method: str, path: str, body: Any) -> Any:
@@ -143,7 +149,7 @@ class Transport:
         return aio.run(self._send(method, path, body))
 
     async def _aclose(self) -> None:
-        client, self._client = self._client, None
+        client, self._client, self._loop = self._client, None, None
         if client is not None and not client.is_closed:
             await client.aclose()
 
@@ -156,11 +162,3 @@ class Transport:
         """Close the connections, from async code."""
         if self._client is not None:
             await aio.call(self._aclose())
-
-    def __del__(self) -> None:
-        client = self.__dict__.get("_client")
-        if client is not None and not client.is_closed:
-            try:
-                aio.background_loop().call_soon_threadsafe(lambda: aio.background_loop().create_task(client.aclose()))
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass

@@ -15,7 +15,7 @@ import math
 import weakref
 from typing import Any, Callable
 
-from ...core.aio import run
+from ...core.aio import close_soon, run
 from ...core.checks import check_positive_int
 
 RETRY_STATUS = (408, 429, 500, 502, 503, 504)
@@ -23,12 +23,6 @@ RETRY_STATUS = (408, 429, 500, 502, 503, 504)
 
 class ServerError(RuntimeError):
     """The inference server could not be reached or refused a request (the message says which and why)."""
-
-
-def _close_soon(client: Any, loop: asyncio.AbstractEventLoop) -> None:
-    """Close a dropped target's client on its loop, when that loop still runs."""
-    if not loop.is_closed() and loop.is_running():
-        loop.call_soon_threadsafe(lambda: loop.create_task(client.aclose()))
 
 
 class Connection:
@@ -80,7 +74,7 @@ class Connection:
             self._client = httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers)
             self._loop = loop
             self.clients_made += 1
-            weakref.finalize(self, _close_soon, self._client, loop).atexit = False
+            weakref.finalize(self, close_soon, self._client, loop).atexit = False
         return self._client
 
     async def aclose(self) -> None:
