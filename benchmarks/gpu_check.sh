@@ -113,6 +113,11 @@ print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is
     step engine_speed 190 python engine_speed.py --random-arch "$arch" --device "$device" --ks "$ks" \
         --queries "$queries" --skip-naive-above 10 --variants "default;cuda_graphs=False;prompt_lookup=0" \
         --json "$OUT/engine_speed.json"
+    # the sampled path (ΔSePer's loop) against greedy on the same 50 rows of 32 tokens, drawn on the device
+    local dt=bfloat16
+    [ "$quick" = 1 ] && dt=float32
+    step sampled_decode 60 python sampled_decode.py --random-arch "$arch" --device "$device" --dtype "$dt" \
+        --repeats 3 --out "$OUT/sampled_decode.json"
     latency bfloat16 130  # the dtype whose run once did not finish
     local nt=100
     [ "$quick" = 1 ] && nt=6

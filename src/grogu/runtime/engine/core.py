@@ -241,9 +241,8 @@ class Engine(Configured):
             return []
         with self._lock, self.kernels():
             config = self.config
-            generators = None
-            if temperature is not None:
-                generators = row_generators(prompts, seed if seed is not None else torch.seed(), sample_numbers)
+            seed = seed if seed is not None or temperature is None else torch.seed()
+            generators = None if temperature is None else row_generators(prompts, seed, sample_numbers, self.device)
             lengths = [len(p) + max_new_tokens for p in prompts]
             batches = self.planner.plan(lengths, config, prompts=prompts, padding=self.prefill.stackable)
 

@@ -36,19 +36,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Sampling:
-    """Sampled decoding of a batch: ``temperature`` and one CPU generator per row, so that a row's
-    samples do not depend on the other rows of the batch."""
+    """Sampled decoding of a batch: ``temperature`` and one generator per row, on the model's device, so
+    that a row's samples do not depend on the other rows of the batch."""
 
     temperature: float
     generators: list[torch.Generator]  # one per row of the batch
 
 
 def row_generators(
-    prompts: Sequence[Sequence[int]], seed: int, numbers: Sequence[int] | None = None
+    prompts: Sequence[Sequence[int]], seed: int, numbers: Sequence[int] | None = None, device: Any = "cpu"
 ) -> list[torch.Generator]:
-    """One CPU generator per prompt (for :class:`Sampling`), seeded from (seed, the prompt's tokens, how
-    many identical prompts come before it, or ``numbers[i]`` when given): each prompt's samples are
-    reproducible whatever else is in the call, and whatever batches the call is split into."""
+    """One generator on ``device`` per prompt (for :class:`Sampling`), seeded from (seed, the prompt's
+    tokens, how many identical prompts come before it, or ``numbers[i]`` when given): each prompt's
+    samples are reproducible whatever else is in the call, and whatever batches the call is split into."""
     if numbers is not None and len(numbers) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(numbers)} sample numbers")
     seen: dict[tuple[int, ...], int] = {}
@@ -58,8 +58,28 @@ def row_generators(
         nth = seen.get(key, 0) if numbers is None else int(numbers[i])
         seen[key] = nth + 1
         digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
-        out.append(torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
+        out.append(torch.Generator(device=device).manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
     return out
+
+
+def sample_rows(
+    logits: torch.Tensor, temperature: float, generators: Sequence[torch.Generator], alive: Sequence[bool]
+) -> torch.Tensor:
+    """One token per row of ``logits`` [rows, vocab] from ``softmax(logits / temperature)``, drawn on the
+    logits' device: ``argmax(p / q)`` with ``q ~ Exp(1)`` per vocabulary entry (the exponential race, an
+    exact draw from ``p``), ``q`` from the row's own generator. A row not ``alive`` draws nothing (its
+    generator does not move). Returns [rows, 2] float32 on the device: the token (-1 for a row not
+    alive) and its log-probability under the untempered model. Nothing is copied to the host."""
+    first = logits.float()
+    probs = torch.softmax(first / temperature, dim=-1)
+    race = torch.ones_like(probs)
+    for j, (g, a) in enumerate(zip(generators, alive)):
+        if a:
+            race[j].exponential_(generator=g)
+    tokens = (probs / race).argmax(dim=-1)
+    logp = torch.log_softmax(first, dim=-1).gather(1, tokens[:, None])[:, 0]
+    live = torch.tensor(list(alive), device=logits.device)
+    return torch.stack([torch.where(live, tokens, -1).float(), torch.where(live, logp, 0.0)], dim=1)
 
 
 class Decoder:
@@ -141,9 +161,12 @@ class Decoder:
         packed = feed.first(start.logits)  # the prefill's logits choose each row's first token
         logits = start.logits
         while True:
+            if sampling is not None:  # queued before the step's one synchronisation, read back with it
+                drawn = sample_rows(logits[:, 0], sampling.temperature, [sampling.generators[r] for r in rows], alive)
             values = packed.tolist()  # the one synchronisation of a step
             if sampling is not None:
-                chosen, chosen_lp = self._sample(logits, sampling, rows, alive)
+                chosen_tokens, chosen_lp = zip(*drawn.tolist())
+                chosen = [int(t) for t in chosen_tokens]
             pending: list[int] = []
             for j, (r, v) in enumerate(zip(rows, values)):
                 if not alive[j]:
@@ -182,21 +205,6 @@ class Decoder:
             self.steps += 1
             self.drafted += sum(map(len, drafts))
         return state.generations(self.detokenize)
-
-    @staticmethod
-    def _sample(
-        logits: torch.Tensor, sampling: Sampling, rows: list[int], alive: list[bool]
-    ) -> tuple[list[int], list[float]]:
-        """One sampled token per row at the first fed position, with its log-probability under the
-        untempered model (rows no longer alive: none drawn)."""
-        first = logits[:, 0].float()  # [rows, vocab]
-        probs = torch.softmax(first / sampling.temperature, dim=-1).cpu()
-        logp = torch.log_softmax(first, dim=-1).cpu()
-        tokens = [
-            int(torch.multinomial(probs[j], 1, generator=sampling.generators[r])) if a else -1
-            for j, (r, a) in enumerate(zip(rows, alive))
-        ]
-        return tokens, [float(logp[j, t]) if t >= 0 else 0.0 for j, t in enumerate(tokens)]
 
 
 class GraphedSteps:
