@@ -85,7 +85,7 @@ def main() -> None:
     times: dict[str, list[float]] = {"greedy": [], "sampled": []}
     steps: dict[str, int] = {}
     for r in range(args.repeats):
-        for arm in (("greedy", "sampled") if r % 2 == 0 else ("sampled", "greedy")):
+        for arm in ("greedy", "sampled") if r % 2 == 0 else ("sampled", "greedy"):
             seconds, n = run(arm == "sampled", r + 1)
             times[arm].append(seconds)
             steps[arm] = n
