@@ -61,7 +61,7 @@ with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
     build_parser().parse_args(["rerank", "--help"])
 assert "--probe-setting" in out.getvalue()
 
-from grogu.apps.serve.api import RerankRequest
+from grogu.rerank.remote.schema import RerankRequest
 body = RerankRequest(query="q", documents=["d"], probe_setting=3)
 assert body.mode_settings().probe_setting == 3
 

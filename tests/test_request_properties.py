@@ -17,7 +17,7 @@ from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-from grogu.apps.serve.api import RerankRequest, ScoreRequest  # noqa: E402
+from grogu.rerank.remote.schema import RerankRequest, ScoreRequest  # noqa: E402
 
 #: text with any code point, lone surrogates included (the service answers those with a 422)
 TEXT = st.text(alphabet=st.characters(exclude_categories=()), max_size=50)

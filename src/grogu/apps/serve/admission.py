@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from ...metrics.influence import AUTO_ABLATION_ABOVE_K, DEFAULT_ABLATIONS
 from ...rerank import settings as rerank
+from ...rerank.remote import schema
 from . import api
 from .config import ServeConfig, option
 from .httpapi import LimitError
@@ -42,7 +43,7 @@ def admit(c: ServeConfig, body: Any) -> None:
                 f"the {name} has {size} characters; this service takes at most "
                 f"{c.max_template_chars} ({option('max_template_chars')})"
             )
-    tokens = body.answer_tokens() if isinstance(body, api.ScorerSettings) else getattr(body, "max_new_tokens", None)
+    tokens = body.answer_tokens() if isinstance(body, schema.ScorerSettings) else getattr(body, "max_new_tokens", None)
     if tokens is not None and tokens > c.max_new_tokens:
         raise LimitError(
             f"max_new_tokens is {tokens}; this service generates at most {c.max_new_tokens} "
@@ -54,7 +55,7 @@ def admit(c: ServeConfig, body: Any) -> None:
     n_ablations = getattr(body, "n_ablations", None)
     if n_ablations is not None and n_ablations > c.max_ablations:
         raise _over("n_ablations is", n_ablations, c.max_ablations, "max_ablations", " ablations per item")
-    if isinstance(body, api.ACURequest):
+    if isinstance(body, schema.ACURequest):
         if len(body.items) > c.max_acu_items:
             raise _over(
                 "the request holds ACU items:", len(body.items), c.max_acu_items, "max_acu_items", " per request"
@@ -83,7 +84,7 @@ def admit(c: ServeConfig, body: Any) -> None:
                 )
 
 
-def admit_rerank(c: ServeConfig, body: api.RerankRequest) -> None:
+def admit_rerank(c: ServeConfig, body: schema.RerankRequest) -> None:
     """The rerank's size (candidates x documents), computed from the mode, ``family``, the number of
     documents and ``top_n`` before any candidate is built."""
     count, slots = rerank.plan_size(body.mode_settings(), len(body.documents), body.top_n)

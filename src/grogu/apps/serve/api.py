@@ -2,7 +2,7 @@
 character it holds (for the limits, :mod:`.admission`), and its documents as grogu takes them.
 
 The request models themselves are the wire schema's (:mod:`grogu.rerank.remote.schema`), which the
-clients share; they are named here too. A wrong type or a missing field is a 422 that names the field;
+clients share. A wrong type or a missing field is a 422 that names the field;
 a bad setting is a 422 with the message it has in Python."""
 
 from __future__ import annotations
@@ -13,26 +13,15 @@ from pydantic import BaseModel
 
 from ...rerank.remote import wire
 from ...rerank.remote.schema import (
-    ACUItem,
-    ACURequest,
-    ContextsBatchItem,
     ContextsBatchRequest,
     ContextsRequest,
     Doc,
-    DocumentIn,
-    InfluenceItem,
     InfluenceRequest,
-    InfluenceSettings,
     LayoutRequest,
-    Query,
     RerankRequest,
-    ScoreBatchItem,
     ScoreBatchRequest,
     ScoreRequest,
-    ScorerSettings,
     SePerRequest,
-    TemplateIn,
-    UngroundedRequest,
 )
 
 
@@ -89,30 +78,4 @@ def plain_docs(docs: list[Doc]) -> list[Any]:
     return [d if isinstance(d, str) else d.model_dump(exclude_none=True) for d in docs]
 
 
-__all__ = [
-    "ACUItem",
-    "ACURequest",
-    "ContextsBatchItem",
-    "ContextsBatchRequest",
-    "ContextsRequest",
-    "Doc",
-    "DocumentIn",
-    "InfluenceItem",
-    "InfluenceRequest",
-    "InfluenceSettings",
-    "LayoutRequest",
-    "Query",
-    "RerankRequest",
-    "ScoreBatchItem",
-    "ScoreBatchRequest",
-    "ScorerSettings",
-    "ScoreRequest",
-    "SePerRequest",
-    "TemplateIn",
-    "UngroundedRequest",
-    "docs_of",
-    "text_chars",
-    "queries_of",
-    "templates_of",
-    "plain_docs",
-]
+__all__ = ["docs_of", "text_chars", "queries_of", "templates_of", "plain_docs"]

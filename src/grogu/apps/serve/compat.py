@@ -2,7 +2,7 @@
 ``/v1/rerank`` (the same shape as Cohere's v1).
 
 A request is ``{model, query, documents, top_n, return_documents, ...}``. It is turned into grogu's own
-:class:`~grogu.apps.serve.api.RerankRequest` and runs the same rerank pipeline as ``/rerank``: the
+:class:`~grogu.rerank.remote.schema.RerankRequest` and runs the same rerank pipeline as ``/rerank``: the
 default mode, its gate, the same choice. The answer is what the clients read:
 
 - ``results``: the kept documents, best first, each with ``index`` (its input position) and
@@ -29,8 +29,8 @@ import uuid
 from typing import Any, Optional, Union
 
 from ...metrics.scales import probability
+from ...rerank.remote import schema
 from ...rerank.remote.schema import CompatRerankRequest
-from . import api
 
 #: the fields of a compatible request that grogu reads; any other is accepted and ignored
 READ_FIELDS = ("model", "query", "documents", "top_n", "return_documents", "rank_fields", "grogu")
@@ -58,7 +58,7 @@ def document_text(doc: Union[str, dict[str, Any]], i: int, rank_fields: Optional
     return {"text": text, "title": title} if isinstance(title, str) and title else text
 
 
-def rerank_request(body: CompatRerankRequest) -> api.RerankRequest:
+def rerank_request(body: CompatRerankRequest) -> schema.RerankRequest:
     """grogu's own request for a compatible one: the same query and documents, ``top_n`` (0 or absent:
     all documents), and the settings of the ``grogu`` object. A bad value is a ValueError (422)."""
     if not body.documents:
@@ -72,7 +72,7 @@ def rerank_request(body: CompatRerankRequest) -> api.RerankRequest:
     if "return_details" in own:
         raise ValueError("grogu.return_details: the per-token details come from /rerank only")
     docs = [document_text(d, i, body.rank_fields) for i, d in enumerate(body.documents)]
-    return api.RerankRequest.model_validate(
+    return schema.RerankRequest.model_validate(
         {"query": body.query, "documents": docs, "top_n": body.top_n or None, **own}
     )
 

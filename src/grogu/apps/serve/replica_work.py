@@ -12,7 +12,7 @@ from ...core.checks import check_documents, check_query
 from ...metrics.influence import EMBEDDING_METHODS, InfluenceScorer, load_embedder
 from ...metrics.seper import NLIEntailment, SePerScorer, check_references
 from ...rerank import pipeline as rerank_pipeline
-from ...rerank.remote import wire
+from ...rerank.remote import schema, wire
 from ...rerank.scorer import UtilityScorer
 from ...runtime import coalescer
 from ...runtime.engine import get_engine
@@ -58,7 +58,7 @@ class ReplicaWork:
         self._scorers.move_to_end(key)
         return self._scorers[key]
 
-    def _utility(self, s: api.ScorerSettings) -> tuple[str, UtilityScorer]:
+    def _utility(self, s: schema.ScorerSettings) -> tuple[str, UtilityScorer]:
         key = "utility:" + s.scorer_key()
         template = wire.decode_template(s.template.model_dump() if s.template else None)
         return key, self._cached(
@@ -84,7 +84,7 @@ class ReplicaWork:
     async def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.wrap_future(coalescer.submit(fn, *args))
 
-    async def _contexts(self, s: api.ScorerSettings, items: list, details: bool) -> list[list[Any]]:
+    async def _contexts(self, s: schema.ScorerSettings, items: list, details: bool) -> list[list[Any]]:
         """Score [(query, [context, ...]), ...] with the scorer of ``s``, scheduled with other requests:
         each item's contexts in slices of at most ``max_batch_tokens // answer tokens`` contexts."""
         key, scorer = self._utility(s)
@@ -124,7 +124,7 @@ class ReplicaWork:
 
     # ------------------------------------------------------------------ rerank
     async def _rerank(
-        self, body: api.RerankRequest, scorer: UtilityScorer, usage: dict[str, int] | None = None
+        self, body: schema.RerankRequest, scorer: UtilityScorer, usage: dict[str, int] | None = None
     ) -> list[Any]:
         """The ranked documents: the library's rerank pipeline (:mod:`grogu.rerank.pipeline`), each of its
         steps scheduled with the other requests' work. Under the gate the retriever's context is answered
@@ -163,7 +163,7 @@ class ReplicaWork:
                 count_usage(usage, scorer, step, results)
 
     # ------------------------------------------------------------------ other metrics
-    async def _influence_scorer(self, key: str, body: api.InfluenceRequest, template: Any) -> InfluenceScorer:
+    async def _influence_scorer(self, key: str, body: schema.InfluenceRequest, template: Any) -> InfluenceScorer:
         """The cached InfluenceScorer of the request's settings."""
 
         def build() -> InfluenceScorer:
@@ -184,7 +184,7 @@ class ReplicaWork:
 
         return await self._built(key, build)
 
-    async def _seper_scorer(self, key: str, body: api.SePerRequest) -> SePerScorer:
+    async def _seper_scorer(self, key: str, body: schema.SePerRequest) -> SePerScorer:
         """The cached SePerScorer of the request's settings (the NLI model is loaded once per replica)."""
         n, tokens = body.n_samples, body.max_new_tokens
 
@@ -204,7 +204,7 @@ class ReplicaWork:
 
         return await self._built(key, build)
 
-    async def _seper_results(self, key: str, scorer: SePerScorer, body: api.SePerRequest, docs: list) -> list[Any]:
+    async def _seper_results(self, key: str, scorer: SePerScorer, body: schema.SePerRequest, docs: list) -> list[Any]:
         """ΔSePer: the samples drawn in slices through the scheduler, then each prompt's entailment
         beliefs, one per slice."""
         n, tokens = body.n_samples, body.max_new_tokens

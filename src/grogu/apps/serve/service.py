@@ -122,7 +122,7 @@ class GroguService(ReplicaWork):
 
     # ------------------------------------------------------------------ GROGU routes
     @app.post("/score", **answers(schema.ScoresResponse))
-    async def score(self, body: api.ScoreRequest) -> dict:
+    async def score(self, body: schema.ScoreRequest) -> dict:
         """Each document alone as the context (``UtilityScorer.score``)."""
         self._admit(body)
         docs = api.plain_docs(body.documents)
@@ -130,7 +130,7 @@ class GroguService(ReplicaWork):
         return {"results": self._scores(results, body.return_details)}
 
     @app.post("/score_batch", **answers(schema.ScoresBatchResponse))
-    async def score_batch(self, body: api.ScoreBatchRequest) -> dict:
+    async def score_batch(self, body: schema.ScoreBatchRequest) -> dict:
         """Per-document scores of many (query, documents) items (``UtilityScorer.score_batch``)."""
         self._admit(body)
         items = [(it.query, [[d] for d in api.plain_docs(it.documents)]) for it in body.items]
@@ -138,7 +138,7 @@ class GroguService(ReplicaWork):
         return {"results": [self._scores(r, body.return_details) for r in results]}
 
     @app.post("/score_contexts", **answers(schema.ScoresResponse))
-    async def score_contexts(self, body: api.ContextsRequest) -> dict:
+    async def score_contexts(self, body: schema.ContextsRequest) -> dict:
         """Each ordered document list as one context (``UtilityScorer.score_contexts``)."""
         self._admit(body)
         [results] = await self._contexts(
@@ -147,7 +147,7 @@ class GroguService(ReplicaWork):
         return {"results": self._scores(results, body.return_details)}
 
     @app.post("/score_contexts_batch", **answers(schema.ScoresBatchResponse))
-    async def score_contexts_batch(self, body: api.ContextsBatchRequest) -> dict:
+    async def score_contexts_batch(self, body: schema.ContextsBatchRequest) -> dict:
         """Contexts of many queries (``UtilityScorer.score_contexts_batch``)."""
         self._admit(body)
         items = [(it.query, [api.plain_docs(c) for c in it.contexts]) for it in body.items]
@@ -155,7 +155,7 @@ class GroguService(ReplicaWork):
         return {"results": [self._scores(r, body.return_details) for r in results]}
 
     @app.post("/best_layout", **answers(schema.LayoutResponse))
-    async def best_layout(self, body: api.LayoutRequest) -> dict:
+    async def best_layout(self, body: schema.LayoutRequest) -> dict:
         """The most useful of several orders of the documents (``UtilityScorer.best_layout``)."""
         self._admit(body)
         if not body.layouts:
@@ -164,7 +164,7 @@ class GroguService(ReplicaWork):
         return wire.encode_layout(choose_layout(results))
 
     @app.post("/rerank", **answers(schema.RerankResponse))
-    async def rerank(self, body: api.RerankRequest) -> dict:
+    async def rerank(self, body: schema.RerankRequest) -> dict:
         """The documents to give the LLM, by rerank mode (``UtilityScorer.rerank``)."""
         self._admit(body)
         admit_rerank(self.config, body)
@@ -208,7 +208,7 @@ class GroguService(ReplicaWork):
         return compat.response(body, version, ranked, served, usage, own.mode_settings().mode)
 
     @app.post("/ungrounded", **answers(schema.UngroundedResponse))
-    async def ungrounded(self, body: api.UngroundedRequest) -> dict:
+    async def ungrounded(self, body: schema.UngroundedRequest) -> dict:
         """The ungrounded answer's KeyEntropy (``UtilityScorer.ungrounded``)."""
         self._admit(body)
         key, scorer = self._utility(body)
@@ -225,7 +225,7 @@ class GroguService(ReplicaWork):
         return dataclasses.asdict(result)
 
     @app.post("/influence", **answers(schema.InfluenceResponse))
-    async def influence(self, body: api.InfluenceRequest) -> dict:
+    async def influence(self, body: schema.InfluenceRequest) -> dict:
         """Influence Scores of many (query, documents, answer) items (``InfluenceScorer.score_batch``)."""
         self._admit(body)
         key = "influence:" + body.scorer_key()
@@ -251,7 +251,7 @@ class GroguService(ReplicaWork):
         return {"results": [dataclasses.asdict(r) for r in result]}
 
     @app.post("/seper", **answers(schema.SePerResponse))
-    async def seper(self, body: api.SePerRequest) -> dict:
+    async def seper(self, body: schema.SePerRequest) -> dict:
         """ΔSePer of each document, or of all of them as one context (``SePerScorer``): the samples are
         drawn in slices through the scheduler, then each prompt's entailment beliefs, one per slice."""
         self._admit(body)
@@ -272,7 +272,7 @@ class GroguService(ReplicaWork):
         return {"results": [dataclasses.asdict(r) for r in results]}
 
     @app.post("/acu", **answers(schema.ACUResponse))
-    async def acu(self, body: api.ACURequest) -> dict:
+    async def acu(self, body: schema.ACURequest) -> dict:
         """ACU of (claim, evidence, stance) items (``ACUScorer.score_batch``), a slice of items per call."""
         self._admit(body)
         key = "acu:" + body.model_dump_json(include={"labels", "prompt_with", "prompt_without"})
