@@ -10,8 +10,9 @@
 #            bash benchmarks/gpu_check.sh run .gpu/pN    # the last part: assembles, installs, runs; JSON, log in $OUT
 #   either:  bash benchmarks/gpu_check.sh cpu-tests      # the CPU step alone (OUT=folder for its output)
 #
-# GPU_CHECK_STEPS="env decode_check latency_float32 engine_speed sampled_decode" runs those steps alone (the
-# rest in a second call, while the machine is warm: its assembled stage and installed wheels are kept).
+# GPU_CHECK_STEPS="env decode_check latency_float32 engine_speed sampled_decode" runs those steps alone; then
+# "latency_bfloat16 tune warmup_stream serve_gpu cpu_tests" in a second call while the machine is warm (its
+# assembled stage and installed wheels are kept). The bars each row is judged by: gpu_targets.json.
 # Each step has its own time limit and writes its JSON as soon as it ends; a step that overruns prints its
 # Python stack (faulthandler) into the log before it is stopped. GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1
 # runs the same steps, small, on a CPU with the project installed here (a dry run of the script).
@@ -134,6 +135,12 @@ print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is
     step tune 200 bash -c "head -n $nt '$stage/tune_examples.jsonl' >/tmp/tune_examples.jsonl && \
         /usr/bin/time -f 'tune wall %e s' python -c 'import sys; from grogu.apps.cli import main; sys.exit(main())' tune --examples /tmp/tune_examples.jsonl \
         --prompt-file '$stage/prompt_readme.json' --top-n 3 --max-new-tokens 48 --device $device --out '$OUT/tune' --quiet"
+    # a stream of 40 queries, k drawn from 1..20, run twice on one engine: what warm-up the first pass pays
+    local nw="--queries 40 --max-k 20"
+    [ "$quick" = 1 ] && nw="--queries 4 --max-k 3 --max-new-tokens 8"
+    # shellcheck disable=SC2086
+    step warmup_stream 150 python warmup_stream.py --random-arch "$arch" --device "$device" --dtype "$dt" $nw \
+        --json "$OUT/warmup_stream.json"
     # the scoring service on the GPU: one replica holding it, 30 questions as in process, 8 clients against one
     local nq=30
     [ "$quick" = 1 ] && nq=2
