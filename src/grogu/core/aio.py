@@ -13,7 +13,10 @@ import functools
 import inspect
 import os
 import threading
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _LOCK = threading.Lock()
 _LOOP: dict[str, Any] = {"loop": None, "pid": None, "thread": None}
@@ -58,14 +61,14 @@ def close_soon(client: Any, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon_threadsafe(lambda: loop.create_task(client.aclose()))
 
 
-def blocking(method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
+def blocking(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
     """The sync twin of the async ``method`` (``score = blocking(ascore)``): the same arguments and
     signature; it runs ``method`` on the background loop and waits. Its name drops the leading ``a``."""
     if not inspect.iscoroutinefunction(method):
         raise TypeError(f"blocking() takes an async function, got {method!r}")
 
     @functools.wraps(method)
-    def twin(*args: Any, **kwargs: Any) -> Any:
+    def twin(*args: P.args, **kwargs: P.kwargs) -> T:
         return run(method(*args, **kwargs))
 
     name = method.__name__.removeprefix("a")
