@@ -74,6 +74,10 @@ ANSWERS = {
 }
 
 
+#: what the stand-in answers on a path it has no answer for: the service's documented error body
+REFUSED = {"detail": "refused", "message": "refused", "error": "ValueError"}
+
+
 class Service:
     """A loopback stand-in of ``grogu serve``: ``answers[path]`` for each request; it records each
     request's path and body and counts TCP connections (HTTP/1.1 keep-alive)."""
@@ -91,8 +95,10 @@ class Service:
 
             def _answer(self, body: Any) -> None:
                 service.bodies.append((self.path, body))
-                raw = json.dumps(service.answers[self.path]).encode()
-                self.send_response(200)
+                path = self.path.split("?")[0]
+                status, answer = (200, service.answers[path]) if path in service.answers else (422, REFUSED)
+                raw = json.dumps(answer).encode()
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(raw)))
                 self.end_headers()
@@ -231,3 +237,24 @@ def test_the_openapi_schema_documents_every_answer_with_the_wire_models():
         ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
         assert ref.endswith("/" + model), (path, ref)
     assert spec["paths"]["/ungrounded"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+
+
+def test_the_fuzz_check_fails_an_answer_that_does_not_fit_its_schema():
+    """grogu_research.fuzz (run on every route of the real service in tests/test_serve.py) checks each 200
+    answer against the route's documented answer: a stand-in serving the real OpenAPI schema and a
+    malformed /ungrounded answer fails it; the same stand-in with a well-formed answer passes."""
+    pytest.importorskip("ray")
+    pytest.importorskip("schemathesis")
+    from grogu_research.fuzz import fuzz_routes
+
+    from grogu.apps.serve.httpapi import app
+    from grogu.apps.serve.service import GroguService  # noqa: F401 - registers the routes
+
+    for answer, fits in ((ANSWERS["/ungrounded"], True), ({"answer": 1}, False)):
+        stand_in = Service({"/openapi.json": app.openapi(), "/ungrounded": answer})
+        try:
+            out = fuzz_routes(stand_in.url, {}, 2)
+        finally:
+            stand_in.close()
+        assert out.count(200) >= 1
+        assert (not out.failures and not out.misfits) if fits else (out.misfits and out.failures), out.misfits[:2]
