@@ -10,9 +10,10 @@
 #            bash benchmarks/gpu_check.sh run .gpu/pN    # the last part: assembles, installs, runs; JSON, log in $OUT
 #   either:  bash benchmarks/gpu_check.sh cpu-tests      # the CPU step alone (OUT=folder for its output)
 #
-# GPU_CHECK_STEPS="env decode_check latency_float32 engine_speed sampled_decode" runs those steps alone; then
-# "latency_bfloat16 tune warmup_stream serve_gpu cpu_tests" in a second call while the machine is warm (its
-# assembled stage and installed wheels are kept). The bars each row is judged by: gpu_targets.json.
+# GPU_CHECK_STEPS="env decode_check latency_float32 engine_speed sampled_decode" runs those steps alone (their
+# limits: 500 s); then "latency_bfloat16 tune warmup_stream" (480 s) and "serve_gpu cpu_tests" (300 s) in later
+# calls while the machine is warm (its assembled stage and installed wheels are kept). Every call stays under
+# the 10 minutes one call may take. The bars each row is judged by: gpu_targets.json.
 # Each step has its own time limit and writes its JSON as soon as it ends; a step that overruns prints its
 # Python stack (faulthandler) into the log before it is stopped. GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1
 # runs the same steps, small, on a CPU with the project installed here (a dry run of the script).
