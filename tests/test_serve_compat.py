@@ -111,14 +111,15 @@ def test_v1_objects_rank_fields_and_vendor_fields(service, expected):
     auth = {"Authorization": f"Bearer {TOKEN}"}
     objects = [{"text": d, "source": f"s{i}"} for i, d in enumerate(DOCS[:3])]
     body = {"model": NAME, "query": QUERY, "documents": objects, "top_n": 0, "max_chunks_per_doc": 5, "priority": 1}
+    body["\u001e\u00e9"] = True  # a field name no header may carry as it is (a control character, a non-ASCII letter)
     r = httpx.post(f"{service}/v1/rerank", json=body, headers=auth, timeout=120)
     assert r.status_code == 200, r.text
-    assert r.headers["x-grogu-ignored-fields"] == "max_chunks_per_doc, priority"
+    assert r.headers["x-grogu-ignored-fields"] == "%1E%C3%A9, max_chunks_per_doc, priority"  # percent-encoded
     out = r.json()
     want = expected(DOCS[:3], None)
     assert [x["index"] for x in out["results"]] == [w.index for w in want] and len(want) == 3
     assert [x["document"] for x in out["results"]] == [objects[w.index] for w in want]
-    assert out["grogu"]["ignored"] == ["max_chunks_per_doc", "priority"]
+    assert out["grogu"]["ignored"] == ["\u001e\u00e9", "max_chunks_per_doc", "priority"]
     fields = [{"name": "Canberra", "body": DOCS[1]}, {"name": "Sydney", "body": DOCS[0]}]
     r = httpx.post(
         f"{service}/v1/rerank",
@@ -277,3 +278,14 @@ def test_rerankers_api_ranker(service, expected):
     want = expected(DOCS[:3], 3)  # APIRanker asks for top_n = every document
     assert [r.document.text for r in got.results] == [DOCS[r.index] for r in want]
     assert [r.score for r in got.results] == pytest.approx(_scores(want), abs=TOL)
+
+
+def test_the_ignored_fields_header_is_always_a_valid_header():
+    """Field names percent-encoded (a control character or a non-ASCII letter cannot travel in a header as
+    it is: the server would drop the connection), cut after a whole name at its length limit."""
+    from grogu.apps.serve.compat import IGNORED_HEADER_CHARS, ignored_header
+
+    value = ignored_header(["\x1e\u00e9", "a b"] + ["x" * 300] * 10)
+    assert value.isascii() and value.isprintable() and len(value) <= IGNORED_HEADER_CHARS
+    assert value.startswith("%1E%C3%A9, a%20b, ") and value.endswith(", ...")
+    assert ignored_header(["max_chunks_per_doc", "priority"]) == "max_chunks_per_doc, priority"

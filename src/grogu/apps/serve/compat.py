@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any, Optional, Union
+from urllib.parse import quote
 
 from ...metrics.scales import probability
 from ...rerank.remote import schema
@@ -36,6 +37,21 @@ from ...rerank.remote.schema import CompatRerankRequest
 READ_FIELDS = ("model", "query", "documents", "top_n", "return_documents", "rank_fields", "grogu")
 #: the header naming the fields a request sent that grogu ignored
 IGNORED_HEADER = "X-Grogu-Ignored-Fields"
+#: most characters of that header (the body's ``grogu.ignored`` names them all)
+IGNORED_HEADER_CHARS = 1024
+
+
+def ignored_header(names: list[str]) -> str:
+    """The value of :data:`IGNORED_HEADER`: the names percent-encoded (RFC 3986), so that a name with a
+    control character or a non-ASCII letter is still a valid header, joined by ", ", at most
+    :data:`IGNORED_HEADER_CHARS` characters (then cut after a whole name and ended by ", ...")."""
+    out = ""
+    for name in names:
+        part = quote(name, safe="")
+        if len(out) + len(part) + 2 > IGNORED_HEADER_CHARS - 5:
+            return out + ", ..."
+        out = f"{out}, {part}" if out else part
+    return out
 
 
 def document_text(doc: Union[str, dict[str, Any]], i: int, rank_fields: Optional[list[str]]) -> Any:

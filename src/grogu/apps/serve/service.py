@@ -204,7 +204,7 @@ class GroguService(ReplicaWork):
         ranked = await self._rerank(own, scorer, usage)
         ignored = body.ignored()
         if ignored:
-            response.headers[compat.IGNORED_HEADER] = ", ".join(ignored)
+            response.headers[compat.IGNORED_HEADER] = compat.ignored_header(ignored)
         return compat.response(body, version, ranked, served, usage, own.mode_settings().mode)
 
     @app.post("/ungrounded", **answers(schema.UngroundedResponse))
