@@ -1116,7 +1116,7 @@ def test_every_route_fuzzed_from_its_schema_gets_no_server_error(service, remote
     pytest.importorskip("schemathesis")
     from grogu_research.fuzz import fuzz_routes
 
-    out = fuzz_routes(service, AUTH, examples)
+    out = fuzz_routes(service, AUTH, examples, derandomize=examples == 20)  # CI: the same requests each run
     assert not out.failures, (out.failures, out.misfits[:5])
     routes = {label.split()[1] for label in out.statuses}
     assert {"/rerank", "/v1/rerank", "/v2/rerank", "/score", "/seper", "/acu", "/influence"} <= routes

@@ -40,8 +40,11 @@ def error_shape_ok(body: dict) -> bool:
     return isinstance(body.get("detail"), str) and body.get("message") == body["detail"] and bool(body.get("error"))
 
 
-def fuzz_routes(url: str, headers: dict, examples: int, budget_s: float = 30.0) -> FuzzOutcome:
-    """Fuzz every route of the service at ``url`` (see the module docstring)."""
+def fuzz_routes(
+    url: str, headers: dict, examples: int, budget_s: float = 30.0, derandomize: bool = False
+) -> FuzzOutcome:
+    """Fuzz every route of the service at ``url`` (see the module docstring). ``derandomize``: the same
+    requests on every run (hypothesis's fixed seed), as a CI check wants; otherwise new ones each run."""
     import httpx
     import schemathesis
     from hypothesis import HealthCheck, Phase, given, settings
@@ -57,6 +60,7 @@ def fuzz_routes(url: str, headers: dict, examples: int, budget_s: float = 30.0) 
             max_examples=examples,
             deadline=None,
             database=None,
+            derandomize=derandomize,
             phases=[Phase.generate],
             suppress_health_check=list(HealthCheck),
         )
