@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from grogu_research.loopback import LoopbackJSON
 
 from grogu.rerank.arguments import rerank_arguments
 from grogu.rerank.remote import schema
@@ -78,56 +76,23 @@ ANSWERS = {
 REFUSED = {"detail": "refused", "message": "refused", "error": "ValueError"}
 
 
-class Service:
-    """A loopback stand-in of ``grogu serve``: ``answers[path]`` for each request; it records each
-    request's path and body and counts TCP connections (HTTP/1.1 keep-alive)."""
+def service_stand_in(answers: dict[str, Any]) -> LoopbackJSON:
+    """A loopback stand-in of ``grogu serve``: ``answers[path]`` (200) for each request, else the
+    service's error body (422); it records each request and counts TCP connections (keep-alive)."""
+    return LoopbackJSON(lambda method, path, body: (200, answers[path]) if path in answers else (422, REFUSED))
 
-    def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers, self.bodies, self.connections = answers, [], 0
-        service = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                service.connections += 1
-
-            def _answer(self, body: Any) -> None:
-                service.bodies.append((self.path, body))
-                path = self.path.split("?")[0]
-                status, answer = (200, service.answers[path]) if path in service.answers else (422, REFUSED)
-                raw = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self) -> None:  # noqa: N802
-                self._answer(None)
-
-            def do_POST(self) -> None:  # noqa: N802
-                self._answer(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def posted(service: LoopbackJSON) -> list[tuple[str, Any]]:
+    """(path, body) of each POST the stand-in received."""
+    return [(path, body) for method, path, body in service.requests if method == "POST"]
 
 
 @pytest.fixture
 def service():
-    s = Service(dict(ANSWERS))
-    yield s
-    s.close()
+    answers = dict(ANSWERS)
+    with service_stand_in(answers) as s:
+        s.answers = answers  # a test may change an answer
+        yield s
 
 
 def test_a_rerank_request_parses_with_the_service_model_and_its_answer_comes_back_on_own_documents(service):
@@ -137,7 +102,7 @@ def test_a_rerank_request_parses_with_the_service_model_and_its_answer_comes_bac
     assert kept.index == 1 and kept.document is docs[1] and kept.score == -0.5 and kept.answer == "Lyon"
     assert kept.context is not None and kept.context.documents == [docs[1]]
     assert kept.gate is not None and kept.gate.reasons == ("low support",) and kept.gate.changed
-    [(path, body)] = service.bodies
+    [(path, body)] = posted(service)
     parsed = schema.RerankRequest.model_validate(body)  # exactly what the route parses
     assert path == "/rerank" and parsed.top_n == 1 and parsed.relevance == [0.9, 0.1]
     assert parsed.mode_settings().mode == "document" and parsed.metric == scorer.metric
@@ -160,7 +125,7 @@ def test_every_client_request_parses_with_the_service_models(service):
         "/ungrounded": schema.UngroundedRequest,
         "/acu": schema.ACURequest,
     }
-    for path, body in service.bodies:
+    for path, body in posted(service):
         models[path].model_validate(body)
 
 
@@ -180,7 +145,7 @@ def test_a_bad_setting_is_refused_before_a_request_with_the_service_message(serv
     assert "ValidationError" not in type(refused.value).__name__  # grogu's own message, as the service's 422
     with pytest.raises(ValueError, match="n_ablations"):
         RemoteInfluenceScorer(service.url, retries=0, n_ablations=0)
-    assert service.bodies == []
+    assert service.requests == []
 
 
 def test_sync_and_async_calls_share_one_client_and_one_connection(service):
@@ -194,7 +159,7 @@ def test_sync_and_async_calls_share_one_client_and_one_connection(service):
 
     asyncio.run(from_a_loop())
     scorer.score("q", ["a", "b"])
-    assert len(service.bodies) == 6 and scorer.transport.clients_made == 1
+    assert len(posted(service)) == 6 and scorer.transport.clients_made == 1
     assert service.connections <= 2  # the two concurrent calls may open a second connection
     scorer.close()
     scorer.score("q", ["a", "b"])  # a closed client opens a new one on the next call
@@ -251,7 +216,7 @@ def test_the_fuzz_check_fails_an_answer_that_does_not_fit_its_schema():
     from grogu.apps.serve.service import GroguService  # noqa: F401 - registers the routes
 
     for answer, fits in ((ANSWERS["/ungrounded"], True), ({"answer": 1}, False)):
-        stand_in = Service({"/openapi.json": app.openapi(), "/ungrounded": answer})
+        stand_in = service_stand_in({"/openapi.json": app.openapi(), "/ungrounded": answer})
         try:
             out = fuzz_routes(stand_in.url, {}, 2)
         finally:

@@ -1,21 +1,19 @@
 """ServerTarget's connection: no request until first use, one HTTP client kept across calls (sync and async,
 from any event loop) and closed by ``close()`` or a ``with`` block; and the API classes: one per server
 API, each a :class:`~grogu.runtime.inference_server.ServerAPI`, all in one registry. A loopback stub that
-keeps connections alive (HTTP/1.1) counts the TCP connections and requests it gets."""
+keeps connections alive (HTTP/1.1, grogu_research.loopback) counts the TCP connections and requests it gets."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import pickle
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from grogu_research import testing
+from grogu_research.loopback import LoopbackJSON
 
 from grogu.core.target import Target
 from grogu.runtime.inference_server import APIS, APIS_BY_NAME, ServerAPI, ServerError, ServerTarget
@@ -61,68 +59,29 @@ def _completion(ids: list[int]) -> dict:
     }
 
 
-class KeepAliveStub:
-    """A loopback vLLM stand-in that keeps connections alive; ``connections`` and ``requests`` count them."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.requests: list[str] = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: one TCP connection may carry many requests
-
-            def setup(self) -> None:
-                super().setup()
-                stub.connections += 1
-
-            def _send(self, data: Any) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self) -> None:  # noqa: N802
-                stub.requests.append(self.path)
-                self._send({"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 64}]})
-
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers["content-length"]))
-                stub.requests.append(self.path)
-                self._send(_completion([5, 6]))
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.block_on_close = False
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def _vllm(method: str, path: str, body: Any) -> tuple[int, Any]:
+    """A vLLM stand-in's answers: the model listing to any GET, a completion of [5, 6] to any POST."""
+    if method == "GET":
+        return 200, {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 64}]}
+    return 200, _completion([5, 6])
 
 
 @pytest.fixture
 def stub():
-    s = KeepAliveStub()
-    yield s
-    s.close()
+    """A loopback vLLM stand-in that keeps connections alive and counts them."""
+    with LoopbackJSON(_vllm, prefix="/v1") as s:
+        yield s
 
 
 def test_making_a_target_sends_no_request(stub):
     """Construction checks the settings only; the listing is read on first use, once."""
     target = ServerTarget(stub.url, tokenizer=Tokenizer(), top_logprobs=1, retries=0)
-    assert stub.requests == [] and stub.connections == 0 and target.http.clients_made == 0
+    assert stub.paths() == [] and stub.connections == 0 and target.http.clients_made == 0
     assert repr(target) == f"ServerTarget({stub.url!r}, model=None, api='auto')"  # no request for repr either
     assert target.api == "vllm" and target.model_name == "m" and target.max_context_tokens == 64
-    assert stub.requests == ["/v1/models"]
+    assert stub.paths() == ["/v1/models"]
     target.connect()  # connected once: nothing more is asked
-    assert stub.requests == ["/v1/models"] and isinstance(target, Target)
+    assert stub.paths() == ["/v1/models"] and isinstance(target, Target)
     target.close()
 
 
@@ -151,7 +110,7 @@ def test_one_client_serves_successive_calls(stub):
     for _ in range(2):
         assert asyncio.run(target.agenerate([[1, 3]], 2))[0].token_ids == [5, 6]
     assert target.http._client is client and target.http.clients_made == 1
-    assert stub.requests == ["/v1/models"] + ["/v1/completions"] * 4
+    assert stub.paths() == ["/v1/models"] + ["/v1/completions"] * 4
     assert stub.connections == 1  # each call reused the connection the listing opened
     target.close()
 
