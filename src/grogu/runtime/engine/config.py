@@ -62,10 +62,11 @@ class EngineConfig:
         prompt_lookup_ngram: longest n-gram matched to find a draft.
         prompt_lookup_min_ngram: shortest n-gram matched (1-gram matches draft mostly noise).
         entropy_chunk_rows: logit rows turned into float32 entropies at a time (bounds the float32 copy).
-        cuda_graphs: on a CUDA device, greedy decode steps are captured once per batch as a CUDA graph
-            and replayed (:mod:`grogu.runtime.engine.decode`): a step then costs the GPU's time rather than the
-            host's launches of a forward pass (True on GPU; meaningless on a CPU). A capture that fails
-            is logged and decoding goes on without graphs.
+        cuda_graphs: on a CUDA device, greedy decode steps are captured as CUDA graphs and replayed: a
+            step then costs the GPU's time rather than the host's launches of a forward pass (True on
+            GPU; meaningless on a CPU). Graphs are kept for later batches, one per bucket of rows, over
+            buffers the engine keeps (:mod:`grogu.runtime.engine.graphs`; ``engine.decoder.release_graphs()``
+            lets them go). A capture that fails is logged and decoding goes on without graphs.
         cpu_linear: kernels of the linear layers on a CPU (:mod:`grogu.runtime.engine.kernels`): 'auto', 'onednn'
             or 'default'; ignored on a GPU. Read when the engine is built.
         cpu_linear_pack_limit_mb: oneDNN weights are re-laid-out once (a copy beside the model's) when

@@ -369,6 +369,7 @@ class Engine(Configured):
         self.oom_backoffs += 1
         size = self.batch_cap.split(self.config.max_batch_size, half)
         self.config = dataclasses.replace(self.config, max_batch_size=size)
+        self.decoder.release_graphs()  # the kept decode buffers too
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 

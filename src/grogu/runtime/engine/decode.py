@@ -7,8 +7,9 @@ A decode step is device work only: the forward pass, the choice of each position
 and log-probability, how many drafted tokens the model accepted, and where each row's cache ends. One
 small tensor then comes back to the host (one synchronisation a step), which keeps the answers, checks
 stop tokens and proposes the next drafts. Because a step reads nothing back before its end, on a GPU it
-can be captured once as a CUDA graph and replayed: a step then costs the GPU's time, not the Python
-and kernel launches of a forward pass of the model (``cuda_graphs``).
+can be captured as a CUDA graph and replayed: a step then costs the GPU's time, not the Python and
+kernel launches of a forward pass of the model (``cuda_graphs``). Graphs are kept from batch to batch,
+one per bucket of rows, over buffers that outlive a batch (:mod:`.graphs`).
 
 Two ways to feed a step (:mod:`.feeds`), chosen by the cache the prefill made: slots (every layer a
 :class:`~grogu.runtime.engine.kvcache.ReservedLayer`: rows write their own slots, masked in 4-D) or
@@ -28,6 +29,7 @@ import torch
 from ...core.types import Generation
 from .drafting import PromptLookup
 from .feeds import AppendFeed, SlotFeed
+from .graphs import ArenaFeed, KeptGraphs
 from .kvcache import SLOT_MASKS, attention_kind, slot_layers
 from .prefill import PrefilledBatch
 
@@ -97,6 +99,8 @@ class Decoder:
         drafted: drafted tokens fed so far (diagnostics; may be reset).
         graphs: CUDA graphs captured so far (diagnostics; may be reset).
         graphs_failed: the error of a CUDA graph capture that failed; decoding then stays eager (None: none failed).
+        kept: the buffers and graphs kept from batch to batch (:class:`~.graphs.KeptGraphs`).
+        emulate_graphs: run the graphed path on a CPU, its steps eager over the kept buffers (tests).
     """
 
     def __init__(
@@ -107,9 +111,26 @@ class Decoder:
         self.pad_token_id = pad_token_id
         self.stop_token_ids = frozenset(stop_token_ids)
         self.detokenize = detokenize
-        self.steps = self.drafted = self.graphs = 0
-        self.graphs_failed: str | None = None
+        self.steps = self.drafted = 0
+        self.kept = KeptGraphs()
+        self.emulate_graphs = False
         self._stream: Any = None  # the side stream graphed decoding runs on (made once)
+
+    @property
+    def graphs(self) -> int:
+        return self.kept.captured
+
+    @graphs.setter
+    def graphs(self, value: int) -> None:
+        self.kept.captured = value
+
+    @property
+    def graphs_failed(self) -> str | None:
+        return self.kept.failed
+
+    def release_graphs(self) -> None:
+        """Let the kept graphs and their buffers go (:meth:`~.graphs.KeptGraphs.release`)."""
+        self.kept.release()
 
     @torch.inference_mode()
     def decode(
@@ -130,30 +151,33 @@ class Decoder:
         drafted tokens the model itself would have chosen (so the answer is exactly the greedy one).
         Entropies and log-probabilities (float32, chunks of ``entropy_chunk_rows`` rows) are those of
         the positions that produced each kept token. ``cuda_graphs``: on a CUDA device, greedy decoding
-        over a slot cache replays each step as a CUDA graph (captured after one eager step, captured
-        again when the batch shrinks to half)."""
+        over a slot cache replays each step as a CUDA graph, kept for later batches (:mod:`.graphs`)."""
         slots = slot_layers(start.cache) is not None and attention_kind(self.model) in SLOT_MASKS
         if drafter is not None and (not slots or sampling is not None or drafter.max_draft < 1):
             drafter = None
         width = 1 + (drafter.max_draft if drafter is not None else 0)
-        if slots:
-            feed: SlotFeed | AppendFeed = SlotFeed(self.model, start, width, self.pad_token_id, entropy_chunk_rows)
-        else:
-            feed = AppendFeed(self.model, start, self.pad_token_id, entropy_chunk_rows)
+        cuda = self.device.type == "cuda"
         graphed = (
-            cuda_graphs and slots and sampling is None and self.device.type == "cuda" and self.graphs_failed is None
+            cuda_graphs and slots and sampling is None and (cuda or self.emulate_graphs) and not self.graphs_failed
         )
         with contextlib.ExitStack() as stack:
-            stepper = None
-            if graphed:
+            if graphed and cuda:  # the whole decode on one side stream, as CUDA graphs require
                 if self._stream is None:
                     self._stream = torch.cuda.Stream(device=self.device)
-                stepper = GraphedSteps(self, self._stream)
-                stack.callback(stepper.close)
-                stack.enter_context(torch.cuda.stream(self._stream))  # the whole loop: one stream
-            return self._loop(start, feed, stepper, histories, max_new_tokens, sampling, drafter)
+                default = torch.cuda.current_stream(self.device)
+                self._stream.wait_stream(default)  # the prefill's work comes first
+                stack.callback(default.wait_stream, self._stream)
+                stack.enter_context(torch.cuda.stream(self._stream))
+            if graphed:
+                arena = self.kept.arena(start, width, self.pad_token_id)
+                feed: SlotFeed | AppendFeed = ArenaFeed(self.model, start, self.kept, arena, entropy_chunk_rows)
+            elif slots:
+                feed = SlotFeed(self.model, start, width, self.pad_token_id, entropy_chunk_rows)
+            else:
+                feed = AppendFeed(self.model, start, self.pad_token_id, entropy_chunk_rows)
+            return self._loop(start, feed, histories, max_new_tokens, sampling, drafter)
 
-    def _loop(self, start, feed, stepper, histories, max_new_tokens, sampling, drafter) -> list[Generation]:
+    def _loop(self, start, feed, histories, max_new_tokens, sampling, drafter) -> list[Generation]:
         n = len(histories)
         state = _Answers(histories, drafter)
         rows = list(range(n))  # the answer of each row of the feed
@@ -186,76 +210,18 @@ class Decoder:
             if not any(alive):
                 break
             live = [j for j, a in enumerate(alive) if a]
-            if len(live) < len(rows) and (stepper is None or len(live) <= len(rows) // 2):
-                feed.select(live)  # finished rows leave the batch (a graph's batch: once it is half empty)
+            if len(live) < len(rows) and feed.compacts(len(live), len(rows)):
+                feed.select(live)  # finished rows leave the batch (a graph's batch: a bucket at a time)
                 rows, pending, alive = [rows[j] for j in live], [pending[j] for j in live], [True] * len(live)
-                if stepper is not None:
-                    stepper.reset()
             drafts = [
                 state.propose(r, max_new_tokens - len(state.tokens[r]) - 1) if a and drafter is not None else []
                 for r, a in zip(rows, alive)
             ]
             feed.set_inputs(pending, drafts, alive)
-            if stepper is not None:
-                packed = stepper.step(feed)
-                if stepper.failed:  # captured nothing: the rest of this decode runs eagerly
-                    stepper = None
-            else:
-                packed, logits = feed.step()
+            packed, logits = feed.step()
             self.steps += 1
             self.drafted += sum(map(len, drafts))
         return state.generations(self.detokenize)
-
-
-class GraphedSteps:
-    """Decode steps of one batch as a CUDA graph: the first step after (re)starting runs eagerly (it
-    also warms the kernels up), the next one is captured, and every later one replays the graph. All of
-    it runs on one side stream, as CUDA graphs require. A capture that fails is logged once per decoder
-    and the decode goes on eagerly (``failed``)."""
-
-    def __init__(self, decoder: Decoder, stream: Any) -> None:
-        self.decoder = decoder
-        self.stream = stream
-        self.stream.wait_stream(torch.cuda.current_stream(decoder.device))  # the prefill's work comes first
-        self.graph: Any = None
-        self.out: torch.Tensor | None = None
-        self.warm = False
-        self.failed = False
-
-    def reset(self) -> None:
-        """The batch changed shape: the next step runs eagerly, the one after it is captured again."""
-        self.graph, self.out, self.warm = None, None, False
-
-    def step(self, feed: SlotFeed) -> torch.Tensor:
-        """One step on ``feed``'s inputs (the caller is on :attr:`stream`); its packed outcome."""
-        if self.graph is not None:
-            self.graph.replay()
-            return self.out
-        if not self.warm:
-            self.warm = True
-            return feed.step(None)[0]
-        graph = torch.cuda.CUDAGraph()
-        try:
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                out = feed.step(None)[0]
-            finally:
-                graph.capture_end()
-        except Exception as exc:  # noqa: BLE001 - any capture error: decode on without graphs
-            self.failed = True
-            self.decoder.graphs_failed = f"{type(exc).__name__}: {exc}"
-            logger.warning("grogu engine: CUDA graph capture failed (%s); decoding without graphs", exc)
-            self.stream.synchronize()
-            return feed.step(None)[0]
-        self.graph, self.out = graph, out
-        self.decoder.graphs += 1
-        graph.replay()
-        return out
-
-    def close(self) -> None:
-        """The default stream waits for this one; the graph and its memory are let go."""
-        torch.cuda.current_stream(self.decoder.device).wait_stream(self.stream)
-        self.graph = self.out = None
 
 
 class _Answers:

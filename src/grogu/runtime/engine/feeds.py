@@ -119,6 +119,10 @@ class SlotFeed:
                 if alive_before[j]:
                     self.host_fill[j] += int(v[-1]) + 1
 
+    def compacts(self, live: int, rows: int) -> bool:
+        """Whether finished rows leave the batch now (here: as soon as any row finishes)."""
+        return True
+
     def select(self, keep: list[int]) -> None:
         idx = torch.tensor(keep, device=self.fill.device)
         for layer in self.layers:
@@ -166,6 +170,9 @@ class AppendFeed:
 
     def advanced(self, values: list[list[float]], alive_before: list[bool]) -> None:
         pass
+
+    def compacts(self, live: int, rows: int) -> bool:
+        return True
 
     def select(self, keep: list[int]) -> None:
         idx = torch.tensor(keep, device=self.last_pos.device)

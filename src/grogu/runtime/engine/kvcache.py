@@ -105,6 +105,11 @@ class ReservedLayer(DynamicLayer):
         self._k, self._v, self._n = k, v, s
 
     @property
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole key and value buffers, filled or not ([batch, heads, capacity, dim] each)."""
+        return self._k, self._v
+
+    @property
     def capacity(self) -> int:
         """Slots in the buffer, filled or not."""
         return self._k.shape[-2]

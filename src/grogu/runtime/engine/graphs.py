@@ -1,0 +1,241 @@
+"""Decode steps kept as CUDA graphs from one batch to the next.
+
+A CUDA graph replays the kernels of one decode step on the memory they used when it was captured. A
+slot step (:class:`~.feeds.SlotFeed`) reads nothing back to the host, so it can be captured. For a graph
+to serve later batches too, every tensor the step reads must outlive the batch. A :class:`StepArena`
+holds them: each layer's keys and values, and the step's state (which slots each row sees, where it
+ends, its position, its inputs), for ``rows`` rows of ``capacity`` slots.
+
+- A batch of n rows is copied into the arena's first rows after its prefill. It decodes in the first b
+  rows, b = :func:`bucket` (n), the next power of two. Rows n..b-1 are idle: fed as finished.
+- Each bucket's step is captured once, after one eager step, and kept. A later batch of the same bucket
+  and span replays it at once. All graphs share one memory pool (they never run at once).
+- When the live rows fit a smaller bucket, they move to the first rows and that bucket's graph runs.
+- Arenas are kept per (span, step width, layer shapes). :func:`span_class` rounds the slots a batch
+  needs (prompt plus answer) up by less than 256 slots or a quarter, so prompts of similar lengths share
+  graphs, and attention reads that many masked slots more. The :data:`KEPT_ARENAS` most recently
+  used arenas are kept; :meth:`KeptGraphs.release` lets all of them go (the engine calls it on
+  out-of-memory).
+
+On a CPU nothing is captured. ``Decoder.emulate_graphs`` runs this path there with eager steps over
+the same buffers and spans, which is how the tests check its answers.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from .feeds import SlotFeed
+from .kvcache import ReservedLayer, attention_kind, slot_layers
+from .prefill import PrefilledBatch
+
+logger = logging.getLogger(__name__)
+
+#: arenas kept at once (each holds its KV buffers and its graphs), the least recently used dropped first
+KEPT_ARENAS = 3
+
+
+def bucket(n: int) -> int:
+    """The rows a batch of ``n`` rows decodes in: the next power of two (1, 2, 4, 8, ...)."""
+    if n < 1:
+        raise ValueError(f"a batch has at least one row, got {n}")
+    return 1 << (n - 1).bit_length()
+
+
+def span_class(slots: int) -> int:
+    """The slots an arena gives a batch that needs ``slots``: rounded up to a multiple of 256, or of
+    an eighth of the power of two below it when that is more (over by less than 256 or a quarter)."""
+    step = max(256, 1 << max(0, slots.bit_length() - 3))
+    return -(-slots // step) * step
+
+
+class StepArena:
+    """The buffers of decode steps that outlive a batch (see the module docstring), shaped after
+    ``layers`` (a prefilled batch's :class:`~.kvcache.ReservedLayer` s), and the graphs kept over them."""
+
+    def __init__(self, cache: Any, rows: int, capacity: int, width: int, pad_token_id: int) -> None:
+        layers = slot_layers(cache)
+        dev = layers[0].device
+        self.rows, self.capacity, self.width, self.pad_token_id = rows, capacity, width, pad_token_id
+        bufs = [lay.buffers for lay in layers]
+        self.keys = [k.new_zeros(rows, k.shape[1], capacity, k.shape[3]) for k, _ in bufs]
+        self.values = [v.new_zeros(rows, v.shape[1], capacity, v.shape[3]) for _, v in bufs]
+        self.seen = torch.ones(rows, capacity, dtype=torch.bool, device=dev)  # [rows, capacity]
+        self.fill = torch.zeros(rows, dtype=torch.long, device=dev)  # [rows]: the first free slot
+        self.last_pos = torch.zeros(rows, dtype=torch.long, device=dev)  # [rows]: the last cached position
+        self.inputs = torch.full((rows, width + 2), pad_token_id, dtype=torch.long, device=dev)
+        self.index = torch.zeros(rows, width, dtype=torch.long, device=dev)  # [rows, W]: slots written
+        self.staging = torch.empty(rows, width + 2, dtype=torch.long, pin_memory=dev.type == "cuda")
+        self.slots = torch.arange(capacity, device=dev)
+        self.offsets = torch.arange(width, device=dev)
+        self.template = cache  # the cache object each bucket's copy is made from (its layers replaced)
+        self.caches: dict[int, Any] = {}
+        self.graphs: dict[int, tuple[Any, torch.Tensor]] = {}  # per bucket: the graph and its output
+        self.warm: set[int] = set()  # buckets that ran their eager step
+
+    @staticmethod
+    def key(cache: Any, width: int) -> tuple:
+        """What an arena must match to take a batch: the span class, the step width, the layers' shapes."""
+        layers = slot_layers(cache)
+        shapes = tuple((*k.shape[1::2], *v.shape[1::2], k.dtype) for k, v in (lay.buffers for lay in layers))
+        return span_class(min(lay.capacity for lay in layers)), width, shapes
+
+    def cache(self, b: int) -> Any:
+        """A cache whose layers are the arena's first ``b`` rows (made once per bucket)."""
+        if b not in self.caches:
+            cache = copy.copy(self.template)
+            cache.layers = [
+                ReservedLayer.of_buffers(k[:b], v[:b], self.capacity) for k, v in zip(self.keys, self.values)
+            ]
+            self.caches[b] = cache
+        return self.caches[b]
+
+    def idle(self, lo: int, hi: int) -> None:
+        """Rows lo..hi-1 hold no answer: they see their own first slots, fed padding, marked finished."""
+        self.seen[lo:hi] = True
+        self.fill[lo:hi] = 0
+        self.last_pos[lo:hi] = 0
+        self.inputs[lo:hi] = self.pad_token_id
+        self.inputs[lo:hi, -2:] = 0  # no drafts, not alive
+
+    def load(self, start: PrefilledBatch) -> int:
+        """Copy a prefilled batch into the first rows; returns its bucket."""
+        n, prompt = start.attention.shape
+        for k, v, lay in zip(self.keys, self.values, slot_layers(start.cache)):
+            k[:n, :, :prompt] = lay.buffers[0][:, :, :prompt]
+            v[:n, :, :prompt] = lay.buffers[1][:, :, :prompt]
+        self.seen[:n] = True
+        self.seen[:n, :prompt] = start.attention.bool()  # a prompt's padding is never seen
+        self.fill[:n] = prompt
+        self.last_pos[:n] = start.last_pos
+        b = bucket(n)
+        self.idle(n, b)
+        return b
+
+    def move(self, keep: list[int], b: int) -> int:
+        """Rows ``keep`` (of the first ``b``) become the first rows; returns their bucket."""
+        m, idx = len(keep), torch.tensor(keep, device=self.fill.device)
+        for t in (*self.keys, *self.values, self.seen, self.fill, self.last_pos, self.inputs, self.index):
+            t[:m] = t[:b][idx]
+        nb = bucket(m)
+        self.idle(m, nb)
+        return nb
+
+
+class KeptGraphs:
+    """The arenas of a decoder and the graphs captured over them (see the module docstring).
+
+    Attributes:
+        captured: graphs captured so far (diagnostics; may be reset).
+        failed: the error of a capture that failed (None: none failed); later batches decode eagerly.
+        moves: batches moved down to a smaller bucket (diagnostics).
+    """
+
+    def __init__(self) -> None:
+        self.arenas: OrderedDict[tuple, StepArena] = OrderedDict()
+        self.pool: Any = None
+        self.captured = self.moves = 0
+        self.failed: str | None = None
+
+    def arena(self, start: PrefilledBatch, width: int, pad_token_id: int) -> StepArena:
+        """An arena for this batch: the kept one of its key with rows enough, else a new one (the old one
+        of that key, and the least recently used beyond :data:`KEPT_ARENAS`, let go first)."""
+        key = StepArena.key(start.cache, width)
+        rows = bucket(start.attention.shape[0])
+        arena = self.arenas.pop(key, None)
+        if arena is None or arena.rows < rows:
+            arena = None
+            while len(self.arenas) >= KEPT_ARENAS:
+                self.arenas.popitem(last=False)
+            arena = StepArena(start.cache, rows, key[0], width, pad_token_id)
+        self.arenas[key] = arena
+        return arena
+
+    def release(self) -> None:
+        """Let every arena and graph go (their memory returns to the allocator)."""
+        self.arenas.clear()
+        self.pool = None
+
+    def step(self, feed: "ArenaFeed") -> torch.Tensor:
+        """One decode step of ``feed``: its bucket's graph replayed, captured after one eager step on
+        a CUDA device, or an eager step over the whole span (a CPU, or after a failed capture)."""
+        arena, b = feed.arena, feed.b
+        if b in arena.graphs:
+            graph, out = arena.graphs[b]
+            graph.replay()
+            return out
+        if arena.fill.device.type != "cuda" or self.failed is not None or b not in arena.warm:
+            arena.warm.add(b)
+            return SlotFeed.step(feed, None)[0]
+        graph = torch.cuda.CUDAGraph()
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        try:
+            graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+            try:
+                out = SlotFeed.step(feed, None)[0]
+            finally:
+                graph.capture_end()
+        except Exception as exc:  # noqa: BLE001 - any capture error: decode on without graphs
+            self.failed = f"{type(exc).__name__}: {exc}"
+            logger.warning("grogu engine: CUDA graph capture failed (%s); decoding without graphs", exc)
+            torch.cuda.current_stream(arena.fill.device).synchronize()
+            return SlotFeed.step(feed, None)[0]
+        arena.graphs[b] = (graph, out)
+        self.captured += 1
+        graph.replay()
+        return out
+
+
+class ArenaFeed(SlotFeed):
+    """A :class:`~.feeds.SlotFeed` over a :class:`StepArena`'s first rows: its steps are the arena's
+    kept graphs (:meth:`KeptGraphs.step`), and finished rows leave it a bucket at a time."""
+
+    def __init__(self, model: Any, start: PrefilledBatch, kept: KeptGraphs, arena: StepArena, chunk_rows: int) -> None:
+        self.model, self.kept, self.arena, self.chunk_rows = model, kept, arena, chunk_rows
+        self.width, self.pad_token_id, self.capacity = arena.width, arena.pad_token_id, arena.capacity
+        self.slots, self.offsets = arena.slots, arena.offsets
+        self.float_mask = attention_kind(model) == "eager"
+        self.dtype = start.logits.dtype
+        self.n = start.attention.shape[0]  # the rows holding answers
+        self.alive_fed: list[bool] = [False] * self.n
+        self._view(arena.load(start))
+
+    def _view(self, b: int) -> None:
+        a = self.arena
+        self.b = b
+        self.cache = a.cache(b)
+        self.layers = slot_layers(self.cache)
+        self.seen, self.fill, self.last_pos = a.seen[:b], a.fill[:b], a.last_pos[:b]
+        self.inputs, self.index = a.inputs[:b], a.index[:b]
+        self._bind()
+
+    def set_inputs(self, pending: list[int], drafts: list[list[int]], alive: list[bool]) -> None:
+        w, pad, idle = self.width, self.pad_token_id, self.b - len(pending)
+        rows = [[t, *d, *[pad] * (w - 1 - len(d)), len(d), int(a)] for t, d, a in zip(pending, drafts, alive)]
+        rows += [[pad] * w + [0, 0]] * idle
+        staging = self.arena.staging[: self.b]
+        staging.numpy()[:] = rows  # pinned on a GPU: the copy below runs without blocking the host
+        self.inputs.copy_(staging, non_blocking=True)
+        self.alive_fed = list(alive)
+
+    def step(self, limit: int | None = None) -> tuple[torch.Tensor, None]:
+        """One step over the whole span (what a graph computes); the outcome of the rows with answers."""
+        return self.kept.step(self)[: self.n], None
+
+    def advanced(self, values: list[list[float]], alive_before: list[bool]) -> None:
+        pass  # steps read the whole span: no host copy of the rows' ends is needed
+
+    def compacts(self, live: int, rows: int) -> bool:
+        return bucket(live) < self.b
+
+    def select(self, keep: list[int]) -> None:
+        self.kept.moves += 1
+        self.n = len(keep)
+        self.alive_fed = [self.alive_fed[j] for j in keep]
+        self._view(self.arena.move(keep, self.b))
