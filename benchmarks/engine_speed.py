@@ -11,7 +11,9 @@ For k in {1, 5, 10, 20} real SQuAD dev paragraphs of about 120 tokens, on the sa
   logits only at the answer positions — what reading the grounded statistics costs once the answers
   are known, a lower bound that needs no generation at all.
 Reports seconds per query (mean and max over queries) and the ratios of the means naive/engine,
-engine/generate and engine/floor. Every arm runs the engine's kernels (``engine.kernels()``: oneDNN
+engine/generate and engine/floor. On a GPU each variant's decode loop is also timed alone: ms per decode
+step, and that time over the bandwidth floor of its steps (each step must stream the weights' bytes plus
+its rows' KV bytes once; the device's bandwidth is looked up by name, or ``--bandwidth-tbs``). Every arm runs the engine's kernels (``engine.kernels()``: oneDNN
 linear layers where the engine picked them, see grogu.runtime.engine.kernels; ``--cpu-linear`` sets the choice).
 
 ``--random-arch qwen2.5-7b-proxy`` on a CPU is the proxy of a GPU's per-step cost: a 7B model's 28 layers
@@ -94,6 +96,65 @@ def sync(device) -> None:
         torch.cuda.synchronize()
 
 
+#: memory bandwidth (TB/s) by device name, for the decode floor
+BANDWIDTH_TBS = {"H200": 4.8, "H100 PCIe": 2.0, "H100 NVL": 3.9, "H100": 3.35, "A100-SXM4-80GB": 2.04, "A100": 1.55}
+
+
+def bandwidth_tbs(device: torch.device, given: float | None) -> float | None:
+    if given or device.type != "cuda":
+        return given
+    name = torch.cuda.get_device_name(device)
+    return next((bw for key, bw in BANDWIDTH_TBS.items() if key in name), None)
+
+
+def weight_bytes(model) -> int:
+    """Bytes a decode step streams for the weights: every parameter, the input embedding left out when it
+    is not also the output head (a step reads only its rows)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    return total - (0 if emb is head else emb.numel() * emb.element_size())
+
+
+def kv_bytes_per_token(model) -> int:
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+class DecodeClock:
+    """Times an engine's decode loop alone (synchronised around each call on a GPU) and adds up the
+    bandwidth floor of the steps it ran: per step, the weights' bytes plus each row's KV bytes."""
+
+    def __init__(self, engine: Engine, bandwidth: float | None) -> None:
+        self.engine, self.bandwidth = engine, bandwidth
+        self.weights, self.kv = weight_bytes(engine.model), kv_bytes_per_token(engine.model)
+        self.seconds = self.floor = 0.0
+        self.steps = 0
+        self.on = False  # counts only while the timed arm runs
+        decode = engine.decoder.decode
+
+        def run(start, histories, max_new_tokens, **kw):
+            if not self.on:
+                return decode(start, histories, max_new_tokens, **kw)
+            cuda = engine.device.type == "cuda"
+            if cuda:
+                torch.cuda.synchronize()
+            before, t0 = engine.decoder.steps, time.perf_counter()
+            out = decode(start, histories, max_new_tokens, **kw)
+            if cuda:
+                torch.cuda.synchronize()
+            self.seconds += time.perf_counter() - t0
+            steps = engine.decoder.steps - before
+            self.steps += steps
+            if bandwidth:  # rows read their prompt plus half their answer on average
+                context = sum(len(h) for h in histories) + sum(len(g.token_ids) for g in out) / 2
+                self.floor += steps * (self.weights + context * self.kv) / (bandwidth * 1e12)
+            return out
+
+        engine.decoder.decode = run
+
+
 def timed(fn, device):
     sync(device)
     t = time.perf_counter()
@@ -158,6 +219,7 @@ def main() -> None:
     )
     ap.add_argument("--cpu-linear", default="auto", help="the engine's cpu_linear (every arm runs its kernels)")
     ap.add_argument("--json", help="also write the rows to this JSON file")
+    ap.add_argument("--bandwidth-tbs", type=float, default=None, help="the device's memory bandwidth (TB/s)")
     args = ap.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     warnings.simplefilter("ignore")
@@ -183,6 +245,8 @@ def main() -> None:
         for v, kw in variants.items()
     }
     engine = next(iter(engines.values()))
+    bandwidth = bandwidth_tbs(engine.device, args.bandwidth_tbs)
+    clocks = {v: DecodeClock(e, bandwidth) for v, e in engines.items()}
     scorers = {v: UtilityScorer(e, max_new_tokens=args.max_new_tokens) for v, e in engines.items()}
     scorer = next(iter(scorers.values()))
     paras = pick_documents(engine.tokenizer, max(ks) + args.queries)
@@ -212,6 +276,9 @@ def main() -> None:
     for k in ks:
         t = {v: [] for v in variants} | {"naive": [], "generate": [], "floor": []}
         n_tok, gen_tok, steps, graphs = [], [], {v: 0 for v in variants}, {v: 0 for v in variants}
+        for c in clocks.values():
+            c.seconds = c.floor = 0.0
+            c.steps = 0
         for q in range(args.queries):
             query = paras[q]["question"]
             docs = [Document(p["text"], p["title"]) for p in paras[q + 1 : q + 1 + k]]
@@ -220,7 +287,9 @@ def main() -> None:
             for v, sc in scorers.items():
                 e = engines[v]
                 before = (e.lookup_steps, e.cuda_graphs_captured)
+                clocks[v].on = True
                 dt, results[v] = timed(lambda: sc.score(query, docs), engine.device)
+                clocks[v].on = False
                 t[v].append(dt)
                 steps[v] += e.lookup_steps - before[0]
                 graphs[v] += e.cuda_graphs_captured - before[1]
@@ -270,6 +339,9 @@ def main() -> None:
                 row[f"naive_over_{v}"] = row["naive_s"] / row[f"{v}_s"]
                 row[f"{v}_over_generate"] = row[f"{v}_s"] / row["generate_s"]
             row[f"{v}_over_floor"] = row[f"{v}_s"] / row["floor_s"]
+            c = clocks[v]
+            row[f"{v}_decode_ms_per_step"] = 1e3 * c.seconds / c.steps if c.steps else None
+            row[f"{v}_decode_over_bandwidth_floor"] = c.seconds / c.floor if c.floor else None
         rows.append(row)
         print(json.dumps(row), flush=True)
 
@@ -290,6 +362,13 @@ def main() -> None:
                 f"{f'{ratio:.1f}×' if ratio else '–'} | {f'{over_gen:.2f}×' if over_gen else '–'} | "
                 f"{r[v + '_over_floor']:.2f}× |"
             )
+        for r in rows:
+            if r.get(f"{v}_decode_ms_per_step") is not None:
+                over = r[f"{v}_decode_over_bandwidth_floor"]
+                print(
+                    f"k={r['k']}: decode {r[f'{v}_decode_ms_per_step']:.2f} ms a step"
+                    + (f", {over:.2f}× the bandwidth floor ({bandwidth} TB/s)" if over else "")
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
@@ -302,6 +381,9 @@ def main() -> None:
                     "queries": args.queries,
                     "variants": variants,
                     "linear_kernels": engine.linear_backend,
+                    "bandwidth_tbs": bandwidth,
+                    "weight_bytes": weight_bytes(model),
+                    "kv_bytes_per_token": kv_bytes_per_token(model),
                     "rows": rows,
                 },
                 f,

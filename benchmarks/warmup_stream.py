@@ -4,7 +4,9 @@
 query at a time (``UtilityScorer.score``), as a service sees them. The second pass runs the identical
 stream on the same engine: whatever the first pass paid once per new batch shape (CUDA graph capture,
 kernel selection, allocation) it does not pay again. Graphs captured in each pass are counted (the
-engine keeps them: the second pass should capture none) with the arenas kept at the end. Reports each pass's mean, p90 and max seconds a
+engine keeps them: the second pass should capture none) with the arenas kept at the end. Each query's
+seconds are split into the decode prefill, the decode loop and the rest (the ungrounded teacher forcing,
+tokenising, scoring), synchronised around each part on a GPU. Reports each pass's mean, p90 and max seconds a
 query, the ratio of the means (first / second; the bar: at most 1.2) and the first pass's slowest queries
 with their k.
 
@@ -58,23 +60,44 @@ def main() -> None:
     scorer = UtilityScorer(_engine(args), max_new_tokens=args.max_new_tokens)
     cuda = args.device.startswith("cuda")
 
-    def run() -> list[float]:
-        times = []
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    parts = {"prefill_s": 0.0, "decode_s": 0.0}  # where a query's seconds go: the decode prefill, the loop
+
+    def timed(name, fn):
+        def run(*a, **kw):
+            sync()
+            t0 = time.perf_counter()
+            out = fn(*a, **kw)
+            sync()
+            parts[name] += time.perf_counter() - t0
+            return out
+
+        return run
+
+    engine = scorer.target
+    engine.prefill.for_decoding = timed("prefill_s", engine.prefill.for_decoding)
+    engine.decoder.decode = timed("decode_s", engine.decoder.decode)
+
+    def run() -> tuple[list[float], list[dict]]:
+        times, split = [], []
         for query, docs in stream:
-            if cuda:
-                torch.cuda.synchronize()
+            sync()
+            parts.update(prefill_s=0.0, decode_s=0.0)
             t0 = time.perf_counter()
             scorer.score(query, docs)
-            if cuda:
-                torch.cuda.synchronize()
+            sync()
             times.append(time.perf_counter() - t0)
-        return times
+            split.append(dict(parts, rest_s=times[-1] - sum(parts.values())))
+        return times, split
 
     decoder = scorer.target.decoder
     captured = [decoder.graphs]
-    first = run()
+    first, first_split = run()
     captured.append(decoder.graphs)
-    second = run()
+    second, second_split = run()
     captured.append(decoder.graphs)
     slowest = sorted(range(len(ks)), key=lambda i: -first[i])[:5]
     figures = {
@@ -87,7 +110,14 @@ def main() -> None:
         "first_pass": summary(first),
         "second_pass": summary(second),
         "ratio_of_means": statistics.mean(first) / statistics.mean(second),
-        "first_pass_slowest": [{"k": ks[i], "first_s": first[i], "second_s": second[i]} for i in slowest],
+        "first_pass_slowest": [
+            {"k": ks[i], "first_s": first[i], "second_s": second[i], "first": first_split[i], "second": second_split[i]}
+            for i in slowest
+        ],
+        "split_means": {
+            name: {part: statistics.mean(q[part] for q in split) for part in split[0]}
+            for name, split in (("first", first_split), ("second", second_split))
+        },
         "graphs_captured": {"first_pass": captured[1] - captured[0], "second_pass": captured[2] - captured[1]},
         "arenas_kept": [
             {"span": key[0], "width": key[1], "rows": a.rows, "graphs": sorted(a.graphs)}

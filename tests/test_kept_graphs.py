@@ -103,6 +103,7 @@ def test_a_stream_of_batches_equals_the_plain_loop_and_reuses_its_buffers():
     assert arenas[0].capacity == span_class(60 + 40) == 256
     assert len(kept.arenas) == 2
     assert kept.moves > 0  # finished rows moved the batch down a bucket
+    assert all(on_device for a in arenas for _, on_device in a.warm)  # answers kept on the device
     assert kept.captured == 0 and graphed.decoder.graphs == 0  # a CPU captures nothing
     assert plain.decoder.kept.arenas == {}  # the plain loop keeps no buffers
 
@@ -114,6 +115,7 @@ def test_drafted_steps_on_kept_buffers_equal_the_plain_loop():
         got, ref = graphed.generate(prompts, 40), plain.generate(prompts, 40)
         _same(got, ref)
     assert graphed.lookup_drafted > 0
+    assert not any(on_device for a in graphed.decoder.kept.arenas.values() for _, on_device in a.warm)
     assert len(graphed.decoder.kept.arenas) == 1 and next(iter(graphed.decoder.kept.arenas))[1] == 6  # width 1 + 5
 
 
@@ -149,3 +151,23 @@ def test_least_recently_used_arenas_go_first_and_out_of_memory_lets_all_go():
     finally:
         graphed.model.forward = real_forward
     assert graphed.oom_backoffs >= 1 and released and released[0] == KEPT_ARENAS
+
+
+@pytest.mark.parametrize("max_new_tokens, stops", [(1, [1]), (6, list(range(64))), (3, list(range(2, 64, 2)))])
+def test_answers_kept_on_the_device_end_where_the_plain_loop_ends(max_new_tokens, stops):
+    """One-token answers; every token a stop token (empty answers, the stop's statistics kept); half of
+    them stop tokens (rows end after a token or two, at different steps)."""
+    model = tiny_model("llama", vocab_size=64, seed=5)
+    graphed, plain = (
+        Engine(model, _ToyTokenizer(), device="cpu", stop_token_ids=stops, config=EngineConfig(cuda_graphs=graphs))
+        for graphs in (True, False)
+    )
+    graphed.decoder.emulate_graphs = True
+    prompts = _prompts((30, 45, 60, 38, 33), seed=6)
+    got, ref = graphed.generate(prompts, max_new_tokens), plain.generate(prompts, max_new_tokens)
+    _same(got, ref)
+    for g, r in zip(got, ref):
+        assert (g.stop_entropy is None) == (r.stop_entropy is None)
+        if r.stop_entropy is not None:
+            assert abs(g.stop_entropy - r.stop_entropy) < TOL and abs(g.stop_logprob - r.stop_logprob) < TOL
+    assert len(graphed.decoder.kept.arenas) == 1

@@ -9,7 +9,9 @@ small tensor then comes back to the host (one synchronisation a step), which kee
 stop tokens and proposes the next drafts. Because a step reads nothing back before its end, on a GPU it
 can be captured as a CUDA graph and replayed: a step then costs the GPU's time, not the Python and
 kernel launches of a forward pass of the model (``cuda_graphs``). Graphs are kept from batch to batch,
-one per bucket of rows, over buffers that outlive a batch (:mod:`.graphs`).
+one per bucket of rows, over buffers that outlive a batch (:mod:`.graphs`). There, greedy steps without
+drafts also keep the answers on the device: the host only reads back which rows are alive, a step
+late, and never waits for the step it just queued.
 
 Two ways to feed a step (:mod:`.feeds`), chosen by the cache the prefill made: slots (every layer a
 :class:`~grogu.runtime.engine.kvcache.ReservedLayer`: rows write their own slots, masked in 4-D) or
@@ -169,13 +171,24 @@ class Decoder:
                 stack.callback(default.wait_stream, self._stream)
                 stack.enter_context(torch.cuda.stream(self._stream))
             if graphed:
-                arena = self.kept.arena(start, width, self.pad_token_id)
+                arena = self.kept.arena(start, width, self.pad_token_id, sorted(self.stop_token_ids))
                 feed: SlotFeed | AppendFeed = ArenaFeed(self.model, start, self.kept, arena, entropy_chunk_rows)
+                if width == 1 and max_new_tokens >= 1:  # greedy without drafts: the answers stay on the device
+                    records = feed.decode_on_device(feed.first(start.logits), max_new_tokens)
+                    self.steps += feed.steps
+                    return [self._generation(*r) for r in records]
             elif slots:
                 feed = SlotFeed(self.model, start, width, self.pad_token_id, entropy_chunk_rows)
             else:
                 feed = AppendFeed(self.model, start, self.pad_token_id, entropy_chunk_rows)
             return self._loop(start, feed, histories, max_new_tokens, sampling, drafter)
+
+    def _generation(self, tokens: list[int], ents: list[float], lps: list[float]) -> Generation:
+        """A row's answer from its records (:meth:`~.graphs.ArenaFeed.decode_on_device`): a stop token is last."""
+        stop = None
+        if tokens and tokens[-1] in self.stop_token_ids:
+            stop, tokens, ents, lps = (tokens[-1], ents[-1], lps[-1]), tokens[:-1], ents[:-1], lps[:-1]
+        return _Answers.one(tokens, ents, lps, stop, self.detokenize)
 
     def _loop(self, start, feed, histories, max_new_tokens, sampling, drafter) -> list[Generation]:
         n = len(histories)
@@ -252,18 +265,18 @@ class _Answers:
         return self.lookups[r].propose(budget)
 
     def generations(self, detokenize: Callable[[list[int]], str]) -> list[Generation]:
-        out = []
-        for tokens, ents, lps, stop in zip(self.tokens, self.ents, self.lps, self.stops):
-            stop_info = stop or (None, None, None)
-            out.append(
-                Generation(
-                    token_ids=tokens,
-                    entropy=torch.tensor(ents, dtype=torch.float32),
-                    logprob=torch.tensor(lps, dtype=torch.float32),
-                    stop_token_id=stop_info[0],
-                    stop_entropy=stop_info[1],
-                    stop_logprob=stop_info[2],
-                    text=detokenize(tokens),
-                )
-            )
-        return out
+        rows = zip(self.tokens, self.ents, self.lps, self.stops)
+        return [self.one(tokens, ents, lps, stop, detokenize) for tokens, ents, lps, stop in rows]
+
+    @staticmethod
+    def one(tokens, ents, lps, stop, detokenize: Callable[[list[int]], str]) -> Generation:
+        stop_info = stop or (None, None, None)
+        return Generation(
+            token_ids=tokens,
+            entropy=torch.tensor(ents, dtype=torch.float32),
+            logprob=torch.tensor(lps, dtype=torch.float32),
+            stop_token_id=stop_info[0],
+            stop_entropy=stop_info[1],
+            stop_logprob=stop_info[2],
+            text=detokenize(tokens),
+        )

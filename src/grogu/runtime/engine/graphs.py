@@ -11,6 +11,10 @@ ends, its position, its inputs), for ``rows`` rows of ``capacity`` slots.
 - Each bucket's step is captured once, after one eager step, and kept. A later batch of the same bucket
   and span replays it at once. All graphs share one memory pool (they never run at once).
 - When the live rows fit a smaller bucket, they move to the first rows and that bucket's graph runs.
+- Greedy steps without drafts keep the answers on the device too (:meth:`ArenaFeed.decode_on_device`):
+  a step records each row's token, entropy and log-probability, checks its stop tokens and feeds its
+  token to the next step. The host reads back only which rows are alive, a step late, so the device
+  always has the next step queued, and the answers once at the end.
 - Arenas are kept per (span, step width, layer shapes). :func:`span_class` rounds the slots a batch
   needs (prompt plus answer) up by less than 256 slots or a quarter, so prompts of similar lengths share
   graphs, and attention reads that many masked slots more. The :data:`KEPT_ARENAS` most recently
@@ -58,7 +62,9 @@ class StepArena:
     """The buffers of decode steps that outlive a batch (see the module docstring), shaped after
     ``layers`` (a prefilled batch's :class:`~.kvcache.ReservedLayer` s), and the graphs kept over them."""
 
-    def __init__(self, cache: Any, rows: int, capacity: int, width: int, pad_token_id: int) -> None:
+    def __init__(
+        self, cache: Any, rows: int, capacity: int, width: int, pad_token_id: int, stop_token_ids: list[int]
+    ) -> None:
         layers = slot_layers(cache)
         dev = layers[0].device
         self.rows, self.capacity, self.width, self.pad_token_id = rows, capacity, width, pad_token_id
@@ -73,10 +79,19 @@ class StepArena:
         self.staging = torch.empty(rows, width + 2, dtype=torch.long, pin_memory=dev.type == "cuda")
         self.slots = torch.arange(capacity, device=dev)
         self.offsets = torch.arange(width, device=dev)
+        # answers kept on the device (greedy steps without drafts): per row its tokens, entropies and
+        # log-probabilities so far (the stop token last, if any), how many, and when it must stop
+        self.tokens = torch.zeros(rows, capacity, dtype=torch.long, device=dev)
+        self.ents = torch.zeros(rows, capacity, dtype=torch.float32, device=dev)
+        self.lps = torch.zeros(rows, capacity, dtype=torch.float32, device=dev)
+        self.count = torch.zeros(rows, dtype=torch.long, device=dev)
+        self.max_new = torch.zeros((), dtype=torch.long, device=dev)
+        self.stop_ids = torch.tensor(sorted(stop_token_ids), dtype=torch.long, device=dev)
+        self.flags = torch.zeros(2, rows, dtype=torch.bool, pin_memory=dev.type == "cuda")  # alive, read back
         self.template = cache  # the cache object each bucket's copy is made from (its layers replaced)
         self.caches: dict[int, Any] = {}
-        self.graphs: dict[int, tuple[Any, torch.Tensor]] = {}  # per bucket: the graph and its output
-        self.warm: set[int] = set()  # buckets that ran their eager step
+        self.graphs: dict[tuple, tuple[Any, torch.Tensor]] = {}  # per (bucket, on device): graph, output
+        self.warm: set[tuple] = set()  # (bucket, on device) that ran their eager step
 
     @staticmethod
     def key(cache: Any, width: int) -> tuple:
@@ -102,6 +117,7 @@ class StepArena:
         self.last_pos[lo:hi] = 0
         self.inputs[lo:hi] = self.pad_token_id
         self.inputs[lo:hi, -2:] = 0  # no drafts, not alive
+        self.count[lo:hi] = 0
 
     def load(self, start: PrefilledBatch) -> int:
         """Copy a prefilled batch into the first rows; returns its bucket."""
@@ -113,6 +129,7 @@ class StepArena:
         self.seen[:n, :prompt] = start.attention.bool()  # a prompt's padding is never seen
         self.fill[:n] = prompt
         self.last_pos[:n] = start.last_pos
+        self.count[:n] = 0
         b = bucket(n)
         self.idle(n, b)
         return b
@@ -120,7 +137,18 @@ class StepArena:
     def move(self, keep: list[int], b: int) -> int:
         """Rows ``keep`` (of the first ``b``) become the first rows; returns their bucket."""
         m, idx = len(keep), torch.tensor(keep, device=self.fill.device)
-        for t in (*self.keys, *self.values, self.seen, self.fill, self.last_pos, self.inputs, self.index):
+        kept = (
+            self.seen,
+            self.fill,
+            self.last_pos,
+            self.inputs,
+            self.index,
+            self.tokens,
+            self.ents,
+            self.lps,
+            self.count,
+        )
+        for t in (*self.keys, *self.values, *kept):
             t[:m] = t[:b][idx]
         nb = bucket(m)
         self.idle(m, nb)
@@ -142,7 +170,7 @@ class KeptGraphs:
         self.captured = self.moves = 0
         self.failed: str | None = None
 
-    def arena(self, start: PrefilledBatch, width: int, pad_token_id: int) -> StepArena:
+    def arena(self, start: PrefilledBatch, width: int, pad_token_id: int, stop_token_ids: list[int]) -> StepArena:
         """An arena for this batch: the kept one of its key with rows enough, else a new one (the old one
         of that key, and the least recently used beyond :data:`KEPT_ARENAS`, let go first)."""
         key = StepArena.key(start.cache, width)
@@ -152,7 +180,7 @@ class KeptGraphs:
             arena = None
             while len(self.arenas) >= KEPT_ARENAS:
                 self.arenas.popitem(last=False)
-            arena = StepArena(start.cache, rows, key[0], width, pad_token_id)
+            arena = StepArena(start.cache, rows, key[0], width, pad_token_id, stop_token_ids)
         self.arenas[key] = arena
         return arena
 
@@ -164,28 +192,28 @@ class KeptGraphs:
     def step(self, feed: "ArenaFeed") -> torch.Tensor:
         """One decode step of ``feed``: its bucket's graph replayed, captured after one eager step on
         a CUDA device, or an eager step over the whole span (a CPU, or after a failed capture)."""
-        arena, b = feed.arena, feed.b
+        arena, b = feed.arena, (feed.b, feed.on_device)
         if b in arena.graphs:
             graph, out = arena.graphs[b]
             graph.replay()
             return out
         if arena.fill.device.type != "cuda" or self.failed is not None or b not in arena.warm:
             arena.warm.add(b)
-            return SlotFeed.step(feed, None)[0]
+            return feed.compute()
         graph = torch.cuda.CUDAGraph()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         try:
             graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
             try:
-                out = SlotFeed.step(feed, None)[0]
+                out = feed.compute()
             finally:
                 graph.capture_end()
         except Exception as exc:  # noqa: BLE001 - any capture error: decode on without graphs
             self.failed = f"{type(exc).__name__}: {exc}"
             logger.warning("grogu engine: CUDA graph capture failed (%s); decoding without graphs", exc)
             torch.cuda.current_stream(arena.fill.device).synchronize()
-            return SlotFeed.step(feed, None)[0]
+            return feed.compute()
         arena.graphs[b] = (graph, out)
         self.captured += 1
         graph.replay()
@@ -203,6 +231,8 @@ class ArenaFeed(SlotFeed):
         self.float_mask = attention_kind(model) == "eager"
         self.dtype = start.logits.dtype
         self.n = start.attention.shape[0]  # the rows holding answers
+        self.on_device = False  # whether steps keep the answers on the device (decode_on_device)
+        self.steps = 0  # steps run on the device by decode_on_device
         self.alive_fed: list[bool] = [False] * self.n
         self._view(arena.load(start))
 
@@ -239,3 +269,85 @@ class ArenaFeed(SlotFeed):
         self.n = len(keep)
         self.alive_fed = [self.alive_fed[j] for j in keep]
         self._view(self.arena.move(keep, self.b))
+
+    def compute(self) -> torch.Tensor:
+        """What a step computes, as captured: the slot step over the whole span, and with
+        :attr:`on_device` the answers' bookkeeping."""
+        packed = SlotFeed.step(self, None)[0]
+        if self.on_device:
+            self._record(packed)
+        return packed
+
+    def _record(self, packed: torch.Tensor) -> None:
+        """Device-side bookkeeping of a greedy step without drafts (``packed``: [r, 4], the outcome of
+        the first r rows): each alive row records its token, entropy and log-probability; a stop token
+        or ``max_new`` tokens finish it; an alive row's token is its next input."""
+        a, r = self.arena, packed.shape[0]
+        inputs, count = self.inputs[:r], a.count[:r]
+        alive = inputs[:, 2] > 0
+        choice = packed[:, 0].long()
+        at = count[:, None].clamp(max=a.capacity - 1)  # a finished row writes past its end, never read
+        a.tokens[:r].scatter_(1, at, choice[:, None])
+        a.ents[:r].scatter_(1, at, packed[:, 1:2].float())
+        a.lps[:r].scatter_(1, at, packed[:, 2:3].float())
+        count.add_(alive.long())
+        stop = (choice[:, None] == a.stop_ids[None]).any(1)
+        still = alive & ~stop & (count < a.max_new)
+        inputs[:, 0].copy_(torch.where(still, choice, self.pad_token_id))
+        inputs[:, 2].copy_(still.long())
+
+    def _post(self, slot: int) -> Any:
+        """Queue a copy of the rows' alive flags into ``arena.flags[slot]``; an event to wait for (GPU)."""
+        flags = self.arena.flags[slot, : self.n]
+        flags.copy_(self.inputs[: self.n, 2] > 0, non_blocking=True)
+        if self.inputs.device.type != "cuda":
+            return None
+        event = torch.cuda.Event()
+        event.record()
+        return event
+
+    def _read(self, slot: int, event: Any) -> list[bool]:
+        if event is not None:
+            event.synchronize()
+        return self.arena.flags[slot, : self.n].tolist()
+
+    def _answers(self, rows: list[int]) -> list[tuple[list[int], list[float], list[float]]]:
+        """The records of arena rows ``rows`` (one synchronisation)."""
+        a, idx = self.arena, torch.tensor(rows, device=self.inputs.device)
+        count = a.count[idx]
+        longest = max(1, int(count.max()))
+        tokens, ents, lps = (t[idx, :longest].tolist() for t in (a.tokens, a.ents, a.lps))
+        return [(t[:c], e[:c], p[:c]) for t, e, p, c in zip(tokens, ents, lps, count.tolist())]
+
+    def decode_on_device(self, first: torch.Tensor, max_new_tokens: int) -> list[tuple]:
+        """Greedy decoding without drafts, the answers kept on the device (see the module docstring),
+        from ``first`` (the prefill's outcome, [n, 4]). Returns per row its tokens, entropies and
+        log-probabilities, the stop token last if one ended it. At most one step runs past the last
+        answer's end (its rows all finished: nothing of it is kept)."""
+        self.on_device = True
+        self.arena.max_new.fill_(max_new_tokens)
+        self.inputs[: self.n, 1:] = torch.tensor([0, 1], device=self.inputs.device)  # no drafts, alive
+        self._record(first)
+        order = list(range(self.n))  # the answer each of the first rows holds
+        done: dict[int, tuple] = {}
+        alive = self._read(0, self._post(0))  # after the first token
+        slot, pending = 0, None
+        if any(alive):
+            self.kept.step(self)
+            self.steps += 1
+            slot, pending = 1, self._post(1)
+        while any(alive):  # ``alive``: the flags before the queued step, whose own are in ``slot``
+            live = [j for j, a in enumerate(alive) if a]
+            if bucket(len(live)) < self.b:  # finished rows leave a bucket at a time
+                finished = [j for j, a in enumerate(alive) if not a]
+                done.update(zip((order[j] for j in finished), self._answers(finished)))
+                order = [order[j] for j in live]
+                self.select(live)
+                pending = self._post(slot)  # the queued step's flags again, in the new order
+            self.kept.step(self)  # the next step is queued before the host waits for the last one
+            self.steps += 1
+            queued = self._post(1 - slot)
+            alive = self._read(slot, pending)
+            slot, pending = 1 - slot, queued
+        done.update(zip(order, self._answers(list(range(len(order))))))
+        return [done[i] for i in range(len(done))]
