@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 from grogu_research.naive import forward_stats
-from grogu_research.testing import tiny_model
+from grogu_research.testing import squad_paragraphs, tiny_model, with_shared_data
 
 from grogu import Engine
+from grogu.core.prompts import Document, PromptBuilder
 from grogu.runtime.engine import EngineConfig
 from grogu.runtime.engine.graphs import KEPT_ARENAS, bucket, span_class
 
@@ -171,3 +172,17 @@ def test_answers_kept_on_the_device_end_where_the_plain_loop_ends(max_new_tokens
         if r.stop_entropy is not None:
             assert abs(g.stop_entropy - r.stop_entropy) < TOL and abs(g.stop_logprob - r.stop_logprob) < TOL
     assert len(graphed.decoder.kept.arenas) == 1
+
+
+@pytest.mark.slow
+def test_a_real_model_on_real_prompts_equals_the_plain_loop(smol_engine):
+    """SmolLM2 on grounded prompts of real SQuAD paragraphs (rows end at different steps), twice in a
+    row on the kept buffers: the same answers and statistics as the plain loop."""
+    graphed = Engine((smol_engine.model, smol_engine.tokenizer), config=EngineConfig(cuda_graphs=True))
+    graphed.decoder.emulate_graphs = True
+    builder = PromptBuilder(smol_engine.tokenizer, smol_engine.max_context_tokens, 24)
+    paras = with_shared_data(squad_paragraphs, 7, 11)
+    for query, docs in ((paras[0]["question"], paras[1:7]), (paras[1]["question"], paras[2:5])):
+        prompts = [builder.grounded_ids(query, [Document(d["text"], d["title"])]) for d in docs]
+        _same(graphed.generate(prompts, 24), smol_engine.generate(prompts, 24))
+    assert graphed.decoder.kept.arenas and graphed.decoder.kept.moves > 0
