@@ -176,8 +176,8 @@ def test_answers_kept_on_the_device_end_where_the_plain_loop_ends(max_new_tokens
 
 @pytest.mark.slow
 def test_a_real_model_on_real_prompts_equals_the_plain_loop(smol_engine):
-    """SmolLM2 on grounded prompts of real SQuAD paragraphs (rows end at different steps), twice in a
-    row on the kept buffers: the same answers and statistics as the plain loop."""
+    """SmolLM2 on grounded prompts of real SQuAD paragraphs, two queries in a row on the kept buffers
+    (the engine splits them into batches of 5, 1 and 3 rows): the plain loop's answers and statistics."""
     graphed = Engine((smol_engine.model, smol_engine.tokenizer), config=EngineConfig(cuda_graphs=True))
     graphed.decoder.emulate_graphs = True
     builder = PromptBuilder(smol_engine.tokenizer, smol_engine.max_context_tokens, 24)
@@ -185,4 +185,4 @@ def test_a_real_model_on_real_prompts_equals_the_plain_loop(smol_engine):
     for query, docs in ((paras[0]["question"], paras[1:7]), (paras[1]["question"], paras[2:5])):
         prompts = [builder.grounded_ids(query, [Document(d["text"], d["title"])]) for d in docs]
         _same(graphed.generate(prompts, 24), smol_engine.generate(prompts, 24))
-    assert graphed.decoder.kept.arenas and graphed.decoder.kept.moves > 0
+    assert sorted(key[0] for key in graphed.decoder.kept.arenas) == [256, 512]  # prompts of ~90 and ~200-335 tokens
