@@ -104,7 +104,7 @@ def test_a_stream_of_batches_equals_the_plain_loop_and_reuses_its_buffers():
     assert arenas[0].capacity == span_class(60 + 40) == 256
     assert len(kept.arenas) == 2
     assert kept.moves > 0  # finished rows moved the batch down a bucket
-    assert all(on_device for a in arenas for _, on_device in a.warm)  # answers kept on the device
+    assert all(mode == "greedy" for a in arenas for _, mode in a.warm)  # answers kept on the device
     assert kept.captured == 0 and graphed.decoder.graphs == 0  # a CPU captures nothing
     assert plain.decoder.kept.arenas == {}  # the plain loop keeps no buffers
 
@@ -116,14 +116,30 @@ def test_drafted_steps_on_kept_buffers_equal_the_plain_loop():
         got, ref = graphed.generate(prompts, 40), plain.generate(prompts, 40)
         _same(got, ref)
     assert graphed.lookup_drafted > 0
-    assert not any(on_device for a in graphed.decoder.kept.arenas.values() for _, on_device in a.warm)
+    assert all(mode == "host" for a in graphed.decoder.kept.arenas.values() for _, mode in a.warm)
     assert len(graphed.decoder.kept.arenas) == 1 and next(iter(graphed.decoder.kept.arenas))[1] == 6  # width 1 + 5
 
 
-def test_sampling_keeps_no_buffers():
-    graphed, _ = _engines()
-    graphed.generate(_prompts((30, 40), 0), 8, temperature=1.0, seed=0)
-    assert graphed.decoder.kept.arenas == {}
+def test_sampled_steps_on_kept_buffers_draw_what_the_plain_loop_draws():
+    """Sampled answers (counter-based draws: a row's t-th token from its key and t) through the kept
+    buffers, where the draw is part of the step, against the plain loop, at two temperatures; a prompt's
+    samples do not depend on the batch it is drawn in."""
+    graphed, plain = _engines()
+    prompts = _prompts((30, 45, 60, 38, 52), seed=7)
+    for temperature in (0.7, 1.3):
+        got = graphed.generate(prompts, 30, temperature=temperature, seed=5)
+        _same(got, plain.generate(prompts, 30, temperature=temperature, seed=5))
+        assert len({len(g.token_ids) for g in got}) > 1
+        for p, g in zip(prompts, got):  # statistics of the drawn tokens under the untempered model
+            h, lp = forward_stats(graphed.model, p, g.token_ids)
+            torch.testing.assert_close(g.entropy, h, atol=TOL, rtol=0)
+            torch.testing.assert_close(g.logprob, lp, atol=TOL, rtol=0)
+    alone = graphed.generate(prompts[2:3], 30, temperature=0.7, seed=5, sample_numbers=[0])
+    _same(alone, graphed.generate(prompts, 30, temperature=0.7, seed=5)[2:3])
+    greedy = graphed.generate(prompts, 30)
+    assert [g.token_ids for g in greedy] != [g.token_ids for g in got]
+    modes = {mode for a in graphed.decoder.kept.arenas.values() for _, mode in a.warm}
+    assert modes == {"greedy", "sampled"}
 
 
 def test_least_recently_used_arenas_go_first_and_out_of_memory_lets_all_go():

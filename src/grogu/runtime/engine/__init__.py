@@ -35,8 +35,8 @@ configuration in use, token lists, small dataclasses), one module per mechanism:
   (:class:`~.prefill.EncodedGroup` per group), for its logits alone or, the groups' caches stacked
   (:func:`~.prefill.stack_groups`), as a :class:`~.prefill.PrefilledBatch` to decode from;
 - :mod:`.decode` — :class:`~.decode.Decoder`: the decode loop from a :class:`~.prefill.PrefilledBatch`,
-  greedy (verifying prompt-lookup drafts) or sampled (:class:`~.decode.Sampling`); on a GPU its steps
-  are CUDA graphs kept from batch to batch over kept buffers (:mod:`.graphs`).
+  greedy (verifying prompt-lookup drafts) or sampled (:class:`~.sampling.Sampling`: counter-based
+  draws); on a GPU its steps are CUDA graphs kept from batch to batch over kept buffers (:mod:`.graphs`).
 
 And the plain logic and helpers they use, each testable without a model: :mod:`.config`
 (:class:`EngineConfig`, every tuned constant as a documented, validated setting, with per-device

@@ -62,7 +62,7 @@ class EngineConfig:
         prompt_lookup_ngram: longest n-gram matched to find a draft.
         prompt_lookup_min_ngram: shortest n-gram matched (1-gram matches draft mostly noise).
         entropy_chunk_rows: logit rows turned into float32 entropies at a time (bounds the float32 copy).
-        cuda_graphs: on a CUDA device, greedy decode steps are captured as CUDA graphs and replayed: a
+        cuda_graphs: on a CUDA device, decode steps are captured as CUDA graphs and replayed: a
             step then costs the GPU's time rather than the host's launches of a forward pass (True on
             GPU; meaningless on a CPU). Graphs are kept for later batches, one per bucket of rows, over
             buffers the engine keeps (:mod:`grogu.runtime.engine.graphs`; ``engine.decoder.release_graphs()``

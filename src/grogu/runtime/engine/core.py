@@ -20,11 +20,12 @@ from ...core.target import CAPABILITIES, Target
 from ...core.types import Generation, TokenStats
 from ..models import DEFAULT_MODEL, load_model
 from .config import NOT_GIVEN, Configured, EngineConfig, engine_config
-from .decode import Decoder, Sampling, row_generators
+from .decode import Decoder
 from .drafting import PromptLookup
 from .kernels import CpuLinears
 from .planning import BatchCap, BatchPlanner
 from .prefill import PrefixPrefill
+from .sampling import Sampling, row_keys
 from .stats import continuation_stats
 
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
@@ -242,15 +243,14 @@ class Engine(Configured):
         with self._lock, self.kernels():
             config = self.config
             seed = seed if seed is not None or temperature is None else torch.seed()
-            generators = None if temperature is None else row_generators(prompts, seed, sample_numbers, self.device)
+            keys = None if temperature is None else row_keys(prompts, seed, sample_numbers)
             lengths = [len(p) + max_new_tokens for p in prompts]
             batches = self.planner.plan(lengths, config, prompts=prompts, padding=self.prefill.stackable)
 
             def run(batch: list[int]) -> dict[int, Generation]:
-                sampling = None if generators is None else Sampling(temperature, [generators[i] for i in batch])
-                return dict(
-                    zip(batch, self._generate_batch([prompts[i] for i in batch], max_new_tokens, sampling, config))
-                )
+                sampling = None if keys is None else Sampling(temperature, [keys[i] for i in batch])
+                answers = self._generate_batch([prompts[i] for i in batch], max_new_tokens, sampling, config)
+                return dict(zip(batch, answers))
 
             res = self.planner.run(batches, run, self._split_batches, self._batch_ran)
         return [res[i] for i in range(len(prompts))]

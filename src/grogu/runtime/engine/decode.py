@@ -1,6 +1,6 @@
 """The decode loop: from a prefilled batch (:class:`~grogu.runtime.engine.prefill.PrefilledBatch`) to one
 answer per row, greedy with optional prompt-lookup drafts (:mod:`grogu.runtime.engine.drafting`), or sampled
-(:class:`Sampling`); each answer token's entropy and log-probability are read from the decode steps
+(:class:`~.sampling.Sampling`); each answer token's entropy and log-probability are read from the decode steps
 themselves.
 
 A decode step is device work only: the forward pass, the choice of each position's token, its entropy
@@ -21,9 +21,7 @@ appending (any other cache, one token a step).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -34,56 +32,9 @@ from .feeds import AppendFeed, SlotFeed
 from .graphs import ArenaFeed, KeptGraphs
 from .kvcache import SLOT_MASKS, attention_kind, slot_layers
 from .prefill import PrefilledBatch
+from .sampling import Sampling, sample_rows
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Sampled decoding of a batch: ``temperature`` and one generator per row, on the model's device, so
-    that a row's samples do not depend on the other rows of the batch."""
-
-    temperature: float
-    generators: list[torch.Generator]  # one per row of the batch
-
-
-def row_generators(
-    prompts: Sequence[Sequence[int]], seed: int, numbers: Sequence[int] | None = None, device: Any = "cpu"
-) -> list[torch.Generator]:
-    """One generator on ``device`` per prompt (for :class:`Sampling`), seeded from (seed, the prompt's
-    tokens, how many identical prompts come before it, or ``numbers[i]`` when given): each prompt's
-    samples are reproducible whatever else is in the call, and whatever batches the call is split into."""
-    if numbers is not None and len(numbers) != len(prompts):
-        raise ValueError(f"{len(prompts)} prompts but {len(numbers)} sample numbers")
-    seen: dict[tuple[int, ...], int] = {}
-    out = []
-    for i, p in enumerate(prompts):
-        key = tuple(p)
-        nth = seen.get(key, 0) if numbers is None else int(numbers[i])
-        seen[key] = nth + 1
-        digest = hashlib.blake2b(repr((int(seed), key, nth)).encode(), digest_size=8).digest()
-        out.append(torch.Generator(device=device).manual_seed(int.from_bytes(digest, "little") & (2**63 - 1)))
-    return out
-
-
-def sample_rows(
-    logits: torch.Tensor, temperature: float, generators: Sequence[torch.Generator], alive: Sequence[bool]
-) -> torch.Tensor:
-    """One token per row of ``logits`` [rows, vocab] from ``softmax(logits / temperature)``, drawn on the
-    logits' device: ``argmax(p / q)`` with ``q ~ Exp(1)`` per vocabulary entry (the exponential race, an
-    exact draw from ``p``), ``q`` from the row's own generator. A row not ``alive`` draws nothing (its
-    generator does not move). Returns [rows, 2] float32 on the device: the token (-1 for a row not
-    alive) and its log-probability under the untempered model. Nothing is copied to the host."""
-    first = logits.float()
-    probs = torch.softmax(first / temperature, dim=-1)
-    race = torch.ones_like(probs)
-    for j, (g, a) in enumerate(zip(generators, alive)):
-        if a:
-            race[j].exponential_(generator=g)
-    tokens = (probs / race).argmax(dim=-1)
-    logp = torch.log_softmax(first, dim=-1).gather(1, tokens[:, None])[:, 0]
-    live = torch.tensor(list(alive), device=logits.device)
-    return torch.stack([torch.where(live, tokens, -1).float(), torch.where(live, logp, 0.0)], dim=1)
 
 
 class Decoder:
@@ -159,9 +110,7 @@ class Decoder:
             drafter = None
         width = 1 + (drafter.max_draft if drafter is not None else 0)
         cuda = self.device.type == "cuda"
-        graphed = (
-            cuda_graphs and slots and sampling is None and (cuda or self.emulate_graphs) and not self.graphs_failed
-        )
+        graphed = cuda_graphs and slots and (cuda or self.emulate_graphs) and not self.graphs_failed
         with contextlib.ExitStack() as stack:
             if graphed and cuda:  # the whole decode on one side stream, as CUDA graphs require
                 if self._stream is None:
@@ -173,8 +122,8 @@ class Decoder:
             if graphed:
                 arena = self.kept.arena(start, width, self.pad_token_id, sorted(self.stop_token_ids))
                 feed: SlotFeed | AppendFeed = ArenaFeed(self.model, start, self.kept, arena, entropy_chunk_rows)
-                if width == 1 and max_new_tokens >= 1:  # greedy without drafts: the answers stay on the device
-                    records = feed.decode_on_device(feed.first(start.logits), max_new_tokens)
+                if width == 1 and max_new_tokens >= 1:  # no drafts: the answers stay on the device
+                    records = feed.decode_on_device(start, max_new_tokens, sampling)
                     self.steps += feed.steps
                     return [self._generation(*r) for r in records]
             elif slots:
@@ -199,7 +148,14 @@ class Decoder:
         logits = start.logits
         while True:
             if sampling is not None:  # queued before the step's one synchronisation, read back with it
-                drawn = sample_rows(logits[:, 0], sampling.temperature, [sampling.generators[r] for r in rows], alive)
+                dev = logits.device
+                drawn = sample_rows(
+                    logits[:, 0],
+                    sampling.temperature,
+                    torch.tensor([sampling.keys[r] for r in rows], device=dev),
+                    torch.tensor([len(state.tokens[r]) for r in rows], device=dev),  # the draw's number
+                    torch.tensor(alive, device=dev),
+                )
             values = packed.tolist()  # the one synchronisation of a step
             if sampling is not None:
                 chosen_tokens, chosen_lp = zip(*drawn.tolist())

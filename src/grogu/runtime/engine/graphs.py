@@ -11,10 +11,12 @@ ends, its position, its inputs), for ``rows`` rows of ``capacity`` slots.
 - Each bucket's step is captured once, after one eager step, and kept. A later batch of the same bucket
   and span replays it at once. All graphs share one memory pool (they never run at once).
 - When the live rows fit a smaller bucket, they move to the first rows and that bucket's graph runs.
-- Greedy steps without drafts keep the answers on the device too (:meth:`ArenaFeed.decode_on_device`):
-  a step records each row's token, entropy and log-probability, checks its stop tokens and feeds its
-  token to the next step. The host reads back only which rows are alive, a step late, so the device
-  always has the next step queued, and the answers once at the end.
+- Steps without drafts, greedy or sampled, keep the answers on the device too
+  (:meth:`ArenaFeed.decode_on_device`): a step draws or chooses each row's token, records it with its
+  entropy and log-probability, checks the stop tokens and feeds the token to the next step. The host
+  reads back only which rows are alive, a step late, so the device always has the next step queued, and
+  the answers once at the end. A sampled step's random numbers are counter-based
+  (:mod:`.sampling`), so the graph holds the draw too.
 - Arenas are kept per (span, step width, layer shapes). :func:`span_class` rounds the slots a batch
   needs (prompt plus answer) up by less than 256 slots or a quarter, so prompts of similar lengths share
   graphs, and attention reads that many masked slots more. The :data:`KEPT_ARENAS` most recently
@@ -37,6 +39,7 @@ import torch
 from .feeds import SlotFeed
 from .kvcache import ReservedLayer, attention_kind, slot_layers
 from .prefill import PrefilledBatch
+from .sampling import Sampling, sample_rows
 
 logger = logging.getLogger(__name__)
 
@@ -87,11 +90,13 @@ class StepArena:
         self.count = torch.zeros(rows, dtype=torch.long, device=dev)
         self.max_new = torch.zeros((), dtype=torch.long, device=dev)
         self.stop_ids = torch.tensor(sorted(stop_token_ids), dtype=torch.long, device=dev)
+        self.rng_keys = torch.zeros(rows, dtype=torch.long, device=dev)  # sampled: each row's key
+        self.temperature = torch.ones((), dtype=torch.float32, device=dev)
         self.flags = torch.zeros(2, rows, dtype=torch.bool, pin_memory=dev.type == "cuda")  # alive, read back
         self.template = cache  # the cache object each bucket's copy is made from (its layers replaced)
         self.caches: dict[int, Any] = {}
-        self.graphs: dict[tuple, tuple[Any, torch.Tensor]] = {}  # per (bucket, on device): graph, output
-        self.warm: set[tuple] = set()  # (bucket, on device) that ran their eager step
+        self.graphs: dict[tuple, tuple[Any, torch.Tensor]] = {}  # per (bucket, mode): graph, output
+        self.warm: set[tuple] = set()  # (bucket, mode) that ran their eager step
 
     @staticmethod
     def key(cache: Any, width: int) -> tuple:
@@ -137,18 +142,8 @@ class StepArena:
     def move(self, keep: list[int], b: int) -> int:
         """Rows ``keep`` (of the first ``b``) become the first rows; returns their bucket."""
         m, idx = len(keep), torch.tensor(keep, device=self.fill.device)
-        kept = (
-            self.seen,
-            self.fill,
-            self.last_pos,
-            self.inputs,
-            self.index,
-            self.tokens,
-            self.ents,
-            self.lps,
-            self.count,
-        )
-        for t in (*self.keys, *self.values, *kept):
+        state = (self.seen, self.fill, self.last_pos, self.inputs, self.index, self.count, self.rng_keys)
+        for t in (*self.keys, *self.values, *state, self.tokens, self.ents, self.lps):
             t[:m] = t[:b][idx]
         nb = bucket(m)
         self.idle(m, nb)
@@ -173,7 +168,7 @@ class KeptGraphs:
     def arena(self, start: PrefilledBatch, width: int, pad_token_id: int, stop_token_ids: list[int]) -> StepArena:
         """An arena for this batch: the kept one of its key with rows enough, else a new one (the old one
         of that key, and the least recently used beyond :data:`KEPT_ARENAS`, let go first)."""
-        key = StepArena.key(start.cache, width)
+        key = (*StepArena.key(start.cache, width), tuple(stop_token_ids))
         rows = bucket(start.attention.shape[0])
         arena = self.arenas.pop(key, None)
         if arena is None or arena.rows < rows:
@@ -192,7 +187,7 @@ class KeptGraphs:
     def step(self, feed: "ArenaFeed") -> torch.Tensor:
         """One decode step of ``feed``: its bucket's graph replayed, captured after one eager step on
         a CUDA device, or an eager step over the whole span (a CPU, or after a failed capture)."""
-        arena, b = feed.arena, (feed.b, feed.on_device)
+        arena, b = feed.arena, (feed.b, feed.mode)
         if b in arena.graphs:
             graph, out = arena.graphs[b]
             graph.replay()
@@ -231,7 +226,7 @@ class ArenaFeed(SlotFeed):
         self.float_mask = attention_kind(model) == "eager"
         self.dtype = start.logits.dtype
         self.n = start.attention.shape[0]  # the rows holding answers
-        self.on_device = False  # whether steps keep the answers on the device (decode_on_device)
+        self.mode = "host"  # the host keeps the answers; decode_on_device: "greedy" or "sampled"
         self.steps = 0  # steps run on the device by decode_on_device
         self.alive_fed: list[bool] = [False] * self.n
         self._view(arena.load(start))
@@ -271,12 +266,23 @@ class ArenaFeed(SlotFeed):
         self._view(self.arena.move(keep, self.b))
 
     def compute(self) -> torch.Tensor:
-        """What a step computes, as captured: the slot step over the whole span, and with
-        :attr:`on_device` the answers' bookkeeping."""
-        packed = SlotFeed.step(self, None)[0]
-        if self.on_device:
+        """What a step computes, as captured: the slot step over the whole span, and in
+        :meth:`decode_on_device` the draw (sampled) and the answers' bookkeeping."""
+        packed, logits = SlotFeed.step(self, None)
+        if self.mode == "sampled":
+            self._draw(packed, logits)
+        if self.mode != "host":
             self._record(packed)
         return packed
+
+    def _draw(self, packed: torch.Tensor, logits: torch.Tensor) -> None:
+        """Each alive row's token drawn (:func:`~.sampling.sample_rows`, its draw number the tokens it
+        has), in place of the greedy choice in ``packed``, with its untempered log-probability."""
+        a, r = self.arena, packed.shape[0]
+        alive = self.inputs[:r, 2] > 0
+        drawn = sample_rows(logits[:, 0], a.temperature, a.rng_keys[:r], a.count[:r], alive)
+        packed[:, 0] = drawn[:, 0]
+        packed[:, 2] = drawn[:, 1]
 
     def _record(self, packed: torch.Tensor) -> None:
         """Device-side bookkeeping of a greedy step without drafts (``packed``: [r, 4], the outcome of
@@ -319,14 +325,23 @@ class ArenaFeed(SlotFeed):
         tokens, ents, lps = (t[idx, :longest].tolist() for t in (a.tokens, a.ents, a.lps))
         return [(t[:c], e[:c], p[:c]) for t, e, p, c in zip(tokens, ents, lps, count.tolist())]
 
-    def decode_on_device(self, first: torch.Tensor, max_new_tokens: int) -> list[tuple]:
-        """Greedy decoding without drafts, the answers kept on the device (see the module docstring),
-        from ``first`` (the prefill's outcome, [n, 4]). Returns per row its tokens, entropies and
+    def decode_on_device(
+        self, start: PrefilledBatch, max_new_tokens: int, sampling: Sampling | None = None
+    ) -> list[tuple]:
+        """Decoding without drafts, greedy or sampled, the answers kept on the device (see the module
+        docstring), from the prefill's logits. Returns per row its tokens, entropies and
         log-probabilities, the stop token last if one ended it. At most one step runs past the last
         answer's end (its rows all finished: nothing of it is kept)."""
-        self.on_device = True
-        self.arena.max_new.fill_(max_new_tokens)
-        self.inputs[: self.n, 1:] = torch.tensor([0, 1], device=self.inputs.device)  # no drafts, alive
+        a, dev = self.arena, self.inputs.device
+        a.max_new.fill_(max_new_tokens)
+        self.inputs[: self.n, 1:] = torch.tensor([0, 1], device=dev)  # no drafts, alive
+        first = self.first(start.logits)
+        self.mode = "greedy"
+        if sampling is not None:
+            self.mode = "sampled"
+            a.temperature.fill_(sampling.temperature)
+            a.rng_keys[: self.n] = torch.tensor(sampling.keys, dtype=torch.long, device=dev)
+            self._draw(first, start.logits)
         self._record(first)
         order = list(range(self.n))  # the answer each of the first rows holds
         done: dict[int, tuple] = {}
