@@ -17,7 +17,7 @@ ends, its position, its inputs), for ``rows`` rows of ``capacity`` slots.
   reads back only which rows are alive, a step late, so the device always has the next step queued, and
   the answers once at the end. A sampled step's random numbers are counter-based
   (:mod:`.sampling`), so the graph holds the draw too.
-- Arenas are kept per (span, step width, layer shapes). :func:`span_class` rounds the slots a batch
+- Arenas are kept per (span, step width, layer shapes, stop tokens). :func:`span_class` rounds the slots a batch
   needs (prompt plus answer) up by less than 256 slots or a quarter, so prompts of similar lengths share
   graphs, and attention reads that many masked slots more. The :data:`KEPT_ARENAS` most recently
   used arenas are kept; :meth:`KeptGraphs.release` lets all of them go (the engine calls it on
