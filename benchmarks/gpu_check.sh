@@ -72,7 +72,7 @@ cpu_tests() {  # the numeric tests on the host CPU, the GPU hidden: its own capa
     grep -m1 "^model name" /proc/cpuinfo
     grep -m1 "^flags" /proc/cpuinfo | tr ' ' '\n' | grep -E "^(avx2|avx512.*|amx.*)$" | tr '\n' ' ' && echo
     local files=(tests/test_engine.py tests/test_engine_dtypes.py tests/test_kernels.py tests/test_metrics.py
-        tests/test_metrics_small_models.py)  # (test_seper_acu.py needs the embedded MiniLM, not brought)
+        tests/test_metrics_small_models.py tests/test_kept_graphs.py)  # (test_seper_acu.py needs the embedded MiniLM, not brought)
     local caps="native default:SSE41 avx2:AVX2" pids=() cap
     for cap in $caps; do
         (
