@@ -9,9 +9,9 @@ small tensor then comes back to the host (one synchronisation a step), which kee
 stop tokens and proposes the next drafts. Because a step reads nothing back before its end, on a GPU it
 can be captured as a CUDA graph and replayed: a step then costs the GPU's time, not the Python and
 kernel launches of a forward pass of the model (``cuda_graphs``). Graphs are kept from batch to batch,
-one per bucket of rows, over buffers that outlive a batch (:mod:`.graphs`). There, greedy steps without
-drafts also keep the answers on the device: the host only reads back which rows are alive, a step
-late, and never waits for the step it just queued.
+one per bucket of rows, over buffers that outlive a batch (:mod:`.graphs`). There, steps without drafts
+(greedy or sampled) also keep the answers on the device: the host only reads back which rows are
+alive, a step late, and never waits for the step it just queued.
 
 Two ways to feed a step (:mod:`.feeds`), chosen by the cache the prefill made: slots (every layer a
 :class:`~grogu.runtime.engine.kvcache.ReservedLayer`: rows write their own slots, masked in 4-D) or
@@ -103,8 +103,8 @@ class Decoder:
         every row its pending token plus up to ``drafter.max_draft`` drafted tokens and keeps the
         drafted tokens the model itself would have chosen (so the answer is exactly the greedy one).
         Entropies and log-probabilities (float32, chunks of ``entropy_chunk_rows`` rows) are those of
-        the positions that produced each kept token. ``cuda_graphs``: on a CUDA device, greedy decoding
-        over a slot cache replays each step as a CUDA graph, kept for later batches (:mod:`.graphs`)."""
+        the positions that produced each kept token. ``cuda_graphs``: on a CUDA device, decoding over a
+        slot cache replays each step as a CUDA graph, kept for later batches (:mod:`.graphs`)."""
         slots = slot_layers(start.cache) is not None and attention_kind(self.model) in SLOT_MASKS
         if drafter is not None and (not slots or sampling is not None or drafter.max_draft < 1):
             drafter = None
