@@ -10,7 +10,7 @@ import pytest
 import torch
 from grogu_research.naive import forward_stats, greedy_generate, naive_grogu_stats
 from grogu_research.precision import bf16_reference
-from grogu_research.testing import squad_paragraphs, tiny_model, with_shared_data
+from grogu_research.testing import IdTokenizer, squad_paragraphs, tiny_model, with_shared_data
 
 from grogu import Engine, UtilityScorer, get_engine
 from grogu.core.prompts import Document, PromptBuilder
@@ -92,8 +92,8 @@ def test_prompt_lookup_decoding_is_exactly_greedy_smollm2(smol_engine):
 def test_prompt_lookup_decoding_is_exactly_greedy_tiny():
     # a 64-token vocabulary makes repeated bigrams (drafts) common; rows stop at different steps
     model = tiny_model("llama", vocab_size=64, seed=3)
-    lookup = Engine(model, _ToyTokenizer(), device="cpu", prompt_lookup=5, stop_token_ids=[1])
-    plain = Engine(model, _ToyTokenizer(), device="cpu", prompt_lookup=0, stop_token_ids=[1])
+    lookup = Engine(model, IdTokenizer(), device="cpu", prompt_lookup=5, stop_token_ids=[1])
+    plain = Engine(model, IdTokenizer(), device="cpu", prompt_lookup=0, stop_token_ids=[1])
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(2, 64, (n,), generator=gen).tolist() for n in (30, 45, 60, 38)]
     got, ref = lookup.generate(prompts, 40), plain.generate(prompts, 40)
@@ -158,11 +158,11 @@ def test_bf16_batches_and_drafts_stay_within_bf16_noise_of_float32(tokenizer):
     # drafts in bf16 (a 64-token vocabulary makes them common), verified by the model
     toy = tiny_model("llama", vocab_size=64, seed=3).to(torch.bfloat16)
     toy32 = copy.deepcopy(toy).float()
-    lookup = Engine(toy, _ToyTokenizer(), device="cpu", prompt_lookup=4, stop_token_ids=[1])
+    lookup = Engine(toy, IdTokenizer(), device="cpu", prompt_lookup=4, stop_token_ids=[1])
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(2, 64, (n,), generator=gen).tolist() for n in (30, 45, 60, 38)]
     got = lookup.generate(prompts, 40)
-    plain = Engine(toy, _ToyTokenizer(), device="cpu", prompt_lookup=0, stop_token_ids=[1]).generate(prompts, 40)
+    plain = Engine(toy, IdTokenizer(), device="cpu", prompt_lookup=0, stop_token_ids=[1]).generate(prompts, 40)
     assert lookup.lookup_drafted > 0
     for g, pl, p in zip(got, plain, prompts):
         ref = bf16_reference(toy32, p, _with_stop(g))
@@ -173,9 +173,9 @@ def test_bf16_batches_and_drafts_stay_within_bf16_noise_of_float32(tokenizer):
 
 def test_config_or_keyword_settings_give_the_same_engine():
     model = tiny_model("llama", vocab_size=64, seed=3)
-    by_kwargs = Engine(model, _ToyTokenizer(), device="cpu", prompt_lookup=5, max_batch_size=2, stop_token_ids=[1])
+    by_kwargs = Engine(model, IdTokenizer(), device="cpu", prompt_lookup=5, max_batch_size=2, stop_token_ids=[1])
     by_config = Engine(
-        model, _ToyTokenizer(), device="cpu", stop_token_ids=[1], config=EngineConfig(prompt_lookup=5, max_batch_size=2)
+        model, IdTokenizer(), device="cpu", stop_token_ids=[1], config=EngineConfig(prompt_lookup=5, max_batch_size=2)
     )
     assert by_kwargs.config == by_config.config == EngineConfig(prompt_lookup=5, max_batch_size=2).resolved("cpu")
     assert by_kwargs.config.max_batch_size == 2 and by_kwargs.config.max_batch_tokens == 16384
@@ -186,26 +186,14 @@ def test_config_or_keyword_settings_give_the_same_engine():
         by_kwargs.max_batch_size = 4  # would otherwise change nothing
     assert by_kwargs.config.max_batch_size == 2
     with pytest.raises(TypeError, match="not both"):
-        Engine(model, _ToyTokenizer(), device="cpu", config=EngineConfig(), max_batch_size=4)
+        Engine(model, IdTokenizer(), device="cpu", config=EngineConfig(), max_batch_size=4)
     prompts = [[5, 6, 7, 5, 6, 7, 5], [9, 8, 9, 8], [4, 4, 4, 4, 4]]
     got, want = by_config.generate(prompts, 8), by_kwargs.generate(prompts, 8)
     assert [g.token_ids for g in got] == [g.token_ids for g in want]
     config = EngineConfig(min_batch_fill=0.25)
-    shared = get_engine((model, _ToyTokenizer()), device="cpu", config=config)
+    shared = get_engine((model, IdTokenizer()), device="cpu", config=config)
     assert get_engine((model, shared.tokenizer), device="cpu", config=config) is shared
     assert shared.config.min_batch_fill == 0.25
-
-
-class _ToyTokenizer:
-    pad_token_id = 0
-    eos_token_id = 1
-    model_max_length = 512
-
-    def get_vocab(self):
-        return {}
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(map(str, ids))
 
 
 def test_sliding_window_model_batched_equals_one_at_a_time():
@@ -214,7 +202,7 @@ def test_sliding_window_model_batched_equals_one_at_a_time():
     (two rows share a length and a prefix), drafting asked for: answers and statistics must equal
     transformers' own greedy generate and plain forward passes on each prompt alone."""
     model = tiny_model("gemma3", vocab_size=64, seed=3)
-    engine = Engine(model, _ToyTokenizer(), device="cpu", prompt_lookup=5, stop_token_ids=[1])
+    engine = Engine(model, IdTokenizer(), device="cpu", prompt_lookup=5, stop_token_ids=[1])
     # asked for, but its caches cannot be continued: none is kept
     engine.config = replace(engine.config, retain_prefix_tokens=4096)
     gen = torch.Generator().manual_seed(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from grogu_research.naive import forward_stats
-from grogu_research.testing import squad_paragraphs, tiny_model, with_shared_data
+from grogu_research.testing import IdTokenizer, squad_paragraphs, tiny_model, with_shared_data
 
 from grogu import Engine
 from grogu.core.prompts import Document, PromptBuilder
@@ -17,18 +17,6 @@ from grogu.runtime.engine.graphs import KEPT_ARENAS, bucket, span_class
 TOL = 1e-4
 
 
-class _ToyTokenizer:  # token ids are the text: no vocabulary of its own
-    pad_token_id = 0
-    eos_token_id = 1
-    model_max_length = 4096
-
-    def get_vocab(self):
-        return {}
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(map(str, ids))
-
-
 def _engines(prompt_lookup: int = 0, seed: int = 3) -> tuple[Engine, Engine]:
     """A 64-token vocabulary: rows stop (token 1) at different steps. The same model twice: with the
     kept graphs' path, and with the plain loop."""
@@ -36,7 +24,7 @@ def _engines(prompt_lookup: int = 0, seed: int = 3) -> tuple[Engine, Engine]:
     graphed, plain = (
         Engine(
             model,
-            _ToyTokenizer(),
+            IdTokenizer(),
             device="cpu",
             stop_token_ids=[1],
             config=EngineConfig(prompt_lookup=prompt_lookup, cuda_graphs=graphs),
@@ -176,7 +164,7 @@ def test_answers_kept_on_the_device_end_where_the_plain_loop_ends(max_new_tokens
     them stop tokens (rows end after a token or two, at different steps)."""
     model = tiny_model("llama", vocab_size=64, seed=5)
     graphed, plain = (
-        Engine(model, _ToyTokenizer(), device="cpu", stop_token_ids=stops, config=EngineConfig(cuda_graphs=graphs))
+        Engine(model, IdTokenizer(), device="cpu", stop_token_ids=stops, config=EngineConfig(cuda_graphs=graphs))
         for graphs in (True, False)
     )
     graphed.decoder.emulate_graphs = True

@@ -97,6 +97,21 @@ def tiny_model(arch: str = "llama", vocab_size: int = 49152, seed: int = 0, **ov
     return cls(cfg).eval()
 
 
+class IdTokenizer:
+    """A tokenizer for models fed token ids directly (tiny models with a small vocabulary): no vocabulary
+    of its own, pad 0, end of sequence 1, an answer's text its ids joined by spaces."""
+
+    pad_token_id = 0
+    eos_token_id = 1
+    model_max_length = 4096
+
+    def get_vocab(self):
+        return {}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
 def save_tiny_model(path: str, arch: str = "llama", seed: int = 0) -> str:
     """:func:`tiny_model` and the packaged tokenizer saved to the folder ``path`` (created), so that a
     separate process (a grogu service replica, a Ray worker) loads exactly this model by its path."""
