@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Annotated, Any, Optional, Union
 
 import pytest
+from grogu_research.loopback import send_json
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import grogu
@@ -281,12 +282,7 @@ class _Stub:
             def _send(self, data: Any, body: Any = None, status: int = 200) -> None:
                 if isinstance(data, int):  # _send(status, body)
                     status, data = data, body
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send_json(self, status, data)
 
             def do_GET(self) -> None:  # noqa: N802
                 self._send(models)

@@ -15,6 +15,16 @@ from typing import Any, Callable
 Answer = Callable[[str, str, Any], "tuple[int, Any]"]
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, data: Any) -> None:
+    """Answer ``handler``'s request with ``status`` and ``data`` as a JSON body (content-length set)."""
+    raw = json.dumps(data).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(raw)))
+    handler.end_headers()
+    handler.wfile.write(raw)
+
+
 class LoopbackJSON:
     """See the module docstring. ``url``: ``http://127.0.0.1:<port>`` plus ``prefix``."""
 
@@ -33,13 +43,7 @@ class LoopbackJSON:
 
             def _handle(self, method: str, body: Any) -> None:
                 server.requests.append((method, self.path, body))
-                status, data = server.answer(method, self.path.split("?")[0], body)
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send_json(self, *server.answer(method, self.path.split("?")[0], body))
 
             def do_GET(self) -> None:  # noqa: N802
                 self._handle("GET", None)

@@ -12,6 +12,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .loopback import send_json
+
 
 class RequestError(ValueError):
     """A request the server refuses (400)."""
@@ -56,12 +58,7 @@ class StandIn:
 
         class Handler(BaseHTTPRequestHandler):
             def _send(self, status: int, data: Any) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send_json(self, status, data)
 
             def do_GET(self) -> None:  # noqa: N802
                 got = standin.get(self.path)
