@@ -88,5 +88,5 @@ def sample_rows(
     cdf = torch.softmax(first / temperature, dim=-1).double().cumsum(-1)  # [rows, vocab]
     target = uniforms(keys, counters) * cdf[:, -1]  # [rows]
     tokens = torch.searchsorted(cdf, target[:, None], right=True)[:, 0].clamp(max=cdf.shape[1] - 1)
-    logp = torch.log_softmax(first, dim=-1).gather(1, tokens[:, None])[:, 0]
+    logp = first.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(first, dim=-1)  # no [rows, vocab] copy
     return torch.stack([torch.where(alive, tokens, -1).float(), torch.where(alive, logp, 0.0)], dim=1)
