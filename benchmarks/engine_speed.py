@@ -238,6 +238,7 @@ def main() -> None:
     )
     ap.add_argument("--cpu-linear", default="auto", help="the engine's cpu_linear (every arm runs its kernels)")
     ap.add_argument("--json", help="also write the rows to this JSON file")
+    ap.add_argument("--tokenizer", default=None, help="with --random-arch: a saved tokenizer's folder")
     ap.add_argument("--bandwidth-tbs", type=float, default=None, help="the device's memory bandwidth (TB/s)")
     args = ap.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
@@ -251,7 +252,12 @@ def main() -> None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         if args.dtype:
             dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-        tokenizer = embedded_tokenizer()
+        if args.tokenizer:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        else:
+            tokenizer = embedded_tokenizer()
         torch.manual_seed(0)
         with torch.device(device):
             model = Qwen2ForCausalLM(Qwen2Config(**ARCHS[args.random_arch])).to(dtype).eval()
@@ -413,11 +419,17 @@ def main() -> None:
                     "weight_bytes": weight_bytes(model),
                     "kv_bytes_per_token": kv_bytes_per_token(model),
                     "rows": rows,
+                    "graphs": {v: e.graph_stats() for v, e in engines.items()},
                 },
                 f,
                 indent=1,
             )
     sys.stdout.flush()
+    for v, e in engines.items():
+        stats = e.graph_stats()
+        print(f"graphs {v}: {json.dumps(stats)}")
+        if e.device.type == "cuda" and e.config.cuda_graphs and (stats["failed"] or stats["eager_steps"]):
+            sys.exit(f"GRAPHS FAILED ({v}): a capture failed or a step ran eagerly")
 
 
 if __name__ == "__main__":

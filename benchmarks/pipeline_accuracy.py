@@ -860,10 +860,20 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
                 med(x["steps"] for x in r),
                 round(mean(x["steps"] for x in r), 1),
             ]
+    graphs = {}
+    for name in runs:  # what the scoring engine's CUDA graphs did (in process)
+        target = getattr(reranks[name].scorer, "target", None)
+        if hasattr(target, "graph_stats"):
+            out[name]["graphs"] = graphs[name] = target.graph_stats()
     print(json.dumps(out, indent=1))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from graph_counts import verdict
+
+    for name, g in graphs.items():  # on a GPU: exit 3 if a capture failed or a step ran eagerly
+        verdict(g, args.device, what=name)
 
 
 def cost_table(args) -> None:

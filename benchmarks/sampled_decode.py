@@ -47,7 +47,16 @@ def _engine(args: argparse.Namespace) -> Engine:
     config = AutoConfig.for_model("qwen2", **ARCHS[args.random_arch])
     dtype = getattr(torch, args.dtype) if args.dtype else torch.float32
     model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype).to(args.device).eval()
-    return Engine(model, embedded_tokenizer())
+    return Engine(model, tokenizer_for(args))
+
+
+def tokenizer_for(args: argparse.Namespace):
+    """``--tokenizer``, a saved tokenizer's folder; else the packaged SmolLM2's (its GGUF read)."""
+    if getattr(args, "tokenizer", None):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(args.tokenizer)
+    return embedded_tokenizer()
 
 
 def main() -> None:
@@ -59,6 +68,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None)
     p.add_argument("--random-arch", choices=sorted(ARCHS), default=None)
+    p.add_argument("--tokenizer", default=None, help="with --random-arch: a saved tokenizer's folder")
     p.add_argument("--out", default=None)
     args = p.parse_args()
 
@@ -112,6 +122,7 @@ def main() -> None:
         "sampled": summary("sampled"),
         "times": times,
         "command": "python " + " ".join(sys.argv),
+        "graphs": engine.graph_stats(),
     }
     figures["ratio_of_means"] = figures["sampled"]["mean_s"] / figures["greedy"]["mean_s"]
     figures["ms_per_step_ratio"] = figures["sampled"]["ms_per_step"] / figures["greedy"]["ms_per_step"]
@@ -120,6 +131,10 @@ def main() -> None:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(figures, f, indent=1)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from graph_counts import verdict
+
+    verdict(figures["graphs"], args.device)
 
 
 if __name__ == "__main__":

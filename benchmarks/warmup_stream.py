@@ -28,6 +28,7 @@ import torch
 from grogu_research.testing import squad_paragraphs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from graph_counts import counts, verdict  # noqa: E402
 from sampled_decode import _engine  # noqa: E402
 
 from grogu import Document, UtilityScorer  # noqa: E402
@@ -47,6 +48,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default=None)
     p.add_argument("--random-arch", default=None)
+    p.add_argument("--tokenizer", default=None, help="with --random-arch: a saved tokenizer's folder")
     p.add_argument("--json", default=None)
     args = p.parse_args()
 
@@ -124,6 +126,7 @@ def main() -> None:
             for key, a in decoder.kept.arenas.items()
         ],
         "graph_failure": decoder.graphs_failed,
+        "graphs": counts(engine),
         "times": {"first": first, "second": second},
         "command": "python " + " ".join(sys.argv),
     }
@@ -131,6 +134,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)
+    verdict(figures["graphs"], args.device)
 
 
 if __name__ == "__main__":

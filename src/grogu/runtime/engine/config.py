@@ -66,7 +66,8 @@ class EngineConfig:
             step then costs the GPU's time rather than the host's launches of a forward pass (True on
             GPU; meaningless on a CPU). Graphs are kept for later batches, one per bucket of rows, over
             buffers the engine keeps (:mod:`grogu.runtime.engine.graphs`; ``engine.decoder.release_graphs()``
-            lets them go). A capture that fails is logged and decoding goes on without graphs.
+            lets them go). A capture that fails is counted and logged; its batch decodes eagerly and a
+            later batch captures again (``engine.graph_stats()`` counts it all).
         cpu_linear: kernels of the linear layers on a CPU (:mod:`grogu.runtime.engine.kernels`): 'auto', 'onednn'
             or 'default'; ignored on a GPU. Read when the engine is built.
         cpu_linear_pack_limit_mb: oneDNN weights are re-laid-out once (a copy beside the model's) when

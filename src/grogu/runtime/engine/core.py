@@ -83,9 +83,7 @@ class Engine(Configured):
     ``prefill_tokens``, ``lookup_steps``, ``lookup_drafted``, ``oom_backoffs``.
     """
 
-    prefill_tokens = _part_counter(
-        "prefill", "encoded_tokens", "Prompt tokens actually encoded, padding excluded (diagnostics)."
-    )
+    prefill_tokens = _part_counter("prefill", "encoded_tokens", "Prompt tokens encoded, padding excluded (diagnostics)")
     lookup_steps = _part_counter("decoder", "steps", "Decode forward passes run (diagnostics).")
     lookup_drafted = _part_counter("decoder", "drafted", "Drafted tokens fed to decode steps (diagnostics).")
     cuda_graphs_captured = _part_counter("decoder", "graphs", "CUDA graphs of decode steps captured (diagnostics).")
@@ -155,12 +153,10 @@ class Engine(Configured):
         # the parts; the logits budget counts the model's logits plus their float32 copy
         self.planner = BatchPlanner(logit_bytes=self.vocab_size * max(self.dtype.itemsize, 4))
         self.prefill = PrefixPrefill(self.model, pad_token_id=self.pad_token_id)
+        detokenize = functools.partial(_text, self.tokenizer)  # no cycle back to self
         self.decoder = Decoder(
-            self.model,
-            pad_token_id=self.pad_token_id,
-            stop_token_ids=self.stop_token_ids,
-            detokenize=functools.partial(_text, self.tokenizer),
-        )  # no cycle back to self
+            self.model, pad_token_id=self.pad_token_id, stop_token_ids=self.stop_token_ids, detokenize=detokenize
+        )
 
     # ------------------------------------------------------------------ setup helpers
     def _pad_token_id(self) -> int:
@@ -191,9 +187,8 @@ class Engine(Configured):
         return f"Engine(model={self.model_name!r}, device={self.device}, dtype={self.dtype})"
 
     def kernels(self):
-        """A context in which forward passes of ``self.model`` use this engine's kernels (oneDNN linear
-        layers on a CPU where they are faster, see :mod:`grogu.runtime.engine.kernels`). The engine's own calls run in
-        it; wrap your own forward passes of ``engine.model`` in it to compute exactly what it computes."""
+        """A context in which forward passes of ``self.model`` use this engine's kernels (:mod:`.kernels`: oneDNN
+        linear layers on a CPU where faster). Wrap your own forward passes in it to compute what the engine does."""
         return self._linears()
 
     # ------------------------------------------------------------------ text helpers
@@ -290,6 +285,10 @@ class Engine(Configured):
                 )
         return [res[i] for i in range(len(prompts))]
 
+    def graph_stats(self) -> dict[str, Any]:
+        """The decoder's CUDA graph counts (:class:`~.graphs.GraphStats`; all 0 on a CPU)."""
+        return self.decoder.graph_stats()
+
     def drop_kept_prompts(self) -> None:
         """Forget the prompts kept for later calls (``retain_prefix_tokens``): the next call encodes its
         prompts whole, as the first call of a process does (a benchmark timing each query cold)."""
@@ -350,6 +349,7 @@ class Engine(Configured):
             drafter=drafter,
             entropy_chunk_rows=config.entropy_chunk_rows,
             cuda_graphs=config.cuda_graphs,
+            graph_budget_tokens=config.max_batch_tokens,
         )
 
     @torch.inference_mode()

@@ -28,8 +28,8 @@ import torch
 
 from ...core.types import Generation
 from .drafting import PromptLookup
-from .feeds import AppendFeed, SlotFeed
-from .graphs import ArenaFeed, KeptGraphs
+from .feeds import AppendFeed, Feed, SlotFeed
+from .graphs import ArenaFeed, KeptGraphs, StandInGraphs
 from .kvcache import SLOT_MASKS, attention_kind, slot_layers
 from .prefill import PrefilledBatch
 from .sampling import Sampling, sample_rows
@@ -51,9 +51,12 @@ class Decoder:
         steps: decode forward passes run so far (diagnostics; may be reset).
         drafted: drafted tokens fed so far (diagnostics; may be reset).
         graphs: CUDA graphs captured so far (diagnostics; may be reset).
-        graphs_failed: the error of a CUDA graph capture that failed; decoding then stays eager (None: none failed).
-        kept: the buffers and graphs kept from batch to batch (:class:`~.graphs.KeptGraphs`).
-        emulate_graphs: run the graphed path on a CPU, its steps eager over the kept buffers (tests).
+        graphs_failed: the cause of the latest failed CUDA graph capture (None: none failed). A failed
+            capture's batch decodes eagerly; later batches capture again (:mod:`.graphs`).
+        kept: the buffers and graphs kept from batch to batch (:class:`~.graphs.KeptGraphs`); its
+            ``stats`` count captures, replays, failures, warm-up and eager steps (:meth:`graph_stats`).
+        emulate_graphs: run the graphed path on a CPU, captured and replayed by the CPU stand-in that
+            enforces CUDA's rules (:class:`~.graphs.StandInGraphs`; tests).
     """
 
     def __init__(
@@ -65,21 +68,36 @@ class Decoder:
         self.stop_token_ids = frozenset(stop_token_ids)
         self.detokenize = detokenize
         self.steps = self.drafted = 0
-        self.kept = KeptGraphs()
-        self.emulate_graphs = False
+        self.kept = KeptGraphs("cuda" if self.device.type == "cuda" else None)
         self._stream: Any = None  # the side stream graphed decoding runs on (made once)
 
     @property
+    def emulate_graphs(self) -> bool:
+        return self.device.type != "cuda" and self.kept.backend is not None
+
+    @emulate_graphs.setter
+    def emulate_graphs(self, on: bool) -> None:
+        if on and self.device.type == "cuda":
+            raise ValueError("emulate_graphs is for a CPU: on a CUDA device the graphs are real")
+        if on != self.emulate_graphs:
+            self.kept.release()
+            self.kept.backend = StandInGraphs() if on else None
+
+    @property
     def graphs(self) -> int:
-        return self.kept.captured
+        return self.kept.stats.captured
 
     @graphs.setter
     def graphs(self, value: int) -> None:
-        self.kept.captured = value
+        self.kept.stats.captured = value
 
     @property
     def graphs_failed(self) -> str | None:
-        return self.kept.failed
+        return self.kept.stats.last_error
+
+    def graph_stats(self) -> dict[str, Any]:
+        """The graph cache's counts (:class:`~.graphs.GraphStats`), with the arenas kept now."""
+        return dict(self.kept.stats.as_dict(), arenas_kept=len(self.kept.arenas))
 
     def release_graphs(self) -> None:
         """Let the kept graphs and their buffers go (:meth:`~.graphs.KeptGraphs.release`)."""
@@ -96,6 +114,7 @@ class Decoder:
         drafter: PromptLookup | None = None,
         entropy_chunk_rows: int = 64,
         cuda_graphs: bool = False,
+        graph_budget_tokens: int = 65536,
     ) -> list[Generation]:
         """Decode a batch from ``start`` (its tensors are consumed; a slot cache needs room for
         ``max_new_tokens`` plus ``drafter.max_draft`` positions): ``histories[i]`` is row i's prompt,
@@ -104,13 +123,14 @@ class Decoder:
         drafted tokens the model itself would have chosen (so the answer is exactly the greedy one).
         Entropies and log-probabilities (float32, chunks of ``entropy_chunk_rows`` rows) are those of
         the positions that produced each kept token. ``cuda_graphs``: on a CUDA device, decoding over a
-        slot cache replays each step as a CUDA graph, kept for later batches (:mod:`.graphs`)."""
+        slot cache replays each step as a CUDA graph, kept for later batches (:mod:`.graphs`); the
+        arenas kept besides this batch's hold at most ``graph_budget_tokens`` slots."""
         slots = slot_layers(start.cache) is not None and attention_kind(self.model) in SLOT_MASKS
         if drafter is not None and (not slots or sampling is not None or drafter.max_draft < 1):
             drafter = None
         width = 1 + (drafter.max_draft if drafter is not None else 0)
         cuda = self.device.type == "cuda"
-        graphed = cuda_graphs and slots and (cuda or self.emulate_graphs) and not self.graphs_failed
+        graphed = cuda_graphs and slots and self.kept.backend is not None  # CUDA, or the CPU stand-in
         with contextlib.ExitStack() as stack:
             if graphed and cuda:  # the whole decode on one side stream, as CUDA graphs require
                 if self._stream is None:
@@ -119,12 +139,14 @@ class Decoder:
                 self._stream.wait_stream(default)  # the prefill's work comes first
                 stack.callback(default.wait_stream, self._stream)
                 stack.enter_context(torch.cuda.stream(self._stream))
+            feed: Feed
             if graphed:
-                arena = self.kept.arena(start, width, self.pad_token_id, sorted(self.stop_token_ids))
-                feed: SlotFeed | AppendFeed = ArenaFeed(self.model, start, self.kept, arena, entropy_chunk_rows)
+                stops = sorted(self.stop_token_ids)
+                arena = self.kept.arena(start, width, self.pad_token_id, stops, graph_budget_tokens)
+                feed = arena_feed = ArenaFeed(self.model, start, self.kept, arena, entropy_chunk_rows)
                 if width == 1 and max_new_tokens >= 1:  # no drafts: the answers stay on the device
-                    records = feed.decode_on_device(start, max_new_tokens, sampling)
-                    self.steps += feed.steps
+                    records = arena_feed.decode_on_device(start.logits, max_new_tokens, sampling)
+                    self.steps += arena_feed.steps
                     return [self._generation(*r) for r in records]
             elif slots:
                 feed = SlotFeed(self.model, start, width, self.pad_token_id, entropy_chunk_rows)

@@ -11,13 +11,71 @@ reading of a step's logits.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
 from .kvcache import attention_kind, forward_with_cache, slot_layers
 from .prefill import PrefilledBatch
 from .stats import entropy_logprob
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The named columns of a step of ``width`` fed positions: of its inputs ([rows, width + 2] long:
+    the fed tokens, how many of them are drafts, whether the row is alive) and of its outcome
+    ([rows, 3 * width + 1], :func:`step_outcome`: each position's greedy token, entropy and
+    log-probability, then the drafts accepted). Each accessor returns a view of the tensor it is given."""
+
+    width: int
+
+    def fed(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs[:, : self.width]
+
+    def drafted(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs[:, self.width]
+
+    def alive(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs[:, self.width + 1]
+
+    def choice(self, outcome: torch.Tensor, position: int = 0) -> torch.Tensor:
+        return outcome[:, position]
+
+    def entropy(self, outcome: torch.Tensor, position: int = 0) -> torch.Tensor:
+        return outcome[:, self.width + position]
+
+    def logprob(self, outcome: torch.Tensor, position: int = 0) -> torch.Tensor:
+        return outcome[:, 2 * self.width + position]
+
+    def accepted(self, outcome: torch.Tensor) -> torch.Tensor:
+        return outcome[:, 3 * self.width]
+
+
+class Feed(Protocol):
+    """What the decode loop (:meth:`~grogu.runtime.engine.decode.Decoder.decode`) asks of a way to feed
+    its steps. ``alive_fed``: the alive flags of the last inputs set."""
+
+    width: int
+    alive_fed: list[bool]
+
+    def first(self, logits: torch.Tensor) -> torch.Tensor:
+        """The outcome of the prefill's logits [rows, 1, vocab]: each row's first token."""
+
+    def set_inputs(self, pending: list[int], drafts: list[list[int]], alive: list[bool]) -> None:
+        """The next step's inputs: per row its pending token, its drafts, whether it is alive."""
+
+    def step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step on the inputs set: (outcome [rows, 3W + 1], logits [rows, W, vocab]), on the device."""
+
+    def advanced(self, values: list[list[float]], alive_before: list[bool]) -> None:
+        """Told of a step's outcome as the host read it back (rows alive before the step)."""
+
+    def compacts(self, live: int, rows: int) -> bool:
+        """Whether the rows that finished leave the feed now (``live`` of ``rows`` still alive)."""
+
+    def select(self, keep: list[int]) -> None:
+        """Keep rows ``keep`` (in that order), the others finished."""
 
 
 def step_outcome(
@@ -46,10 +104,67 @@ def step_outcome(
     )
 
 
-class SlotFeed:
+class SlotStep:
+    """The slot step: one decode step over a slot cache, device work only (see the module docstring).
+    Its tensors are set by a subclass: ``inputs`` ([rows, W + 2], :class:`Columns`), each row's filled
+    slots ``fill`` and last position ``last_pos`` (the step advances both), the slots it sees
+    ``seen`` [rows, capacity], the slots it writes ``index`` [rows, W], and the cache ``layers``."""
+
+    model: Any
+    cache: Any
+    layers: list
+    width: int
+    cols: Columns
+    chunk_rows: int
+    capacity: int
+    float_mask: bool
+    dtype: torch.dtype
+    seen: torch.Tensor
+    fill: torch.Tensor
+    last_pos: torch.Tensor
+    inputs: torch.Tensor
+    index: torch.Tensor
+    slots: torch.Tensor
+    offsets: torch.Tensor
+
+    def _bind(self) -> None:
+        for layer in self.layers:
+            layer.write_index = self.index
+
+    def first(self, logits: torch.Tensor) -> torch.Tensor:
+        return step_outcome(logits, None, None, self.chunk_rows, self.offsets)
+
+    def run_step(self, limit: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step on the current inputs (device work only); returns (packed outcome, logits).
+        ``limit``: the slots attention reads (None: all, as a graph does)."""
+        cols = self.cols
+        ids, drafted, alive = cols.fed(self.inputs), cols.drafted(self.inputs), cols.alive(self.inputs)
+        torch.add(self.fill[:, None], self.offsets[None], out=self.index)  # [rows, W]: the slots written
+        positions = self.last_pos[:, None] + 1 + self.offsets[None]  # [rows, W]
+        span = self.capacity if limit is None else limit
+        for layer in self.layers:
+            layer.limit = limit
+        mask = (self.slots[None, None, :span] <= self.index[:, :, None]) & self.seen[:, None, :span]  # [rows, W, span]
+        mask = mask[:, None]  # [rows, 1, W, span]
+        if self.float_mask:
+            mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(
+                ~mask, torch.finfo(self.dtype).min
+            )
+        logits = forward_with_cache(
+            self.model, self.cache, input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
+        ).logits  # [rows, W, vocab]
+        packed = step_outcome(logits, ids, drafted, self.chunk_rows, self.offsets)
+        advance = (cols.accepted(packed).long() + 1) * alive  # the pending token and the accepted drafts
+        self.fill += advance
+        self.last_pos += advance
+        return packed, logits
+
+
+class SlotFeed(SlotStep):
     """Decode steps over a slot cache (see the module docstring): the inputs of a step (token ids, the
     number of drafted tokens and whether the row is alive) in one device tensor the host writes; each
-    row's filled slots and last position in device tensors that the step itself advances."""
+    row's filled slots and last position in device tensors that the step itself advances, followed on
+    the host (``host_fill``) so that attention reads just past the fullest row."""
 
     def __init__(self, model: Any, start: PrefilledBatch, width: int, pad_token_id: int, chunk_rows: int) -> None:
         self.model, self.cache, self.width, self.chunk_rows = model, start.cache, width, chunk_rows
@@ -67,17 +182,11 @@ class SlotFeed:
         self.offsets = torch.arange(width, device=dev)
         self.float_mask = attention_kind(model) == "eager"
         self.dtype = start.logits.dtype
+        self.cols = Columns(width)
         self.host_fill = [prompt] * rows  # the host's copy of ``fill``, for the eager steps' read limit
         self.alive_fed: list[bool] = [False] * rows
         self.pad_token_id = pad_token_id
         self._bind()
-
-    def _bind(self) -> None:
-        for layer in self.layers:
-            layer.write_index = self.index
-
-    def first(self, logits: torch.Tensor) -> torch.Tensor:
-        return step_outcome(logits, None, None, self.chunk_rows, self.offsets)
 
     def set_inputs(self, pending: list[int], drafts: list[list[int]], alive: list[bool]) -> None:
         w, pad = self.width, self.pad_token_id
@@ -85,39 +194,16 @@ class SlotFeed:
         self.inputs.copy_(torch.tensor(rows, dtype=torch.long))
         self.alive_fed = list(alive)
 
-    def step(self, limit: int | None = -1) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decode step on the current inputs (device work only); returns (packed outcome, logits).
-        ``limit``: slots attention reads; -1: just past the fullest row (eager), None: all (a graph)."""
-        w = self.width
-        if limit == -1:
-            limit = min(self.capacity, max(self.host_fill) + w)
-        ids, drafted, alive = self.inputs[:, :w], self.inputs[:, w], self.inputs[:, w + 1]
-        torch.add(self.fill[:, None], self.offsets[None], out=self.index)  # [rows, W]: the slots written
-        positions = self.last_pos[:, None] + 1 + self.offsets[None]  # [rows, W]
-        span = self.capacity if limit is None else limit
-        for layer in self.layers:
-            layer.limit = limit
-        mask = (self.slots[None, None, :span] <= self.index[:, :, None]) & self.seen[:, None, :span]  # [rows, W, span]
-        mask = mask[:, None]  # [rows, 1, W, span]
-        if self.float_mask:
-            mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(
-                ~mask, torch.finfo(self.dtype).min
-            )
-        logits = forward_with_cache(
-            self.model, self.cache, input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
-        ).logits  # [rows, W, vocab]
-        packed = step_outcome(logits, ids, drafted, self.chunk_rows, self.offsets)
-        advance = (packed[:, -1].long() + 1) * alive  # the pending token and the accepted drafts
-        self.fill += advance
-        self.last_pos += advance
-        return packed, logits
+    def step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step on the current inputs, attention reading just past the fullest row."""
+        return self.run_step(min(self.capacity, max(self.host_fill) + self.width))
 
     def advanced(self, values: list[list[float]], alive_before: list[bool]) -> None:
         """The host's copy of ``fill`` follows the step just read back."""
         if any(alive_before):
             for j, v in enumerate(values):
                 if alive_before[j]:
-                    self.host_fill[j] += int(v[-1]) + 1
+                    self.host_fill[j] += int(v[3 * self.width]) + 1  # the drafts accepted, then the pending token
 
     def compacts(self, live: int, rows: int) -> bool:
         """Whether finished rows leave the batch now (here: as soon as any row finishes)."""
@@ -154,7 +240,7 @@ class AppendFeed:
         self.inputs.copy_(torch.tensor([[t, 0, int(a)] for t, a in zip(pending, alive)], dtype=torch.long))
         self.alive_fed = list(alive)
 
-    def step(self, limit: int | None = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(self) -> tuple[torch.Tensor, torch.Tensor]:
         ids = self.inputs[:, :1]
         self.attention = torch.cat([self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
         logits = forward_with_cache(
