@@ -167,7 +167,8 @@ print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is
     # graph_counts.py runs the CLI and fails the step if a capture failed or a step ran eagerly
     step tune 150 bash -c "head -n $nt '$stage/tune_examples.jsonl' >/tmp/tune_examples.jsonl && \
         /usr/bin/time -f 'tune wall %e s' python graph_counts.py tune --examples /tmp/tune_examples.jsonl \
-        --prompt-file '$stage/prompt_readme.json' --top-n 3 --max-new-tokens 48 --device $device --out '$OUT/tune' --quiet"
+        --prompt-file '$stage/prompt_readme.json' --top-n 3 --max-new-tokens 48 --device $device --out /tmp/tune_out --quiet; \
+        rc=\$?; cp /tmp/tune_out/report.txt '$OUT/tune_report.txt'; cp /tmp/tune_out/settings.json '$OUT/tune_settings.json'; exit \$rc"
     # not in the default calls (Ray's wheel is not brought): the service on the GPU, and the CPU tests there
     local nq=30
     [ "$quick" = 1 ] && nq=2
