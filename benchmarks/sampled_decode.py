@@ -46,7 +46,8 @@ def _engine(args: argparse.Namespace) -> Engine:
     torch.manual_seed(0)
     config = AutoConfig.for_model("qwen2", **ARCHS[args.random_arch])
     dtype = getattr(torch, args.dtype) if args.dtype else torch.float32
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype).to(args.device).eval()
+    with torch.device(args.device):  # made where it runs: a 7B model initialised on the host takes minutes
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
     return Engine(model, tokenizer_for(args))
 
 
