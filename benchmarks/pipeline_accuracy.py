@@ -734,7 +734,6 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
     engine's answering (the first candidate, then the others in doubt), its teacher forcing, and the rest
     (retrieval, LlamaIndex, the gate's reading); prompt tokens encoded and decode steps. ``--records``
     writes one JSON line per question with all of it."""
-    import statistics
 
     from llama_index.core.query_engine import RetrieverQueryEngine
     from llama_index.postprocessor.grogu import GroguSynthesizer
@@ -821,6 +820,29 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
             records.write(json.dumps(row) + "\n")
             records.flush()
         print(q["qid"], "plain", round(plain[-1], 2), {n: r[-1]["s"] for n, r in runs.items()}, file=sys.stderr)
+    out = latency_summary(args.data, plain, plain_answer_tokens, runs)
+    graphs = {}
+    for name in runs:  # what the scoring engine's CUDA graphs did (in process)
+        target = getattr(reranks[name].scorer, "target", None)
+        if hasattr(target, "graph_stats"):
+            out[name]["graphs"] = graphs[name] = target.graph_stats()
+    print(json.dumps(out, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from graph_counts import verdict
+
+    for name, g in graphs.items():  # on a GPU: exit 3 if a capture failed or a step ran eagerly
+        verdict(g, args.device, what=name)
+
+
+def latency_summary(data: str, plain: list[float], plain_answer_tokens: list[int], runs: dict[str, list[dict]]) -> dict:
+    """The whole-query summary from per-question rows (what ``--records`` holds): per arm the median of
+    the per-question ratios, the ratio of means, their 90th percentile, the queries in doubt and the
+    ratio of means over calm and doubtful queries apart, where the time went, prompt tokens and steps."""
+    import statistics
+
     med, mean = statistics.median, statistics.mean
 
     def p90(xs):
@@ -831,8 +853,8 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
         return round(mean(rs) / mean(ps), 3) if rs else None
 
     out = {
-        "data": args.data,
-        "questions": len(questions),
+        "data": data,
+        "questions": len(plain),
         "plain query s (median)": round(med(plain), 3),
         "plain query s (mean)": round(mean(plain), 3),
         "plain answer tokens (median)": med(plain_answer_tokens) if plain_answer_tokens else None,
@@ -860,20 +882,25 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
                 med(x["steps"] for x in r),
                 round(mean(x["steps"] for x in r), 1),
             ]
-    graphs = {}
-    for name in runs:  # what the scoring engine's CUDA graphs did (in process)
-        target = getattr(reranks[name].scorer, "target", None)
-        if hasattr(target, "graph_stats"):
-            out[name]["graphs"] = graphs[name] = target.graph_stats()
+    return out
+
+
+def latency_summary_from_records(args) -> None:
+    """``latency-summary``: :func:`latency_summary` of a ``--records`` file (a run stopped at its limit
+    has its rows but no summary), written to ``--json``."""
+    rows = [json.loads(line) for line in open(args.records)]
+    arms = [k for k in rows[0] if isinstance(rows[0][k], dict)]
+    out = latency_summary(
+        args.data,
+        [r["plain_s"] for r in rows],
+        [r["plain_answer_tokens"] for r in rows if "plain_answer_tokens" in r],
+        {a: [r[a] for r in rows] for a in arms},
+    )
+    out["records"] = os.path.basename(args.records)
     print(json.dumps(out, indent=1))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from graph_counts import verdict
-
-    for name, g in graphs.items():  # on a GPU: exit 3 if a capture failed or a step ran eagerly
-        verdict(g, args.device, what=name)
 
 
 def cost_table(args) -> None:
@@ -1133,9 +1160,15 @@ def main() -> None:
     ct = sub.add_parser("cost-table", help="where the time goes, calm and doubtful queries apart, from --records")
     ct.add_argument("records", nargs="+")
     ct.add_argument("--arm", default="selective@5")
+    ls = sub.add_parser("latency-summary", help="latency --whole-only's summary from its --records file")
+    ls.add_argument("records")
+    ls.add_argument("--data", default="squad")
+    ls.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.cmd == "cost-table":
         cost_table(args)
+    elif args.cmd == "latency-summary":
+        latency_summary_from_records(args)
     elif args.cmd == "choose":
         from pipeline_modes import choose
 
