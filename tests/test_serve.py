@@ -876,8 +876,13 @@ def _timed_post(service, path, payload, **kw):
     return r, time.perf_counter() - t0
 
 
+#: how long a request that used to stall may take: a stall computed for minutes; a busy machine (one
+#: other CPU-bound process on 2 cores) made a light request take just over 2 s
+STALL_S = 10.0
+
+
 def test_requests_that_used_to_stall_are_answered_at_once(service, remote, local):
-    """Each request of issue #37 gets its status within 2 s, and a light /score right after it too."""
+    """Each request of issue #37 gets its status within :data:`STALL_S`, and a light /score right after it too."""
     body = {"query": QUERY, "documents": ["a document"], "max_new_tokens": N}
     docs12 = [f"Passage {i} about cities." for i in range(12)]
     cases = [
@@ -944,13 +949,13 @@ def test_requests_that_used_to_stall_are_answered_at_once(service, remote, local
     ]
     for path, payload, status, message in cases:
         r, took = _timed_post(service, path, payload)
-        assert r.status_code == status and took < 2.0, (path, r.status_code, r.text[:300], took)
+        assert r.status_code == status and took < STALL_S, (path, r.status_code, r.text[:300], took)
         if message:
             assert message in r.json()["detail"], (path, r.json())
         elif path != "/seper" or payload["documents"]:
             assert r.json()["results"] == [], (path, r.json())
         light, took = _timed_post(service, "/score", body)
-        assert light.status_code == 200 and took < 2.0, (path, took)
+        assert light.status_code == 200 and took < STALL_S, (path, took)
     stats = httpx.get(f"{service}/stats", headers=AUTH).json()
     assert stats["batches"] < 10_000  # no empty batches spun
 
@@ -1040,7 +1045,8 @@ def test_health_is_503_while_the_worker_is_stuck(model_dir):
 
 def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, local):
     """A request of 12 contexts x 100 answer tokens is scored a slice (here one context) per engine
-    call; small requests sent meanwhile are scored between its slices."""
+    call; small requests sent meanwhile are scored between its slices: each is answered before the heavy
+    one ends (an order, not a time: it holds on a busy machine too)."""
     import threading
     import time
 
@@ -1052,16 +1058,16 @@ def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, loc
     def run_heavy():
         t0 = time.perf_counter()
         out["heavy"] = heavy.score(QUERY, docs)
-        out["heavy_s"] = time.perf_counter() - t0
+        out["heavy_end"] = time.perf_counter()
+        out["heavy_s"] = out["heavy_end"] - t0
 
     thread = threading.Thread(target=run_heavy)
     thread.start()
     time.sleep(0.5)
-    light = []
+    light_end = []
     for i in range(3):
-        t0 = time.perf_counter()
         got = remote.score(f"{QUERY} ({i})", DOCS[:1])
-        light.append(time.perf_counter() - t0)
+        light_end.append(time.perf_counter())
         same(got[0], local.score(f"{QUERY} ({i})", DOCS[:1])[0])
     thread.join()
     assert len(out["heavy"]) == 12 and max(r.n_tokens for r in out["heavy"]) == 100
@@ -1070,7 +1076,7 @@ def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, loc
     stats = httpx.get(f"{service}/stats", headers=AUTH).json()
     assert stats["batches"] - before >= 12 + 3  # the heavy request took at least 12 engine calls
     assert stats["max_call_tokens"] <= 100  # no call held more than one heavy slice
-    assert max(light) < out["heavy_s"] / 3, (light, out["heavy_s"])
+    assert max(light_end) < out["heavy_end"], ([t - out["heavy_end"] for t in light_end], out["heavy_s"])
 
 
 def test_the_cohere_clients_rerank_through_the_service_as_in_process(service, model_dir, local):

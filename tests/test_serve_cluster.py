@@ -3,6 +3,8 @@ lost (grogu_research.cluster). The full load (300 requests on SmolLM2): benchmar
 
 from __future__ import annotations
 
+import os
+import time
 import warnings
 
 import pytest
@@ -88,3 +90,47 @@ def test_ray_data_scoring_across_two_nodes_survives_the_loss_of_one(model_dir, t
     assert run["first_run"].get("exit") == 0 or run["resumed_run"]["exit"] == 0, run
     want = (tmp_path / "seq.jsonl").read_text().splitlines()
     assert len(want) == 300 and (tmp_path / "ray.jsonl").read_text().splitlines() == want
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line names ``text`` (a Ray session folder: its raylets, GCS, workers)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def test_a_service_that_fails_to_start_leaves_the_next_one_free_to_start(model_dir, monkeypatch):
+    """Serve giving up on its proxy inside the two-node fixture (as it did on a busy machine): the
+    error reaches the test, no process of that cluster outlives it, and the next service test's own
+    Ray and Serve start and answer."""
+    import httpx
+    import ray
+
+    from grogu.apps.serve.config import ServeConfig
+
+    def give_up(**options):
+        raise TimeoutError("HTTP proxies not available after 60s. (simulated)")
+
+    config = ServeConfig(model=model_dir, device="cpu", max_batch_size=8, batch_wait_s=0.02)
+    sessions: list[str] = []
+    monkeypatch.setattr(testing, "start_serve", give_up)
+    with pytest.raises(TimeoutError, match="simulated"):
+        with two_node_service(config, sessions=sessions):
+            pass
+    monkeypatch.undo()
+    assert len(sessions) == 1 and not ray.is_initialized()
+    deadline = time.monotonic() + 20
+    while _processes_naming(sessions[0]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_naming(sessions[0]) == []  # no raylet, GCS or worker of it is left
+    with testing.local_service(config) as url:
+        body = {"query": "Where is the river?", "documents": ["The river is near the castle."], "max_new_tokens": N}
+        r = httpx.post(f"{url}/score", json=body, timeout=120)
+    assert r.status_code == 200 and len(r.json()["results"]) == 1

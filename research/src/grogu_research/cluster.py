@@ -97,60 +97,71 @@ class TwoNodes:
 
 
 @contextlib.contextmanager
-def two_node_cluster(*, cpus_per_node: int = 1, env: dict[str, str] | None = None) -> Iterator[TwoNodes]:
+def two_node_cluster(
+    *, cpus_per_node: int = 1, env: dict[str, str] | None = None, sessions: list[str] | None = None
+) -> Iterator[TwoNodes]:
     """A head and a worker node of ``cpus_per_node`` CPUs each on this machine, this process connected
-    as the driver; ``env`` is set for the nodes' processes. Shuts all down after."""
+    as the driver in a namespace of its own; ``env`` (with Ray Serve's patient settings,
+    :data:`~grogu_research.testing.PATIENT_SERVE_ENV`) is set for the nodes' processes. Whatever happens
+    inside, every process of the cluster is shut down after. ``sessions``: the cluster's session folder
+    is appended to it as soon as the head exists (every process of the cluster names it)."""
     import ray
     from ray._private import ray_constants
     from ray.cluster_utils import Cluster
 
+    from .testing import patient_serve_env
+
     # Ray resolves a loopback address to the machine's own IP unless clusters are "off" (its setting for
     # machines without multi-node support): so every process here, this one included, keeps to loopback
     env = {**(env or {}), ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR: "0"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the nodes' processes inherit it
-    saved_flag, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": cpus_per_node, "include_dashboard": False, "node_ip_address": "127.0.0.1"},
-    )
-    try:
-        worker = cluster.add_node(num_cpus=cpus_per_node, node_ip_address="127.0.0.1")
-        ray.init(address=cluster.address, log_to_driver=False)
-        yield TwoNodes("", cluster, worker)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with patient_serve_env(env):  # the nodes' processes inherit it
+        saved_flag, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+        cluster = None
+        try:
+            cluster = Cluster(
+                initialize_head=True,
+                head_node_args={"num_cpus": cpus_per_node, "include_dashboard": False, "node_ip_address": "127.0.0.1"},
+            )
+            if sessions is not None:
+                sessions.append(cluster.head_node.get_session_dir_path())
+            worker = cluster.add_node(num_cpus=cpus_per_node, node_ip_address="127.0.0.1")
+            ray.init(address=cluster.address, log_to_driver=False, namespace="grogu-two-nodes")
+            yield TwoNodes("", cluster, worker)
+        finally:
+            ray.shutdown()
+            if cluster is not None:
+                cluster.shutdown()
+            ray_constants.ENABLE_RAY_CLUSTER = saved_flag
 
 
 @contextlib.contextmanager
 def two_node_service(
-    config: Any, *, cpus_per_node: int = 1, request_timeout_s: float = 300, header_timeout_s: float = 10.0
+    config: Any,
+    *,
+    cpus_per_node: int = 1,
+    request_timeout_s: float = 300,
+    header_timeout_s: float = 10.0,
+    sessions: list[str] | None = None,
 ) -> Iterator[TwoNodes]:
     """:func:`two_node_cluster` with the application of ``config`` (a
     :class:`grogu.apps.serve.config.ServeConfig`): two replicas of 1 CPU, one per node, behind the head
-    node's proxy (configured as ``grogu serve`` configures it). Shuts all down after."""
+    node's proxy (configured as ``grogu serve`` configures it), Serve waited for until its proxy is ready
+    (:func:`~grogu_research.testing.start_serve`). Shuts all down after, whatever happens."""
     from ray import serve
 
     from grogu.apps.serve.proxy import http_options, proxy_environment
     from grogu.apps.serve.service import build_app
 
-    from .testing import free_port
+    from .testing import free_port, start_serve
 
     env = proxy_environment(max_body_bytes=config.max_body_bytes, header_timeout_s=header_timeout_s)
     # the proxy would send every request to the replica on its own node while that one keeps up: spread
     # them, so that the lost node's replica has requests in flight
     env["RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING"] = "0"
-    with two_node_cluster(cpus_per_node=cpus_per_node, env=env) as nodes:
+    with two_node_cluster(cpus_per_node=cpus_per_node, env=env, sessions=sessions) as nodes:
         port = free_port()
         try:
-            serve.start(
+            start_serve(
                 proxy_location="HeadOnly",  # one proxy: both nodes share this machine's ports
                 http_options=http_options(
                     "127.0.0.1", port, request_timeout_s=request_timeout_s, keep_alive_timeout_s=5

@@ -3,12 +3,14 @@ packaged tokenizer, and the real data in ../shared/data. Nothing here reaches a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import time
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
@@ -156,6 +158,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Ray Serve's own settings for a slow or busy machine: its controller waits a minute (not 5 s) for a
+#: starting proxy to say it is ready, and 30 s (not 10) for a health check, before it kills the proxy and
+#: starts another. Under one other CPU-bound process a proxy's start took longer than 5 s, again and again.
+PATIENT_SERVE_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
+
+
+def start_serve(deadline_s: float = 300.0, **options: Any) -> None:
+    """``serve.start(**options)``, waiting for the proxies until they are ready or ``deadline_s`` passes:
+    ``serve.start`` gives up after 60 s (a constant), and a second call waits again on the same controller."""
+    from ray import serve
+
+    start = time.monotonic()
+    while True:
+        try:
+            serve.start(**options)
+            return
+        except TimeoutError:
+            if time.monotonic() - start > deadline_s:
+                raise
+
+
+@contextmanager
+def patient_serve_env(extra: dict[str, str] | None = None) -> Iterator[None]:
+    """:data:`PATIENT_SERVE_ENV` and ``extra`` set in this process's environment (which Ray's processes
+    started inside inherit), restored after."""
+    env = {**PATIENT_SERVE_ENV, **(extra or {})}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @contextmanager
 def local_service(config: Any, *, header_timeout_s: float = 2.0, request_timeout_s: float = 120, num_cpus: int = 2):
     """A local Ray (``num_cpus``) and ``grogu serve``'s applications behind Ray Serve's proxy configured as
@@ -180,24 +220,22 @@ def local_service(config: Any, *, header_timeout_s: float = 2.0, request_timeout
         header_timeout_s=header_timeout_s,
         model_routes=routes,
     )
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # read by Ray Serve's proxy when it starts (as grogu serve does)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    try:
-        serve.start(
-            http_options=http_options("127.0.0.1", port, request_timeout_s=request_timeout_s, keep_alive_timeout_s=5)
-        )
-        for name, c in apps.items():
-            serve.run(build_app(c), name=name, route_prefix="/" if routes is None else f"/{name}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    # read by Ray Serve's proxy when it starts (as grogu serve does), with Serve's patient settings
+    with patient_serve_env(env):
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        try:
+            start_serve(
+                http_options=http_options(
+                    "127.0.0.1", port, request_timeout_s=request_timeout_s, keep_alive_timeout_s=5
+                )
+            )
+            for name, c in apps.items():
+                serve.run(build_app(c), name=name, route_prefix="/" if routes is None else f"/{name}")
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            with contextlib.suppress(Exception):  # a Serve that never started has nothing to shut down
+                serve.shutdown()
+            ray.shutdown()
 
 
 class LlamaCppServer(ChildServer):
