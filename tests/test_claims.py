@@ -1,0 +1,96 @@
+"""Published figures are rendered from their records (benchmarks/claims.py): the README's results tables
+equal their rendering, and the check fails on a missing record, a changed figure, a figure outside a
+marked table, and marks a row whose measured code changed since its record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import claims  # noqa: E402
+
+
+def test_the_readme_tables_are_their_records_rendered(capsys):
+    assert claims.run(write=False) == 0, capsys.readouterr().out
+    text = open(os.path.join(claims.ROOT, "README.md")).read()
+    assert {name for name, _, _ in claims.marked(text.splitlines())} == {t.name for t in claims.TABLES}
+
+
+def _git(repo, *args):
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A small git repository: a record, the code it measured, a README with a marked table."""
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@example.org")
+    _git(tmp_path, "config", "user.name", "t")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "engine.py").write_text("x = 1\n")
+    (tmp_path / "r.json").write_text(json.dumps({"speedup": 3.14159}))
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "record")
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    claims.load.cache_clear()
+    table = claims.Table(
+        "t",
+        ("benchmark", "result"),
+        [claims.Row("speed", ("r.json",), ("src/",), lambda: ["speed", f"{claims.load('r.json')['speedup']:.1f}×"])],
+    )
+    monkeypatch.setattr(claims, "TABLES", [table])
+    (tmp_path / "README.md").write_text("Intro\n\nSpeed: <!-- claims: t -->\n\n| old |\n|---|\n| 1 |\n\nEnd\n")
+    yield tmp_path
+    claims.load.cache_clear()
+
+
+def test_write_renders_then_check_passes_and_a_changed_figure_fails(repo, capsys):
+    assert claims.run(write=False) == 1  # the table is not yet its rendering
+    assert claims.run(write=True) == 0
+    text = (repo / "README.md").read_text()
+    head = subprocess.run(["git", "log", "-1", "--format=%h"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert f"| speed | 3.1× | {head} |" in text and text.startswith("Intro") and text.endswith("End\n")
+    assert claims.run(write=False) == 0
+    (repo / "README.md").write_text(text.replace("3.1×", "3.2×"))  # a figure edited by hand
+    assert claims.run(write=False) == 1
+    assert "differs from its records" in capsys.readouterr().out
+
+
+def test_a_missing_record_fails(repo, capsys):
+    (repo / "r.json").unlink()
+    assert claims.run(write=True) == 1
+    assert "record missing: r.json" in capsys.readouterr().out
+
+
+def test_a_row_whose_code_changed_since_its_record_says_older_code(repo):
+    claims.run(write=True)
+    assert "older code" not in (repo / "README.md").read_text()
+    (repo / "src" / "engine.py").write_text("x = 2\n")
+    _git(repo, "commit", "-qam", "engine changed")
+    assert claims.run(write=False) == 1  # the published row no longer says what code it describes
+    claims.run(write=True)
+    assert "older code" in (repo / "README.md").read_text()
+
+
+def test_a_figure_outside_a_marked_table_fails(repo, capsys):
+    claims.run(write=True)
+    with open(repo / "README.md", "a") as f:
+        f.write("\n| benchmark | result |\n|---|---|\n| typed by hand | 9.9× |\n")
+    assert claims.run(write=False) == 1
+    assert "a figure outside a marked table: | typed by hand | 9.9× |" in capsys.readouterr().out
+
+
+def test_a_row_with_no_record_says_so():
+    row = claims.Row("ContextCite")
+    assert row.render(4) == ["ContextCite", "no record", "–", "–"]
+
+
+def test_the_sign_test_is_exact():
+    assert claims.sign_test(44, 17) == pytest.approx(0.000728, abs=2e-6)
+    assert claims.sign_test(9, 8) == 1.0 and claims.sign_test(0, 0) == 1.0
+    assert claims.sign_test(5, 0) == pytest.approx(2 / 32)
