@@ -69,9 +69,13 @@ def _queries(path, n):
             f.write(json.dumps({"query": f"Where is the {a} number {i}?", "documents": docs}) + "\n")
 
 
+@pytest.mark.heavy
 def test_ray_data_scoring_across_two_nodes_survives_the_loss_of_one(model_dir, tmp_path):
     """grogu score --ray with an engine on each node; the worker node is killed halfway and a new one
-    joins. The output equals the sequential run's, record for record (the same bytes)."""
+    joins. The output equals the sequential run's, record for record (the same bytes). Heavy (100 s on a
+    2-core CPU): tests/test_serve.py runs ``score --ray`` and its resume on one node every time, and the
+    two-node service test loses a node every time. Run it with the suite's thread settings (``-n``):
+    Ray's workers use one thread, and so must the sequential run for the same bytes."""
     from grogu_research.cluster import score_with_node_loss, two_node_cluster
 
     from grogu.apps.cli import main
