@@ -11,9 +11,10 @@ the first block of ``|`` lines after it.
 - ``python benchmarks/claims.py --write`` rewrites the marked tables in place.
 
 The last column, "code", says which code a row measured: the commit in the record's ``meta`` (or, where
-a record has none, the commit that added it). When a source path the row measures has changed since,
-the cell says so ("older code"): the row then describes code that is no longer there, and a new run of
-its benchmark is due. A row without a record says "no record" in place of its figures.
+a record has none, the commit that added it). When a line of a source path the row measures differs
+from that commit (whitespace and blank lines aside), the cell says so ("older code"): the row then
+describes code that is no longer there, and a new run of its benchmark is due. A row without a record
+says "no record" in place of its figures.
 """
 
 from __future__ import annotations
@@ -76,15 +77,23 @@ class Row:
         commit = self.commit or measured_commit(self.records[0])
         if not commit:
             return "not committed"
-        changed = git("rev-list", "--count", f"{commit}..HEAD", "--", *self.measures) if self.measures else "0"
-        if changed == "":
+        if not git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"):
             return f"{commit} (not in this history)"
-        return commit if changed == "0" else f"{commit}, older code"
+        return f"{commit}, older code" if code_changed(commit, self.measures) else commit
 
     def render(self, width: int) -> list[str]:
         if not self.records or self.cells is None:
             return [self.label, "no record", *["–"] * (width - 3), self.code()]
         return [*self.cells(), self.code()]
+
+
+def code_changed(commit: str, paths: tuple[str, ...]) -> bool:
+    """Whether a line of ``paths`` differs between ``commit`` and the working tree's HEAD, blank lines and
+    whitespace aside (a reformatting changes no figure; a reverted change leaves none)."""
+    if not paths:
+        return False
+    diff = git("diff", "-w", "--ignore-blank-lines", "-U0", commit, "HEAD", "--", *paths)
+    return any(line[:1] in "+-" and line[:3] not in ("+++", "---") for line in diff.splitlines() if line)
 
 
 def measured_commit(path: str) -> str:

@@ -70,6 +70,9 @@ def test_a_missing_record_fails(repo, capsys):
 def test_a_row_whose_code_changed_since_its_record_says_older_code(repo):
     claims.run(write=True)
     assert "older code" not in (repo / "README.md").read_text()
+    (repo / "src" / "engine.py").write_text("x  =  1\n\n\n")  # reformatted: the same code
+    _git(repo, "commit", "-qam", "engine reformatted")
+    assert claims.run(write=False) == 0
     (repo / "src" / "engine.py").write_text("x = 2\n")
     _git(repo, "commit", "-qam", "engine changed")
     assert claims.run(write=False) == 1  # the published row no longer says what code it describes

@@ -203,4 +203,3 @@ class KeptGraphs:
                 "grogu engine: %d CUDA graph captures failed; decoding without graphs until release_graphs()",
                 self.failures,
             )
-
