@@ -1117,12 +1117,14 @@ def test_every_route_fuzzed_from_its_schema_gets_no_server_error(service, remote
     """schemathesis reads the service's own OpenAPI schema and generates requests for every route, valid
     and not (grogu_research.fuzz). None may get a status of 500 or more, every 4xx has the documented body
     (``detail``, the same ``message``, ``error``), every 200 fits its documented answer (the wire schema),
-    none takes over 30 s, and the service still answers as in
-    process afterwards. After the tests that read the service's statistics: these requests go up to its limits."""
+    none takes over 2 minutes (a request within the limits takes at most 3 s on a quiet 2-core CPU, 95 s
+    beside a CPU-bound process and the rest of the suite; an unbounded one took minutes more), and the
+    service still answers as in process afterwards. After the tests that read the service's statistics:
+    these requests go up to its limits."""
     pytest.importorskip("schemathesis")
     from grogu_research.fuzz import fuzz_routes
 
-    out = fuzz_routes(service, AUTH, examples, derandomize=examples == 20)  # CI: the same requests each run
+    out = fuzz_routes(service, AUTH, examples, budget_s=120.0, derandomize=examples == 20)  # CI: the same requests
     assert not out.failures, (out.failures, out.misfits[:5])
     routes = {label.split()[1] for label in out.statuses}
     assert {"/rerank", "/v1/rerank", "/v2/rerank", "/score", "/seper", "/acu", "/influence"} <= routes
