@@ -88,6 +88,15 @@ def test_a_figure_outside_a_marked_table_fails(repo, capsys):
     assert "a figure outside a marked table: | typed by hand | 9.9× |" in capsys.readouterr().out
 
 
+def test_a_shallow_clone_checks_the_figures_but_not_the_code_column(repo, monkeypatch, capsys):
+    claims.run(write=True)
+    monkeypatch.setattr(claims.Row, "code", lambda self: "abc1234 (not in this history)")
+    assert claims.run(write=False) == 0
+    text = (repo / "README.md").read_text()
+    (repo / "README.md").write_text(text.replace("3.1×", "3.2×"))
+    assert claims.run(write=False) == 1
+
+
 def test_a_row_with_no_record_says_so():
     row = claims.Row("ContextCite")
     assert row.render(4) == ["ContextCite", "no record", "–", "–"]
