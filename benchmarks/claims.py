@@ -74,6 +74,8 @@ class Row:
     def code(self) -> str:
         if not self.records:
             return "–"
+        if shallow():  # the history that says which commit added a record is not here
+            return f"{self.commit or '?'} (not in this history)"
         commit = self.commit or measured_commit(self.records[0])
         if not commit:
             return "not committed"
@@ -85,6 +87,11 @@ class Row:
         if not self.records or self.cells is None:
             return [self.label, "no record", *["–"] * (width - 3), self.code()]
         return [*self.cells(), self.code()]
+
+
+@functools.lru_cache(maxsize=None)
+def shallow() -> bool:
+    return git("rev-parse", "--is-shallow-repository") == "true"
 
 
 def code_changed(commit: str, paths: tuple[str, ...]) -> bool:
