@@ -38,6 +38,7 @@ def repo(tmp_path, monkeypatch):
     _git(tmp_path, "commit", "-qm", "record")
     monkeypatch.setattr(claims, "ROOT", tmp_path)
     claims.load.cache_clear()
+    claims.shallow.cache_clear()
     table = claims.Table(
         "t",
         ("benchmark", "result"),
@@ -47,6 +48,7 @@ def repo(tmp_path, monkeypatch):
     (tmp_path / "README.md").write_text("Intro\n\nSpeed: <!-- claims: t -->\n\n| old |\n|---|\n| 1 |\n\nEnd\n")
     yield tmp_path
     claims.load.cache_clear()
+    claims.shallow.cache_clear()
 
 
 def test_write_renders_then_check_passes_and_a_changed_figure_fails(repo, capsys):
