@@ -41,15 +41,18 @@ MAX_FAILURES = 3
 
 
 class CudaGraphs:
-    """torch.cuda's graphs, in the interface the cache uses (the CPU stand-in has the same:
-    :class:`~.standin.StandInGraphs`)."""
+    """torch.cuda's graphs, in the interface the cache uses (the CPU stand-in overrides where its
+    graphs and pools come from: :class:`~.standin.StandInGraphs`)."""
 
     def new_pool(self) -> Any:
         return torch.cuda.graph_pool_handle()
 
+    def graph(self) -> Any:
+        return torch.cuda.CUDAGraph()
+
     def capture(self, pool: Any, fn: Callable[[], Any]) -> tuple[Any, Any]:
         """``fn`` captured into a graph in ``pool`` (on the current stream, which must not be the default one)."""
-        graph = torch.cuda.CUDAGraph()
+        graph = self.graph()
         graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         try:
             out = fn()

@@ -40,6 +40,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .cache import CudaGraphs
+
 aten = torch.ops.aten
 
 #: operations that read a device value back to the host (a synchronisation), by overload packet
@@ -235,7 +237,7 @@ class _StandInGraph:
             self._release = None
 
 
-class StandInGraphs:
+class StandInGraphs(CudaGraphs):
     """CUDA graphs on a CPU under CUDA's rules (see the module docstring); one allocator's pools.
 
     Attributes:
@@ -258,21 +260,11 @@ class StandInGraphs:
     def CUDAGraph(self) -> _StandInGraph:  # noqa: N802 - torch.cuda's name
         return _StandInGraph(self)
 
-    # the interface of :class:`~.cache.CudaGraphs`
+    # where :class:`~.cache.CudaGraphs` takes its graphs and pools; its ``capture`` is shared
+    graph = CUDAGraph
+
     def new_pool(self) -> tuple:
         return self.graph_pool_handle()
-
-    def capture(self, pool: tuple, fn: Callable[[], Any]) -> tuple[_StandInGraph, Any]:
-        graph = self.CUDAGraph()
-        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-        try:
-            out = fn()
-        except BaseException:
-            with contextlib.suppress(RuntimeError):
-                graph.capture_end()
-            raise
-        graph.capture_end()
-        return graph, out
 
     def synchronize(self, device: Any) -> None:
         pass
