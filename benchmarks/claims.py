@@ -23,6 +23,7 @@ import argparse
 import functools
 import json
 import math
+import os
 import re
 import statistics
 import subprocess
@@ -34,7 +35,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 MARK = re.compile(r"<!-- claims: ([\w-]+) -->")
 #: the files whose results tables are rendered here
-FILES = ("README.md",)
+FILES = ("README.md", "CONTRIBUTING.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,21 +73,27 @@ class Row:
     width: int = 0  # cells of the table (the "no record" row fills them)
 
     def code(self) -> str:
-        if not self.records:
-            return "–"
-        if shallow():  # the history that says which commit added a record is not here
-            return f"{self.commit or '?'} (not in this history)"
-        commit = self.commit or measured_commit(self.records[0])
-        if not commit:
-            return "not committed"
-        if not git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"):
-            return f"{commit} (not in this history)"
-        return f"{commit}, older code" if code_changed(commit, self.measures) else commit
+        return provenance(self.records, self.measures, self.commit)
 
     def render(self, width: int) -> list[str]:
         if not self.records or self.cells is None:
             return [self.label, "no record", *["–"] * (width - 3), self.code()]
         return [*self.cells(), self.code()]
+
+
+def provenance(records: tuple[str, ...], measures: tuple[str, ...], commit: str | None = None) -> str:
+    """Which code ``records`` measured: a commit, with ", older code" where a line of ``measures`` changed
+    since; "–" without records."""
+    if not records:
+        return "–"
+    if shallow():  # the history that says which commit added a record is not here
+        return f"{commit or '?'} (not in this history)"
+    commit = commit or measured_commit(records[0])
+    if not commit:
+        return "not committed"
+    if not git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"):
+        return f"{commit} (not in this history)"
+    return f"{commit}, older code" if code_changed(commit, measures) else commit
 
 
 @functools.lru_cache(maxsize=None)
@@ -523,7 +530,7 @@ def marked(lines: list[str]) -> list[tuple[str, int, int]]:
     """(table name, first line, line after) of each marked table in ``lines``."""
     out = []
     for i, line in enumerate(lines):
-        m = MARK.search(line)
+        m = MARK.search(re.sub(r"`[^`]*`", "", line))
         if not m:
             continue
         start = i + 1
@@ -537,8 +544,9 @@ def marked(lines: list[str]) -> list[tuple[str, int, int]]:
 
 
 def unmarked_figures(lines: list[str]) -> list[str]:
-    """Rows of results tables (a column named result, cost, grogu or p) that hold a digit outside a marked table."""
-    inside = {i for _, s, e in marked(lines) for i in range(s, e)}
+    """Rows of results tables (a column named result, cost, grogu or p) that hold a digit outside a marked
+    table and outside the sections a ``source`` marker covers."""
+    inside = {i for _, s, e in marked(lines) for i in range(s, e)} | sourced_lines(lines)
     out, i = [], 0
     while i < len(lines):
         if lines[i].startswith("|") and i not in inside:
@@ -554,6 +562,117 @@ def unmarked_figures(lines: list[str]) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- figures in prose
+@dataclass
+class Figure:
+    """One figure in prose, between ``<!-- fig: NAME -->`` and ``<!-- /fig -->``: ``text()`` from
+    ``records``. Where the code it measures changed since, the figure says so after its text."""
+
+    records: tuple[str, ...]
+    measures: tuple[str, ...]
+    text: Callable[[], str]
+    commit: str | None = None
+
+    def render(self) -> str:
+        code = provenance(self.records, self.measures, self.commit)
+        if code.endswith(", older code"):
+            return f"{self.text()} (measured on older code, {code.split(',')[0]})"
+        return self.text()
+
+
+@dataclass
+class Source:
+    """The records behind a section's figures, stated in the section itself on a line of its own:
+
+    ``<!-- source: RECORD ...; measures: PATH ...; commit: ABC1234 -->`` or ``<!-- source: none; why: TEXT -->``
+
+    ``RECORD``: committed files under ``benchmarks/results/`` (from the repository's root). ``measures``:
+    the source paths whose code the figures describe. ``commit``: the code measured, where the records'
+    ``meta`` or the commit that added the first does not say it. The line after the marker is rendered:
+    the records, linked, and the code they measured; or "no record" and why.
+    """
+
+    records: tuple[str, ...] = ()
+    measures: tuple[str, ...] = ()
+    commit: str | None = None
+    why: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> "Source":
+        parts = [p.strip() for p in spec.split(";")]
+        records = () if parts[0] in ("", "none") else tuple(parts[0].split())
+        fields = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
+        unknown = set(fields) - {"measures", "commit", "why"}
+        if unknown or len(fields) != len(parts) - 1:
+            raise ValueError(f"a source marker takes records, then measures:, commit: or why:; got {spec!r}")
+        return cls(
+            records,
+            tuple(fields.get("measures", "").split()),
+            fields.get("commit", "").strip() or None,
+            fields.get("why", "").strip(),
+        )
+
+    def render(self, doc: str) -> str:
+        if not self.records:
+            return f"*No record: {self.why or 'the figures in this section were not kept'}. They cannot be checked.*"
+        here = (ROOT / doc).parent
+        links = ", ".join(f"[{Path(p).name}]({os.path.relpath(ROOT / p, here)})" for p in self.records)
+        code = provenance(self.records, self.measures, self.commit)
+        if code.endswith(", older code"):
+            code = f"{code.split(',')[0]}; the code it measured has changed since, so a new run is due"
+        return f"*Records: {links}. Code measured: {code}.*"
+
+
+FIG = re.compile(r"<!-- fig: ([\w-]+) -->(.*?)<!-- /fig -->")
+SOURCE = re.compile(r"^<!-- source: (.*?) -->$")
+HEADING = re.compile(r"^(#{1,6}) ")
+_UNIT = r"(?:×|%|\s?(?:ms|s|min|minutes|seconds|hours|GiB|MiB|GB|MB|pts|points)\b)"
+#: a figure in prose: a number with a unit, a p-value, or counts such as "23 / 10"
+FIGURE = re.compile(rf"(?<![\w.])\d[\d,]*(?:\.\d+)?{_UNIT}|\bp\s?[=<≤]\s?0?\.\d+|(?<![\w/.])\d+ / \d+(?![\w/])")
+
+
+def sourced_lines(lines: list[str]) -> set[int]:
+    """The lines a ``source`` marker covers: the rest of its heading's section, subsections included."""
+    heads = [(i, len(m.group(1))) for i, line in enumerate(lines) if (m := HEADING.match(line))]
+    out: set[int] = set()
+    for i, line in enumerate(lines):
+        if not SOURCE.match(line):
+            continue
+        above = [h for h in heads if h[0] < i]
+        level = above[-1][1] if above else 0
+        end = next((j for j, lv in heads if j > i and lv <= level), len(lines))
+        out.update(range(i, end))
+    return out
+
+
+def prose_figures(lines: list[str]) -> list[tuple[int, str]]:
+    """(line number, figure) of each figure outside a marker: outside code blocks, inline code, link
+    targets, marked tables, ``fig`` markers and the sections a ``source`` marker covers."""
+    skip = {i for _, s, e in marked(lines) for i in range(s, e)} | sourced_lines(lines)
+    out, in_code = [], False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code or i in skip or HEADING.match(line):
+            continue
+        text = FIG.sub("", line)
+        text = re.sub(r"<!--.*?-->|`[^`]*`|\]\([^)]*\)", " ", text)
+        out += [(i + 1, m.group(0)) for m in FIGURE.finditer(text) if not _allowed(m.group(0), text)]
+    return out
+
+
+def _allowed(figure: str, line: str) -> bool:
+    """Whether ``figure`` is part of a constant of :data:`CONSTANTS` in ``line``."""
+    return any(figure in m.group(0) for c in CONSTANTS for m in re.finditer(c, line))
+
+
+#: figures that are constants, not measurements (limits, sizes, settings): a regex each, matched in the line
+CONSTANTS = ()
+#: the figures in prose (``<!-- fig: NAME -->``)
+FIGURES: dict[str, Figure] = {}
+
+
 def _unknown_commits(rendered: list[str]) -> bool:
     return any("(not in this history)" in line for line in rendered)
 
@@ -563,38 +682,79 @@ def _without_code(line: str) -> str:
     return line.rstrip().rstrip("|").rsplit("|", 1)[0]
 
 
-def run(write: bool) -> int:
+def check_file(name: str, write: bool) -> list[str]:
+    """What in file ``name`` differs from its records (rewritten in place with ``write``)."""
     tables = {t.name: t for t in TABLES}
+    path = ROOT / name
+    lines = path.read_text().splitlines()
+    problems: list[str] = []
+    for table, start, end in reversed(marked(lines)):
+        if table not in tables:
+            problems.append(f"{name}: no table named {table!r} in benchmarks/claims.py")
+            continue
+        rendered = tables[table].render()
+        if not write and _unknown_commits(rendered):
+            # a clone without the measured commits (shallow): the figures are checked, the code column not
+            text = lines[start:end]
+            rendered = [a if _without_code(a) == _without_code(b) else b for a, b in zip(text, rendered)]
+            rendered += tables[table].render()[len(text) :]
+        if lines[start:end] != rendered:
+            if write:
+                lines[start:end] = rendered
+            else:
+                problems.append(f"{name}: table {table} differs from its records:")
+                problems += [f"  - {a}" for a in lines[start:end] if a not in rendered]
+                problems += [f"  + {b}" for b in rendered if b not in lines[start:end]]
+    for i, line in enumerate(lines):
+        for m in FIG.finditer(line):
+            if m.group(1) not in FIGURES:
+                problems.append(f"{name}:{i + 1}: no figure named {m.group(1)!r} in benchmarks/claims.py")
+                continue
+            want = FIGURES[m.group(1)].render()
+            if m.group(2) != want and not (shallow() and not write):
+                if write:
+                    line = lines[i] = line.replace(m.group(0), f"<!-- fig: {m.group(1)} -->{want}<!-- /fig -->")
+                else:
+                    problems.append(f"{name}:{i + 1}: figure {m.group(1)} says {m.group(2)!r}, its record {want!r}")
+        s = SOURCE.match(line)
+        if s:
+            try:
+                source = Source.parse(s.group(1))
+            except ValueError as e:
+                problems.append(f"{name}:{i + 1}: {e}")
+                continue
+            problems += [f"{name}:{i + 1}: record missing: {p}" for p in source.records if not (ROOT / p).exists()]
+            want = source.render(name)
+            has = lines[i + 1] if i + 1 < len(lines) else ""
+            same = has == want or (
+                shallow() and not write and has.split(" Code measured")[0] == want.split(" Code measured")[0]
+            )
+            if not same:
+                if write:
+                    if has.startswith(("*Records: ", "*No record: ")):
+                        lines[i + 1] = want
+                    else:
+                        lines.insert(i + 1, want)
+                else:
+                    problems.append(f"{name}:{i + 1}: the line after the source marker is not {want!r}")
+    problems += [f"{name}: a figure outside a marked table: {row}" for row in unmarked_figures(lines)]
+    problems += [f"{name}:{n}: a figure outside a marker: {fig!r}" for n, fig in prose_figures(lines)]
+    if write:
+        path.write_text("\n".join(lines) + "\n")
+    return problems
+
+
+def run(write: bool, files: tuple[str, ...] | None = None) -> int:
     problems: list[str] = []
     for t in TABLES:
         problems += [f"table {t.name}: record missing: {p}" for p in t.missing()]
+    for n, f in FIGURES.items():
+        problems += [f"figure {n}: record missing: {p}" for p in f.records if not (ROOT / p).exists()]
     if problems:
         print("\n".join(problems))
         return 1
-    for name in FILES:
-        path = ROOT / name
-        lines = path.read_text().splitlines()
-        found = marked(lines)
-        for table, start, end in reversed(found):
-            if table not in tables:
-                problems.append(f"{name}: no table named {table!r} in benchmarks/claims.py")
-                continue
-            rendered = tables[table].render()
-            if not write and _unknown_commits(rendered):
-                # a clone without the measured commits (shallow): the figures are checked, the code column not
-                text = lines[start:end]
-                rendered = [a if _without_code(a) == _without_code(b) else b for a, b in zip(text, rendered)]
-                rendered += tables[table].render()[len(text) :]
-            if lines[start:end] != rendered:
-                if write:
-                    lines[start:end] = rendered
-                else:
-                    problems.append(f"{name}: table {table} differs from its records:")
-                    problems += [f"  - {a}" for a in lines[start:end] if a not in rendered]
-                    problems += [f"  + {b}" for b in rendered if b not in lines[start:end]]
-        problems += [f"{name}: a figure outside a marked table: {row}" for row in unmarked_figures(lines)]
-        if write:
-            path.write_text("\n".join(lines) + "\n")
+    for name in files or FILES:
+        problems += check_file(name, write)
     if problems:
         print("\n".join(problems))
         return 1
