@@ -375,6 +375,179 @@ def _two_samples() -> list[str]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------- tune's validations
+TUNE_RULES = f"{R}/tune_validation_rules.json"
+TUNE_CODE = ("src/grogu/apps/tune/", *RERANK_CODE)
+
+
+def _tune_reports() -> list[tuple[dict, dict]]:
+    """(attempt, its report) for each validation of ``grogu tune``, in the order they were run."""
+    return [(a, load(a["report"])) for a in load(TUNE_RULES)["attempts"]]
+
+
+def _tune_pair(rows: list[dict], a: str, b: str, per_question: bool = False) -> tuple[int, int]:
+    """(wins, losses) of arm ``a`` against ``b``: per answer, or per question (its answers under every
+    prompt summed)."""
+    if not per_question:
+        return sum(r[a]["correct"] > r[b]["correct"] for r in rows), sum(
+            r[a]["correct"] < r[b]["correct"] for r in rows
+        )
+    tot: dict[tuple, list[int]] = {}
+    for r in rows:
+        t = tot.setdefault((r["sample"], r["data"], r["id"]), [0, 0])
+        t[0] += r[a]["correct"]
+        t[1] += r[b]["correct"]
+    return sum(x > y for x, y in tot.values()), sum(x < y for x, y in tot.values())
+
+
+def _tune_rows() -> list[dict]:
+    return [{**r, "sample": p} for p in TUNE_EVAL for r in load(p) if r.get("judged", True)]
+
+
+def _fig_tune_runs() -> str:
+    sets = [s for _, rep in _tune_reports() for s in rep["sets"]]
+    adopted = sum(bool(s["tuned"].get("adopted")) for s in sets)
+    return f"{len(sets)} validation runs it " + (
+        "never chose another" if not adopted else f"chose another {adopted} times"
+    )
+
+
+def _fig_first_rule() -> str:
+    first = _tune_reports()[0][1]["pooled"]["tuned_vs_shipped"]
+    return f"{first['losses']} / {first['wins']}"
+
+
+def _fig_second_rule() -> str:
+    rep = _tune_reports()[1][1]
+    worst = min(rep["sets"], key=lambda s: s["shipped_vs_keep"]["wins"] - s["shipped_vs_keep"]["losses"])
+    x = worst["shipped_vs_keep"]
+    data = {"nq": "NQ-open", "squad": "SQuAD", "hotpotqa": "HotpotQA"}[worst["data"]]
+    prompt = {"readme": "the README's prompt", "llamaindex": "LlamaIndex's prompt"}[worst["prompt"]]
+    return f"{x['losses']} / {x['wins']} on {data}, under {prompt}"
+
+
+def _fig_both_samples() -> str:
+    rows = _tune_rows()
+    w, lo = _tune_pair(rows, "shipped", "keep")
+    qw, ql = _tune_pair(rows, "shipped", "keep", per_question=True)
+    return f"On {len(rows)} fresh answers the default beat the retriever's order {w} / {lo} (per question {qw} / {ql})"
+
+
+def _fig_readme_prompt_lost() -> str:
+    rows = [r for r in load(f"{R}/prompt_gate/held_report.json")["outcomes"]["shipped"] if r["prompt"] == "readme"]
+    return f"{sum(r['correct'] > r['plain_correct'] for r in rows)} / {sum(r['correct'] < r['plain_correct'] for r in rows)}"
+
+
+def _fig_readme_prompt_tune() -> str:
+    rows = [r for r in _tune_rows() if r["prompt"] == "readme"]
+    w, lo = _tune_pair(rows, "shipped", "keep")
+    return f"{w} / {lo}"
+
+
+def _fig_gpu_exact() -> str:
+    rows = load(f"{GPU}/decode_check.json")["rows"]
+    same = [tuple(map(int, r["same_answers"].split(" / "))) for r in rows]
+    sampled = [tuple(map(int, r["sampled_same_as_eager"].split(" / "))) for r in rows if "sampled_same_as_eager" in r]
+    worst = min(same + sampled, key=lambda t: t[0] / t[1])
+    return f"{worst[0]} / {worst[1]}"
+
+
+def _tune_attempts() -> list[Row]:
+    """One row per validation of ``grogu tune``: its rule, the rule's commit and the sample's, and the outcome."""
+
+    def cells(i: int) -> Callable[[], list[str]]:
+        def row() -> list[str]:
+            attempt, rep = _tune_reports()[i]
+            verdict = rep["verdict"]
+            pooled = rep["pooled"]["tuned_vs_shipped"]
+            lost = [s for s in rep["sets"] if s["tuned_vs_keep"]["losses"] > s["tuned_vs_keep"]["wins"]]
+            order = commit_order(attempt["rule_commit"], attempt["sample_commit"])
+            return [
+                f"seed {attempt['seed']}",
+                attempt["incumbent"],
+                f"{attempt['rule_commit']}, then {attempt['sample_commit']}: {order}",
+                "met"
+                if verdict["tuned_never_loses_to_keep"]
+                else "not met: "
+                + ", ".join(
+                    f"{s['data']}/{s['prompt']} {s['tuned_vs_keep']['wins']} / {s['tuned_vs_keep']['losses']}"
+                    for s in lost
+                ),
+                ("met" if verdict["tuned_at_least_shipped_pooled"] else "not met")
+                + f" ({pooled['wins']} / {pooled['losses']})",
+            ]
+
+        return row
+
+    return [
+        Row(f"seed {a['seed']}", (TUNE_RULES, a["report"]), TUNE_CODE, cells(i), commit=a["sample_commit"])
+        for i, a in enumerate(load(TUNE_RULES)["attempts"])
+    ]
+
+
+def commit_order(rule: str, sample: str) -> str:
+    """Whether the history shows the rule committed before the sample it judged."""
+    if shallow():
+        return "not in this history"
+    if rule == sample:
+        return "one commit: the history cannot show the rule came first"
+    if not git("rev-parse", "--verify", "--quiet", f"{rule}^{{commit}}"):
+        return "not in this history"
+    ok = subprocess.run(["git", "merge-base", "--is-ancestor", rule, sample], cwd=ROOT, check=False).returncode == 0
+    return "rule first" if ok else "the sample came first"
+
+
+# ---------------------------------------------------------------------------------------------- CONTRIBUTING
+SUITE = f"{R}/test_suite"
+SUITE_CODE = ("src/", "integrations/", "research/src/", "tests/", "conftest.py", "pyproject.toml")
+
+
+def _suite_runs(path: str) -> list[tuple[int, int, float]]:
+    """(passed, failed, seconds) of each pytest summary line in a test-suite record."""
+    out = []
+    for line in load(path).splitlines():
+        m = re.search(r"(?:(\d+) failed, )?(\d+) passed.* in ([\d.]+)s", line)
+        if m and not line.startswith("#"):
+            out.append((int(m.group(2)), int(m.group(1) or 0), float(m.group(3))))
+    return out
+
+
+def _fig_suite_quiet() -> str:
+    passed, _, secs = _suite_runs(f"{SUITE}/quiet_epyc_d117767.txt")[-1]
+    return f"runs {passed} tests on two workers: {secs / 60:.1f} minutes on a quiet machine"
+
+
+def _fig_suite_loaded() -> str:
+    runs = [r for r in _suite_runs(f"{SUITE}/beside_one_cpu_bound_process.txt")][-2:]
+    minutes = " and ".join(f"{s / 60:.1f}" for _, _, s in runs)
+    return f"{minutes} minutes, {sum(f for _, f, _ in runs)} failed"
+
+
+def _imports() -> list[Row]:
+    rec = f"{R}/import_times/epyc_2core.json"
+    notes = {
+        "grogu.rerank.remote.client": " (`RemoteScorer`; pydantic for the wire schema)",
+        "grogu.runtime.engine.core": " (torch and transformers)",
+    }
+
+    def cells(i: int) -> Callable[[], list[str]]:
+        def row() -> list[str]:
+            r = load(rec)["rows"][i]
+            return [f"`{r['module']}`{notes.get(r['module'], '')}", f"{r['median_s']:.2f} s"]
+
+        return row
+
+    return [Row(m, (rec,), ("src/grogu/",), cells(i)) for i, m in enumerate(r["module"] for r in load(rec)["rows"])]
+
+
+def _fig_first_command() -> str:
+    d = load(f"{R}/first_command/epyc_2core.json")
+    if d["rc"] != 0:
+        return f"it failed (exit {d['rc']})"
+    load_ = d["meta"]["settings"].get("machine_load")
+    return f"it takes {d['seconds']:.0f} s" + (f" ({load_})" if load_ else "")
+
+
 # ---------------------------------------------------------------------------------------------- speed and the service
 SERVE_CODE = ("src/grogu/apps/serve/", "src/grogu/rerank/remote/")
 
@@ -428,6 +601,18 @@ def _sampled() -> list[str]:
 
 
 TABLES = [
+    Table(
+        "tune-rules",
+        (
+            "sample",
+            "incumbent",
+            "rule's commit, then the sample's",
+            "tuned never loses to the retriever's order",
+            "tuned ≥ default, pooled: W / L",
+        ),
+        _tune_attempts(),
+    ),
+    Table("imports", ("module", "import"), _imports()),
     Table(
         "cost",
         ("what", "cost", "bar set for it"),
@@ -576,7 +761,7 @@ class Figure:
     def render(self) -> str:
         code = provenance(self.records, self.measures, self.commit)
         if code.endswith(", older code"):
-            return f"{self.text()} (measured on older code, {code.split(',')[0]})"
+            return f"{self.text()} (older code: {code.split(',')[0]})"
         return self.text()
 
 
@@ -631,9 +816,20 @@ _UNIT = r"(?:×|%|\s?(?:ms|s|min|minutes|seconds|hours|GiB|MiB|GB|MB|pts|points)
 FIGURE = re.compile(rf"(?<![\w.])\d[\d,]*(?:\.\d+)?{_UNIT}|\bp\s?[=<≤]\s?0?\.\d+|(?<![\w/.])\d+ / \d+(?![\w/])")
 
 
+def outside_code(lines: list[str]) -> list[tuple[int, str]]:
+    """(index, line) of the lines outside fenced code blocks."""
+    out, in_code = [], False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code:
+            out.append((i, line))
+    return out
+
+
 def sourced_lines(lines: list[str]) -> set[int]:
     """The lines a ``source`` marker covers: the rest of its heading's section, subsections included."""
-    heads = [(i, len(m.group(1))) for i, line in enumerate(lines) if (m := HEADING.match(line))]
+    heads = [(i, len(m.group(1))) for i, line in outside_code(lines) if (m := HEADING.match(line))]
     out: set[int] = set()
     for i, line in enumerate(lines):
         if not SOURCE.match(line):
@@ -668,9 +864,28 @@ def _allowed(figure: str, line: str) -> bool:
 
 
 #: figures that are constants, not measurements (limits, sizes, settings): a regex each, matched in the line
-CONSTANTS = ()
+CONSTANTS = (
+    r"\b50[03]s\b",  # HTTP status codes in the plural
+    r"takes over about 5 s",  # CONTRIBUTING: when a test is marked slow
+    r"CI stays under\s*$|^20 minutes on a first-generation EPYC",  # the CI budget
+)
 #: the figures in prose (``<!-- fig: NAME -->``)
-FIGURES: dict[str, Figure] = {}
+FIGURES: dict[str, Figure] = {
+    "tune-runs": Figure((TUNE_RULES,), TUNE_CODE, _fig_tune_runs, commit="4503167"),
+    "tune-first-rule": Figure((TUNE_RULES,), TUNE_CODE, _fig_first_rule, commit="ae75b3c"),
+    "tune-second-rule": Figure((TUNE_RULES,), TUNE_CODE, _fig_second_rule, commit="4503167"),
+    "tune-both": Figure(TUNE_EVAL, TUNE_CODE, _fig_both_samples, commit="4503167"),
+    "readme-prompt-lost": Figure((f"{R}/prompt_gate/held_report.json",), RERANK_CODE, _fig_readme_prompt_lost),
+    "readme-prompt-tune": Figure(TUNE_EVAL, RERANK_CODE, _fig_readme_prompt_tune, commit="4503167"),
+    "suite-quiet": Figure((f"{SUITE}/quiet_epyc_d117767.txt",), SUITE_CODE, _fig_suite_quiet, commit="d117767"),
+    "suite-loaded": Figure(
+        (f"{SUITE}/beside_one_cpu_bound_process.txt",), SUITE_CODE, _fig_suite_loaded, commit="d117767"
+    ),
+    "first-command": Figure(
+        (f"{R}/first_command/epyc_2core.json",), ("pyproject.toml", "integrations/", "README.md"), _fig_first_command
+    ),
+    "gpu-exact": Figure((f"{GPU}/decode_check.json",), GPU_CODE, _fig_gpu_exact, commit="43d0617"),
+}
 
 
 def _unknown_commits(rendered: list[str]) -> bool:

@@ -132,7 +132,7 @@ def prose(text: str) -> tuple[list[str], list[str]]:
             current.clear()
 
     for line in text.splitlines():
-        stripped = line.strip()
+        stripped = re.sub(r"<!--.*?-->", "", line).strip()  # markers (benchmarks/claims.py) are not read
         if stripped.startswith("```"):
             flush()
             in_code = not in_code
