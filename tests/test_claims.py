@@ -163,7 +163,7 @@ def test_changed_code_marks_the_figure_and_the_section_as_older(prose):
     assert claims.run(write=False) == 1
     claims.run(write=True)
     assert "3.14× (older code: " in (prose / "README.md").read_text()
-    assert "the code it measured has changed since, so a new run is due" in (prose / "docs" / "runs.md").read_text()
+    assert "the code measured has changed since, so a new run is due" in (prose / "docs" / "runs.md").read_text()
 
 
 def test_a_figure_outside_a_marker_fails_and_a_source_covers_its_section_only(prose, capsys):
