@@ -117,9 +117,10 @@ def measured_commit(path: str) -> str:
     except (OSError, ValueError):
         return ""
     meta = record.get("meta") if isinstance(record, dict) else None
-    beside = ROOT / Path(path).parent / "meta.json"  # a run's folder may say it once for all its files
-    if not meta and beside.exists():
-        meta = load(str(beside.relative_to(ROOT)))
+    # a JSONL or text record says it in a sidecar (``NAME.meta.json``); a run's folder once for all its files
+    for beside in (ROOT / f"{path}.meta.json", ROOT / Path(path).parent / "meta.json"):
+        if not meta and beside.exists():
+            meta = load(str(beside.relative_to(ROOT)))
     if meta and meta.get("commit"):
         return str(meta["commit"])[:7]
     added = git("log", "--diff-filter=A", "--format=%h", "--", path).splitlines()

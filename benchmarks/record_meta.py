@@ -55,6 +55,17 @@ def versions(*names: str) -> dict[str, str]:
     return out
 
 
+def write_sidecar(record_path: str, settings: dict[str, Any] | None = None, **extra: Any) -> str:
+    """Write ``RECORD.meta.json`` beside a record that cannot hold a ``meta`` key (JSONL, text)."""
+    import json
+
+    path = f"{record_path}.meta.json"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(meta(settings, **extra), f, indent=1)
+        f.write("\n")
+    return path
+
+
 def meta(settings: dict[str, Any] | None = None, command: list[str] | None = None, **extra: Any) -> dict[str, Any]:
     """The ``meta`` of a record made now: commit, dirty, machine, versions, command, settings."""
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "src", "integrations", "research"))
