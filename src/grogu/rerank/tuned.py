@@ -1,7 +1,9 @@
 """A settings file written by ``grogu tune``: rerank settings fitted to one LLM and one QA prompt.
 
 The file is JSON. It holds the :class:`ModeSettings` fields, and what they were fitted to: the model's
-name, a hash of the prompt (:func:`prompt_hash`), ``top_n`` and the answer budget. It also holds the
+name (:func:`grogu.runtime.models.public_model_name`: no install path) and fingerprint
+(:func:`model_fingerprint`), the dtype and device it ran in, a hash of the prompt (:func:`prompt_hash`),
+``top_n`` and the answer budget. It also holds the
 evidence: how many questions, the wins and losses on the cross-validation's held-out folds, the sign
 test's p, and the decision: ``"tuned"`` (a setting that beat the shipped default), ``"default"`` (the
 shipped default stays) or ``"keep"`` (the retriever's order).
@@ -9,7 +11,9 @@ shipped default stays) or ``"keep"`` (the retriever's order).
 Every front end takes the file where it takes settings (``settings="grogu-tuned.json"``):
 ``UtilityScorer.rerank``, ``GroguRerank``, ``GroguCompressor``, ``GroguRetriever``, ``RemoteScorer`` and
 ``grogu rerank --settings``. :func:`load_tuned` reads and checks it before any model loads. Used with
-another model, prompt or ``top_n`` than the ones it was fitted to, it warns (:meth:`TunedSettings.check`).
+another model, prompt, ``top_n`` or answer budget than the ones it was fitted to, it warns
+(:meth:`TunedSettings.check`). :meth:`TunedSettings.save` replaces a file whole: a write that fails leaves
+the old file as it was.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..core.prompts import PromptTemplate
+from ..runtime.models import public_model_name
 from .settings import ModeSettings
 
 #: the ``format`` value of a tuned settings file
@@ -33,7 +40,7 @@ DECISIONS = ("tuned", "default", "keep")
 
 
 class TunedSettingsWarning(UserWarning):
-    """Tuned settings used with another model, prompt or top_n than the ones they were fitted to."""
+    """Tuned settings used with another model, prompt, top_n or answer budget than they were fitted to."""
 
 
 def prompt_hash(template: PromptTemplate) -> str:
@@ -53,25 +60,93 @@ def prompt_hash(template: PromptTemplate) -> str:
     return f"sha256:{digest[:16]}"
 
 
+#: values read from each weight tensor for the fingerprint's digest
+DIGEST_VALUES = 64
+_DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _weights_digest(model: Any) -> str | None:
+    """12 hex digits of a hash of the weights: every tensor's shape and :data:`DIGEST_VALUES` values at an
+    even stride, each rounded to bfloat16 (so float32 and bfloat16 copies of the same weights agree).
+    None when the weights cannot be read (on the meta device)."""
+    try:
+        if model in _DIGESTS:
+            return _DIGESTS[model]
+    except TypeError:  # not weakly referable: computed each time
+        pass
+    import torch
+
+    h, samples = hashlib.sha256(), []
+    try:
+        with torch.no_grad():
+            for p in model.parameters():
+                flat = p.detach().reshape(-1)
+                samples.append(flat[:: max(1, flat.numel() // DIGEST_VALUES)][:DIGEST_VALUES].float())
+                h.update(repr(tuple(p.shape)).encode())
+            values = torch.cat(samples).to(torch.bfloat16).view(torch.int16).cpu()
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return None
+    h.update(values.numpy().tobytes())
+    out = h.hexdigest()[:12]
+    try:
+        _DIGESTS[model] = out
+    except TypeError:
+        pass
+    return out
+
+
 def model_fingerprint(target: Any) -> str | None:
-    """The shape of a target's model (type, layers, width, vocabulary), or None without a local model. It
-    names the same weights the same way however they were loaded (an alias, a path, a framework's LLM)."""
-    config = getattr(getattr(target, "model", None), "config", None)
+    """What identifies a target's local model: its shape (type, layers, width, vocabulary), then ``+w:``
+    and a digest of its weights (:func:`_weights_digest`), e.g. ``llama-30x576-v49152+w:0123456789ab``.
+    None without a local model (a server's model).
+
+    The same weights get the same fingerprint however they were loaded (an alias, a path, a framework's
+    LLM) and in float32 or bfloat16. A base model and its instruct variant, or a fine-tune, get different
+    ones. Float16 rounds some values apart from bfloat16, so it may give another digest. The digest reads a
+    few values of each tensor once per model object: cheap, but weights changed in place are not seen."""
+    model = getattr(target, "model", None)
+    config = getattr(model, "config", None)
     if config is None:
         return None
     text = getattr(config, "get_text_config", lambda: config)()
     parts = [getattr(text, k, None) for k in ("model_type", "num_hidden_layers", "hidden_size", "vocab_size")]
-    return None if None in parts else "{}-{}x{}-v{}".format(*parts)
+    if None in parts:
+        return None
+    shape = "{}-{}x{}-v{}".format(*parts)
+    digest = _weights_digest(model) if hasattr(model, "parameters") else None
+    return shape if digest is None else f"{shape}+w:{digest}"
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two fingerprints name the same model. One without a weights digest (an older file's) is
+    compared by shape only."""
+    if "+w:" in a and "+w:" in b:
+        return a == b
+    return a.partition("+w:")[0] == b.partition("+w:")[0]
+
+
+def target_dtype(target: Any) -> str | None:
+    """The dtype a target's local model computes in (``"float32"``, ``"bfloat16"`` ...), or None."""
+    dtype = getattr(target, "dtype", None)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def target_device(target: Any) -> str | None:
+    """The kind of device a target's local model runs on (``"cpu"``, ``"cuda"`` ...), or None."""
+    device = getattr(target, "device", None)
+    return None if device is None else str(getattr(device, "type", device)).split(":")[0]
 
 
 @dataclass(frozen=True)
 class TunedSettings:
     """The content of a tuned settings file (see the module docstring).
 
-    settings: the rerank settings to use. model: the model's name it was fitted on. prompt_hash: the
-    hash of its QA prompt (:func:`prompt_hash`). top_n: documents kept. max_new_tokens: the answer
-    budget. decision: ``"tuned"``, ``"default"`` or ``"keep"``. evidence: the tuning's figures (n, folds, wins,
-    losses, p, cost), kept as written."""
+    settings: the rerank settings to use. model: the model's name it was fitted on (no install path:
+    :func:`grogu.runtime.models.public_model_name`). prompt_hash: the hash of its QA prompt
+    (:func:`prompt_hash`). top_n: documents kept. max_new_tokens: the answer budget. decision:
+    ``"tuned"``, ``"default"`` or ``"keep"``. evidence: the tuning's figures (n, folds, wins, losses, p,
+    cost), kept as written. fingerprint: :func:`model_fingerprint`. dtype, device: what the model ran in
+    while tuned (recorded, not checked: the settings carry over)."""
 
     settings: ModeSettings
     model: str
@@ -81,6 +156,8 @@ class TunedSettings:
     decision: str = "tuned"
     evidence: Mapping[str, Any] = field(default_factory=dict)
     fingerprint: str | None = None
+    dtype: str | None = None
+    device: str | None = None
     path: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,6 +168,8 @@ class TunedSettings:
             "decision": self.decision,
             "model": self.model,
             "model_fingerprint": self.fingerprint,
+            "dtype": self.dtype,
+            "device": self.device,
             "prompt_hash": self.prompt_hash,
             "top_n": self.top_n,
             "max_new_tokens": self.max_new_tokens,
@@ -99,9 +178,23 @@ class TunedSettings:
         }
 
     def save(self, path: str | os.PathLike) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.as_dict(), f, indent=2, ensure_ascii=False)
-            f.write("\n")
+        """Write the file whole: to a temporary file in the same folder, then renamed over ``path``
+        (``os.replace``). A write that fails leaves the old file as it was, and no temporary file."""
+        path = os.fspath(path)
+        text = json.dumps(self.as_dict(), indent=2, ensure_ascii=False) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     def mismatches(
         self,
@@ -109,19 +202,23 @@ class TunedSettings:
         template: PromptTemplate | None = None,
         top_n: Any = "unknown",
         fingerprint: str | None = None,
+        max_new_tokens: int | None = None,
     ) -> list[str]:
         """What differs from the set-up these settings were fitted to (an empty list: nothing). The model is
-        compared by its fingerprint (:func:`model_fingerprint`) where both sides have one, else by name."""
+        compared by its fingerprint (:func:`model_fingerprint`, :func:`same_model`) where both sides have
+        one, else by its public name. ``max_new_tokens``: the caller's answer budget (None: not known)."""
         out = []
         if fingerprint is not None and self.fingerprint is not None:
-            if fingerprint != self.fingerprint:
+            if not same_model(fingerprint, self.fingerprint):
                 out.append(f"model {model!r}, a {fingerprint} (tuned on {self.model!r}, a {self.fingerprint})")
-        elif model is not None and str(model) != self.model:
+        elif model is not None and public_model_name(model) != public_model_name(self.model):
             out.append(f"model {model!r} (tuned on {self.model!r})")
         if template is not None and prompt_hash(template) != self.prompt_hash:
             out.append(f"a QA prompt with hash {prompt_hash(template)} (tuned with {self.prompt_hash})")
         if top_n != "unknown" and top_n != self.top_n:
             out.append(f"top_n={top_n} (tuned with top_n={self.top_n})")
+        if max_new_tokens is not None and self.max_new_tokens is not None and max_new_tokens != self.max_new_tokens:
+            out.append(f"max_new_tokens={max_new_tokens} (tuned with max_new_tokens={self.max_new_tokens})")
         return out
 
     def check(
@@ -130,9 +227,10 @@ class TunedSettings:
         template: PromptTemplate | None = None,
         top_n: Any = "unknown",
         fingerprint: str | None = None,
+        max_new_tokens: int | None = None,
     ) -> None:
-        """Warn (:class:`TunedSettingsWarning`) when used with another model, prompt or top_n."""
-        found = self.mismatches(model, template, top_n, fingerprint)
+        """Warn (:class:`TunedSettingsWarning`) when used with another model, prompt, top_n or answer budget."""
+        found = self.mismatches(model, template, top_n, fingerprint, max_new_tokens)
         if found:
             where = f" ({self.path})" if self.path else ""
             warnings.warn(
@@ -169,11 +267,20 @@ def from_dict(data: Any, where: str = "the tuned settings") -> TunedSettings:
     evidence = data.get("evidence", {})
     if not isinstance(evidence, Mapping):
         raise ValueError(f"{where}: evidence must be an object")
-    fingerprint = data.get("model_fingerprint")
-    if fingerprint is not None and not isinstance(fingerprint, str):
-        raise ValueError(f"{where}: model_fingerprint must be a string or null")
+    for name in ("model_fingerprint", "dtype", "device"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise ValueError(f"{where}: {name} must be a string or null")
     return TunedSettings(
-        settings, data["model"], data["prompt_hash"], top_n, budget, data["decision"], evidence, fingerprint
+        settings,
+        data["model"],
+        data["prompt_hash"],
+        top_n,
+        budget,
+        data["decision"],
+        evidence,
+        data.get("model_fingerprint"),
+        data.get("dtype"),
+        data.get("device"),
     )
 
 
@@ -239,11 +346,14 @@ def settings_from_arguments(arguments: Mapping[str, Any]) -> ModeSettings:
 
 def call_settings(settings: Any, overrides: Mapping[str, Any], scorer: Any, top_n: Any) -> ModeSettings:
     """A rerank call's settings (``settings`` with ``overrides``; a ``grogu tune`` file too). Settings from a
-    file warn when it was fitted to another model, prompt or top_n than ``scorer``'s and the call's."""
+    file warn when it was fitted to another model, prompt, top_n or answer budget than ``scorer``'s and the
+    call's. Every front end reranks through a scorer, so each one passes its answer budget here."""
     out = build_settings(settings, **overrides)
     tuned = tuned_source(out)
     if tuned is not None:
-        tuned.check(scorer.model_name, scorer.template, top_n, model_fingerprint(getattr(scorer, "target", None)))
+        fingerprint = model_fingerprint(getattr(scorer, "target", None))
+        budget = getattr(scorer, "max_new_tokens", None)
+        tuned.check(scorer.model_name, scorer.template, top_n, fingerprint, budget)
     return out
 
 
@@ -256,6 +366,9 @@ __all__ = [
     "TunedSettingsWarning",
     "prompt_hash",
     "model_fingerprint",
+    "same_model",
+    "target_dtype",
+    "target_device",
     "load_tuned",
     "tuned_of",
     "from_dict",

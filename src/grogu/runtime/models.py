@@ -91,6 +91,28 @@ def resolve_spec(spec: str) -> ResolvedSpec:
     return ResolvedSpec(name, expanded)
 
 
+def public_model_name(spec: Any) -> str:
+    """A model's name without the place it is installed, the same on every machine.
+
+    An embedded model is named by its alias, also when given as its file or its package's folder (from
+    any install). A hub cache folder (``.../models--org--name/snapshots/...``) is named ``org/name``.
+    Any other local path is named by its last part. A hub id or a served model's name stays as given."""
+    name = str(spec).strip()
+    alias = _ALIAS_SYNONYMS.get(name.lower(), name.lower())
+    if alias in EMBEDDED_ALIASES:
+        return alias
+    parts = os.path.normpath(os.path.expanduser(name)).replace("\\", "/").split("/")
+    for alias, (package, file) in EMBEDDED_ALIASES.items():
+        if parts[-1] in (package, file):
+            return alias
+    hub = [p for p in parts if p.startswith("models--")]
+    if hub and "snapshots" in parts:
+        return hub[-1].removeprefix("models--").replace("--", "/")
+    if os.path.isabs(name) or name.startswith((".", "~")) or os.path.exists(name):
+        return parts[-1] or name
+    return name
+
+
 def default_device() -> torch.device:
     import torch
 

@@ -96,10 +96,17 @@ def build_scorer(
 
 
 def set_up(scorer: Any, top_n: int) -> dict[str, Any]:
-    """What records and the settings file say they were made with."""
+    """What records and the settings file say they were made with. The model's name has no install path
+    (:func:`grogu.runtime.models.public_model_name`); its fingerprint, dtype and device say which weights
+    ran and how."""
+    from ...rerank.tuned import target_device, target_dtype
+    from ...runtime.models import public_model_name
+
     return {
-        "model": str(scorer.model_name),
+        "model": public_model_name(scorer.model_name),
         "model_fingerprint": model_fingerprint(scorer.target),
+        "dtype": target_dtype(scorer.target),
+        "device": target_device(scorer.target),
         "prompt_hash": prompt_hash(scorer.template),
         "top_n": top_n,
         "max_new_tokens": scorer.max_new_tokens,
@@ -201,6 +208,8 @@ def tune(
         decision=result.decision,
         evidence=result.evidence,
         fingerprint=meta["model_fingerprint"],
+        dtype=meta["dtype"],
+        device=meta["device"],
     )
     if out is not None:
         path = os.path.join(out, "settings.json")

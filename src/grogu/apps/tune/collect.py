@@ -24,11 +24,14 @@ from typing import Any, Sequence
 
 from ...rerank import pipeline as rerank_pipeline
 from ...rerank.settings import ModeSettings
+from ...rerank.tuned import same_model
+from ...runtime.models import public_model_name
 from .examples import Example
 
 #: the candidates collected for every question: every family tune replays is a subset of these
 COLLECT_SETTINGS = ModeSettings(family="swap_orders", swaps=2, gate="always")
-#: what a record must share with the run that reads it (and the model: its fingerprint, else its name)
+#: what a record must share with the run that reads it; also the model (its fingerprint, else its public
+#: name) and the dtype where the record names one
 RECORD_KEYS = ("prompt_hash", "top_n", "max_new_tokens")
 
 
@@ -58,10 +61,12 @@ def read_records(path: str | None, meta: dict[str, Any]) -> dict[str, dict]:
                 raise ValueError(f"{path}:{n} is not a JSON record") from None
             other = {k: rec.get(k) for k in RECORD_KEYS if rec.get(k) != meta[k]}
             if rec.get("model_fingerprint") and meta.get("model_fingerprint"):
-                if rec["model_fingerprint"] != meta["model_fingerprint"]:
+                if not same_model(rec["model_fingerprint"], meta["model_fingerprint"]):
                     other["model_fingerprint"] = rec["model_fingerprint"]
-            elif rec.get("model") != meta.get("model"):
+            elif public_model_name(rec.get("model")) != public_model_name(meta.get("model")):
                 other["model"] = rec.get("model")
+            if rec.get("dtype") and meta.get("dtype") and rec["dtype"] != meta["dtype"]:
+                other["dtype"] = rec["dtype"]  # another dtype gives other answers (older records name none)
             if other:
                 raise ValueError(
                     f"{path} holds records collected with {other}, not { ({k: meta.get(k) for k in other}) }: "
