@@ -645,7 +645,6 @@ TABLES = [
             "committed rule",
         ),
         [
-            Row("LlamaIndex, `GroguRerank(model=llm)`"),
             Row(
                 "lc_qa",
                 ENTRY_LC,
@@ -669,7 +668,6 @@ TABLES = [
         ("benchmark", "result", "bar set for it", "details"),
         [
             Row("Influence Score of 10 paragraphs"),
-            Row('`method="contextcite"` against ContextCite'),
             Row(
                 "memory",
                 (f"{R}/serve_sustained/smollm2_10min_bounded_shapes.json",),
