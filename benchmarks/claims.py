@@ -886,7 +886,12 @@ FIGURES: dict[str, Figure] = {
         (f"{SUITE}/beside_one_cpu_bound_process.txt",), SUITE_CODE, _fig_suite_loaded, commit="d117767"
     ),
     "first-command": Figure(
-        (f"{R}/first_command/epyc_2core.json",), ("pyproject.toml", "integrations/", "README.md"), _fig_first_command
+        (f"{R}/first_command/epyc_2core.json",),
+        (
+            "pyproject.toml",
+            *(f"integrations/{p}/pyproject.toml" for p in ("langchain-grogu", "llama-index-postprocessor-grogu")),
+        ),
+        _fig_first_command,
     ),
     "gpu-exact": Figure((f"{GPU}/decode_check.json",), GPU_CODE, _fig_gpu_exact, commit="43d0617"),
 }
