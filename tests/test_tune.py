@@ -447,3 +447,40 @@ def test_the_fingerprint_names_the_weights_and_records_name_no_install_path(tiny
     path.write_text(json.dumps({**meta, "id": "q1", "model_fingerprint": model_fingerprint(other)}) + "\n")
     with pytest.raises(ValueError, match="model_fingerprint"):
         read_records(str(path), meta)
+
+
+def test_a_changed_example_is_collected_again(tiny_scorer, tmp_path):
+    """Records hold their example's content hash: under the same explicit id, a changed gold answer or a
+    changed document makes a rerun collect that question again (the new answers in its record); the
+    unchanged questions are read back. An older record without the hash is compared by its content."""
+    from grogu.apps.tune.collect import is_current, read_records
+
+    items = [{**ex, "id": f"q{i}"} for i, ex in enumerate(with_shared_data(_examples, 4))]
+    meta, path = set_up(tiny_scorer, 3), str(tmp_path / "records.jsonl")
+    first = collect(tiny_scorer, load_examples(items), 3, meta, path, progress=False)
+    assert [r["example_hash"] for r in first] == [e.content_hash for e in load_examples(items)]
+    calls = []
+    real = tiny_scorer.answer_contexts
+    tiny_scorer.answer_contexts = lambda ctx: calls.append(len(ctx)) or real(ctx)
+    try:
+        assert collect(tiny_scorer, load_examples(items), 3, meta, path, progress=False) == first
+        assert calls == []  # nothing changed: nothing answered
+        new_answer = [dict(it) for it in items]
+        new_answer[1]["answers"] = ["a new gold answer"]
+        again = collect(tiny_scorer, load_examples(new_answer), 3, meta, path, progress=False)
+        assert calls == [1, 5]  # q1 alone: its first context, then its other five
+        assert again[1]["answers"] == ["a new gold answer"] and again[1]["example_hash"] != first[1]["example_hash"]
+        assert again[0] == first[0] and again[2:] == first[2:]
+        assert read_records(path, meta)["q1"]["answers"] == ["a new gold answer"]  # the newer line wins
+        calls.clear()
+        new_document = [dict(it) for it in new_answer]
+        new_document[2]["documents"] = [*items[2]["documents"][:-1], "A document that changed since."]
+        third = collect(tiny_scorer, load_examples(new_document), 3, meta, path, progress=False)
+        assert calls == [1, 5] and third[2]["texts"][-1] == " A document that changed since."
+        assert third[1] == again[1] and third[0] == first[0]
+    finally:
+        del tiny_scorer.answer_contexts
+    older = {k: v for k, v in third[0].items() if k != "example_hash"}
+    [ex0] = load_examples(new_document)[:1]
+    assert is_current(older, ex0) and not is_current({**older, "answers": ["other"]}, ex0)
+    assert not is_current({**older, "texts": older["texts"][:-1] + [" changed"]}, ex0)

@@ -8,10 +8,13 @@ answered and scored exactly as the rerank pipeline answers and scores it (:mod:`
 pipeline would give.
 
 Each question becomes one JSON line in the records file, written as soon as it is scored. A rerun skips
-the questions already there (it resumes after an interruption). A record also holds the seconds its
-work took, in three parts: the retriever's own context answered (what the plain pipeline does), that
-answer teacher-forced (its score), and the other candidates answered and scored. Tune's cost of a
-setting comes from them.
+the questions already there (it resumes after an interruption). A record holds its example's content hash
+(:attr:`.examples.Example.content_hash`): an example whose question, answers or documents changed under
+the same id is collected again (and judged with its new answers); the newer line wins.
+
+A record also holds the seconds its work took, in three parts: the retriever's own context answered (what
+the plain pipeline does), that answer teacher-forced (its score), and the other candidates answered and
+scored. Tune's cost of a setting comes from them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from ...core.checks import check_documents
 from ...rerank import pipeline as rerank_pipeline
 from ...rerank.settings import ModeSettings
 from ...rerank.tuned import same_model
@@ -76,6 +80,16 @@ def read_records(path: str | None, meta: dict[str, Any]) -> dict[str, dict]:
     return out
 
 
+def is_current(record: dict[str, Any], example: Example) -> bool:
+    """Whether ``record`` was collected from ``example`` as it is now: the same content hash (question,
+    answers, documents). A record older than the hash is compared by its question, answers and texts."""
+    if "example_hash" in record:
+        return record["example_hash"] == example.content_hash
+    texts = [f"{d.title or ''} {d.text}" for d in check_documents(list(example.documents))]
+    held = (record.get("question"), record.get("answers"), record.get("texts"))
+    return held == (example.question, list(example.answers), texts)
+
+
 def _drop_cut_line(path: str) -> None:
     """Cut a last line an interruption left unfinished, so the next record starts on its own line."""
     if not os.path.exists(path):
@@ -114,6 +128,7 @@ def _collect_batch(scorer: Any, batch: Sequence[Example], top_n: int, meta: dict
                 "id": ex.id,
                 "question": ex.question,
                 "answers": list(ex.answers),
+                "example_hash": ex.content_hash,
                 **meta,
                 "texts": p.support_texts(),
                 "candidates": p.contexts,
@@ -145,7 +160,13 @@ def collect(
     from tqdm import tqdm
 
     done = read_records(records_path, meta)
-    todo = [ex for ex in examples if ex.id not in done]
+    changed = [ex.id for ex in examples if ex.id in done and not is_current(done[ex.id], ex)]
+    todo = [ex for ex in examples if ex.id not in done or ex.id in changed]
+    if changed and progress:
+        shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+        print(
+            f"grogu tune: {len(changed)} question(s) changed since collected, collected again: {shown}", file=sys.stderr
+        )
     bar = tqdm(
         total=len(examples),
         initial=len(examples) - len(todo),
@@ -172,4 +193,4 @@ def collect(
     return [done[ex.id] for ex in examples]
 
 
-__all__ = ["COLLECT_SETTINGS", "RECORD_KEYS", "collect", "read_records"]
+__all__ = ["COLLECT_SETTINGS", "RECORD_KEYS", "collect", "read_records", "is_current"]

@@ -7,6 +7,9 @@ Each example is one line of a JSONL file (or one dict in Python) with:
 - ``documents``: what the retriever returns for it, best first: strings, or objects with ``text`` (and an
   optional ``title``), as the pipeline's prompt shows them;
 - ``id`` (optional): a name for the record; by default a hash of the question and documents.
+
+A record also holds its example's :attr:`Example.content_hash` (question, answers and documents), so a
+rerun collects an example again where any of them changed, whatever its id.
 """
 
 from __future__ import annotations
@@ -31,6 +34,14 @@ class Example:
     question: str
     answers: tuple[str, ...]
     documents: tuple[Any, ...]
+
+    @property
+    def content_hash(self) -> str:
+        """A hash of the question, the answers and the documents (``sha256:`` and 16 hex digits)."""
+        blob = json.dumps(
+            [self.question, list(self.answers), list(self.documents)], sort_keys=True, ensure_ascii=False, default=str
+        )
+        return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
     def as_dict(self) -> dict[str, Any]:
         return {
