@@ -380,13 +380,13 @@ def _two_samples() -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- tune's validations
-TUNE_RULES = f"{R}/tune_validation_rules.json"
+RULES = f"{R}/validation_rules.json"
 TUNE_CODE = ("src/grogu/apps/tune/", *RERANK_CODE)
 
 
 def _tune_reports() -> list[tuple[dict, dict]]:
     """(attempt, its report) for each validation of ``grogu tune``, in the order they were run."""
-    return [(a, load(a["report"])) for a in load(TUNE_RULES)["attempts"]]
+    return [(a, load(a["report"])) for a in load(RULES)["validations"] if a.get("tune")]
 
 
 def _tune_pair(rows: list[dict], a: str, b: str, per_question: bool = False) -> tuple[int, int]:
@@ -484,8 +484,29 @@ def _tune_attempts() -> list[Row]:
         return row
 
     return [
-        Row(f"seed {a['seed']}", (TUNE_RULES, a["report"]), TUNE_CODE, cells(i), commit=a["sample_commit"])
-        for i, a in enumerate(load(TUNE_RULES)["attempts"])
+        Row(f"seed {a['seed']}", (RULES, a["report"]), TUNE_CODE, cells(i), commit=a["sample_commit"])
+        for i, a in enumerate(v for v in load(RULES)["validations"] if v.get("tune"))
+    ]
+
+
+def _validations() -> list[Row]:
+    """One row per validation (:data:`RULES`): where its rule is written, and whether the history shows
+    the rule committed before its sample."""
+
+    def cells(v: dict) -> Callable[[], list[str]]:
+        def row() -> list[str]:
+            outcome = v.get("outcome")
+            if v.get("tune"):
+                verdict = load(v["report"])["verdict"]
+                outcome = "; ".join(f"{k.replace('_', ' ')}: {'met' if ok else 'not met'}" for k, ok in verdict.items())
+            order = commit_order(v["rule_commit"], v["sample_commit"])
+            return [v["name"], f"`{v['rule']}`", f"{v['rule_commit']}, then {v['sample_commit']}: {order}", outcome]
+
+        return row
+
+    return [
+        Row(v["name"], (RULES, *(v.get("records") or [v["report"]])), (), cells(v), commit=v["sample_commit"])
+        for v in load(RULES)["validations"]
     ]
 
 
@@ -616,6 +637,7 @@ TABLES = [
         _tune_attempts(),
     ),
     Table("imports", ("module", "import"), _imports()),
+    Table("validations", ("validation", "its rule", "rule's commit, then the sample's", "outcome"), _validations()),
     Table(
         "cost",
         ("what", "cost", "bar set for it"),
@@ -875,9 +897,9 @@ CONSTANTS = (
 )
 #: the figures in prose (``<!-- fig: NAME -->``)
 FIGURES: dict[str, Figure] = {
-    "tune-runs": Figure((TUNE_RULES,), TUNE_CODE, _fig_tune_runs, commit="4503167"),
-    "tune-first-rule": Figure((TUNE_RULES,), TUNE_CODE, _fig_first_rule, commit="ae75b3c"),
-    "tune-second-rule": Figure((TUNE_RULES,), TUNE_CODE, _fig_second_rule, commit="4503167"),
+    "tune-runs": Figure((RULES,), TUNE_CODE, _fig_tune_runs, commit="4503167"),
+    "tune-first-rule": Figure((RULES,), TUNE_CODE, _fig_first_rule, commit="ae75b3c"),
+    "tune-second-rule": Figure((RULES,), TUNE_CODE, _fig_second_rule, commit="4503167"),
     "tune-both": Figure(TUNE_EVAL, TUNE_CODE, _fig_both_samples, commit="4503167"),
     "readme-prompt-lost": Figure((f"{R}/prompt_gate/held_report.json",), RERANK_CODE, _fig_readme_prompt_lost),
     "readme-prompt-tune": Figure(TUNE_EVAL, RERANK_CODE, _fig_readme_prompt_tune, commit="4503167"),

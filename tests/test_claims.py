@@ -181,3 +181,17 @@ def test_a_source_with_no_record_says_why():
     )
     with pytest.raises(ValueError):
         claims.Source.parse("r.json; measured: src/")
+
+
+def test_the_order_of_a_rule_and_its_sample_is_read_from_the_history(repo):
+    def head():
+        return subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+    rule = head()
+    (repo / "sample.jsonl").write_text("{}\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "sample")
+    sample = head()
+    assert claims.commit_order(rule, sample) == "rule first"
+    assert claims.commit_order(sample, rule) == "the sample came first"
+    assert claims.commit_order(sample, sample) == "one commit: the history cannot show the rule came first"
