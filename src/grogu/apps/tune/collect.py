@@ -7,6 +7,10 @@ answered and scored exactly as the rerank pipeline answers and scores it (:mod:`
 ``UtilityScorer.answer_contexts`` then ``force_answers``), so a replayed setting gives the answer the
 pipeline would give.
 
+Each candidate's row also holds ``gold_loglik``, the dense judge (:func:`.judging.gold_logliks`): the
+mean log-probability per token of its best gold answer after its grounded prompt. Row 0 is the plain
+context (the retriever's order). Records collected before it lack it; they still replay, judged by words.
+
 Each question becomes one JSON line in the records file, written as soon as it is scored. A rerun skips
 the questions already there (it resumes after an interruption). A record holds its example's content hash
 (:attr:`.examples.Example.content_hash`): an example whose question, answers or documents changed under
@@ -31,6 +35,7 @@ from ...rerank.settings import ModeSettings
 from ...rerank.tuned import same_model
 from ...runtime.models import public_model_name
 from .examples import Example
+from .judging import gold_logliks
 
 #: the candidates collected for every question: every family tune replays is a subset of these
 COLLECT_SETTINGS = ModeSettings(family="swap_orders", swaps=2, gate="always")
@@ -115,14 +120,21 @@ def _collect_batch(scorer: Any, batch: Sequence[Example], top_n: int, meta: dict
     t2 = time.perf_counter()
     rest_ctx = [(i, c) for i, p in enumerate(plans) for c in p.context_documents(p.contexts[1:])]
     rest_scored: list[Any] = []
+    answered: list[Any] = []
     if rest_ctx:
         answered = scorer.answer_contexts([c for _, c in rest_ctx])
         rest_scored = scorer.force_answers([(c, g, gen) for (_, c), (g, gen) in zip(rest_ctx, answered)], False)
     t3 = time.perf_counter()
+    # the dense judge: every candidate's gold answers teacher-forced after its grounded prompt, one batch
+    owner = list(range(len(plans))) + [i for i, _ in rest_ctx]
+    gold = gold_logliks(scorer, [g for g, _ in first] + [g for g, _ in answered], [batch[i].answers for i in owner])
+    t4 = time.perf_counter()
     n_rest = max(len(rest_ctx), 1)
     records = []
     for i, (ex, p) in enumerate(zip(batch, plans)):
         mine = [r for (j, _), r in zip(rest_ctx, rest_scored) if j == i]
+        golds = [gold[i]] + [v for (j, _), v in zip(rest_ctx, gold[len(plans) :]) if j == i]
+        rows = [_row(forced[i])] + [_row(r) for r in mine]
         records.append(
             {
                 "id": ex.id,
@@ -132,12 +144,14 @@ def _collect_batch(scorer: Any, batch: Sequence[Example], top_n: int, meta: dict
                 **meta,
                 "texts": p.support_texts(),
                 "candidates": p.contexts,
-                "scored": [_row(forced[i])] + [_row(r) for r in mine],
+                "scored": [{**row, "gold_loglik": v} for row, v in zip(rows, golds)],
                 # a batch's seconds shared by its questions: the first contexts equally, the rest by count
                 "seconds": {
                     "answer_first": (t1 - t0) / len(batch),
                     "force_first": (t2 - t1) / len(batch),
                     "rest": (t3 - t2) * len(mine) / n_rest,
+                    # the dense judge's share (tune's own work: no setting's cost)
+                    "gold": (t4 - t3) * len(rows) / len(owner),
                 },
             }
         )
