@@ -207,6 +207,8 @@ def tune_set(data: str, prompt: str, engine, model, tokenizer, max_cost: float |
         max_new_tokens=MAX_NEW_TOKENS,
         max_cost=max_cost,
         incumbent=RULES[SEED],
+        grid="full",  # the grid and judge these validations ran with (tune's defaults since: small, dense)
+        choose_by="words",
         progress=False,
     )
     os.remove(os.path.join(out, "records.jsonl"))  # the same file as records_<set>_tune.jsonl

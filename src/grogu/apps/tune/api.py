@@ -160,6 +160,8 @@ def tune(
     dtype: str | None = None,
     progress: bool = True,
     incumbent: str = "shipped",
+    grid: str = "small",
+    choose_by: str | None = None,
 ) -> TunedSettings:
     """Fit the rerank settings to ``model`` and ``qa_prompt`` on labelled ``examples`` (module docstring).
 
@@ -172,6 +174,9 @@ def tune(
     max_cost: the most a setting may cost on average, relative to the plain answer (None: no cap).
     folds: cross-validation folds (at most one per two questions). incumbent: the setting a challenger must
     beat, ``"shipped"`` (the shipped default) or ``"keep"`` (the retriever's order; the first rule).
+    grid: the settings tried, ``"small"`` (26, :func:`.replay.small_grid`) or ``"full"`` (about 1,200).
+    choose_by: the judge of the choice, ``"dense"`` (the gold answers' log-likelihood under the LLM),
+    ``"words"`` (the rule before it), or None (dense where the records hold it: :mod:`.choose`).
     Returns the chosen :class:`grogu.rerank.tuned.TunedSettings`: ``decision`` is ``"tuned"`` where a setting
     beat the incumbent, else ``"default"`` (the shipped default stays) or ``"keep"`` (the retriever's order).
     """
@@ -197,7 +202,14 @@ def tune(
         records_path = os.path.join(out, "records.jsonl")
     records = collect(scorer, exs, top_n, meta, records_path, batch=_batch(scorer, batch), progress=progress)
     result = choose(
-        records, judge=judge, max_cost=max_cost, folds=folds, grounded_only=scorer.grounded_only, incumbent=incumbent
+        records,
+        judge=judge,
+        max_cost=max_cost,
+        folds=folds,
+        grounded_only=scorer.grounded_only,
+        incumbent=incumbent,
+        settings=grid,
+        choose_by=choose_by,
     )
     tuned = TunedSettings(
         settings=result.settings,

@@ -44,6 +44,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--folds", type=POSITIVE_INT, default=5, help="cross-validation folds (default 5)")
     p.add_argument(
+        "--grid",
+        choices=("small", "full"),
+        default="small",
+        help="the settings tried: 'small' (26, the default) or 'full' (about 1,200)",
+    )
+    p.add_argument(
+        "--choose-by",
+        choices=("dense", "words"),
+        default=None,
+        help="the judge of the choice: 'dense' (the gold answers' log-likelihood under the LLM; the default "
+        "where the records hold it) or 'words' (whole words right or wrong: the rule before it)",
+    )
+    p.add_argument(
         "--batch", type=POSITIVE_INT, default=None, help="questions answered together (default 1 on CPU, 8 on CUDA)"
     )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: CUDA if available)")
@@ -72,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
             max_new_tokens=args.max_new_tokens,
             max_cost=args.max_cost,
             folds=args.folds,
+            grid=args.grid,
+            choose_by=args.choose_by,
             batch=args.batch,
             device=args.device,
             dtype=args.dtype,

@@ -6,13 +6,15 @@ recorded answer is the answer the pipeline would give. Its cost is read from the
 retriever's context answered and teacher-forced, plus, where the setting answers other candidates, their
 share of the record's other candidates' seconds. The plain pipeline's cost is the first answer alone.
 
-:func:`grid` lists the settings tune tries. The first is ``keep`` (the retriever's order: nothing
-changes; the context is still scored and its verdict read), the second the shipped default.
+:func:`small_grid` lists the settings tune tries by default (26, each family of them said why);
+:func:`grid` lists the full grid (about 1,200), which ``grid="full"`` selects. Each starts with ``keep``
+(the retriever's order: nothing changes; the context is still scored and its verdict read), then the
+shipped default.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ...rerank import settings as rerank
@@ -83,6 +85,86 @@ def grid() -> list[ModeSettings]:
     return out
 
 
+def _shipped(**changes: Any) -> ModeSettings:
+    return replace(SHIPPED, **changes)
+
+
+#: the small grid's families: why each is there, and its settings (each a change of the shipped default).
+#: With ~50 questions a fold has a handful of discordant questions, so every extra setting adds a chance
+#: to win by luck. The small grid asks one question per family, a few answers each, around the default.
+SMALL_GRID_FAMILIES: dict[str, tuple[str, list[ModeSettings]]] = {
+    "anchors": ("the retriever's order and the shipped default: the two incumbents", [KEEP, SHIPPED]),
+    "margin": (
+        "how far a candidate must beat the retriever's context: a prompt may reward switching more or less",
+        [_shipped(margin=0.0), _shipped(margin=1.0)],
+    ),
+    "gate": (
+        "how often the retriever's context is doubted: the prompt and model change how sure and how "
+        "grounded a right answer reads; narrower doubt is also cheaper (the cost cap)",
+        [
+            _shipped(gate="always"),
+            _shipped(gate_support=0.5),
+            _shipped(gate_support=1.0),
+            _shipped(gate_confidence=0.2),
+            _shipped(gate_confidence=0.6),
+            _shipped(gate_support=0.5, gate_confidence=0.2),
+            _shipped(gate_support=1.0, gate_confidence=0.6),
+            _shipped(gate_entropy_change=0.0),
+        ],
+    ),
+    "family": (
+        "which contexts are tried: each candidate family with the default gate and rule; fewer candidates cost less",
+        [
+            _shipped(family="reversed"),
+            _shipped(family="swap", swaps=1),
+            _shipped(family="swap", swaps=2),
+            _shipped(family="swap_reversed", swaps=1),
+            _shipped(family="swap_reversed", swaps=2),
+            _shipped(family="swap_orders", swaps=1),
+        ],
+    ),
+    "rule": (
+        "how the candidate is chosen: confidence alone (no support term), or the answers' agreement",
+        [
+            _shipped(rule="confidence", margin=0.0),
+            _shipped(rule="confidence", margin=0.3),
+            _shipped(rule="agreement", margin=0.0),
+            _shipped(rule="agreement", margin=0.1),
+        ],
+    ),
+    "always": (
+        "every candidate on every question, with a higher bar or fewer candidates: the gate traded for the "
+        "margin or the family",
+        [
+            _shipped(gate="always", margin=1.0),
+            _shipped(gate="always", family="swap", swaps=1),
+            _shipped(gate="always", family="reversed"),
+            _shipped(gate="always", family="swap_reversed", swaps=2, rule="confidence", margin=0.0),
+        ],
+    ),
+}
+
+
+def small_grid() -> list[ModeSettings]:
+    """Tune's default grid: keep, the shipped default, then the families of :data:`SMALL_GRID_FAMILIES`
+    (distinct settings, each also in :func:`grid`)."""
+    out: list[ModeSettings] = []
+    for _, settings in SMALL_GRID_FAMILIES.values():
+        out += [s for s in settings if s not in out]
+    return out
+
+
+#: the grids tune takes by name (``grid=``)
+GRIDS = {"small": small_grid, "full": grid}
+
+
+def grid_named(name: str) -> list[ModeSettings]:
+    """The grid called ``name``: ``"small"`` (:func:`small_grid`) or ``"full"`` (:func:`grid`)."""
+    if name not in GRIDS:
+        raise ValueError(f"grid must be one of {tuple(GRIDS)}, got {name!r}")
+    return GRIDS[name]()
+
+
 class RecordedScore:
     """A recorded candidate as :func:`grogu.rerank.decide` reads it: its answer and its metrics."""
 
@@ -134,7 +216,11 @@ def seconds(record: dict[str, Any], answered: int) -> float:
 @dataclass
 class Outcomes:
     """Each setting's result on each record (``[setting][record]``): right or wrong, seconds (the plain
-    answer's seconds are ``plain``), token F1, answer words, whether the context changed, whether in doubt."""
+    answer's seconds are ``plain``), token F1, answer words, whether the context changed, whether in doubt.
+
+    ``candidate``: the candidate each setting ends on (a position in the record). ``loglik``: the dense
+    judge of that candidate (its ``gold_loglik``), None when the records lack it. ``candidate_correct``
+    and ``candidate_loglik`` (``[record][candidate]``): each candidate judged by words and densely."""
 
     settings: list[ModeSettings]
     ids: list[str]
@@ -145,6 +231,15 @@ class Outcomes:
     words: list[list[int]]
     changed: list[list[bool]]
     in_doubt: list[list[bool | None]]
+    loglik: list[list[float]] | None = None
+    candidate: list[list[int]] = field(default_factory=list)
+    candidate_correct: list[list[bool]] = field(default_factory=list)
+    candidate_loglik: list[list[float]] | None = None
+
+    @property
+    def dense(self) -> bool:
+        """Whether the dense judge is there (every record's every candidate holds ``gold_loglik``)."""
+        return self.loglik is not None
 
     def index(self, settings: ModeSettings) -> int:
         return self.settings.index(settings)
@@ -156,14 +251,20 @@ def outcomes(
     settings: Sequence[ModeSettings] | None = None,
     grounded_only: bool = False,
 ) -> Outcomes:
-    """Every setting (default: :func:`grid`) replayed on every record, judged by ``judge(answer, answers)``."""
-    settings = list(grid() if settings is None else settings)
+    """Every setting (default: :func:`small_grid`) replayed on every record, judged by
+    ``judge(answer, answers)``, and densely where every candidate holds ``gold_loglik``."""
+    settings = list(small_grid() if settings is None else settings)
     judged = [[bool(judge(row["answer"], list(rec["answers"]))) for row in rec["scored"]] for rec in records]
     f1s = [[answer_f1(row["answer"], rec["answers"]) for row in rec["scored"]] for rec in records]
     words = [[answer_words(row["answer"]) for row in rec["scored"]] for rec in records]
+    dense = [[row.get("gold_loglik") for row in rec["scored"]] for rec in records]
+    dense_ok = all(v is not None for rec in dense for v in rec)
     out = Outcomes(
         settings, [r["id"] for r in records], [], [], [r["seconds"]["answer_first"] for r in records], [], [], [], []
     )
+    out.candidate_correct = judged
+    out.candidate_loglik = [[float(v) for v in rec] for rec in dense] if dense_ok else None
+    out.loglik = [] if dense_ok else None
     for s in settings:
         resolved = s.for_target(grounded_only)
         choices = [replay(resolved, rec, grounded_only) for rec in records]
@@ -173,7 +274,24 @@ def outcomes(
         out.words.append([words[r][c.candidate] for r, c in enumerate(choices)])
         out.changed.append([c.candidate != 0 for c in choices])
         out.in_doubt.append([c.in_doubt for c in choices])
+        out.candidate.append([c.candidate for c in choices])
+        if out.loglik is not None:
+            out.loglik.append([out.candidate_loglik[r][c.candidate] for r, c in enumerate(choices)])
     return out
 
 
-__all__ = ["grid", "replay", "outcomes", "Outcomes", "Choice", "setting_name", "seconds", "KEEP", "SHIPPED"]
+__all__ = [
+    "grid",
+    "small_grid",
+    "grid_named",
+    "GRIDS",
+    "SMALL_GRID_FAMILIES",
+    "replay",
+    "outcomes",
+    "Outcomes",
+    "Choice",
+    "setting_name",
+    "seconds",
+    "KEEP",
+    "SHIPPED",
+]

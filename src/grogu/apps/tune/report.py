@@ -2,9 +2,11 @@
 
 It compares the arms on the judged questions: the retriever's order (keep), the shipped default, the chosen
 setting (picked on these very questions: an optimistic figure), and the cross-validated tune (each question
-answered by the setting picked without it: the honest figure). Per arm: accuracy, token F1, answer words (so
-a longer answer cannot buy accuracy unseen), how often the context changed, and the cost relative to the
-plain answer (the ratio of the means, and the 90th percentile of the per-question ratios). Then each fold.
+answered by the setting picked without it: the honest figure). Per arm: accuracy, token F1, the dense judge
+(the gold answers' mean log-probability per token under the chosen context; "n/a" in records without it),
+answer words (so a longer answer cannot buy accuracy unseen), how often the context changed, and the cost
+relative to the plain answer (the ratio of the means, and the 90th percentile of the per-question ratios).
+Then each fold. The gain's line (:mod:`.gain`) comes second in the summary, and first in the HTML.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def arms(result: TuneResult) -> list[dict[str, Any]]:
                 "arm": name,
                 "accuracy": sum(out.correct[s][r] for r, s in sel) / n,
                 "f1": sum(out.f1[s][r] for r, s in sel) / n,
+                "loglik": sum(out.loglik[s][r] for r, s in sel) / n if out.loglik is not None else None,
                 "words": sum(out.words[s][r] for r, s in sel) / n,
                 "changed": sum(out.changed[s][r] for r, s in sel) / n,
                 "cost": sum(out.seconds[s][r] for r, s in sel) / max(sum(out.plain[r] for r, _ in sel), 1e-12),
@@ -56,20 +59,28 @@ def render_text(result: TuneResult, tuned: Any) -> str:
     lines = [
         result.summary(),
         "",
-        f"{'arm':38} {'acc':>6} {'F1':>6} {'words':>6} {'changed':>8} {'cost':>6} {'p90':>6}",
+        f"{'arm':38} {'acc':>6} {'F1':>6} {'loglik':>7} {'words':>6} {'changed':>8} {'cost':>6} {'p90':>6}",
     ]
     for a in arms(result):
+        ll = "n/a" if a["loglik"] is None else f"{a['loglik']:.3f}"
         lines.append(
-            f"{a['arm']:38} {a['accuracy']:6.3f} {a['f1']:6.3f} {a['words']:6.1f} {a['changed']:8.1%} "
+            f"{a['arm']:38} {a['accuracy']:6.3f} {a['f1']:6.3f} {ll:>7} {a['words']:6.1f} {a['changed']:8.1%} "
             f"{a['cost']:5.2f}x {a['cost_p90']:5.2f}x"
         )
     lines += ["", "folds (each: the setting picked on the other folds, judged on this one against the incumbent):"]
     for f in result.folds:
         lines.append(
             f"  fold {f.index}: {len(f.rows)} questions, {setting_name(result.outcomes.settings[f.chosen])}: "
-            f"{f.wins} wins / {f.losses} losses vs the incumbent; shipped vs keep {f.shipped_wins} / {f.shipped_losses}"
+            f"{f.wins} wins / {f.losses} losses vs the incumbent"
+            + ("" if f.dense is None else f" (dense {f.dense:+.4f})")
+            + f"; shipped vs keep {f.shipped_wins} / {f.shipped_losses}"
         )
-    lines += ["", f"rule: {result.evidence['rule']}", f"settings file: model {tuned.model}, prompt {tuned.prompt_hash}"]
+    lines += [
+        "",
+        f"rule: {result.evidence['rule']}",
+        f"gain: {result.evidence['gain']['method']}",
+        f"settings file: model {tuned.model}, prompt {tuned.prompt_hash}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -87,6 +98,7 @@ def render_html(result: TuneResult, tuned: Any) -> str:
             "losses": f.losses,
             "shipped_wins": f.shipped_wins,
             "shipped_losses": f.shipped_losses,
+            "dense": None if f.dense is None else f"{f.dense:+.4f}",
         }
         for f in result.folds
     ]
