@@ -186,3 +186,49 @@ def test_no_module_over_400_lines():
     }
     assert len(sizes) > 60
     assert {path: n for path, n in sizes.items() if n > 400} == {}
+
+
+# The integration packages sit above grogu: they import it, and grogu reaches them only through the adapters
+# they register (grogu.core.frameworks), never by an import.
+INTEGRATIONS = ("langchain_grogu", "llama_index.postprocessor.grogu")
+
+
+def _integration_imports(path: str) -> list[str]:
+    """Each integration module the file imports: import statements (lazy ones included) and
+    ``importlib.import_module`` / ``__import__`` calls with a literal name."""
+    names = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names += [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if func in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                names.append(node.args[0].value)
+    return sorted({n for n in names if any(n == i or n.startswith(i + ".") for i in INTEGRATIONS)})
+
+
+def test_grogu_never_imports_an_integration():
+    up = sorted(f"{m} imports {n}" for m, path in MODULES.items() for n in _integration_imports(path))
+    assert up == []
+
+
+def test_the_integration_check_catches_every_form_of_import(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import importlib\n"
+        "def f():\n"
+        "    from langchain_grogu.target import answer_budget\n"
+        "    import llama_index.postprocessor.grogu.utils\n"
+        "    from llama_index.postprocessor import grogu\n"
+        "    from llama_index.core import schema\n"
+        "    return importlib.import_module('langchain_grogu')\n"
+    )
+    assert _integration_imports(str(path)) == [
+        "langchain_grogu",
+        "langchain_grogu.target",
+        "langchain_grogu.target.answer_budget",
+        "llama_index.postprocessor.grogu",
+        "llama_index.postprocessor.grogu.utils",
+    ]

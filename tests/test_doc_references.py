@@ -37,6 +37,7 @@ OLD_PATH_FILES = {"src/grogu/_moved.py": "the table of old paths and its docstri
 #: names that are not Python names, with the reason
 NOT_PYTHON = {
     "grogu.ignored": "a field of the scoring service's rerank answer (JSON)",
+    "grogu.frameworks": "the entry-point group where integrations advertise their adapters (grogu.core.frameworks)",
 }
 #: a name ending in one of these is a file name (docs/engine.md's tree: metrics/grogu.py)
 FILE_SUFFIXES = {"py": "a Python file", "json": "a JSON file", "jsonl": "a JSONL file", "md": "a Markdown file"}

@@ -10,12 +10,18 @@
 
 from importlib import metadata
 
+from grogu.core.frameworks import register_framework
+
 from .callbacks import EVENT_NAME, InfluenceCallbackHandler
 from .compressors import GroguCompressor
 from .document_scores import METADATA_KEY, RELEVANCE_KEY
+from .framework import FRAMEWORK
 from .prompts import template_from_langchain
 from .retrievers import GroguRetriever
 from .sinks import CallableSink, JSONLSink, ListSink, LoggerSink
+
+# grogu.tune reads LangChain prompts and LLMs through it (also advertised as an entry point)
+register_framework(FRAMEWORK)
 
 try:
     __version__ = metadata.version("langchain-grogu")

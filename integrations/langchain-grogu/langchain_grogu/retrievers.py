@@ -40,6 +40,9 @@ class GroguRetriever(GroguScoring, BaseRetriever):
 
     Without ``qa_prompt`` the documents are scored on LlamaIndex's QA prompt, not the chain's (a warning
     says so); that form measured no gain (docs/benchmarks.md).
+
+    ``retriever.tune(examples, out="tuned")`` fits the rerank settings to this LLM, prompt and ``top_n``
+    on labelled questions (:meth:`tune`). Pass the result back with ``settings=``.
     """
 
     base_retriever: RetrieverLike

@@ -9,6 +9,7 @@ them may also be given by name (``mode="fusion", weight=0.4``), as ``UtilityScor
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from grogu.metrics.scales import check_score_scale, utility_threshold
 from grogu.rerank import ModeSettings, split_settings
 from grogu.rerank.factory import Scorer, build_scorer, remote_target
 from grogu.rerank.scorer import DEFAULT_MAX_NEW_TOKENS
-from grogu.rerank.tuned import build_settings
+from grogu.rerank.tuned import TunedSettings, build_settings
 from grogu.runtime.models import DEFAULT_MODEL
 
 from . import spans
@@ -156,6 +157,34 @@ class GroguScoring(SharedSettings):
         """The scorer used: a :class:`grogu.UtilityScorer` (its ``engine`` is the shared engine of the model,
         or the ServerTarget of a served LLM) or a :class:`grogu.RemoteScorer` (the grogu service)."""
         return self._scorer
+
+    def tune(self, examples: Any, out: str | os.PathLike | None = None, **kwargs: Any) -> TunedSettings:
+        """Fit the rerank settings to this object's LLM, QA prompt and ``top_n`` (``grogu.tune``).
+
+        ``examples``: labelled questions, a JSONL path or a list of dicts with ``question``, ``answers`` and
+        ``documents`` (the retriever's order). The LLM answers them with the prompt the documents are scored
+        with (``self.scorer.template``) and with ``max_new_tokens``. So the result fits this object exactly.
+        ``out``: a folder for ``settings.json``, the report and the records (None: nothing is written).
+        ``kwargs`` go to ``grogu.tune`` (``folds``, ``judge``, ``max_cost``, ``progress``...).
+        Returns the ``TunedSettings``. Use them with ``settings=`` (or the file: ``settings="OUT/settings.json"``).
+        A grogu service cannot be tuned from here (ValueError): tune where the model runs.
+        """
+        from grogu.apps.tune import tune
+
+        target = getattr(self.scorer, "target", None)
+        if target is None:
+            raise ValueError(
+                f"{type(self).__name__} scores through a grogu service: run grogu.tune where the model runs"
+            )
+        return tune(
+            examples,
+            model=target,
+            qa_prompt=self.scorer.template,
+            top_n=self.top_n,
+            out=out,
+            max_new_tokens=self.max_new_tokens,
+            **kwargs,
+        )
 
     def call_top_n(self, options: dict[str, Any]) -> int | None:
         """The ``top_n`` of one call: ``options['top_n']`` when given (taken out of ``options`` and checked,

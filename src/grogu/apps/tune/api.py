@@ -16,6 +16,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from ...core.checks import check_positive_int, check_top_n
+from ...core.frameworks import adapter_for
 from ...core.prompts import RAG_QA_TEMPLATE, PromptTemplate, read_prompt_file, template_from_text
 from ...rerank.tuned import TunedSettings, model_fingerprint, prompt_hash
 from ...runtime.models import DEFAULT_MODEL
@@ -26,18 +27,12 @@ from .examples import Example, load_examples
 DEFAULT_MAX_NEW_TOKENS = 64
 
 
-def _framework(obj: Any) -> str | None:
-    module = type(obj).__module__
-    return (
-        "langchain" if module.startswith("langchain") else "llama_index" if module.startswith("llama_index") else None
-    )
-
-
 def prompt_template(qa_prompt: Any, model: Any = None) -> PromptTemplate:
     """The grogu template that renders what the LLM reads from ``qa_prompt``: a grogu ``PromptTemplate``; a
     template string with ``{context}`` and ``{question}``; a prompt file's path (``os.PathLike``); a
     LangChain prompt (``ChatPromptTemplate``...) or a LlamaIndex prompt, rendered for ``model`` when it is
-    that framework's LLM. None: LlamaIndex's chat QA prompt (:data:`grogu.core.prompts.RAG_QA_TEMPLATE`)."""
+    that framework's LLM (by the framework's adapter, :mod:`grogu.core.frameworks`). None: LlamaIndex's chat
+    QA prompt (:data:`grogu.core.prompts.RAG_QA_TEMPLATE`)."""
     if qa_prompt is None:
         return RAG_QA_TEMPLATE
     if isinstance(qa_prompt, PromptTemplate):
@@ -46,22 +41,9 @@ def prompt_template(qa_prompt: Any, model: Any = None) -> PromptTemplate:
         return template_from_text(qa_prompt)
     if isinstance(qa_prompt, os.PathLike):
         return read_prompt_file(qa_prompt)
-    kind = _framework(qa_prompt)
-    llm = model if _framework(model) == kind else None
-    if kind == "langchain":
-        try:
-            from langchain_grogu import template_from_langchain
-        except ImportError:
-            raise ImportError("a LangChain prompt needs langchain-grogu: pip install langchain-grogu") from None
-        return template_from_langchain(qa_prompt, llm)
-    if kind == "llama_index":
-        try:
-            from llama_index.postprocessor.grogu import template_from_llama_index
-        except ImportError:
-            raise ImportError(
-                "a LlamaIndex prompt needs llama-index-postprocessor-grogu: pip install llama-index-postprocessor-grogu"
-            ) from None
-        return template_from_llama_index(qa_prompt, llm)
+    adapter = adapter_for(qa_prompt, "prompt")
+    if adapter is not None:
+        return adapter.prompt_template(qa_prompt, model if adapter.owns(model) else None)
     raise TypeError(
         "qa_prompt must be a grogu.PromptTemplate, a template string with {context} and {question}, a prompt "
         f"file's path, or a LangChain or LlamaIndex prompt; got {type(qa_prompt).__name__}"
@@ -70,17 +52,13 @@ def prompt_template(qa_prompt: Any, model: Any = None) -> PromptTemplate:
 
 def _engine_and_budget(model: Any, device: str | None, dtype: str | None) -> tuple[Any, int | None]:
     """The target for ``model`` (anything UtilityScorer takes, or a LangChain / LlamaIndex LLM, resolved by
-    its integration) and that LLM's own answer budget where it states one."""
-    kind = _framework(model)
-    if kind == "langchain":
-        from langchain_grogu.target import answer_budget, resolve_engine
-    elif kind == "llama_index":
-        from llama_index.postprocessor.grogu.utils import answer_budget, resolve_engine
-    else:
+    its framework's adapter) and that LLM's own answer budget where it states one."""
+    adapter = adapter_for(model, "LLM")
+    if adapter is None:
         from ...runtime.engine import get_engine
 
         return get_engine(model, device=device, dtype=dtype), None
-    return resolve_engine(model, device, dtype), answer_budget(model)
+    return adapter.resolve_engine(model, device, dtype), adapter.answer_budget(model)
 
 
 def build_scorer(

@@ -2,6 +2,7 @@
 how much each source node influenced the answer that was given (Influence Score)."""
 
 from llama_index.postprocessor.grogu.base import GroguRerank
+from llama_index.postprocessor.grogu.framework import FRAMEWORK
 from llama_index.postprocessor.grogu.influence import (
     CallableSink,
     GroguInfluenceCallbackHandler,
@@ -12,6 +13,11 @@ from llama_index.postprocessor.grogu.influence import (
 )
 from llama_index.postprocessor.grogu.prompts import template_from_llama_index
 from llama_index.postprocessor.grogu.synthesizer import GroguSynthesizer
+
+from grogu.core.frameworks import register_framework
+
+# grogu.tune reads LlamaIndex prompts and LLMs through it (also advertised as an entry point)
+register_framework(FRAMEWORK)
 
 __all__ = [
     "GroguRerank",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from llama_index.core.bridge.pydantic import (
     ConfigDict,
@@ -30,7 +31,7 @@ from grogu.core.checks import check_query, check_top_n
 from grogu.metrics.scales import utility_threshold
 from grogu.rerank import ModeSettings, split_settings
 from grogu.rerank.factory import Scorer, build_scorer
-from grogu.rerank.tuned import build_settings
+from grogu.rerank.tuned import TunedSettings, build_settings
 
 from . import spans
 from .nodes import failed_nodes, ranked_nodes, retrieval_relevance
@@ -75,6 +76,9 @@ class GroguRerank(SharedSettings, BaseNodePostprocessor):
 
     Per call: ``postprocess_nodes(nodes, query_str=..., top_n=2)`` (and ``apostprocess_nodes``), or
     ``with reranker.using(top_n=2): query_engine.query(...)`` for a query engine's own call.
+
+    ``reranker.tune(examples, out="tuned")`` fits the mode's settings to this LLM, prompt and ``top_n``
+    on labelled questions (:meth:`tune`). Pass the result back with ``settings=``.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -159,6 +163,32 @@ class GroguRerank(SharedSettings, BaseNodePostprocessor):
         """The grogu scorer (and through ``.target`` the target LLM) this reranker uses; a
         ``grogu.RemoteScorer`` when it scores with a grogu service."""
         return self._scorer
+
+    def tune(self, examples: Any, out: Optional[Union[str, os.PathLike]] = None, **kwargs: Any) -> TunedSettings:
+        """Fit the rerank settings to this reranker's LLM, QA prompt and ``top_n`` (``grogu.tune``).
+
+        ``examples``: labelled questions, a JSONL path or a list of dicts with ``question``, ``answers`` and
+        ``documents`` (the retriever's order). The LLM answers them with the prompt the nodes are scored
+        with (``self.scorer.template``) and with ``max_new_tokens``. So the result fits this reranker exactly.
+        ``out``: a folder for ``settings.json``, the report and the records (None: nothing is written).
+        ``kwargs`` go to ``grogu.tune`` (``folds``, ``judge``, ``max_cost``, ``progress``...).
+        Returns the ``TunedSettings``. Use them with ``settings=`` (or the file: ``settings="OUT/settings.json"``).
+        A grogu service cannot be tuned from here (ValueError): tune where the model runs.
+        """
+        from grogu.apps.tune import tune
+
+        target = getattr(self._scorer, "target", None)
+        if target is None:
+            raise ValueError("GroguRerank scores through a grogu service: run grogu.tune where the model runs")
+        return tune(
+            examples,
+            model=target,
+            qa_prompt=self._scorer.template,
+            top_n=self.top_n,
+            out=out,
+            max_new_tokens=self.max_new_tokens,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------ per-call settings
     @contextmanager
