@@ -185,7 +185,9 @@ def test_a_source_with_no_record_says_why():
 
 def test_the_order_of_a_rule_and_its_sample_is_read_from_the_history(repo):
     def head():
-        return subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short=7", "HEAD"], cwd=repo, capture_output=True, text=True
+        ).stdout.strip()
 
     rule = head()
     (repo / "sample.jsonl").write_text("{}\n")
