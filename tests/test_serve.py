@@ -1043,6 +1043,73 @@ def test_health_is_503_while_the_worker_is_stuck(model_dir):
     assert coalescer.busy_for() == 0.0 and asyncio.run(replica.health()) == {"status": "ok"}
 
 
+def test_serve_settings_file_reranks_the_compatible_routes(model_dir, local, tmp_path):
+    """``grogu serve --settings FILE``: the replica reranks /v1/rerank and /v2/rerank requests with the
+    file's settings and answer budget, as the library does with them; a setting the request's ``grogu``
+    object names replaces the file's; ``grogu.tuned`` says what differs from the file's set-up. The
+    replica's request handling is called directly (no Ray)."""
+    import dataclasses
+
+    from fastapi import Response
+
+    from grogu.apps.cli.arguments import build_parser
+    from grogu.apps.serve.cli import config_kwargs
+    from grogu.apps.serve.service import GroguService, ServeConfig
+    from grogu.rerank.remote.schema import CompatRerankRequest, CompatRerankResponse
+    from grogu.rerank.tuned import TunedSettings, model_fingerprint, prompt_hash
+    from grogu.runtime.models import public_model_name
+
+    moving = grogu.ModeSettings(family="reversed", gate="always", rule="confidence", margin=0.0)
+    path = tmp_path / "settings.json"
+    fp = model_fingerprint(local.target)
+    TunedSettings(moving, public_model_name(model_dir), prompt_hash(local.template), 2, N, "tuned", {}, fp).save(path)
+    wrapper = getattr(GroguService, "func_or_class", GroguService)  # Ray's ingress wrapper around the class
+    cls = next(c for c in wrapper.__mro__ if "_compat" in vars(c))
+
+    def replica(args):
+        config = ServeConfig(model=model_dir, **config_kwargs(build_parser().parse_args(["serve", *args])))
+        out = object.__new__(cls)
+        cls.__init__(out, dataclasses.asdict(config))
+        return out
+
+    tuned, plain = replica(["--device", "cpu", "--settings", str(path)]), replica(["--device", "cpu"])
+    docs = [{"text": d.text, "title": d.title} if isinstance(d, grogu.Document) else d for d in DOCS]
+
+    async def ask(service, version=2, **fields):
+        body = CompatRerankRequest(query=QUERY, documents=docs, **fields)
+        return CompatRerankResponse.model_validate(await service._compat(body, version, Response()))
+
+    async def run():
+        return (
+            await ask(tuned, top_n=2),
+            await ask(tuned, 1, top_n=2, grogu={"family": "keep"}),
+            await ask(tuned, top_n=3, grogu={"max_new_tokens": 4}),
+            await ask(plain, top_n=2, grogu={"max_new_tokens": N}),
+        )
+
+    with_file, own_family, other_set_up, without = asyncio.run(run())
+    want = local.rerank(QUERY, DOCS, top_n=2, settings=moving)
+    default = local.rerank(QUERY, DOCS, top_n=2)
+    assert [r.index for r in want] == [1, 0] and [r.index for r in default] == [0, 2]  # the file changes the order
+    assert [r.index for r in with_file.results] == [1, 0]
+    assert with_file.grogu.answer == want[0].context.answer and with_file.grogu.gate.candidates == 2
+    assert with_file.grogu.utility == pytest.approx([r.score for r in want], abs=TOL)
+    assert with_file.grogu.tuned.decision == "tuned" and with_file.grogu.tuned.mismatches == []
+    # the request's own family replaces the file's: the retriever's order, one context answered
+    assert [r.index for r in own_family.results] == [0, 1] and own_family.grogu.gate.candidates == 1
+    assert other_set_up.grogu.tuned.mismatches == [
+        "top_n=3 (tuned with top_n=2)",
+        f"max_new_tokens=4 (tuned with max_new_tokens={N})",
+    ]
+    # a service without a file: the shipped default, and no 'tuned' in the answer
+    assert [r.index for r in without.results] == [0, 2] and without.grogu.tuned is None
+    assert "tuned" not in without.grogu.model_dump(exclude_unset=True)
+    # a bad file stops grogu serve before Ray starts, naming the option
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SystemExit, match="grogu serve --settings: .*not a grogu tune settings file"):
+        config_kwargs(build_parser().parse_args(["serve", "--settings", str(tmp_path / "bad.json")]))
+
+
 def test_a_heavy_request_does_not_hold_small_ones_behind_it(service, remote, local):
     """A request of 12 contexts x 100 answer tokens is scored a slice (here one context) per engine
     call; small requests sent meanwhile are scored between its slices: each is answered before the heavy

@@ -4,6 +4,7 @@
   grogu serve --model Qwen/Qwen2.5-7B-Instruct --gpus-per-replica 1 --replicas 2 --address auto
   GROGU_SERVE_TOKEN=secret grogu serve --host 0.0.0.0  # reachable from other machines: use a token
   grogu serve --no-auth                              # explicitly without a token (warns)
+  grogu serve --settings tuned/settings.json         # the clients' rerank API uses grogu tune's settings
 
 Without ``--address`` a local Ray starts (and stops with the command); with it the deployments join
 that cluster (``auto``: the one this machine belongs to). Ctrl-C (or SIGTERM) deletes the applications.
@@ -145,6 +146,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     p.add_argument("--embedder", default="all-minilm-l6-v2", help="sentence-transformers model of /influence")
     p.add_argument("--nli", default=None, help="NLI model of /seper (hub id or path; none: /seper answers 422)")
+    p.add_argument(
+        "--settings",
+        default=None,
+        help="a grogu tune settings file: its rerank settings and answer budget for /v1/rerank and /v2/rerank "
+        "(a request's own 'grogu' settings replace the ones it names)",
+    )
 
 
 def model_routes(models: list[str]) -> dict[str, str]:
@@ -188,11 +195,25 @@ def resolve_token(args: argparse.Namespace) -> str | None:
     return token
 
 
+def tuned_settings(path: str | None) -> dict | None:
+    """The content of the ``--settings`` file, read and checked here (a clear error before Ray starts). The
+    replicas get the content, not the path: a node of a cluster may not have the file."""
+    if path is None:
+        return None
+    from ...rerank.tuned import load_tuned
+
+    try:
+        return load_tuned(path).as_dict()
+    except ValueError as exc:
+        raise SystemExit(f"grogu serve --settings: {exc}") from None
+
+
 def config_kwargs(args: argparse.Namespace) -> dict:
     """The :class:`grogu.apps.serve.config.ServeConfig` fields the command line sets (all but the model)."""
     from .config import ServeConfig
 
     return dict(
+        tuned_settings=tuned_settings(getattr(args, "settings", None)),
         device=args.device,
         dtype=args.dtype,
         body_timeout_s=args.body_timeout_s,
@@ -222,6 +243,7 @@ def start(args: argparse.Namespace) -> list[tuple[str, str]]:
     if len(set(names)) != len(names):
         raise SystemExit(f"two models would share a route name: {names}")
     token = resolve_token(args)
+    kwargs = config_kwargs(args)  # a bad --settings file fails here, before Ray starts
     # the proxy's own checks (body size by Content-Length, header timeout, /health within a second,
     # JSON errors): Ray Serve reads them from the environment when it starts its proxy
     env = proxy_environment(
@@ -246,7 +268,7 @@ def start(args: argparse.Namespace) -> list[tuple[str, str]]:
     )
     urls = []
     for model, name in zip(models, names):
-        config = ServeConfig(model=model, token=token, **config_kwargs(args))
+        config = ServeConfig(model=model, token=token, **kwargs)
         app = build_app(
             config,
             num_replicas=args.replicas,

@@ -21,6 +21,12 @@ Fields grogu does not use (``max_tokens_per_doc``, ``max_chunks_per_doc``, ``pri
 any vendor's own) are accepted and ignored, and named in the ``X-Grogu-Ignored-Fields`` response
 header and in ``grogu.ignored``. grogu's own rerank settings go in an optional ``grogu`` object (the
 fields of ``/rerank``: ``mode``, ``threshold``, ``metric``, ``max_new_tokens``, ...).
+
+A service started with a ``grogu tune`` file (``grogu serve --settings FILE``) reranks these requests
+with the file's settings and answer budget. A setting the request's ``grogu`` object names replaces the
+file's (as ``settings=FILE`` with settings by name does in Python). The ``tuned`` field of the answer's
+``grogu`` object then holds the file's decision and what differs from the set-up it was fitted to
+(:meth:`grogu.rerank.tuned.TunedSettings.mismatches`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from urllib.parse import quote
 from ...metrics.scales import probability
 from ...rerank.remote import schema
 from ...rerank.remote.schema import CompatRerankRequest
+from ...rerank.tuned import TunedSettings, model_fingerprint
 
 #: the fields of a compatible request that grogu reads; any other is accepted and ignored
 READ_FIELDS = ("model", "query", "documents", "top_n", "return_documents", "rank_fields", "grogu")
@@ -74,9 +81,11 @@ def document_text(doc: Union[str, dict[str, Any]], i: int, rank_fields: Optional
     return {"text": text, "title": title} if isinstance(title, str) and title else text
 
 
-def rerank_request(body: CompatRerankRequest) -> schema.RerankRequest:
+def rerank_request(body: CompatRerankRequest, tuned: Optional[TunedSettings] = None) -> schema.RerankRequest:
     """grogu's own request for a compatible one: the same query and documents, ``top_n`` (0 or absent:
-    all documents), and the settings of the ``grogu`` object. A bad value is a ValueError (422)."""
+    all documents), and the settings of the ``grogu`` object. With ``tuned`` (the service's ``grogu tune``
+    file), its rerank settings and answer budget, each replaced where the ``grogu`` object names it (an
+    ``answer_style`` named keeps that style's own budget). A bad value is a ValueError (422)."""
     if not body.documents:
         raise ValueError("documents must not be empty: give at least one document to rerank")
     if body.top_n is not None and body.top_n < 0:
@@ -88,9 +97,25 @@ def rerank_request(body: CompatRerankRequest) -> schema.RerankRequest:
     if "return_details" in own:
         raise ValueError("grogu.return_details: the per-token details come from /rerank only")
     docs = [document_text(d, i, body.rank_fields) for i, d in enumerate(body.documents)]
+    base: dict[str, Any] = {}
+    if tuned is not None:
+        base = tuned.settings.as_dict()
+        if tuned.max_new_tokens is not None and not {"max_new_tokens", "answer_style"} & set(own):
+            base["max_new_tokens"] = tuned.max_new_tokens
     return schema.RerankRequest.model_validate(
-        {"query": body.query, "documents": docs, "top_n": body.top_n or None, **own}
+        {"query": body.query, "documents": docs, "top_n": body.top_n or None, **base, **own}
     )
+
+
+def tuned_note(tuned: Optional[TunedSettings], scorer: Any, request: schema.RerankRequest) -> Optional[dict[str, Any]]:
+    """The ``tuned`` field of the answer's ``grogu`` object: the service's tuned file's decision, and what
+    differs from the set-up it was fitted to (the model, the prompt, the request's ``top_n``, the answer
+    budget). None without a file."""
+    if tuned is None:
+        return None
+    fingerprint = model_fingerprint(scorer.target)
+    found = tuned.mismatches(scorer.model_name, scorer.template, request.top_n, fingerprint, scorer.max_new_tokens)
+    return {"decision": tuned.decision, "mismatches": found}
 
 
 def relevance(row: Any) -> float:
@@ -106,8 +131,10 @@ def response(
     model: str,
     usage: dict[str, int],
     mode: str,
+    tuned: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
-    """The compatible answer for ``ranked`` (the pipeline's kept documents, best first)."""
+    """The compatible answer for ``ranked`` (the pipeline's kept documents, best first). ``tuned``: the
+    ``tuned`` field of its ``grogu`` object (:func:`tuned_note`), where the service has a tuned file."""
     return_documents = body.return_documents if body.return_documents is not None else version == 1
     results = []
     for r in ranked:
@@ -119,7 +146,7 @@ def response(
     context = next((r.context for r in ranked if r.context is not None), None)
     gate = next((r.gate for r in ranked if r.gate is not None), None)
     tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-    return {
+    out = {
         "id": str(uuid.uuid4()),
         "model": model,
         "results": results,
@@ -134,3 +161,6 @@ def response(
             "ignored": body.ignored(),
         },
     }
+    if tuned is not None:
+        out["grogu"]["tuned"] = tuned
+    return out

@@ -52,6 +52,8 @@ class ServeConfig:
     health_stall_s: float = 120.0  # /health is 503 while one engine slice has run this long (a stuck worker)
     #: the engine's CPU linear kernels (EngineConfig.cpu_linear): "auto", "onednn" or "default"
     cpu_linear: str = "auto"
+    #: a grogu tune settings file's content (grogu serve --settings): the compatible rerank routes use it
+    tuned_settings: Optional[dict] = None
 
     #: the limits, with the option of each (what /info lists and the 413 messages name)
     LIMITS = (

@@ -14,6 +14,7 @@ from ...metrics.seper import NLIEntailment, SePerScorer, check_references
 from ...rerank import pipeline as rerank_pipeline
 from ...rerank.remote import schema, wire
 from ...rerank.scorer import UtilityScorer
+from ...rerank.tuned import from_dict, model_fingerprint
 from ...runtime import coalescer
 from ...runtime.engine import get_engine
 from . import api
@@ -35,6 +36,10 @@ class ReplicaWork:
         set_replica_token(c.token)
         set_replica_limits(max_body_bytes=c.max_body_bytes, body_timeout_s=c.body_timeout_s)
         self.engine = get_engine(c.model, device=c.device, dtype=c.dtype, cpu_linear=c.cpu_linear)
+        # grogu serve --settings: the compatible rerank routes' settings; another model warns in the log
+        self.tuned = None if c.tuned_settings is None else from_dict(c.tuned_settings, "grogu serve --settings")
+        if self.tuned is not None:
+            self.tuned.check(self.engine.model_name, fingerprint=model_fingerprint(self.engine))
         self._scorers: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._embedder: Any = None
         self._nli: Any = None

@@ -196,7 +196,7 @@ class GroguService(ReplicaWork):
                 f"model {body.model!r} is not served here; this route serves {served!r}: pass "
                 f"model={served!r} (the LLM grogu scores the documents for)"
             )
-        own = compat.rerank_request(body)
+        own = compat.rerank_request(body, self.tuned)
         self._admit(own)
         admit_rerank(self.config, own)
         _, scorer = self._utility(own)
@@ -205,7 +205,8 @@ class GroguService(ReplicaWork):
         ignored = body.ignored()
         if ignored:
             response.headers[compat.IGNORED_HEADER] = compat.ignored_header(ignored)
-        return compat.response(body, version, ranked, served, usage, own.mode_settings().mode)
+        note = compat.tuned_note(self.tuned, scorer, own)
+        return compat.response(body, version, ranked, served, usage, own.mode_settings().mode, note)
 
     @app.post("/ungrounded", **answers(schema.UngroundedResponse))
     async def ungrounded(self, body: schema.UngroundedRequest) -> dict:

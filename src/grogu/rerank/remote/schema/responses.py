@@ -130,8 +130,17 @@ class CompatResult(_Response):
     document: Optional[dict[str, Any]] = None
 
 
+class CompatTuned(_Response):
+    """The service's ``grogu tune`` file (``grogu serve --settings``): its decision, and what differs from
+    the set-up it was fitted to."""
+
+    decision: str
+    mismatches: list[str]
+
+
 class CompatGrogu(_Response):
-    """What grogu adds to a compatible answer (clients ignore it)."""
+    """What grogu adds to a compatible answer (clients ignore it). ``tuned``: only from a service
+    started with a tuned file."""
 
     mode: str
     metric: Optional[str]
@@ -139,6 +148,7 @@ class CompatGrogu(_Response):
     gate: Optional[GateVerdict]
     answer: Optional[str]
     ignored: list[str]
+    tuned: Optional[CompatTuned] = None
 
 
 class CompatRerankResponse(_Response):
