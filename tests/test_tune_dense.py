@@ -252,6 +252,12 @@ def test_the_small_grid_is_the_default_and_the_full_grid_reachable():
     assert inspect.signature(choose).parameters["choose_by"].default is None
     recs = _seed8("nq_readme")[:12]
     assert choose(recs).evidence["grid"] == len(small)
+    from grogu.apps.tune.judging import answered_words
+    from grogu.apps.tune.replay import outcomes
+
+    both = outcomes(recs[:4], answered_words, [KEEP, *full[2:40], SHIPPED])
+    alone = outcomes(recs[:4], answered_words, [KEEP, SHIPPED])
+    assert vars(both.only([KEEP, SHIPPED])) == vars(alone)  # a smaller grid's outcomes without replaying
     assert choose(recs, settings="full").evidence["grid"] == len(full)
     import argparse
 

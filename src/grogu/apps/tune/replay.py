@@ -244,6 +244,30 @@ class Outcomes:
     def index(self, settings: ModeSettings) -> int:
         return self.settings.index(settings)
 
+    def only(self, settings: Sequence[ModeSettings]) -> "Outcomes":
+        """These outcomes for ``settings`` alone (each replayed here), in that order: a smaller grid's
+        outcomes without replaying again."""
+        at = [self.index(s) for s in settings]
+
+        def rows(table: Any) -> Any:
+            return [table[i] for i in at] if table else table  # None, or [] where not filled
+
+        return Outcomes(
+            [self.settings[i] for i in at],
+            self.ids,
+            rows(self.correct),
+            rows(self.seconds),
+            self.plain,
+            rows(self.f1),
+            rows(self.words),
+            rows(self.changed),
+            rows(self.in_doubt),
+            rows(self.loglik),
+            rows(self.candidate),
+            self.candidate_correct,
+            self.candidate_loglik,
+        )
+
 
 def outcomes(
     records: Sequence[dict[str, Any]],
