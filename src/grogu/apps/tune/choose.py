@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..audit.stats import exact_sign_test
-from .gain import METHOD, gain, gain_line, paired
+from .gain import agreement, held_out_gains, paired
 from .judging import answered_words, judgeable
 from .replay import KEEP, SHIPPED, Outcomes, grid_named, outcomes, setting_name
 
@@ -253,34 +253,6 @@ def choose(
     return decide(out, rows, max_cost, folds, incumbent, choose_by, judge_name)
 
 
-def agreement(out: Outcomes, rows: Sequence[int], held: dict[int, int], base: int) -> dict[str, Any] | None:
-    """How far the judges agree (None without the dense judge). ``candidates``: over each question's
-    candidate pairs that whole words tell apart (one right, one wrong), the share where the dense judge
-    scores the right one higher. ``held_out``: over the questions where the held-out pick and the incumbent
-    differ in words, how often the dense difference has the same sign."""
-    if out.candidate_loglik is None or out.loglik is None:
-        return None
-    agree = pairs = 0
-    for r in rows:
-        right, ll = out.candidate_correct[r], out.candidate_loglik[r]
-        for i in range(len(ll)):
-            for j in range(i + 1, len(ll)):
-                if right[i] != right[j]:
-                    pairs += 1
-                    agree += ll[i] != ll[j] and (ll[i] > ll[j]) == right[i]
-    h_agree = h_pairs = 0
-    for r in rows:
-        s = held[r]
-        word = int(out.correct[s][r]) - int(out.correct[base][r])
-        if word:
-            h_pairs += 1
-            h_agree += (out.loglik[s][r] - out.loglik[base][r]) * word > 0
-    return {
-        "candidates": {"pairs": pairs, "agree": agree, "share": agree / pairs if pairs else None},
-        "held_out": {"pairs": h_pairs, "agree": h_agree, "share": h_agree / h_pairs if h_pairs else None},
-    }
-
-
 def decide(
     out: Outcomes,
     rows: Sequence[int],
@@ -348,32 +320,8 @@ def decide(
             return None
         return sum(out.loglik[s][r] for r in rows) / len(rows)
 
-    # the gain on held-out questions: where a challenger was adopted, each question is answered by the
-    # setting picked without it (the cross-validated tune); else the chosen setting is the incumbent,
-    # fixed without labels, and every question is held out
-    tuned_at = {r: held[r] if adopt else chosen for r in rows}
-
-    def against_keep(at: dict[int, int]) -> dict[str, Any]:
-        return gain(
-            [int(out.correct[at[r]][r]) - int(out.correct[0][r]) for r in rows],
-            [out.loglik[at[r]][r] - out.loglik[0][r] for r in rows] if out.loglik is not None else None,
-        )
-
-    gains: dict[str, Any] = {"method": METHOD, "tuned": against_keep(tuned_at)}
-    gains["tuned"]["setting"] = "cross-validated picks" if adopt else setting_name(out.settings[chosen])
-    if shipped is not None:
-        gains["shipped"] = against_keep({r: shipped for r in rows})
-        gains["shipped"]["setting"] = setting_name(SHIPPED)
-    # the shipped default and an incumbent kept are fixed without labels: every question is held out for them
-    fixed = "questions (none fitted on them)"
-    if decision == "keep" and shipped is not None:
-        subject, g, where = "tune keeps the retriever's order; the shipped default", gains["shipped"], fixed
-    elif adopt:
-        subject, g, where = "the tuned setting (cross-validated)", gains["tuned"], "held-out questions"
-    else:
-        subject = "the shipped default" if decision == "default" else "the chosen setting"
-        g, where = gains["tuned"], fixed
-    gains["line"] = gain_line(subject, g, where)
+    # the gain on held-out questions (where a challenger was adopted: the setting picked without each)
+    gains = held_out_gains(out, rows, held if adopt else {r: chosen for r in rows}, adopt, decision, shipped)
 
     evidence = {
         "n": len(out.ids),
@@ -434,7 +382,6 @@ __all__ = [
     "choose",
     "decide",
     "pick",
-    "agreement",
     "one_sided_p",
     "cost",
     "net_wins",

@@ -12,6 +12,7 @@ Every figure here is paired: the same questions under two settings, one differen
   ``n = ((z(1 - alpha) + z(power)) * sd / gain) ** 2``, one-sided ``alpha`` 0.1 and power 0.8. ``sd`` is
   the observed standard deviation of the per-question differences (0 or 1 per question for accuracy).
   It assumes the spread stays what it was on these questions.
+- **Agreement** (:func:`agreement`): how far the dense judge and whole words agree.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from statistics import NormalDist
 from typing import Any, Sequence
 
 import numpy as np
+
+from .replay import Outcomes, setting_name
 
 #: resamples of the paired bootstrap, and its seed (fixed: the same records give the same interval)
 RESAMPLES = 10_000
@@ -114,4 +117,75 @@ def gain_line(subject: str, g: dict[str, Any], where: str) -> str:
     return line + "."
 
 
-__all__ = ["paired", "bootstrap_means", "questions_needed", "gain", "gain_line", "METHOD", "GAINS", "LEVEL"]
+def held_out_gains(
+    out: Outcomes, rows: Sequence[int], tuned_at: dict[int, int], adopted: bool, decision: str, shipped: int | None
+) -> dict[str, Any]:
+    """The tuned setting (``tuned_at[r]``: the setting that answers question r) and the shipped default,
+    each against keep (setting 0) on ``rows``, with :func:`gain`; and the line that states it. Where a
+    challenger was adopted, ``tuned_at`` holds each question's held-out pick. Else it holds the incumbent,
+    fixed without labels, so every question is held out for it (and for the shipped default)."""
+
+    def against_keep(at: dict[int, int]) -> dict[str, Any]:
+        return gain(
+            [int(out.correct[at[r]][r]) - int(out.correct[0][r]) for r in rows],
+            [out.loglik[at[r]][r] - out.loglik[0][r] for r in rows] if out.loglik is not None else None,
+        )
+
+    chosen = next(iter(tuned_at.values()), 0)
+    gains: dict[str, Any] = {"method": METHOD, "tuned": against_keep(tuned_at)}
+    gains["tuned"]["setting"] = "cross-validated picks" if adopted else setting_name(out.settings[chosen])
+    if shipped is not None:
+        gains["shipped"] = against_keep({r: shipped for r in rows})
+        gains["shipped"]["setting"] = setting_name(out.settings[shipped])
+    fixed = "questions (none fitted on them)"
+    if decision == "keep" and shipped is not None:
+        subject, g, where = "tune keeps the retriever's order; the shipped default", gains["shipped"], fixed
+    elif adopted:
+        subject, g, where = "the tuned setting (cross-validated)", gains["tuned"], "held-out questions"
+    else:
+        subject = "the shipped default" if decision == "default" else "the chosen setting"
+        g, where = gains["tuned"], fixed
+    gains["line"] = gain_line(subject, g, where)
+    return gains
+
+
+def agreement(out: Outcomes, rows: Sequence[int], held: dict[int, int], base: int) -> dict[str, Any] | None:
+    """How far the judges agree (None without the dense judge). ``candidates``: over each question's
+    candidate pairs that whole words tell apart (one right, one wrong), the share where the dense judge
+    scores the right one higher. ``held_out``: over the questions where the held-out pick and the incumbent
+    differ in words, how often the dense difference has the same sign."""
+    if out.candidate_loglik is None or out.loglik is None:
+        return None
+    agree = pairs = 0
+    for r in rows:
+        right, ll = out.candidate_correct[r], out.candidate_loglik[r]
+        for i in range(len(ll)):
+            for j in range(i + 1, len(ll)):
+                if right[i] != right[j]:
+                    pairs += 1
+                    agree += ll[i] != ll[j] and (ll[i] > ll[j]) == right[i]
+    h_agree = h_pairs = 0
+    for r in rows:
+        s = held[r]
+        word = int(out.correct[s][r]) - int(out.correct[base][r])
+        if word:
+            h_pairs += 1
+            h_agree += (out.loglik[s][r] - out.loglik[base][r]) * word > 0
+    return {
+        "candidates": {"pairs": pairs, "agree": agree, "share": agree / pairs if pairs else None},
+        "held_out": {"pairs": h_pairs, "agree": h_agree, "share": h_agree / h_pairs if h_pairs else None},
+    }
+
+
+__all__ = [
+    "paired",
+    "bootstrap_means",
+    "questions_needed",
+    "gain",
+    "gain_line",
+    "held_out_gains",
+    "agreement",
+    "METHOD",
+    "GAINS",
+    "LEVEL",
+]
