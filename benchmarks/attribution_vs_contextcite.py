@@ -47,6 +47,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from influence_ablation_agreement import questions, rho, same_first  # noqa: E402
+from record_meta import write_sidecar  # noqa: E402
 
 from grogu import Document  # noqa: E402
 from grogu.metrics.influence import InfluenceScorer  # noqa: E402
@@ -257,6 +258,7 @@ def main() -> None:
                     f"same masks={row['same_masks']} same answer={row['same_answer']}",
                     flush=True,
                 )
+    write_sidecar(args.out, {k: v for k, v in vars(args).items() if v != ap.get_default(k)})
     report(rows)
 
 

@@ -29,8 +29,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
 
 BASELINE = "no documents"
 CURRENT = "utility"
@@ -195,6 +199,7 @@ def main() -> None:
     else:
         print("sign test:", result["check"]["sign_test"])
     if args.out:
+        result["meta"] = meta(settings={k: v for k, v in vars(args).items() if v != p.get_default(k)})
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
     sys.stdout.flush()

@@ -38,6 +38,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(__file__))
+from record_meta import meta, write_sidecar  # noqa: E402
 
 
 def whole_words(answer: str, golds: list[str]) -> bool:
@@ -295,6 +296,8 @@ def main() -> None:
         model_tag = audited["model"] + ("-long" if args.answer_style == "long" else "")
         for rec in records(audited, questions, args.data, model_tag):
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    settings = {k: v for k, v in vars(args).items() if v != p.get_default(k)}
+    write_sidecar(os.path.join(args.out, f"records_{tag}.jsonl"), settings)
     out = {
         "data": args.data,
         "split": args.split,
@@ -305,6 +308,7 @@ def main() -> None:
         "speed": spd,
         "timing": audited["timing"],
         "args": vars(args),
+        "meta": meta(settings=settings),
     }
     with open(os.path.join(args.out, f"validation_{tag}.json"), "w") as f:
         json.dump(out, f, indent=1)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
+import sys
 import time
 import warnings
 
@@ -19,6 +21,9 @@ from grogu_research.testing import squad_paragraphs
 
 import grogu
 from grogu import Engine, UtilityScorer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import write_sidecar  # noqa: E402
 
 
 def queries(n: int) -> list[tuple[str, list[str]]]:
@@ -55,6 +60,7 @@ def main() -> None:
                 rows.append(row)
                 out.write(json.dumps(row) + "\n")
                 out.flush()
+    write_sidecar(args.out, {k: v for k, v in vars(args).items() if v != ap.get_default(k)})
     by = {(r["dtype"], r["question"]): r for r in rows}
     same_verdict = sum(by["float32", i]["in_doubt"] == by["bfloat16", i]["in_doubt"] for i in range(args.questions))
     same_kept = sum(by["float32", i]["kept"] == by["bfloat16", i]["kept"] for i in range(args.questions))

@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pipeline_accuracy import answered_words, judgeable  # noqa: E402
 from pipeline_modes import TOP_N, key, load, mode_context, mode_retriever, sign_test  # noqa: E402
+from record_meta import meta  # noqa: E402
 
 from grogu.rerank.selection import context_candidates  # noqa: E402
 
@@ -129,7 +130,8 @@ def choose(args) -> None:
     out = {"table": table, "eligible": eligible, "chosen": chosen, "setting": setting(chosen)}
     print(json.dumps(out, indent=1))
     if args.out:
-        json.dump(out, open(args.out, "w"), indent=1)
+        settings = {k: v for k, v in vars(args).items() if v is not None}
+        json.dump({**out, "meta": meta(settings=settings)}, open(args.out, "w"), indent=1)
 
 
 def held(args) -> None:
@@ -147,7 +149,8 @@ def held(args) -> None:
         }
     print(json.dumps(out, indent=1))
     if args.out:
-        json.dump(out, open(args.out, "w"), indent=1)
+        settings = {k: v for k, v in vars(args).items() if v is not None}
+        json.dump({**out, "meta": meta(settings=settings)}, open(args.out, "w"), indent=1)
 
 
 def main() -> None:

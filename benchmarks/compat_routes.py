@@ -22,6 +22,7 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pipeline_accuracy import build_index, squad_questions  # noqa: E402
+from record_meta import meta, write_sidecar  # noqa: E402
 
 TOP_N, TOP_K = 3, 5
 
@@ -100,10 +101,12 @@ def main() -> None:
     with open(args.out, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
+    settings = {k: v for k, v in vars(args).items() if v != p.get_default(k)}
+    write_sidecar(args.out, settings)
     summary = summarize(records)
     summary["command"] = "OMP_NUM_THREADS=1 python benchmarks/compat_routes.py " + " ".join(sys.argv[1:])
     with open(os.path.splitext(args.out)[0] + "_summary.json", "w") as f:
-        json.dump(summary, f, indent=1)
+        json.dump({**summary, "meta": meta(settings=settings)}, f, indent=1)
     print(json.dumps(summary, indent=1))
 
 

@@ -24,6 +24,9 @@ import tempfile
 import time
 import warnings
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -90,7 +93,8 @@ def main() -> None:
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != ap.get_default(k)}
+            json.dump({**out, "meta": meta(settings=settings)}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -42,6 +43,9 @@ from grogu_research.testing import embedded_tokenizer, squad_paragraphs
 import grogu
 from grogu import Document, Engine, EngineConfig, UtilityScorer
 from grogu.runtime.models import DEFAULT_MODEL
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
 
 ARCHS = {  # real architectures, built from a config with random weights (speed does not depend on them)
     "qwen2.5-7b": dict(
@@ -420,6 +424,7 @@ def main() -> None:
                     "kv_bytes_per_token": kv_bytes_per_token(model),
                     "rows": rows,
                     "graphs": {v: e.graph_stats() for v, e in engines.items()},
+                    "meta": meta(settings={k: v for k, v in vars(args).items() if v != ap.get_default(k)}),
                 },
                 f,
                 indent=1,

@@ -61,6 +61,7 @@ from pipeline_accuracy import (  # noqa: E402
     squad_questions,
 )
 from pipeline_modes import sign_test  # noqa: E402
+from record_meta import write_sidecar  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED, EARLIER_SEED = 3, 2
@@ -423,6 +424,8 @@ def main() -> None:
     r = sub.add_parser("report")
     r.add_argument("records", nargs="+")
     args = p.parse_args()
+    if args.cmd != "report":  # the JSONL's meta beside it, as the collection starts (it appends)
+        write_sidecar(args.out, {k: v for k, v in vars(args).items() if v != sub.choices[args.cmd].get_default(k)})
     {"langchain": langchain, "service": service, "report": report}[args.cmd](args)
 
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from record_meta import meta  # noqa: E402
 
 
 def main() -> None:
@@ -49,6 +52,7 @@ def main() -> None:
         "requests": out.requests,
         "server_errors": sum(n for v in out.statuses.values() for s, n in v.items() if s >= 500),
         "failures": out.failures,
+        "meta": meta(settings={k: v for k, v in vars(args).items() if v != ap.get_default(k)}),
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

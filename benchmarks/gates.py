@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from judging import answered_words, judgeable, sign_test  # noqa: E402
 from pipeline_modes import key, mode_context  # noqa: E402
+from record_meta import meta  # noqa: E402
 
 from grogu.rerank.selection import support_scores  # noqa: E402
 
@@ -313,6 +314,7 @@ def choose(args) -> None:
                 "beat_shipped_on_tuning": adopt,
                 "shipped": SHIPPED,
                 "tuning": {"chosen": _brief(chosen), "shipped": _brief(shipped)},
+                "meta": meta(settings={k: v for k, v in vars(args).items() if v is not None}),
             },
             open(args.save, "w"),
             indent=1,
@@ -410,6 +412,7 @@ def held(args) -> None:
         out["signal_auroc"][f"{prompt} {data}"] = cells
         print(f"  {prompt:10s} {data:12s} n={len(recs):3d}  " + ", ".join(f"{k} {_f(v)}" for k, v in cells.items()))
     if args.save:
+        out["meta"] = meta(settings={k: v for k, v in vars(args).items() if v is not None})
         json.dump(out, open(args.save, "w"), indent=1)
 
 

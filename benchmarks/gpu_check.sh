@@ -48,6 +48,9 @@ for l in list(open(sys.argv[1]))[:100]]" benchmarks/results/tune_validation/exam
     local first=$((part_bytes - $(stat -c %s .gpu/stage.tgz) - 200000))
     [ "$first" -gt 0 ] || { echo "the stage alone is over one call's carry" >&2 && exit 1; }
     mkdir -p .gpu/p0 && mv .gpu/stage.tgz .gpu/p0/ && cp .gpu/smol/SHA256 .gpu/p0/
+    # the commit the wheels are built from: the GPU machine gets the working tree without .git
+    python -c "import json, sys; sys.path.insert(0, 'benchmarks'); from record_meta import meta; \
+json.dump(meta(command=['bash', 'benchmarks/gpu_check.sh', 'prepare']), open('.gpu/p0/prepared.json', 'w'), indent=1)" || exit 1
     head -c "$first" .gpu/smol/model.whl >.gpu/p0/model.00
     tail -c +$((first + 1)) .gpu/smol/model.whl | split -b "$part_bytes" -d -a 2 - .gpu/rest.
     local i=1
@@ -103,6 +106,39 @@ cpu_tests() {  # the numeric tests on the host CPU, the GPU hidden: its own capa
     return $rc
 }
 
+git_shim() {  # no repository here (the tree travels without .git): git answers prepare's commit to record_meta
+    git -C "$root" rev-parse HEAD >/dev/null 2>&1 && return 0
+    [ -f "$xfer/prepared.json" ] || return 0
+    local commit dirty
+    commit=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['commit'])" "$xfer/prepared.json")
+    dirty=$(python -c "import json, sys; print('M src' if json.load(open(sys.argv[1]))['dirty'] else '')" "$xfer/prepared.json")
+    # shellcheck disable=SC2016
+    mkdir -p /tmp/bin && printf '#!/bin/sh\ncase "$1" in rev-parse) echo %s ;; status) echo "%s" ;; esac\n' \
+        "$commit" "$dirty" >/tmp/bin/git && chmod +x /tmp/bin/git && export PATH=/tmp/bin:$PATH
+}
+
+write_meta() {  # $OUT/meta.json: the run folder's commit (claims.py reads it), the machine, each call's command
+    python - "$OUT/meta.json" "$root/benchmarks" "$xfer/prepared.json" "$@" <<'PY'
+import json, os, sys
+out, here, prepared, command, *settings = sys.argv[1:]
+sys.path.insert(0, here)
+try:
+    import torch  # noqa: F401 (record_meta names the GPU where torch is loaded)
+except ImportError:
+    pass
+from record_meta import meta
+
+m = meta(settings=dict(s.split("=", 1) for s in settings), command=[])
+del m["command"]
+old = json.load(open(out)) if os.path.exists(out) else {}
+m["commands"] = [*old.get("commands", []), command]
+m["settings"] = {**old.get("settings", {}), **m["settings"]}
+if os.path.exists(prepared):
+    m["prepared"] = json.load(open(prepared))
+json.dump(m, open(out, "w"), indent=1)
+PY
+}
+
 run() {
     export OUT=${OUT:-/tmp/gpu_out}
     mkdir -p "$OUT"
@@ -140,6 +176,13 @@ run() {
     [ "$quick" = 1 ] && n=2 ks=1,3 queries=1 k=3
     local arch=qwen2.5-7b dt=bfloat16 tok="--tokenizer $stage/tokenizer"
     [ "$quick" = 1 ] && arch=qwen2-tiny dt=float32
+    git_shim
+    local command="bash benchmarks/gpu_check.sh run${1:+ $1}" var
+    for var in GPU_CHECK_QUICK GPU_CHECK_DEVICE GPU_CHECK_STEPS; do
+        [ -n "${!var:-}" ] && command="$var=\"${!var}\" $command"
+    done
+    write_meta "$command" "device=$device" "quick=$quick" "questions=$n" "ks=$ks" "queries=$queries" "k=$k" \
+        "random_arch=$arch" "random_arch_dtype=$dt" 2>>"$OUT/log.txt" || echo "meta.json not written" >>"$OUT/log.txt"
     step env 30 python -c "import torch, transformers, grogu, llama_index.core as li; \
 print(torch.__version__, transformers.__version__, li.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())"
     # -- the first call: random-weight models of a real architecture (no model file needed, the tokenizer brought)

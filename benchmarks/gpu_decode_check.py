@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 import warnings
 
@@ -27,6 +29,9 @@ import grogu
 from grogu import Engine, EngineConfig
 from grogu.core.prompts import Document, PromptBuilder
 from grogu.runtime.models import DEFAULT_MODEL
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
 
 VARIANTS = {
     "eager": dict(cuda_graphs=False, prompt_lookup=0),
@@ -121,6 +126,7 @@ def main() -> None:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     if args.json:
+        out["meta"] = meta(settings={k: v for k, v in vars(args).items() if v != ap.get_default(k)})
         json.dump(out, open(args.json, "w"), indent=1)
 
 

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import statistics
+import sys
 import time
 import warnings
 from collections import defaultdict
@@ -43,6 +45,9 @@ from scipy.stats import spearmanr
 from grogu import Document
 from grogu.metrics.influence import InfluenceScorer, fit_ablation_surrogate
 from grogu.runtime.models import DEFAULT_MODEL
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import write_sidecar  # noqa: E402
 
 
 def lead(text: str, words: int) -> str:
@@ -197,6 +202,8 @@ def main() -> None:
             )
             with open(args.dump, "w") as f:
                 json.dump(dump, f, indent=1)
+            if qi == 0:  # the dump is a list: its meta beside it
+                write_sidecar(args.dump, {k: v for k, v in vars(args).items() if v != ap.get_default(k)})
         line = ", ".join(f"m={m}: {rhos[m, alphas[0]][-1]:+.2f}" for m in ms)
         print(
             f"q{qi}: exact {t_exact[-1][0]:.0f} s wall / {t_exact[-1][1]:.0f} s cpu, m={ms[-1]} "

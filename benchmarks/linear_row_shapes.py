@@ -23,6 +23,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
 
 
 def main() -> None:
@@ -78,7 +79,8 @@ def main() -> None:
     print(json.dumps(result, indent=1))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != ap.get_default(k)}
+            json.dump({**result, "meta": meta(settings=settings)}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import llama_cpp
@@ -45,6 +46,9 @@ from grogu_research.testing import greedy_stepwise, stepwise_rows
 import grogu
 from grogu.metrics.acu import ACUScorer
 from grogu.runtime.inference_server import ServerTarget, topk_entropy
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
 
 K = 20
 TOL = 1e-3
@@ -164,7 +168,8 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"summary": summary, "records": records}, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != ap.get_default(k)}
+            json.dump({"summary": summary, "records": records, "meta": meta(settings=settings)}, f, indent=1)
 
 
 if __name__ == "__main__":

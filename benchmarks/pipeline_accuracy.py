@@ -65,6 +65,7 @@ from grogu.runtime.models import DEFAULT_MODEL
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from judging import answer_f1, answered, answered_words, judgeable, normalize, sign_test  # noqa: E402, F401
+from record_meta import meta, write_sidecar  # noqa: E402
 
 CUTS = "\x00CONTEXT\x00", "\x00QUERY\x00"
 
@@ -765,6 +766,8 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
             scorer.answer_contexts = timed("answer", scorer.answer_contexts)
             scorer.force_answers = timed("force", scorer.force_answers)
     records = open(args.records, "w") if args.records else None
+    if records is not None:  # its meta as it opens: a run stopped at its limit keeps its rows
+        write_sidecar(args.records, args.meta_settings)
 
     def cold() -> None:
         """Each timed query starts cold: no prompt of another arm's query kept by grogu's engine, and
@@ -829,7 +832,7 @@ def whole_query_cost(args, questions, retriever, llm, synth, plain_engine, reran
     print(json.dumps(out, indent=1))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump({**out, "meta": meta(settings=args.meta_settings)}, f, indent=1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from graph_counts import verdict
 
@@ -899,8 +902,14 @@ def latency_summary_from_records(args) -> None:
     out["records"] = os.path.basename(args.records)
     print(json.dumps(out, indent=1))
     if args.json:
+        here = meta(settings=args.meta_settings)
+        for beside in (args.records + ".meta.json", os.path.join(os.path.dirname(args.records), "meta.json")):
+            if os.path.exists(beside):  # the figures are the run's that wrote the records: its commit
+                run = json.load(open(beside))
+                here |= {"commit": run.get("commit", here["commit"]), "dirty": run.get("dirty"), "records_meta": run}
+                break
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            json.dump({**out, "meta": here}, f, indent=1)
 
 
 def cost_table(args) -> None:
@@ -1165,6 +1174,10 @@ def main() -> None:
     ls.add_argument("--data", default="squad")
     ls.add_argument("--json", default=None)
     args = parser.parse_args()
+    # the settings that differ from the command's defaults, for the records' meta
+    args.meta_settings = {k: v for k, v in vars(args).items() if v != sub.choices[args.cmd].get_default(k)}
+    if args.cmd == "collect":  # it appends (a run resumes): its meta beside it as the collection starts
+        write_sidecar(args.out, args.meta_settings)
     if args.cmd == "cost-table":
         cost_table(args)
     elif args.cmd == "latency-summary":

@@ -31,6 +31,9 @@ import httpx
 import numpy as np
 from grogu_research import testing
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
+
 TOKEN = "probe-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 QUERY = "What is the capital city of Australia?"
@@ -266,7 +269,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(json.dumps(figures, indent=1))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != p.get_default(k)}
+            json.dump({**figures, "meta": meta(settings=settings)}, f, indent=1)
     return figures
 
 

@@ -49,6 +49,7 @@ from pipeline_accuracy import (  # noqa: E402
     squad_questions,
 )
 from pipeline_modes import key  # noqa: E402
+from record_meta import write_sidecar  # noqa: E402
 
 from grogu.rerank.selection import context_candidates  # noqa: E402
 
@@ -359,11 +360,15 @@ def main() -> None:
     k.add_argument("--limit", type=int, default=6)
     k.add_argument("--save", default=None)
     args = parser.parse_args()
+    settings = {k: v for k, v in vars(args).items() if v != sub.choices[args.cmd].get_default(k)}
     if args.cmd == "check":
         check(args)
+        if args.save:  # a JSON list: its meta beside it
+            write_sidecar(args.save, settings)
     elif args.cmd == "collect":
         if args.contexts == "gated" and not args.gates:
             parser.error("--contexts gated needs --gates")
+        write_sidecar(args.out, settings)  # it appends (a run resumes): its meta as the collection starts
         collect(args)
 
 

@@ -38,6 +38,9 @@ from collections import OrderedDict
 
 from grogu.runtime.models import DEFAULT_MODEL
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
+
 STOPWORDS = frozenset(
     "a an the of to in on for and or is are was were be been by with as at from that this it its which who what "
     "when where how why do does did can could will would should may might not no their there they them his her "
@@ -212,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": vars(args),
         "wall_s": {"total": round(time.perf_counter() - t_start, 1), "pairs": round(t_pairs, 1)},
         "outputs": paths,
+        "meta": meta(settings={k: v for k, v in vars(args).items() if v != ap.get_default(k)}),
     }
     with open(os.path.join(args.out, "qrecc_report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)

@@ -25,6 +25,7 @@ from grogu_research.testing import embedded_tokenizer, squad_paragraphs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from engine_speed import ARCHS  # noqa: E402
+from record_meta import meta  # noqa: E402
 
 from grogu import Document, Engine  # noqa: E402
 from grogu.core.prompts import PromptBuilder  # noqa: E402
@@ -131,7 +132,8 @@ def main() -> None:
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
-            json.dump(figures, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != p.get_default(k)}
+            json.dump({**figures, "meta": meta(settings=settings)}, f, indent=1)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from graph_counts import verdict
 

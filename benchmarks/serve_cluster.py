@@ -22,6 +22,7 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
 
 
 def main() -> None:
@@ -77,7 +78,8 @@ def main() -> None:
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != ap.get_default(k)}
+            json.dump({**out, "meta": meta(settings=settings)}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pipeline_accuracy import squad_questions  # noqa: E402
+from record_meta import meta  # noqa: E402
 
 TOP_N, TOP_K = 3, 5
 
@@ -131,7 +132,8 @@ def main() -> None:
     print(json.dumps({k: v for k, v in figures.items() if k != "records"}, indent=1))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != p.get_default(k)}
+            json.dump({**figures, "meta": meta(settings=settings)}, f, indent=1)
 
 
 if __name__ == "__main__":

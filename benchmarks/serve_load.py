@@ -58,6 +58,9 @@ import grogu
 from grogu.apps.serve import RemoteScorer
 from grogu.runtime.models import DEFAULT_MODEL
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
+
 TOL = 1e-4
 
 
@@ -518,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(figures, indent=1))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != p.get_default(k)}
+            json.dump({**figures, "meta": meta(settings=settings)}, f, indent=1)
     return 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -40,6 +41,9 @@ from grogu.core.prompts import Document, PromptBuilder
 from grogu.runtime.inference_server import ServerTarget
 from grogu.runtime.inference_server.topk import TAILS, topk_entropy
 from grogu.runtime.models import DEFAULT_MODEL
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
 
 
 def spearman(a, b) -> float:
@@ -233,7 +237,8 @@ def main(argv=None) -> int:
     res = truncation(args) if args.part == "truncation" else server(args)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != p.get_default(k)}
+            json.dump({**res, "meta": meta(settings=settings)}, f, indent=1)
     return 0
 
 

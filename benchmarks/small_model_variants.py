@@ -40,6 +40,9 @@ from grogu_research.experiments.negatives import hard_negatives, make_retriever
 
 from grogu import metrics as grogu_metrics
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta, write_sidecar  # noqa: E402
+
 OUT = "runs/small_models"
 RELEVANCE = ("bm25", "minilm")
 
@@ -146,6 +149,7 @@ def collect(args: argparse.Namespace) -> None:
     scorer = UtilityScorer(args.model, max_new_tokens=args.max_new_tokens, answer_style=args.style, device="cpu")
     print(f"setup {time.perf_counter() - clock:.0f} s; scoring with {scorer.model_name}", file=sys.stderr)
     bar = common.progress(len(items), f"{args.experiment}/{args.split}/{args.style}")
+    write_sidecar(path, args.meta_settings)  # it appends (a run resumes): its meta as the collection starts
     with open(path, "a", encoding="utf-8") as out:
         for chunk in common.chunks(items, args.batch):
             jobs = []
@@ -335,7 +339,7 @@ def tune(args: argparse.Namespace) -> dict:
             + common.md_table(["family", "setting", "mean win-rate (%)"], rows)
         )
     with open(os.path.join(args.runs, "tuning.json"), "w", encoding="utf-8") as f:
-        json.dump(common.clean(out), f, indent=1)
+        json.dump({**common.clean(out), "meta": meta(settings=args.meta_settings)}, f, indent=1)
     print("\n\n".join(lines))
     return out
 
@@ -439,7 +443,7 @@ def report(args: argparse.Namespace) -> dict:
         res["seconds_per_question"] = sum(r["seconds"] for r in recs) / len(recs)
         out.setdefault(key, {})[experiment] = res
     with open(os.path.join(args.runs, f"report.{args.split}.json"), "w", encoding="utf-8") as f:
-        json.dump(common.clean(out), f, indent=1)
+        json.dump({**common.clean(out), "meta": meta(settings=args.meta_settings)}, f, indent=1)
     print(markdown(out, "held-out" if args.split == "heldout" else args.split))
     return out
 
@@ -528,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--split", default="heldout", help="report: which records (heldout; tune only as a check)")
         sp.add_argument("--limit", type=int, default=None, help="report: the first N questions of each file")
     args = p.parse_args(argv)
+    # the settings that differ from the command's defaults, for the records' meta
+    args.meta_settings = {k: v for k, v in vars(args).items() if v != sub.choices[args.command].get_default(k)}
     if args.command == "collect":
         collect(args)
     elif args.command == "tune":

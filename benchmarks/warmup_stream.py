@@ -29,6 +29,7 @@ from grogu_research.testing import squad_paragraphs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from graph_counts import counts, verdict  # noqa: E402
+from record_meta import meta  # noqa: E402
 from sampled_decode import _engine  # noqa: E402
 
 from grogu import Document, UtilityScorer  # noqa: E402
@@ -133,7 +134,8 @@ def main() -> None:
     print(json.dumps({k: v for k, v in figures.items() if k not in ("times", "ks")}, indent=1))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+            settings = {k: v for k, v in vars(args).items() if v != p.get_default(k)}
+            json.dump({**figures, "meta": meta(settings=settings)}, f, indent=1)
     verdict(figures["graphs"], args.device)
 
 
