@@ -18,12 +18,18 @@ seconds per query, its ratio to GROGU, and the prompt tokens the engine encoded 
 after prefix sharing), which is what the cost follows on a CPU.
 
   OMP_NUM_THREADS=1 python benchmarks/influence_speed.py [--ks 3,5,10] [--queries 2] [--ablations 64] [--no-naive]
+      [--json OUT.json]
+
+``--json`` writes every query's times (both tables) with the run's meta (``record_meta``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import sys
 import time
 import warnings
 
@@ -33,6 +39,12 @@ from grogu_research.testing import squad_paragraphs
 from grogu import Document, UtilityScorer
 from grogu.metrics.influence import InfluenceScorer
 from grogu.runtime.models import DEFAULT_MODEL
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_meta import meta  # noqa: E402
+
+#: every query's times, for --json
+RECORD: dict[str, list[dict]] = {"naive_vs_engine": [], "against_grogu": []}
 
 
 def naive(scorer: InfluenceScorer, query: str, docs: list[Document]) -> list[float]:
@@ -60,6 +72,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--ablations", type=int, default=64, help="m of contextcite (ContextCite's default: 64)")
     ap.add_argument("--no-naive", action="store_true", help="only the table against GROGU-scoring")
+    ap.add_argument("--json", help="write every query's times here, with the run's meta")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     scorer = InfluenceScorer(DEFAULT_MODEL, max_new_tokens=args.max_new_tokens, device="cpu")
@@ -90,6 +103,17 @@ def main() -> None:
             t_e.append(te)
             t_n.append(tn)
             diff = max(diff, max(abs(a - b) for a, b in zip(res, ref)))
+            RECORD["naive_vs_engine"].append(
+                {
+                    "k": k,
+                    "q": q,
+                    "naive_wall_s": tn[0],
+                    "naive_cpu_s": tn[1],
+                    "engine_wall_s": te[0],
+                    "engine_cpu_s": te[1],
+                    "max_is_diff": max(abs(a - b) for a, b in zip(res, ref)),
+                }
+            )
             print(f"  k={k} q{q}: naive {tn[0]:.1f} / {tn[1]:.1f} s, engine {te[0]:.1f} / {te[1]:.1f} s", flush=True)
         nw, nc = statistics.median(t[0] for t in t_n), statistics.median(t[1] for t in t_n)
         ew, ec = statistics.median(t[0] for t in t_e), statistics.median(t[1] for t in t_e)
@@ -99,6 +123,11 @@ def main() -> None:
             flush=True,
         )
     against_grogu(scorer, paras, ks, args)
+    if args.json:
+        settings = {k: v for k, v in vars(args).items() if v != ap.get_default(k) and k != "json"}
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"meta": meta(settings=settings), "max_new_tokens": args.max_new_tokens, **RECORD}, f, indent=1)
+            f.write("\n")
 
 
 def against_grogu(scorer: InfluenceScorer, paras: list[dict], ks: list[int], args) -> None:
@@ -147,6 +176,9 @@ def against_grogu(scorer: InfluenceScorer, paras: list[dict], ks: list[int], arg
                 engine.prefill_tokens = 0
                 _, (wall, _) = timed(fn)
                 cells[name].append((wall, engine.prefill_tokens))
+                RECORD["against_grogu"].append(
+                    {"k": k, "q": q, "method": name, "wall_s": wall, "prefill_tokens": engine.prefill_tokens}
+                )
             print(f"  k={k} q{q}: " + ", ".join(f"{n} {c[-1][0]:.1f} s" for n, c in cells.items()), flush=True)
         base = statistics.median(w for w, _ in cells[names[0]])
         row = []
