@@ -271,7 +271,10 @@ def decide(
     if choose_by is None:
         choose_by = "dense" if out.dense else "words"
         if not out.dense:
-            note = "the dense judge is unavailable: the records hold no gold log-likelihoods (collected before it)"
+            note = (
+                "the dense judge is unavailable: the records hold no gold log-likelihoods (collected before it, "
+                "or on a target that cannot teacher-force)"
+            )
     elif choose_by == "dense" and not out.dense:
         raise ValueError(
             "choose_by='dense' needs records with each candidate's gold_loglik (collected by this grogu); "
