@@ -41,6 +41,7 @@ ORDER = (
     "prompt_gate_seed6",
     "tune_validation_seed7",
     "tune_validation_seed8",
+    "tune_validation_seed9",
 )
 
 

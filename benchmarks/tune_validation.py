@@ -24,9 +24,10 @@ LangChain prompt, "Answer the question using only the documents.").
     OMP_NUM_THREADS=1 python benchmarks/tune_validation.py collect --data squad --prompt llamaindex
     python benchmarks/tune_validation.py evaluate
 
-``TUNE_VALIDATION_SEED`` picks the sample (``RULES``): 7 judged the first rule, 8 (the default) the second,
-each drawn after its rule was committed. Their outputs: ``results/tune_validation`` and
-``results/tune_validation_seed8``.
+``TUNE_VALIDATION_SEED`` picks the sample (``RULES``): 7 judged the first rule, 8 the second, 9 (the
+default) the third: tune's defaults since (the small grid, chosen by the dense judge, ``EVAL_RULE_DENSE``),
+on SQuAD alone. Each was drawn after its rule was committed. Their outputs: ``results/tune_validation``,
+``results/tune_validation_seed8`` and ``results/tune_validation_seed9``.
 """
 
 from __future__ import annotations
@@ -43,15 +44,30 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 N_TUNE, N_EVAL, TOP_K, TOP_N, MAX_NEW_TOKENS = 50, 100, 5, 3, 48
 #: the samples: seed 7 judged the first rule (keep as the incumbent), seed 8 the second (the shipped
 #: default as the incumbent), each drawn after its rule was committed
-RULES = {7: "keep", 8: "shipped"}
-SEED = int(os.environ.get("TUNE_VALIDATION_SEED", "8"))
+#: seed 9 the third (tune's defaults since: the shipped default as the incumbent, the small grid, chosen by
+#: the dense judge with whole words as a check)
+RULES = {7: "keep", 8: "shipped", 9: "dense"}
+SEED = int(os.environ.get("TUNE_VALIDATION_SEED", "9"))
 OUT = os.path.join(HERE, "results", "tune_validation" if SEED == 7 else f"tune_validation_seed{SEED}")
 PROMPTS = ("llamaindex", "readme")
-DATA = ("squad", "nq")
+#: seed 9 draws SQuAD alone: the NQ-open and HotpotQA files are not on the machine that ran it
+DATA = ("squad", "nq") if SEED < 9 else ("squad",)
 #: the evaluation's verdict, fixed before any evaluation record: on each (data set, prompt) the tuned
 #: setting must not lose to the retriever's order (losses <= wins on the 100); pooled over all four, it
 #: must do at least as well as the shipped default (wins >= losses), reported with the exact sign test.
 EVAL_RULE = "per set: tuned losses <= wins against the retriever's order; pooled: tuned wins >= losses against the shipped default"
+#: seed 9's verdict, fixed before its sample was drawn. (1) Per set, on the 100: the tuned setting wins at
+#: least as often as it loses, by whole words, against the better of the retriever's order and the shipped
+#: default there. (2) Per set where the retriever's order beats the default on the 100: tune kept that
+#: order, or the 90 % interval of the default's gain over it on the 50 includes 0 (tune says it cannot
+#: tell). (3) Reported, not a bar: the 90 % interval of the default's gain over the retriever's order on the
+#: 50, by each judge, its width and its width over the absolute mean (the dense judge is the tighter when
+#: that ratio is smaller).
+EVAL_RULE_DENSE = (
+    "per set: tuned W >= L against the better of keep and the shipped default on the 100; where keep beats the "
+    "default on the 100, tune kept keep or the default's 90 % interval on the 50 includes 0; reported: both "
+    "judges' 90 % intervals of the default's gain over keep on the 50, widths and width / |mean|"
+)
 
 
 def sample_name(data: str) -> str:
@@ -206,10 +222,13 @@ def tune_set(data: str, prompt: str, engine, model, tokenizer, max_cost: float |
         out=out,
         max_new_tokens=MAX_NEW_TOKENS,
         max_cost=max_cost,
-        incumbent=RULES[SEED],
-        grid="full",  # the grid and judge these validations ran with (tune's defaults since: small, dense)
-        choose_by="words",
         progress=False,
+        # seeds 7 and 8 ran with the full grid and whole words; seed 9 with tune's defaults (small, dense)
+        **(
+            {"incumbent": "shipped"}
+            if RULES[SEED] == "dense"
+            else {"incumbent": RULES[SEED], "grid": "full", "choose_by": "words"}
+        ),
     )
     os.remove(os.path.join(out, "records.jsonl"))  # the same file as records_<set>_tune.jsonl
     return tuned
@@ -222,6 +241,57 @@ def compare(out, rows: list[int], a: int, b: int) -> dict:
     wins = sum(out.correct[a][r] and not out.correct[b][r] for r in rows)
     losses = sum(out.correct[b][r] and not out.correct[a][r] for r in rows)
     return {"wins": wins, "losses": losses, "p": exact_sign_test(wins, losses)}
+
+
+def interval_of(diffs: list[float]) -> dict:
+    """The paired mean with its 90 % interval (tune's own bootstrap), its width and width / |mean|."""
+    from grogu.apps.tune.gain import paired
+
+    g = paired(diffs)
+    if g["n"] == 0 or g["low"] is None:
+        return {**g, "width": None, "width_over_mean": None}
+    width = g["high"] - g["low"]
+    return {**g, "width": width, "width_over_mean": width / abs(g["mean"]) if g["mean"] else None}
+
+
+def dense_checks(data: str, prompt: str, tuned, out, rows: list[int]) -> dict:
+    """Seed 9's checks (``EVAL_RULE_DENSE``) of one set: against the better of keep and the default on the
+    100 (arms 0 and 1 of ``out``; the tuned setting is arm 2), and the default's gain over keep on the 50 by
+    each judge."""
+    from grogu.apps.tune.judging import answered_words
+    from grogu.apps.tune.replay import KEEP, SHIPPED, outcomes
+
+    acc = {i: sum(out.correct[i][r] for r in rows) for i in (0, 1)}
+    best = [i for i in (0, 1) if acc[i] == max(acc.values())]
+    against = {("keep", "shipped")[i]: compare(out, rows, 2, i) for i in best}
+    tune_recs = records(data, prompt, "tune")
+    t = outcomes(tune_recs, answered_words, [KEEP, SHIPPED])
+    t_rows = list(range(len(tune_recs)))
+    words50 = interval_of([int(t.correct[1][r]) - int(t.correct[0][r]) for r in t_rows])
+    dense50 = interval_of([t.loglik[1][r] - t.loglik[0][r] for r in t_rows]) if t.dense else None
+    dense100 = (
+        {
+            name: interval_of([out.loglik[i][r] - out.loglik[0][r] for r in rows])
+            for name, i in (("shipped", 1), ("tuned", 2))
+        }
+        if out.dense
+        else None
+    )
+    keep_beats_default = acc[0] > acc[1]
+    says_cannot_tell = words50["low"] is not None and words50["low"] <= 0 <= words50["high"]
+    if dense50 is not None:
+        says_cannot_tell = says_cannot_tell or (dense50["low"] <= 0 <= dense50["high"])
+    return {
+        "better_on_100": [("keep", "shipped")[i] for i in best],
+        "tuned_vs_better": against,
+        "never_loses_to_better": all(x["wins"] >= x["losses"] for x in against.values()),
+        "keep_beats_default_on_100": keep_beats_default,
+        "kept_keep_or_cannot_tell": (not keep_beats_default) or tuned.decision == "keep" or says_cannot_tell,
+        "default_vs_keep_on_50": {"words": words50, "dense": dense50},
+        "dense_on_100": dense100,
+        "choose_by": tuned.evidence.get("choose_by"),
+        "gain_line": (tuned.evidence.get("gains") or {}).get("line"),
+    }
 
 
 def evaluate(args) -> None:
@@ -282,6 +352,8 @@ def evaluate(args) -> None:
                 )
                 / (N_TUNE + N_EVAL),
             }
+            if RULES[SEED] == "dense":
+                entry["dense_checks"] = dense_checks(data, prompt, tuned, out, rows)
             for key in pooled:
                 pooled[key][0] += entry[key]["wins"]
                 pooled[key][1] += entry[key]["losses"]
@@ -315,12 +387,19 @@ def evaluate(args) -> None:
     from grogu.apps.audit.stats import exact_sign_test
 
     report["pooled"] = {k: {"wins": w, "losses": lo, "p": exact_sign_test(w, lo)} for k, (w, lo) in pooled.items()}
-    report["verdict"] = {
-        "tuned_never_loses_to_keep": all(
-            e["tuned_vs_keep"]["losses"] <= e["tuned_vs_keep"]["wins"] for e in report["sets"]
-        ),
-        "tuned_at_least_shipped_pooled": pooled["tuned_vs_shipped"][0] >= pooled["tuned_vs_shipped"][1],
-    }
+    if RULES[SEED] == "dense":
+        report["rule"] = EVAL_RULE_DENSE
+        report["verdict"] = {
+            "tuned_never_loses_to_the_better": all(e["dense_checks"]["never_loses_to_better"] for e in report["sets"]),
+            "keep_kept_or_cannot_tell": all(e["dense_checks"]["kept_keep_or_cannot_tell"] for e in report["sets"]),
+        }
+    else:
+        report["verdict"] = {
+            "tuned_never_loses_to_keep": all(
+                e["tuned_vs_keep"]["losses"] <= e["tuned_vs_keep"]["wins"] for e in report["sets"]
+            ),
+            "tuned_at_least_shipped_pooled": pooled["tuned_vs_shipped"][0] >= pooled["tuned_vs_shipped"][1],
+        }
     with open(os.path.join(OUT, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     with open(os.path.join(OUT, "eval_results.jsonl"), "w") as f:
