@@ -286,3 +286,19 @@ def test_tune_writes_the_gain_line_and_the_dense_evidence(tiny_engine, tmp_path)
     assert "dense judge" in html and "gold log-lik" in html
     saved = json.loads((tmp_path / "settings.json").read_text())
     assert saved["evidence"]["gain"]["line"] == line and "questions_needed" in saved["evidence"]["gain"]["shipped"]
+
+
+@pytest.mark.parametrize(
+    "bad", [{"grid": "medium"}, {"choose_by": "loglik"}, {"incumbent": "best"}], ids=["grid", "choose_by", "incumbent"]
+)
+def test_a_wrong_grid_judge_or_incumbent_fails_before_any_model_loads(bad, monkeypatch):
+    """Collection is the slow part: a typo in a choice of the rule fails before it starts."""
+    from grogu.apps.tune import api
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the scorer was built before the settings were checked")
+
+    monkeypatch.setattr(api, "build_scorer", no_model)
+    examples = [{"question": "Who?", "answers": ["Ann"], "documents": ["Ann did.", "Bob did not."]}]
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        tune(examples, "smollm2-135m-instruct", **bad, progress=False)

@@ -1,11 +1,15 @@
 """``grogu.tune``: the rerank decision fitted to the user's own LLM and QA prompt from labelled questions.
 
 1. Collect (:mod:`.collect`): every candidate context of every question answered once, with the prompt.
-2. Replay (:mod:`.replay`): every setting of :func:`.replay.grid` on the records, judged by whole words
-   (or the user's judge), with its cost relative to the plain answer.
+   Each candidate also gets the dense judge: the gold answers' log-likelihood under the LLM, teacher-forced.
+2. Replay (:mod:`.replay`): every setting of the grid (``grid="small"``: 26 settings; ``"full"``: about
+   1,200) on the records, judged densely and by whole words (or the user's judge), with its cost relative
+   to the plain answer.
 3. Choose (:mod:`.choose`): a rule fixed in code before any label is read. The setting is chosen on some
-   folds of the questions and judged on the others. Where nothing beats the retriever's order there, the
-   result is the retriever's order (``family="keep"``: nothing changes, scores and verdicts stay).
+   folds of the questions and judged on the others, by the dense judge where the records hold it
+   (``choose_by``). A challenger must beat the shipped default; the retriever's order
+   (``family="keep"``) is one. The gain over the retriever's order is stated with 90 % intervals
+   (:mod:`.gain`).
 4. Write (:mod:`.report`): ``settings.json`` (every front end takes it: ``settings="DIR/settings.json"``),
    ``report.html`` and ``report.txt``, beside ``records.jsonl`` (the collection, resumable).
 """
@@ -166,6 +170,15 @@ def tune(
         raise ValueError("tune needs top_n (the documents the pipeline keeps), not None")
     exs = load_examples(examples)
     folds = check_positive_int("folds", folds)
+    from .choose import CHOOSE_BY, INCUMBENTS
+    from .replay import GRIDS
+
+    # checked before collection, the slow part, so that a typo fails at once
+    for name, value, allowed in (("grid", grid, tuple(GRIDS)), ("choose_by", choose_by, (*CHOOSE_BY, None))):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    if incumbent not in INCUMBENTS:
+        raise ValueError(f"incumbent must be one of {INCUMBENTS}, got {incumbent!r}")
     if judge is not None and not callable(judge):
         raise TypeError(f"judge must be a callable judge(answer, answers) -> bool, got {type(judge).__name__}")
     if max_cost is not None:
