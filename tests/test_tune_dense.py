@@ -299,6 +299,8 @@ def test_a_wrong_grid_judge_or_incumbent_fails_before_any_model_loads(bad, monke
         raise AssertionError("the scorer was built before the settings were checked")
 
     monkeypatch.setattr(api, "build_scorer", no_model)
-    examples = [{"question": "Who?", "answers": ["Ann"], "documents": ["Ann did.", "Bob did not."]}]
+    examples = [
+        {"question": f"Who {i}?", "answers": ["Ann"], "documents": ["Ann did.", "Bob did not."]} for i in range(4)
+    ]
     with pytest.raises(ValueError, match=next(iter(bad))):
         tune(examples, "smollm2-135m-instruct", **bad, progress=False)
