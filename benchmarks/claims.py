@@ -651,7 +651,6 @@ TABLES = [
                 ("src/grogu/runtime/engine/", "src/grogu/metrics/grogu.py"),
                 _cost_engine,
             ),
-            Row("Influence Score of 10 documents: exact / forward-only"),
         ],
     ),
     Table(
@@ -689,7 +688,6 @@ TABLES = [
         "speed",
         ("benchmark", "result", "bar set for it", "details"),
         [
-            Row("Influence Score of 10 paragraphs"),
             Row(
                 "memory",
                 (f"{R}/serve_sustained/smollm2_10min_bounded_shapes.json",),
