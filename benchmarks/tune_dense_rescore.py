@@ -140,7 +140,7 @@ def report(args) -> None:
                         "default_vs_keep_on_50": {"words": words, "dense": dense},
                         "tune_decision": chosen.decision,
                         "tune_setting": chosen.evidence["chosen"],
-                        "tune_line": (chosen.evidence.get("gains") or {}).get("line"),
+                        "tune_line": (chosen.evidence.get("gain") or {}).get("line"),
                         "on_100": {
                             "tuned_vs_keep": compare(e, e_rows, 2, 0),
                             "tuned_vs_shipped": compare(e, e_rows, 2, 1),

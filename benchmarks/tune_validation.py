@@ -290,7 +290,7 @@ def dense_checks(data: str, prompt: str, tuned, out, rows: list[int]) -> dict:
         "default_vs_keep_on_50": {"words": words50, "dense": dense50},
         "dense_on_100": dense100,
         "choose_by": tuned.evidence.get("choose_by"),
-        "gain_line": (tuned.evidence.get("gains") or {}).get("line"),
+        "gain_line": (tuned.evidence.get("gain") or {}).get("line"),
     }
 
 
