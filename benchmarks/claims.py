@@ -385,8 +385,9 @@ TUNE_CODE = ("src/grogu/apps/tune/", *RERANK_CODE)
 
 
 def _tune_reports() -> list[tuple[dict, dict]]:
-    """(attempt, its report) for each validation of ``grogu tune``, in the order they were run."""
-    return [(a, load(a["report"])) for a in load(RULES)["validations"] if a.get("tune")]
+    """(attempt, its report) for each validation of ``grogu tune`` judged by whole words (seeds 7 and 8), in
+    the order they were run."""
+    return [(a, load(a["report"])) for a in load(RULES)["validations"] if a.get("tune") and a.get("kind") != "dense"]
 
 
 def _tune_pair(rows: list[dict], a: str, b: str, per_question: bool = False) -> tuple[int, int]:
@@ -456,6 +457,27 @@ def _fig_gpu_exact() -> str:
     return f"{worst[0]} / {worst[1]}"
 
 
+def _fig_seed9() -> str:
+    sets = load(SEED9)["sets"]
+    chose = {s["tuned"]["decision"] for s in sets}
+    keep = " and ".join(f"{s['shipped_vs_keep']['wins']} / {s['shipped_vs_keep']['losses']}" for s in sets)
+    ok = all(s["dense_checks"]["never_loses_to_better"] for s in sets)
+    return (
+        f"On fresh SQuAD questions under {len(sets)} prompts (tuned on 50, judged on {sets[0]['n']} each), the rule "
+        f"kept {'the shipped default' if chose == {'default'} else ', '.join(sorted(chose))}, which beat the "
+        f"retriever's order {keep}: its committed bar was {'met' if ok else 'not met'}"
+    )
+
+
+def _fig_seed9_widths() -> str:
+    sets = load(SEED9)["sets"]
+    parts = []
+    for s in sets:
+        d = s["dense_checks"]["default_vs_keep_on_50"]
+        parts.append(f"{d['dense']['width_over_mean']:.1f} against {d['words']['width_over_mean']:.1f}")
+    return " and ".join(parts)
+
+
 def _tune_attempts() -> list[Row]:
     """One row per validation of ``grogu tune``: its rule, the rule's commit and the sample's, and the outcome."""
 
@@ -485,7 +507,47 @@ def _tune_attempts() -> list[Row]:
 
     return [
         Row(f"seed {a['seed']}", (RULES, a["report"]), TUNE_CODE, cells(i), commit=a["sample_commit"])
-        for i, a in enumerate(v for v in load(RULES)["validations"] if v.get("tune"))
+        for i, a in enumerate(v for v in load(RULES)["validations"] if v.get("tune") and v.get("kind") != "dense")
+    ]
+
+
+SEED9 = f"{R}/tune_validation_seed9/report.json"
+
+
+def _seed9_rows() -> list[Row]:
+    """Seed 9 (tune's current rule), one row per prompt: what tune chose, the tuned setting against the
+    better of keep and the default on the judged questions, and each judge's interval on the 50."""
+
+    def cells(i: int) -> Callable[[], list[str]]:
+        def row() -> list[str]:
+            s = load(SEED9)["sets"][i]
+            d = s["dense_checks"]
+            arms = s["arms"]
+            vs = "; ".join(f"{k}: {x['wins']} / {x['losses']}" for k, x in d["tuned_vs_better"].items())
+
+            def iv(x: dict | None, scale: float, unit: str) -> str:
+                if x is None or x["low"] is None:
+                    return "–"
+                ratio = "–" if x["width_over_mean"] is None else f"{x['width_over_mean']:.1f}"
+                return (
+                    f"{scale * x['mean']:+.{1 if scale > 1 else 3}f} ({scale * x['low']:+.{1 if scale > 1 else 3}f} … "
+                    f"{scale * x['high']:+.{1 if scale > 1 else 3}f}) {unit}, width over mean {ratio}"
+                )
+
+            return [
+                {"readme": "the README's", "llamaindex": "LlamaIndex's"}[s["prompt"]],
+                f"{s['n']} of 100",
+                f"{s['tuned']['decision']}: {s['tuned']['setting']}",
+                f"{pct(arms['keep']['accuracy'])} / {pct(arms['shipped']['accuracy'])} / {pct(arms['tuned']['accuracy'])}",
+                vs + (" (met)" if d["never_loses_to_better"] else " (not met)"),
+                iv(d["default_vs_keep_on_50"]["words"], 100, "pts"),
+                iv(d["default_vs_keep_on_50"]["dense"], 1, "nats"),
+            ]
+
+        return row
+
+    return [
+        Row(f"seed 9 {i}", (SEED9,), TUNE_CODE, cells(i), commit="51a8e35") for i in range(len(load(SEED9)["sets"]))
     ]
 
 
@@ -637,6 +699,19 @@ TABLES = [
         _tune_attempts(),
     ),
     Table("imports", ("module", "import"), _imports()),
+    Table(
+        "tune-dense",
+        (
+            "prompt",
+            "judged",
+            "tune chose",
+            "accuracy: keep / default / tuned",
+            "tuned against the better of keep and default: W / L",
+            "default's gain over keep on the 50: words, 90 %",
+            "the same: dense judge, 90 %",
+        ),
+        _seed9_rows(),
+    ),
     Table("validations", ("validation", "its rule", "rule's commit, then the sample's", "outcome"), _validations()),
     Table(
         "cost",
@@ -899,6 +974,10 @@ FIGURES: dict[str, Figure] = {
     "tune-runs": Figure((RULES,), TUNE_CODE, _fig_tune_runs, commit="4503167"),
     "tune-first-rule": Figure((RULES,), TUNE_CODE, _fig_first_rule, commit="ae75b3c"),
     "tune-second-rule": Figure((RULES,), TUNE_CODE, _fig_second_rule, commit="4503167"),
+    "tune-seed9": Figure((f"{R}/tune_validation_seed9/report.json",), TUNE_CODE, _fig_seed9, commit="51a8e35"),
+    "tune-seed9-widths": Figure(
+        (f"{R}/tune_validation_seed9/report.json",), TUNE_CODE, _fig_seed9_widths, commit="51a8e35"
+    ),
     "tune-both": Figure(TUNE_EVAL, TUNE_CODE, _fig_both_samples, commit="4503167"),
     "readme-prompt-lost": Figure((f"{R}/prompt_gate/held_report.json",), RERANK_CODE, _fig_readme_prompt_lost),
     "readme-prompt-tune": Figure(TUNE_EVAL, RERANK_CODE, _fig_readme_prompt_tune, commit="4503167"),
