@@ -67,7 +67,7 @@ def test_samples_overlap_only_where_documented():
             shared = len(set(held_out.frozen(a)) & set(held_out.frozen(b)))
             known = held_out.KNOWN_OVERLAPS.get((a, b), held_out.KNOWN_OVERLAPS.get((b, a), 0))
             assert shared == known, (a, b, shared)
-    assert len(held_out.sample_names("squad")) == 9 and len(held_out.sample_names("nq")) == 8
+    assert len(held_out.sample_names("squad")) == 10 and len(held_out.sample_names("nq")) == 8
     assert len(held_out.sample_names("hotpotqa-dev")) == 2
     for data in ("squad", "nq", "hotpotqa-dev"):  # every sample has its place in the draw order
         assert all(held_out.purpose(n) in held_out.ORDER for n in held_out.sample_names(data))
