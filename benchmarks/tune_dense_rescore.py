@@ -102,6 +102,7 @@ def check(args) -> None:
             want = [row["gold_loglik"] for row in rec["scored"]]
             worst = max(worst, max(abs(a - b) for a, b in zip(got, want) if a is not None and b is not None))
     print(json.dumps({"records": 2 * args.n, "max_abs_diff": worst}))
+    os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "check.json"), "w") as f:
         json.dump({"records": 2 * args.n, "max_abs_diff": worst}, f, indent=1)
 
