@@ -484,3 +484,59 @@ def test_a_changed_example_is_collected_again(tiny_scorer, tmp_path):
     [ex0] = load_examples(new_document)[:1]
     assert is_current(older, ex0) and not is_current({**older, "answers": ["other"]}, ex0)
     assert not is_current({**older, "texts": older["texts"][:-1] + [" changed"]}, ex0)
+
+
+def test_the_cost_does_not_depend_on_the_batch(tiny_scorer, monkeypatch):
+    """The pipeline answers one query at a time, so a question's seconds are measured where it is collected
+    alone. With batch=4 the first three questions go alone; their engine calls give seconds per step and
+    per token, applied to the calls each batched question would make alone. Under an engine whose call
+    takes 1 ms a decode step plus 20 us a token (prompt or answer), batch=1 and batch=4 give the same
+    seconds and costs (to 1e-9); the batch's own seconds (what records held before) give costs more than
+    10% apart."""
+    import grogu.apps.tune.collect as collect_module
+
+    step, token = 1e-3, 2e-5
+    clock = [0.0]
+    real_answer, real_force = tiny_scorer.answer_contexts, tiny_scorer.force_answers
+
+    def answer(contexts):
+        out = real_answer(contexts)
+        steps = 1 + max(len(gen.token_ids) for _, gen in out)
+        clock[0] += step * steps + token * sum(len(g) + len(gen.token_ids) for g, gen in out)
+        return out
+
+    def force(rows, details):
+        prompts = [len(tiny_scorer.prompts.ungrounded_ids(q)) for (q, _), _, _ in rows]
+        clock[0] += step + token * sum(n + max(len(gen.token_ids), 1) for n, (_, _, gen) in zip(prompts, rows))
+        return real_force(rows, details)
+
+    monkeypatch.setattr(tiny_scorer, "answer_contexts", answer)
+    monkeypatch.setattr(tiny_scorer, "force_answers", force)
+    monkeypatch.setattr(collect_module, "_clock", lambda: clock[0])
+    exs = load_examples(with_shared_data(_examples, 8))
+    meta = set_up(tiny_scorer, 3)
+    one = collect(tiny_scorer, exs, 3, meta, batch=1, progress=False)
+    four = collect(tiny_scorer, exs, 3, meta, batch=4, progress=False)
+    assert [r["timing"] for r in one] == ["single"] * 8
+    assert [r["timing"] for r in four] == ["single"] * 3 + ["fit"] * 4 + ["single"]  # 3 alone, 4, then 1
+    assert [r["work"] for r in one] == [r["work"] for r in four]  # the same answers in any batch
+    for a, b in zip(one, four):
+        assert a["seconds"]["rest"] > a["seconds"]["answer_first"] > 0
+        for part in ("answer_first", "force_first", "rest"):
+            assert b["seconds"][part] == pytest.approx(a["seconds"][part], rel=1e-9)
+    grid_ = [KEEP, SHIPPED, ModeSettings(gate="always", rule="confidence", margin=0.0)]
+    costs = [choose(recs, judge=lambda answer, golds: True, settings=grid_).evidence["cost"] for recs in (one, four)]
+    assert costs[0]["chosen"] > costs[0]["keep"] > 1.0
+    for name in ("keep", "shipped", "chosen"):
+        assert costs[1][name] == pytest.approx(costs[0][name], rel=1e-9)
+    # the batch's own seconds of the batched questions: another cost at batch=4 than at batch=1
+    batched = [r["id"] for r in four if r["timing"] == "fit"]
+
+    def every_candidate(records, key):
+        rows = [r for r in records if r["id"] in batched]
+        return sum(sum(r[key][p] for p in ("answer_first", "force_first", "rest")) for r in rows) / sum(
+            r[key]["answer_first"] for r in rows
+        )
+
+    assert every_candidate(four, "seconds") == pytest.approx(every_candidate(one, "seconds"), rel=1e-9)
+    assert every_candidate(four, "batch_seconds") > 1.1 * every_candidate(one, "batch_seconds")

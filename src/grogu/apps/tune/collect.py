@@ -16,9 +16,17 @@ the questions already there (it resumes after an interruption). A record holds i
 (:attr:`.examples.Example.content_hash`): an example whose question, answers or documents changed under
 the same id is collected again (and judged with its new answers); the newer line wins.
 
-A record also holds the seconds its work took, in three parts: the retriever's own context answered (what
-the plain pipeline does), that answer teacher-forced (its score), and the other candidates answered and
-scored. Tune's cost of a setting comes from them.
+A record also holds the seconds its work takes the rerank pipeline, in three parts: the retriever's own
+context answered (what the plain pipeline does), that answer teacher-forced (its score), and the other
+candidates answered and scored. Tune's cost of a setting comes from them, so they must not depend on
+``batch``. The pipeline answers one query at a time, and an engine call's seconds do not grow in proportion
+to its contexts. So seconds are measured where a question is collected alone (``"timing": "single"``):
+every question with ``batch=1``. With a larger batch, the first :data:`CALIBRATION` questions of a run
+are collected alone, after an untimed warm-up (one context answered and forced). Their engine calls give
+seconds per call, per decode step, per prompt token and per decoded token (:func:`pipeline_fit`). A
+batched question's parts are that fit applied to the calls the pipeline would make for it alone
+(``"timing": "fit"``). ``work`` holds each part's [calls, steps, prompt tokens, decoded tokens], ``calls``
+the engine calls as made (and their seconds). The batch's own seconds, shared by tokens, stay in ``batch_seconds``.
 """
 
 from __future__ import annotations
@@ -39,9 +47,68 @@ from .judging import gold_logliks
 
 #: the candidates collected for every question: every family tune replays is a subset of these
 COLLECT_SETTINGS = ModeSettings(family="swap_orders", swaps=2, gate="always")
+#: questions a run with ``batch`` > 1 collects alone first, to time the engine calls the pipeline makes
+CALIBRATION = 3
+#: the parts of a question's work, as records time them
+PARTS = ("answer_first", "force_first", "rest")
+#: the clock of the timings
+_clock = time.perf_counter
 #: what a record must share with the run that reads it; also the model (its fingerprint, else its public
 #: name) and the dtype where the record names one
 RECORD_KEYS = ("prompt_hash", "top_n", "max_new_tokens")
+
+
+def _size(prompt: Any) -> int:
+    """A prompt's tokens (0 for chat messages, which a server tokenizes)."""
+    return len(prompt) if isinstance(prompt, (list, tuple)) else 0
+
+
+def _answer_work(answered: Sequence[tuple[Any, Any]]) -> list[int]:
+    """[calls, steps, prompt tokens, decoded tokens] of the engine call that answers ``answered`` ((grounded
+    prompt, answer) pairs): a step for the prompts, then one per token of the longest answer."""
+    if not answered:
+        return [0, 0, 0, 0]
+    steps = 1 + max(len(gen.token_ids) for _, gen in answered)
+    return [1, steps, sum(_size(g) for g, _ in answered), sum(len(gen.token_ids) for _, gen in answered)]
+
+
+def _force_work(scorer: Any, question: str, answered: Sequence[tuple[Any, Any]]) -> list[int]:
+    """[calls, steps, prompt tokens, decoded tokens] of the engine call that teacher-forces ``answered``
+    under the question's ungrounded prompt: one step that reads the prompt and the answer. Nothing on a
+    target that cannot teacher-force."""
+    if scorer.grounded_only or not answered:
+        return [0, 0, 0, 0]
+    prompt = _size(scorer.prompts.ungrounded_ids(question))
+    return [1, 1, sum(prompt + max(len(gen.token_ids), 1) for _, gen in answered), 0]
+
+
+def fit_call_seconds(calls: Sequence[Sequence[float]]) -> list[float] | None:
+    """Seconds per call, per step, per prompt token and per decoded token that best explain engine calls'
+    seconds (``calls``: [calls, steps, prompt tokens, decoded tokens, seconds] each, calls 1). Least
+    squares on the relative error, each rate at least 0: the best fit over the subsets of the rates. None
+    without a timed call."""
+    import numpy as np
+
+    timed = [c for c in calls if c[4] > 0 and c[0]]
+    if not timed:
+        return None
+    x = np.array([[v / c[4] for v in c[:4]] for c in timed], dtype=float)  # each equation over its seconds
+    best, best_error = None, np.inf
+    for mask in range(1, 16):
+        cols = [j for j in range(4) if mask >> j & 1]
+        rates, *_ = np.linalg.lstsq(x[:, cols], np.ones(len(x)), rcond=None)
+        error = float(((x[:, cols] @ rates - 1.0) ** 2).sum())
+        if (rates >= 0).all() and error < best_error - 1e-12:
+            best, best_error = [0.0] * 4, error
+            for j, r in zip(cols, rates):
+                best[j] = float(r)
+    return best
+
+
+def pipeline_fit(records: Sequence[dict[str, Any]]) -> list[float] | None:
+    """:func:`fit_call_seconds` of the engine calls of the questions collected alone (as the pipeline makes
+    them); None without any."""
+    return fit_call_seconds([c for r in records if r.get("timing") == "single" for c in r.get("calls", [])])
 
 
 def _row(result: Any) -> dict[str, Any]:
@@ -105,33 +172,67 @@ def _drop_cut_line(path: str) -> None:
             f.truncate(data.rfind(b"\n") + 1)
 
 
-def _collect_batch(scorer: Any, batch: Sequence[Example], top_n: int, meta: dict[str, Any]) -> list[dict]:
-    """The records of a few questions, their candidates answered together (one engine batch a step)."""
+def _collect_batch(
+    scorer: Any, batch: Sequence[Example], top_n: int, meta: dict[str, Any], rates: list[float] | None = None
+) -> list[dict]:
+    """The records of a few questions, their candidates answered together (one engine batch a step). A
+    question alone gets its measured seconds. Batched ones get ``rates`` (:func:`pipeline_fit`) applied to
+    the steps and tokens of their own calls; without rates, the batch's seconds shared by tokens (which
+    depend on the batch)."""
     plans = [
         rerank_pipeline.plan(ex.question, list(ex.documents), top_n, None, COLLECT_SETTINGS, None, scorer.grounded_only)
         for ex in batch
     ]
-    t0 = time.perf_counter()
+    t0 = _clock()
     first = scorer.answer_contexts([p.context_documents(p.contexts[:1])[0] for p in plans])
-    t1 = time.perf_counter()
+    t1 = _clock()
     forced = scorer.force_answers(
         [(p.context_documents(p.contexts[:1])[0], g, gen) for p, (g, gen) in zip(plans, first)], False
     )
-    t2 = time.perf_counter()
+    t2 = _clock()
     rest_ctx = [(i, c) for i, p in enumerate(plans) for c in p.context_documents(p.contexts[1:])]
     rest_scored: list[Any] = []
     answered: list[Any] = []
+    t_rest = t2
     if rest_ctx:
         answered = scorer.answer_contexts([c for _, c in rest_ctx])
+        t_rest = _clock()
         rest_scored = scorer.force_answers([(c, g, gen) for (_, c), (g, gen) in zip(rest_ctx, answered)], False)
-    t3 = time.perf_counter()
+    t3 = _clock()
     # the dense judge: every candidate's gold answers teacher-forced after its grounded prompt, one batch
     owner = list(range(len(plans))) + [i for i, _ in rest_ctx]
     gold = gold_logliks(scorer, [g for g, _ in first] + [g for g, _ in answered], [batch[i].answers for i in owner])
-    t4 = time.perf_counter()
-    n_rest = max(len(rest_ctx), 1)
+    t4 = _clock()
+    # each question's work by part (PARTS) as the pipeline does it, alone: [calls, steps, prompt, decoded]
+    work, rest_forces = [], []
+    for i, ex in enumerate(batch):
+        mine_answered = [a for (j, _), a in zip(rest_ctx, answered) if j == i]
+        rest_answer, rest_force = _answer_work(mine_answered), _force_work(scorer, ex.question, mine_answered)
+        rest_forces.append(rest_force)
+        first_work = (_answer_work([first[i]]), _force_work(scorer, ex.question, [first[i]]))
+        work.append(dict(zip(PARTS, (*first_work, [a + f for a, f in zip(rest_answer, rest_force)]))))
+
+    def together(parts: list[list[int]]) -> list[int]:  # several questions' teacher-forcing in one call
+        return [max(w[0] for w in parts), max(w[1] for w in parts), sum(w[2] for w in parts), sum(w[3] for w in parts)]
+
+    calls = [  # the engine calls as made here: [calls, steps, prompt tokens, decoded tokens, seconds]
+        [*_answer_work(first), t1 - t0],
+        [*together([w["force_first"] for w in work]), t2 - t1],
+        [*_answer_work(answered), t_rest - t2],
+        [*together(rest_forces), t3 - t_rest],
+    ]
+    spent = dict(zip(PARTS, (t1 - t0, t2 - t1, t3 - t2)))
+    totals = {part: sum(w[part][2] + w[part][3] for w in work) for part in PARTS}
     records = []
     for i, (ex, p) in enumerate(zip(batch, plans)):
+        share = {part: (work[i][part][2] + work[i][part][3]) / totals[part] if totals[part] else 0.0 for part in PARTS}
+        shared = {part: spent[part] * share[part] for part in PARTS}
+        if len(batch) == 1:
+            timing, seconds = "single", dict(spent)
+        elif rates is not None:
+            timing, seconds = "fit", {part: sum(r * w for r, w in zip(rates, work[i][part])) for part in PARTS}
+        else:
+            timing, seconds = "batch", shared
         mine = [r for (j, _), r in zip(rest_ctx, rest_scored) if j == i]
         golds = [gold[i]] + [v for (j, _), v in zip(rest_ctx, gold[len(plans) :]) if j == i]
         rows = [_row(forced[i])] + [_row(r) for r in mine]
@@ -145,14 +246,16 @@ def _collect_batch(scorer: Any, batch: Sequence[Example], top_n: int, meta: dict
                 "texts": p.support_texts(),
                 "candidates": p.contexts,
                 "scored": [{**row, "gold_loglik": v} for row, v in zip(rows, golds)],
-                # a batch's seconds shared by its questions: the first contexts equally, the rest by count
+                # the pipeline's seconds for this question (module docstring)
                 "seconds": {
-                    "answer_first": (t1 - t0) / len(batch),
-                    "force_first": (t2 - t1) / len(batch),
-                    "rest": (t3 - t2) * len(mine) / n_rest,
+                    **seconds,
                     # the dense judge's share (tune's own work: no setting's cost)
                     "gold": (t4 - t3) * len(rows) / len(owner),
                 },
+                "timing": timing,
+                "work": work[i],
+                "calls": calls,
+                "batch_seconds": shared,
             }
         )
     return records
@@ -169,8 +272,9 @@ def collect(
     progress: bool = True,
 ) -> list[dict]:
     """Every example's record, in example order: read from ``records_path`` where already collected, else
-    answered now (``batch`` questions at a time) and appended there. ``meta``: the set-up
-    (:data:`RECORD_KEYS`), written on every record and checked on the ones read."""
+    answered now (``batch`` questions at a time; with ``batch`` > 1, the first :data:`CALIBRATION` alone) and
+    appended there. ``meta``: the set-up (:data:`RECORD_KEYS`), written on every record and checked on the
+    ones read."""
     from tqdm import tqdm
 
     done = read_records(records_path, meta)
@@ -192,14 +296,29 @@ def collect(
     if records_path:
         _drop_cut_line(records_path)
     out = open(records_path, "a", encoding="utf-8") if records_path else None
+    # batch > 1: a few questions alone first (after an untimed warm-up), to fit the pipeline's calls
+    singles = [r for r in done.values() if r.get("timing") == "single"] if batch > 1 else []
+    alone = todo if batch == 1 else todo[: max(0, CALIBRATION - len(singles))]
+    groups = [[ex] for ex in alone] + [todo[s : s + batch] for s in range(len(alone), len(todo), batch)]
+    if batch > 1 and alone:
+        ex = alone[0]
+        plan = rerank_pipeline.plan(
+            ex.question, list(ex.documents), top_n, None, COLLECT_SETTINGS, None, scorer.grounded_only
+        )
+        context = plan.context_documents(plan.contexts[:1])[0]
+        [(grounded, gen)] = scorer.answer_contexts([context])
+        scorer.force_answers([(context, grounded, gen)], False)
     try:
-        for start in range(0, len(todo), batch):
-            for rec in _collect_batch(scorer, todo[start : start + batch], top_n, meta):
+        for group in groups:
+            rates = pipeline_fit(singles)
+            for rec in _collect_batch(scorer, group, top_n, meta, rates):
                 done[rec["id"]] = rec
+                if rec["timing"] == "single" and batch > 1:
+                    singles.append(rec)
                 if out is not None:
                     out.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     out.flush()
-            bar.update(len(todo[start : start + batch]))
+            bar.update(len(group))
     finally:
         bar.close()
         if out is not None:
@@ -207,4 +326,13 @@ def collect(
     return [done[ex.id] for ex in examples]
 
 
-__all__ = ["COLLECT_SETTINGS", "RECORD_KEYS", "collect", "read_records", "is_current"]
+__all__ = [
+    "COLLECT_SETTINGS",
+    "CALIBRATION",
+    "RECORD_KEYS",
+    "collect",
+    "read_records",
+    "is_current",
+    "fit_call_seconds",
+    "pipeline_fit",
+]
